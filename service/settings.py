@@ -37,6 +37,7 @@ class Settings(BaseSettings):
     build_timeout_s: int = 900
     trial_timeout_s: int = 900
     device_class: str = "cpu"
+    visibility_timeout_s: int = 3600
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"

@@ -1,0 +1,226 @@
+"""`perfbisect`: serve, worker, db, bisect, demo, measure, simulate, jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from service.cli.follow import CLIError
+
+app = typer.Typer(help="Automated performance-regression bisection for GPU kernel libraries.",
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def prepare_database() -> None:
+    """The embedded SQLite database migrates itself; PostgreSQL is migrated by `db upgrade`."""
+    from service.migrate import upgrade
+    from service.settings import get_settings
+
+    if get_settings().sqlalchemy_url.startswith("sqlite"):
+        get_settings().home.mkdir(parents=True, exist_ok=True)
+        upgrade()
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply the migrations to DATABASE_URL (or the embedded SQLite file)."""
+    from service.migrate import upgrade
+    from service.settings import get_settings
+
+    get_settings().home.mkdir(parents=True, exist_ok=True)
+    upgrade(revision=revision)
+    console.print(f"database at {get_settings().sqlalchemy_url.split('@')[-1]} is at {revision}")
+
+
+@app.command()
+def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True) -> None:
+    """Run the REST API and the dashboard (uvicorn)."""
+    import uvicorn
+
+    if migrate:
+        from service.migrate import upgrade
+
+        upgrade()
+    uvicorn.run("service.api:create_app", factory=True, host=host, port=port, log_level="info")
+
+
+@app.command()
+def worker(
+    device_class: Annotated[str, typer.Option(help="queue to serve: cpu, cuda, or a GPU model")] = "cpu",
+    gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES)")] = None,
+    control: Annotated[bool, typer.Option(help="also serve the control queue (job planning)")] = True,
+    concurrency: int = 1,
+) -> None:
+    """Run a Celery worker on REDIS_URL: one process per GPU, one trial at a time."""
+    from service.settings import get_settings
+
+    if get_settings().embedded:
+        fail("REDIS_URL is not set: a worker needs a broker (the embedded default runs tasks in-process)")
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    from workers.celery_app import CONTROL_QUEUE, celery_app
+
+    queues = [device_class] + ([CONTROL_QUEUE] if control else [])
+    name = f"{device_class}{'' if gpu is None else gpu}-{os.getpid()}@%h"
+    celery_app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-n", name,
+                            "--pool", "prefork" if concurrency > 1 else "solo", "-l", "INFO"])
+
+
+def _parse_benchmarks(suite: str, target: str, shapes: list[str]) -> dict:
+    return {"suite": suite, "target": target, "shapes": shapes}
+
+
+@app.command()
+def bisect(
+    repo: Annotated[str, typer.Option(help="registered repository name, or a local path to register")],
+    good: Annotated[str, typer.Option(help="ref where performance was good")],
+    bad: Annotated[str, typer.Option(help="later ref where it is bad")],
+    suite: Annotated[str, typer.Option(help="gemm, attention, rmsnorm or file:path.py")],
+    target: Annotated[str, typer.Option(help="module:function inside the repository")],
+    shape: Annotated[list[str], typer.Option(help="repeatable, e.g. M=8192,N=8192,K=8192,dtype=bf16")],
+    device_class: str = "cpu",
+    min_effect: float = 0.02,
+    metric: str = "ratio",
+    workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
+    build: Annotated[Optional[str], typer.Option(help="build command, when registering a path")] = None,
+    api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="use this API server")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Bisect good..bad, follow its progress, print every culprit with the step per shape."""
+    from pydantic import ValidationError
+
+    from service.cli import runs
+    from service.jobs.schemas import BisectCreate
+
+    try:
+        request = BisectCreate(repository=repo, good=good, bad=bad, suite=suite, target=target, shapes=shape,
+                               device_class=device_class, min_effect=min_effect, metric=metric, workers=workers)
+    except ValidationError as exc:
+        fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    try:
+        job = runs.run_bisect(request, api=api, build=build, show_progress=not as_json, console=console)
+    except CLIError as exc:
+        fail(str(exc))
+    runs.print_job(job, as_json)
+    if job.status != "succeeded":
+        raise typer.Exit(1)
+
+
+@app.command()
+def demo(
+    path: Annotated[Path, typer.Option(help="where to write the demo kernel repository")] = Path("var/demo/minikern"),
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Write the demo kernel repository, bisect its whole history on this machine, print the culprits."""
+    from service.cli import runs
+
+    try:
+        job, truth = runs.run_demo(path, device, show_progress=not as_json, console=console)
+    except CLIError as exc:
+        fail(str(exc))
+    runs.print_job(job, as_json)
+    if not as_json:
+        runs.print_truth_check(job, truth)
+    if job.status != "succeeded":
+        raise typer.Exit(1)
+
+
+@app.command("demo-repo")
+def demo_repo(path: Path) -> None:
+    """Write the demo kernel repository (40+ commits with planted regressions) at PATH."""
+    from kernels.demo import write_demo_repo
+
+    if path.exists() and any(path.iterdir()):
+        fail(f"{path} exists and is not empty")
+    written = write_demo_repo(path)
+    print(written)
+
+
+@app.command()
+def measure(
+    repo: Annotated[Path, typer.Option(help="path of a git repository")],
+    rev: Annotated[str, typer.Option(help="revision to measure")],
+    suite: str = typer.Option(...),
+    target: str = typer.Option(...),
+    case: Annotated[list[str], typer.Option(help="repeatable shape, e.g. M=512,N=512,K=512,dtype=fp32")] = ...,
+    device: str = "cpu",
+    build: Optional[str] = None,
+    import_root: str = ".",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Run one trial (a fresh process, cold caches, control interleaved) and print it."""
+    from service.cli import runs
+
+    try:
+        result = runs.run_measure(repo, rev, suite, target, case, device, build, import_root)
+    except CLIError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        from kernels.report import format_result
+
+        print(format_result(result))
+    if result.get("status") != "ok":
+        raise typer.Exit(1)
+
+
+@app.command()
+def simulate(
+    history: Path,
+    workers: int = 1,
+    seed: int = 0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Run the real planner against a noise model (HISTORY.json, format in the README)."""
+    from service.cli import runs
+
+    try:
+        result, text = runs.run_simulation(history, workers, seed)
+    except CLIError as exc:
+        fail(str(exc))
+    print(json.dumps(result, indent=2) if as_json else text)
+
+
+@app.command()
+def jobs(limit: int = 20) -> None:
+    """List recent jobs."""
+    from service.cli import runs
+
+    prepare_database()
+    runs.print_jobs(limit)
+
+
+@app.command()
+def show(job_id: int, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Show one job's culprit table."""
+    from service.cli import runs
+
+    prepare_database()
+    try:
+        runs.print_job(runs.read_job(job_id), as_json)
+    except CLIError as exc:
+        fail(str(exc))
+
+
+def main() -> None:  # pragma: no cover
+    app(prog_name="perfbisect")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""What the CLI commands do, kept apart from argument parsing."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from service.cli.follow import (CLIError, embedded_stalled, follow, read_local, read_remote, submit_local,
+                                submit_remote)
+from service.db import session_scope
+from service.errors import PerfbisectError
+from service.jobs.schemas import BisectCreate, JobRead
+from service.reports.culprits import culprit_table
+
+
+def prepare_database() -> None:
+    from service.cli.main import prepare_database as prepare
+
+    prepare()
+
+
+def register_path(path: Path, build: str | None, name: str | None = None, import_root: str = ".") -> str:
+    """Register a local repository by path (idempotent); returns its name."""
+    from service.repos import repository, service
+    from service.repos.schemas import RepositoryCreate
+
+    url = str(path.resolve())
+    name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", path.resolve().name) or "repo"
+    with session_scope() as session:
+        existing = repository.get_by_name(session, name)
+        if existing is not None:
+            if existing.url != url:
+                raise CLIError(f"a repository named {name!r} is registered for {existing.url}, not {url}")
+            existing.build_command = build if build is not None else existing.build_command
+            return name
+        try:
+            service.create(session, RepositoryCreate(name=name, url=url, build_command=build, import_root=import_root))
+        except PerfbisectError as exc:
+            raise CLIError(exc.message) from exc
+    return name
+
+
+def run_bisect(request: BisectCreate, *, api: str | None, build: str | None, show_progress: bool,
+               console: Console) -> JobRead:
+    if api:
+        job_id = submit_remote(api.rstrip("/"), request)
+        return follow(lambda: read_remote(api.rstrip("/"), job_id), console, show=show_progress)
+    prepare_database()
+    if Path(request.repository).exists():
+        request = request.model_copy(update={"repository": register_path(Path(request.repository), build)})
+    job_id = submit_local(request)
+    return follow(lambda: read_local(job_id), console, show=show_progress, stalled=embedded_stalled)
+
+
+def _demo_request(repo_name: str, path: Path, device: str) -> BisectCreate:
+    import git
+
+    from kernels import demo
+
+    cases = demo.DEMO_GPU_CASES if device == "cuda" else demo.DEMO_CPU_CASES
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for case in cases:
+        grouped[(case["suite"], case["target"])].append(case["params"])
+    root = git.Repo(path).git.rev_list("--max-parents=0", "HEAD").split()[0]
+    return BisectCreate(
+        repository=repo_name, good=root, bad="HEAD",
+        benchmarks=[{"suite": s, "target": t, "shapes": shapes} for (s, t), shapes in grouped.items()],
+        device_class=device, min_effect=demo.DEMO_MIN_EFFECT.get(device, 0.02), workers=1,
+        policy=demo.DEMO_CPU_POLICY if device == "cpu" else None,
+    )
+
+
+def run_demo(path: Path, device: str, *, show_progress: bool, console: Console) -> tuple[JobRead, dict]:
+    from kernels import demo
+
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if not (path / demo.GROUND_TRUTH_FILE).exists():
+        if path.exists() and any(path.iterdir()):
+            raise CLIError(f"{path} exists and is not the demo repository; pass --path elsewhere")
+        console.print(f"writing the demo kernel repository at {path}")
+        demo.write_demo_repo(path)
+    truth = json.loads((path / demo.GROUND_TRUTH_FILE).read_text())
+    prepare_database()
+    name = register_path(path, demo.DEMO_BUILD_COMMAND, name=f"minikern-demo-{device}")
+    request = _demo_request(name, path, device)
+    console.print(f"bisecting {len(request.benchmarks)} suite(s) on {device} over the demo history")
+    job_id = submit_local(request)
+    return follow(lambda: read_local(job_id), console, show=show_progress, stalled=embedded_stalled), truth
+
+
+def print_job(job: JobRead, as_json: bool) -> None:
+    print(job.model_dump_json(indent=2) if as_json else culprit_table(job))
+
+
+def print_truth_check(job: JobRead, truth: dict) -> None:
+    """Compare the culprits with the demo's planted events (the service never reads this file)."""
+    from kernels.demo import planted_steps
+
+    found = {(c.first_sha, c.last_sha) for c in job.culprits if c.kind == "performance"}
+    planted = planted_steps(truth)
+    hits = [p for p in planted if any(first <= p["index"] <= last for first, last in _indices(job, found))]
+    print(f"\nplanted performance steps found: {len(hits)}/{len(planted)}; "
+          f"culprits reported: {len(found)}")
+
+
+def _indices(job: JobRead, ranges: set[tuple[str, str]]) -> list[tuple[int, int]]:
+    shas = job.revision_shas
+    pos = {sha: i for i, sha in enumerate(shas)}
+    return [(pos.get(a, -1), pos.get(b, -1)) for a, b in ranges]
+
+
+def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str], device: str,
+                build: str | None, import_root: str) -> dict[str, Any]:
+    from kernels.cases import parse_shape
+    from kernels.harness.runner import run_harness
+    from service.settings import get_settings
+    from workers.build import run_build
+    from workers.checkout import GitError, Mirror
+
+    if not (repo / ".git").exists() and not (repo / "HEAD").exists():
+        raise CLIError(f"{repo} is not a git repository")
+    try:
+        params = [parse_shape(c) for c in cases]
+    except ValueError as exc:
+        raise CLIError(f"bad --case: {exc}") from exc
+    with tempfile.TemporaryDirectory(prefix="perfbisect-measure-") as tmp:
+        mirror = Mirror(Path(tmp), "measure", str(repo.resolve()))
+        try:
+            mirror.ensure(fetch=False)
+            sha = mirror.resolve(rev)
+            worktree = mirror.checkout(Path(tmp) / "tree", sha)
+        except GitError as exc:
+            raise CLIError(str(exc)) from exc
+        built = run_build(build, worktree, {}, get_settings().build_timeout_s)
+        if not built.ok:
+            return {"status": "build_error", "error": built.log_tail, "cases": [], "device": None}
+        spec = {"cases": [{"suite": suite, "target": target, "params": p} for p in params], "device": device,
+                "cold": True}
+        return run_harness(spec, worktree, import_root=import_root, timeout_s=get_settings().trial_timeout_s)
+
+
+def first_parent_shas(path: str, good: str, bad: str) -> list[str]:
+    from workers.checkout import GitError, Mirror
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mirror = Mirror(Path(tmp), "sim", str(Path(path).resolve()))
+        try:
+            mirror.ensure(fetch=False)
+            g, b = mirror.resolve(good), mirror.resolve(bad)
+            return [c.sha for c in mirror.first_parent_range(g, b)]
+        except GitError as exc:
+            raise CLIError(str(exc)) from exc
+
+
+def run_simulation(history: Path, workers: int, seed: int) -> tuple[dict, str]:
+    from service.bisect.simulate import format_simulation, load_history, simulate
+
+    if not history.exists():
+        raise CLIError(f"{history} does not exist")
+    try:
+        loaded = load_history(history, repo_resolver=first_parent_shas)
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise CLIError(f"{history}: {exc}") from exc
+    result = simulate(loaded, workers=workers, seed=seed)
+    return result, format_simulation(result)
+
+
+def read_job(job_id: int) -> JobRead:
+    try:
+        return read_local(job_id)
+    except PerfbisectError as exc:
+        raise CLIError(exc.message) from exc
+
+
+def print_jobs(limit: int) -> None:
+    from service.jobs import repository
+
+    with session_scope() as session:
+        for job in repository.list_jobs(session, limit=limit):
+            p = job.progress
+            print(f"{job.id:>5}  {job.kind.value:<8} {job.status.value:<10} {job.repository.name:<24} "
+                  f"{p.get('measured', 0)}/{p.get('revisions', '?')} revisions  {p.get('trials', 0)} trials  "
+                  f"{len(job.culprits)} culprit(s)")

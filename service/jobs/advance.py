@@ -1,0 +1,160 @@
+"""Advance a job by one planning round: read its finished trials, ask the pure planner what to
+measure next, write the new pending trials (or the culprits when it is done).
+
+Runs inside the `advance_job` task's transaction; returns the trial ids that the task enqueues
+after its commit. The job row is locked (FOR UPDATE on PostgreSQL) so two workers finishing
+trials at once cannot plan the same round twice.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.bisect import BisectConfig, Observation, Plan, RevisionState, plan_next
+from service.errors import NotFound
+from service.jobs import repository
+from service.models import Culprit, CulpritKind, Job, JobStatus, Trial, TrialStatus, utcnow
+
+UNBUILDABLE = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
+BROKEN_CASE = ("compile_error", "error")
+
+
+def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str) -> dict[int, Observation]:
+    """Per revision index: its state and, per case, one decision value per finished trial."""
+    index = {sha: i for i, sha in enumerate(shas)}
+    values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    states: dict[int, RevisionState] = {}
+    for trial in trials:
+        if not trial.status.finished or trial.status == TrialStatus.cancelled:
+            continue
+        i = index[trial.revision.sha]
+        if trial.status in UNBUILDABLE or any(m.status in BROKEN_CASE for m in trial.measurements):
+            states[i] = RevisionState.unbuildable
+            continue
+        if any(m.status == "wrong_results" for m in trial.measurements):
+            states.setdefault(i, RevisionState.wrong_results)
+        else:
+            states.setdefault(i, RevisionState.ok)
+        for m in trial.measurements:
+            value = m.ratio if metric == "ratio" else m.value
+            if m.status == "ok" and value is not None:
+                values[i][m.case.name].append(value)
+    return {i: Observation(state=state, values=dict(values.get(i, {}))) for i, state in states.items()}
+
+
+def config_of(job: Job, trials: Sequence[Trial]) -> BisectConfig:
+    spec = job.spec
+    higher = True
+    if spec.get("metric") == "raw":
+        higher = next((m.higher_is_better for t in trials for m in t.measurements), True)
+    return BisectConfig(
+        min_effect=spec["min_effect"], higher_is_better=higher, workers=spec.get("workers", 1),
+        max_trials=spec.get("max_trials", 12),
+    )
+
+
+def _raw_medians(trials: Sequence[Trial], sha: str) -> dict[str, tuple[float, str | None]]:
+    per_case: dict[str, list[float]] = defaultdict(list)
+    units: dict[str, str | None] = {}
+    for trial in trials:
+        if trial.revision.sha == sha and trial.status == TrialStatus.ok:
+            for m in trial.measurements:
+                if m.status == "ok" and m.value is not None:
+                    per_case[m.case.name].append(m.value)
+                    units[m.case.name] = m.unit
+    return {name: (statistics.median(v), units[name]) for name, v in per_case.items()}
+
+
+def _nearest_ok(observations: dict[int, Observation], start: int, step: int, n: int) -> int | None:
+    i = start
+    while 0 <= i < n:
+        obs = observations.get(i)
+        if obs is not None and obs.state == RevisionState.ok:
+            return i
+        i += step
+    return None
+
+
+def _write_culprits(session: Session, job: Job, plan: Plan, trials: Sequence[Trial],
+                    observations: dict[int, Observation]) -> None:
+    shas = job.revision_shas
+    revisions = repository.revision_rows(session, job.repository_id, shas)
+    repository.delete_culprits(session, job)
+    for report in plan.culprits:
+        before_i = _nearest_ok(observations, report.first - 1, -1, len(shas))
+        after_i = _nearest_ok(observations, report.last, 1, len(shas))
+        before = _raw_medians(trials, shas[before_i]) if before_i is not None else {}
+        after = _raw_medians(trials, shas[after_i]) if after_i is not None else {}
+        effects: dict[str, Any] = {}
+        for case, effect in report.effects.items():
+            effects[case] = {
+                "rel": effect.rel, "ci": list(effect.ci), "before": effect.before, "after": effect.after,
+                "unit": (before.get(case) or after.get(case) or (None, None))[1],
+                "before_value": before.get(case, (None,))[0], "after_value": after.get(case, (None,))[0],
+            }
+        first, last = shas[report.first], shas[report.last]
+        session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=first, last_sha=last,
+                            revision_id=revisions[last].id if first == last else None, effects=effects))
+    for finding in plan.correctness:
+        first = shas[finding.first_bad]
+        session.add(Culprit(job_id=job.id, kind=CulpritKind.correctness, first_sha=first, last_sha=first,
+                            revision_id=revisions[first].id,
+                            fixed_sha=shas[finding.fixed_at] if finding.fixed_at is not None else None))
+    session.flush()
+
+
+def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observation], plan: Plan) -> dict:
+    rounds = job.progress.get("rounds", 0) + (0 if plan.done else 1)
+    return {
+        "revisions": len(job.revision_shas),
+        "measured": len(observations),
+        "unbuildable": sum(o.state == RevisionState.unbuildable for o in observations.values()),
+        "trials": sum(t.status.finished for t in trials),
+        "planned": sum(r.trials for r in plan.requests),
+        "rounds": rounds,
+        "open_pairs": [[job.revision_shas[a][:12], job.revision_shas[b][:12]] for a, b in plan.open_pairs],
+        "culprits": len(plan.culprits),
+        "correctness": len(plan.correctness),
+    }
+
+
+def advance(session: Session, job_id: int) -> list[int]:
+    """One planning round for `job_id`. Returns new trial ids to enqueue (after commit).
+    Raises NotFound when the job is gone; a finished job or a round still in flight is a no-op."""
+    job = repository.get_job(session, job_id, lock=True)
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    if job.status.finished or repository.count_in_flight(session, job.id):
+        return []
+    trials = repository.trials_of(session, job.id)
+    observations = observations_from(trials, job.revision_shas, job.spec.get("metric", "ratio"))
+    plan = plan_next(len(job.revision_shas), observations, config_of(job, trials))
+    job.progress = _progress(job, trials, observations, plan)
+    if plan.done or not plan.requests:
+        _write_culprits(session, job, plan, trials, observations)
+        job.status = JobStatus.succeeded if plan.done else JobStatus.failed
+        job.error = None if plan.done else "the planner asked for no trials but is not done"
+        job.finished_at = utcnow()
+        return []
+    if job.status == JobStatus.queued:
+        job.status, job.started_at = JobStatus.running, utcnow()
+    revisions = repository.revision_rows(session, job.repository_id, job.revision_shas)
+    new = [
+        Trial(job_id=job.id, revision_id=revisions[job.revision_shas[r.revision]].id,
+              device_class=job.spec["device_class"])
+        for r in plan.requests for _ in range(r.trials)
+    ]
+    session.add_all(new)
+    session.flush()
+    return [t.id for t in new]
+
+
+def fail(session: Session, job_id: int, message: str) -> None:
+    job = repository.get_job(session, job_id, lock=True)
+    if job is not None and not job.status.finished:
+        job.status, job.error, job.finished_at = JobStatus.failed, message, utcnow()

@@ -1,0 +1,70 @@
+"""All SQL about jobs, their trials and culprits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from service.models import Case, Culprit, Job, JobStatus, Measurement, Repository, Revision, Trial, TrialStatus
+
+IN_FLIGHT = (TrialStatus.pending, TrialStatus.running)
+
+
+def get_job(session: Session, job_id: int, *, lock: bool = False) -> Job | None:
+    stmt = select(Job).where(Job.id == job_id).options(selectinload(Job.repository), selectinload(Job.culprits))
+    if lock:
+        stmt = stmt.with_for_update(of=Job)
+    return session.scalars(stmt).one_or_none()
+
+
+def list_jobs(session: Session, *, status: JobStatus | None = None, limit: int = 100) -> Sequence[Job]:
+    stmt = select(Job).options(selectinload(Job.repository), selectinload(Job.culprits))
+    if status is not None:
+        stmt = stmt.where(Job.status == status)
+    return session.scalars(stmt.order_by(Job.id.desc()).limit(limit)).all()
+
+
+def count_in_flight(session: Session, job_id: int) -> int:
+    stmt = select(func.count()).select_from(Trial).where(Trial.job_id == job_id, Trial.status.in_(IN_FLIGHT))
+    return session.scalar(stmt) or 0
+
+
+def trials_of(session: Session, job_id: int) -> Sequence[Trial]:
+    stmt = (
+        select(Trial)
+        .where(Trial.job_id == job_id)
+        .options(selectinload(Trial.revision), selectinload(Trial.measurements).selectinload(Measurement.case))
+        .order_by(Trial.id)
+    )
+    return session.scalars(stmt).all()
+
+
+def cancel_in_flight(session: Session, job_id: int) -> None:
+    for trial in session.scalars(select(Trial).where(Trial.job_id == job_id, Trial.status == TrialStatus.pending)):
+        trial.status = TrialStatus.cancelled
+
+
+def cases_by_name(session: Session, repository_id: int, names: Sequence[str]) -> dict[tuple[str, str, str], Case]:
+    rows = session.scalars(select(Case).where(Case.repository_id == repository_id, Case.name.in_(list(names)))).all()
+    return {(c.suite, c.target, c.name): c for c in rows}
+
+
+def revision_rows(session: Session, repository_id: int, shas: Sequence[str]) -> dict[str, Revision]:
+    rows = session.scalars(select(Revision).where(Revision.repository_id == repository_id, Revision.sha.in_(shas)))
+    return {r.sha: r for r in rows}
+
+
+def repository_of(session: Session, job: Job) -> Repository:
+    return session.get_one(Repository, job.repository_id)
+
+
+def delete_culprits(session: Session, job: Job) -> None:
+    for culprit in list(job.culprits):
+        session.delete(culprit)
+    session.flush()
+
+
+def add_culprit(session: Session, culprit: Culprit) -> None:
+    session.add(culprit)

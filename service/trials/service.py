@@ -1,0 +1,107 @@
+"""Starting a trial and storing what the harness returned. Flushes, never commits."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from service.errors import NotFound
+from service.jobs import repository as jobs_repo
+from service.models import Job, JobStatus, Measurement, Repository, Revision, Trial, TrialStatus, utcnow
+
+
+class TrialGone(NotFound):
+    """The trial row was deleted (its job was removed) before a worker took it."""
+
+
+@dataclass(frozen=True)
+class TrialWork:
+    """Everything a worker needs to run a trial without holding a database session."""
+
+    trial_id: int
+    job_id: int
+    repo_name: str
+    repo_url: str
+    build_command: str | None
+    import_root: str
+    env: dict[str, str]
+    sha: str
+    cases: list[dict[str, Any]]
+    device_class: str
+    policy: dict[str, Any] | None
+
+
+def start(session: Session, trial_id: int, worker_host: str | None = None) -> TrialWork | None:
+    """Mark the trial running and return its work; None when there is nothing to do (already
+    finished, or its job was cancelled). A trial left `running` by a dead worker is run again."""
+    trial = session.get(Trial, trial_id, with_for_update=True)
+    if trial is None:
+        raise TrialGone(f"trial {trial_id} no longer exists")
+    job = session.get_one(Job, trial.job_id)
+    if trial.status.finished:
+        return None
+    if job.status.finished:
+        trial.status = TrialStatus.cancelled
+        return None
+    repo = session.get_one(Repository, job.repository_id)
+    trial.status, trial.started_at = TrialStatus.running, utcnow()
+    trial.attempts += 1
+    trial.worker_host = worker_host or socket.gethostname()
+    return TrialWork(
+        trial_id=trial.id, job_id=job.id, repo_name=repo.name, repo_url=repo.url,
+        build_command=repo.build_command, import_root=repo.import_root, env=dict(repo.env),
+        sha=session.get_one(Revision, trial.revision_id).sha, cases=job.spec["cases"], device_class=trial.device_class, policy=job.spec.get("policy"),
+    )
+
+
+def fingerprint(repo_name: str, device: dict[str, Any]) -> str:
+    """conbench's rule: only measurements with equal fingerprints are compared."""
+    basis = {"repo": repo_name, **{k: device.get(k) for k in ("name", "driver", "cuda", "torch", "triton")},
+             "harness": device.get("harness_version")}
+    return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_TRIAL_STATUS = {s.value: s for s in TrialStatus}
+
+
+def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: float | None = None) -> Trial | None:
+    """Store a harness result (or a build failure shaped like one). The first result wins: a
+    duplicate delivery of the same trial does not overwrite it. Returns None if already stored."""
+    trial = session.get(Trial, trial_id, with_for_update=True)
+    if trial is None:
+        raise TrialGone(f"trial {trial_id} no longer exists")
+    if trial.status.finished:
+        return None
+    job = session.get_one(Job, trial.job_id)
+    repo = session.get_one(Repository, job.repository_id)
+    device = result.get("device") or {}
+    trial.status = _TRIAL_STATUS.get(result.get("status", "error"), TrialStatus.error)
+    trial.failure_reason = result.get("error")
+    trial.device = device.get("name")
+    trial.provenance = device or None
+    trial.fingerprint = fingerprint(repo.name, {**device, "harness_version": result.get("harness_version")})
+    trial.finished_at = utcnow()
+    trial.build_s = build_s
+    trial.run_s = result.get("wall_s")
+    if job.status == JobStatus.cancelled:
+        trial.status = TrialStatus.cancelled
+    cases = jobs_repo.cases_by_name(session, repo.id, [c["name"] for c in result.get("cases", [])])
+    for case in result.get("cases", []):
+        row = cases.get((case["suite"], case["target"], case["name"]))
+        if row is None:
+            continue
+        metric = case.get("metric") or {}
+        session.add(Measurement(
+            trial_id=trial.id, case_id=row.id, status=case.get("status", "error"), error=case.get("error"),
+            ratio=case.get("median_ratio"), value=metric.get("target"), control_value=metric.get("control"),
+            unit=metric.get("name"), higher_is_better=metric.get("higher_is_better", True),
+            accuracy_error=case.get("accuracy_error"),
+            samples={k: case.get(k) for k in ("target_ms", "control_ms", "ratio", "clock_mhz", "dropped_throttled")},
+        ))
+    session.flush()
+    return trial

@@ -1,0 +1,102 @@
+"""Test fixtures: the real PostgreSQL with the Alembic migrations applied (never create_all),
+one rolled-back transaction per test, and an API client bound to that transaction.
+
+PostgreSQL and Redis are the machine's own (127.0.0.1:5432 database `test`, 127.0.0.1:6379);
+`.ci/run` starts them when they are down. PERFBISECT_TEST_DATABASE_URL overrides the database.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TEST_DATABASE_URL = os.environ.get("PERFBISECT_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+TEST_REDIS_URL = os.environ.get("PERFBISECT_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+_HOME = Path(tempfile.mkdtemp(prefix="perfbisect-test-home-"))
+
+# Settings are read once per process: pin them before any service module is imported.
+os.environ["DATABASE_URL"] = TEST_DATABASE_URL
+os.environ.pop("REDIS_URL", None)
+os.environ["PERFBISECT_HOME"] = str(_HOME)
+
+from sqlalchemy import text  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def home() -> Path:
+    return _HOME
+
+
+@pytest.fixture(scope="session")
+def migrated_engine():
+    """A clean schema, migrated to head once per test session."""
+    from service.db import get_engine
+    from service.migrate import upgrade
+
+    engine = get_engine()
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    upgrade()
+    return engine
+
+
+@pytest.fixture
+def session(migrated_engine) -> Iterator[Session]:
+    """A session inside a transaction that is rolled back after the test: commits inside the
+    test only release savepoints."""
+    connection = migrated_engine.connect()
+    outer = connection.begin()
+    session = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
+    try:
+        yield session
+    finally:
+        session.close()
+        outer.rollback()
+        connection.close()
+
+
+@pytest.fixture
+def sent_tasks() -> list[tuple[str, tuple]]:
+    return []
+
+
+@pytest.fixture
+def client(session: Session, sent_tasks):
+    """FastAPI TestClient whose requests use the test's transaction. Tasks the request would
+    send after its commit are recorded in `sent_tasks` instead of run."""
+    from fastapi.testclient import TestClient
+
+    from service.api import create_app
+    from service.api.deps import get_session
+
+    app = create_app()
+
+    def _session() -> Iterator[Session]:
+        savepoint = session.begin_nested()
+        try:
+            yield session
+        except Exception:
+            savepoint.rollback()
+            session.info.pop("after_commit", None)
+            raise
+        savepoint.commit()
+        for task, args, _queue in session.info.pop("after_commit", []):
+            sent_tasks.append((task.name, args))
+
+    app.dependency_overrides[get_session] = _session
+    with TestClient(app, raise_server_exceptions=True) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def demo_repo(tmp_path_factory) -> Path:
+    """The demo kernel repository, written once per test session."""
+    from kernels.demo import write_demo_repo
+
+    return write_demo_repo(tmp_path_factory.mktemp("demo") / "minikern")

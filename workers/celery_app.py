@@ -1,0 +1,36 @@
+"""The Celery application. With REDIS_URL set, tasks go through Redis to `perfbisect worker`
+processes; without it (the embedded default) they run in-process in eager mode.
+
+Trials are long and expensive, so: acknowledge late (a worker killed mid-trial leaves the message
+to be redelivered), prefetch one (a GPU node takes one trial at a time), and reject on worker loss.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from service.settings import get_settings
+
+CONTROL_QUEUE = "control"
+
+
+def make_celery() -> Celery:
+    settings = get_settings()
+    app = Celery("perfbisect", broker=settings.redis_url or "memory://", include=["workers.tasks"])
+    app.conf.update(
+        task_always_eager=settings.embedded,
+        task_eager_propagates=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=CONTROL_QUEUE,
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        # An unacknowledged trial comes back to the queue after this long (a worker that died).
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+celery_app = make_celery()

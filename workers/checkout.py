@@ -1,0 +1,128 @@
+"""Git, asv-style: one mirror clone per repository, a clean checkout per revision
+(`checkout -f` + `clean -fdx`), re-created when broken; ranges from `rev-list --first-parent`.
+
+Refs from requests are validated before git sees them, so a ref such as `--upload-pack=...`
+can never become an option."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import git
+
+_REF_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/@{}~^+-]{0,254}$")
+_PR_RE = re.compile(r"\(#(\d+)\)\s*$")
+
+
+class GitError(Exception):
+    """A ref that does not resolve, a range that is not a range, a clone that failed."""
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    parent_sha: str | None
+    author: str
+    authored_at: datetime
+    subject: str
+    pr_number: int | None
+
+
+def validate_ref(ref: str) -> str:
+    """Return `ref` if it is shaped like a git ref, sha or rev expression; raise GitError."""
+    if not isinstance(ref, str) or not _REF_RE.match(ref) or ".." in ref or ref.endswith((".lock", "/")):
+        raise GitError(f"invalid ref {ref!r}: refs are names like 'main', 'v1.2', a sha or 'HEAD~3'")
+    return ref
+
+
+def pr_number(subject: str) -> int | None:
+    match = _PR_RE.search(subject)
+    return int(match.group(1)) if match else None
+
+
+def _commit_info(commit: git.Commit) -> CommitInfo:
+    subject = commit.message.splitlines()[0] if commit.message else ""
+    return CommitInfo(
+        sha=commit.hexsha,
+        parent_sha=commit.parents[0].hexsha if commit.parents else None,
+        author=commit.author.name or "",
+        authored_at=commit.authored_datetime,
+        subject=subject,
+        pr_number=pr_number(subject),
+    )
+
+
+class Mirror:
+    """A bare mirror of one registered repository under `root`."""
+
+    def __init__(self, root: Path, name: str, url: str) -> None:
+        self.url = url
+        self.path = root / f"{name}.git"
+
+    def ensure(self, fetch: bool = True) -> git.Repo:
+        """Clone the mirror if missing (or broken), else fetch. Raises GitError."""
+        try:
+            if self.path.exists():
+                repo = git.Repo(self.path)
+                if fetch:
+                    repo.git.fetch("--prune", "origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
+                return repo
+        except (git.GitCommandError, git.InvalidGitRepositoryError, git.NoSuchPathError):
+            shutil.rmtree(self.path, ignore_errors=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return git.Repo.clone_from(self.url, self.path, mirror=True)
+        except git.GitCommandError as exc:
+            raise GitError(f"cannot clone {self.url}: {exc.stderr.strip() or exc}") from exc
+
+    def resolve(self, ref: str) -> str:
+        repo = self.ensure(fetch=False)
+        try:
+            return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{validate_ref(ref)}^{{commit}}")
+        except git.GitCommandError as exc:
+            raise GitError(f"ref {ref!r} does not resolve to a commit in {self.url}") from exc
+
+    def first_parent_range(self, good_sha: str, bad_sha: str) -> list[CommitInfo]:
+        """good followed by the first-parent commits of good..bad, oldest first. Raises GitError
+        when bad does not descend from good."""
+        repo = self.ensure(fetch=False)
+        if good_sha == bad_sha:
+            raise GitError("good and bad are the same commit: there is nothing to bisect")
+        if not repo.is_ancestor(good_sha, bad_sha):
+            raise GitError(f"bad {bad_sha[:12]} is not a descendant of good {good_sha[:12]}")
+        shas = repo.git.rev_list("--first-parent", "--reverse", f"{good_sha}..{bad_sha}").split()
+        if not shas:
+            raise GitError("the range good..bad holds no first-parent commits")
+        return [_commit_info(repo.commit(sha)) for sha in [good_sha, *shas]]
+
+    def count_first_parent(self, good_sha: str, bad_sha: str) -> int:
+        repo = self.ensure(fetch=False)
+        return int(repo.git.rev_list("--first-parent", "--count", f"{good_sha}..{bad_sha}"))
+
+    def commit_info(self, sha: str) -> CommitInfo:
+        return _commit_info(self.ensure(fetch=False).commit(sha))
+
+    def checkout(self, worktree: Path, sha: str) -> Path:
+        """A clean tree of `sha` at `worktree`: reused between revisions (checkout -f, clean -fdx),
+        re-created from the mirror when it is broken."""
+        repo = self.ensure(fetch=False)
+        for attempt in range(2):
+            try:
+                if not (worktree / ".git").exists():
+                    shutil.rmtree(worktree, ignore_errors=True)
+                    repo.git.worktree("prune")
+                    worktree.parent.mkdir(parents=True, exist_ok=True)
+                    repo.git.worktree("add", "--detach", "--force", str(worktree), sha)
+                tree = git.Repo(worktree)
+                tree.git.checkout("-f", "--detach", sha)
+                tree.git.clean("-fdxq")
+                return worktree
+            except (git.GitCommandError, git.InvalidGitRepositoryError) as exc:
+                shutil.rmtree(worktree, ignore_errors=True)
+                if attempt:
+                    raise GitError(f"cannot check out {sha[:12]}: {exc}") from exc
+        return worktree

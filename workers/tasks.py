@@ -1,0 +1,55 @@
+"""Celery tasks. They take ids, open their own transaction, re-read their rows, and enqueue
+follow-ups only after that transaction has committed. Both are idempotent: a redelivered
+message (acks_late after a worker died) finds the work done, or does it again."""
+
+from __future__ import annotations
+
+import logging
+
+from service.db import session_scope
+from service.jobs import advance
+from service.models import Trial
+from service.trials import service as trials
+from workers import dispatch
+from workers.celery_app import CONTROL_QUEUE, celery_app
+from workers.runner import execute
+
+log = logging.getLogger(__name__)
+
+
+@celery_app.task(name="perfbisect.advance_job", queue=CONTROL_QUEUE)
+def advance_job(job_id: int) -> int:
+    """Plan the next round of `job_id` and enqueue its trials on the job's device queue."""
+    try:
+        with session_scope() as session:
+            trial_ids = advance.advance(session, job_id)
+            queue = None
+            if trial_ids:
+                queue = session.get_one(Trial, trial_ids[0]).device_class
+    except Exception as exc:
+        log.exception("advancing job %s failed", job_id)
+        with session_scope() as session:
+            advance.fail(session, job_id, f"planning failed: {exc}")
+        raise
+    for trial_id in trial_ids:
+        dispatch.send(run_trial, trial_id, queue=queue)
+    return len(trial_ids)
+
+
+@celery_app.task(name="perfbisect.run_trial")
+def run_trial(trial_id: int) -> str:
+    """Run one trial: mark it running (committed, so progress shows it), do the work with no
+    session open, store the result in a second transaction, then ask the job to advance."""
+    with session_scope() as session:
+        work = trials.start(session, trial_id)
+    if work is None:
+        return "skipped"
+    try:
+        result, build_s = execute(work)
+    except Exception as exc:  # a bug in the worker: store it as the trial's failure, not a lost trial
+        log.exception("trial %s crashed", trial_id)
+        result, build_s = {"status": "error", "error": f"worker error: {exc!r}", "cases": []}, None
+    with session_scope() as session:
+        trials.record(session, trial_id, result, build_s=build_s)
+    dispatch.send(advance_job, work.job_id, queue=CONTROL_QUEUE)
+    return result.get("status", "error")
