@@ -1,0 +1,21 @@
+# One image for the API and the workers. GPU workers use the same image on a CUDA host with the
+# NVIDIA container runtime; the harness needs only torch (+ triton on GPUs) inside it.
+FROM python:3.12-slim
+
+RUN apt-get update && apt-get install -y --no-install-recommends git build-essential curl \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY pyproject.toml constraints.txt README.md alembic.ini ./
+COPY service ./service
+COPY workers ./workers
+COPY kernels ./kernels
+COPY migrations ./migrations
+COPY dashboards ./dashboards
+# TORCH_SPEC lets a GPU image install a CUDA build (e.g. TORCH_SPEC="torch==2.11.0 triton==3.6.0").
+ARG TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+RUN pip install --no-cache-dir ${TORCH_SPEC} && pip install --no-cache-dir -e '.[gpu]'
+ENV PERFBISECT_HOME=/var/lib/perfbisect PYTHONUNBUFFERED=1
+RUN useradd --create-home perfbisect && mkdir -p /var/lib/perfbisect && chown perfbisect /var/lib/perfbisect
+USER perfbisect
+EXPOSE 8000
+CMD ["perfbisect", "serve", "--host", "0.0.0.0", "--port", "8000", "--no-migrate"]

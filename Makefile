@@ -1,0 +1,29 @@
+# The two commands of the README. Each sets up what it needs on a fresh machine.
+#   make demo   - install, write the demo kernel repository, bisect it, print the culprits
+#   make test   - install, make sure PostgreSQL and Redis are up, run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+
+.PHONY: demo test install services bench
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch==2.13.0 (CPU build) comes from constraints.txt, so no multi-GB CUDA build is pulled.
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/perfbisect demo
+
+services:
+	bash scripts/services.sh
+
+test: install services
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python bench/bisect_accuracy.py --quick
