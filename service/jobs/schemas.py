@@ -22,7 +22,7 @@ class BisectCreate(BaseModel):
     bad: str = Field(examples=["main"], description="a later ref where it is bad")
     suite: str | None = None
     target: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-    shapes: list[Shape] | None = None
+    shapes: list[Shape] | None = Field(default=None, min_length=1)
     benchmarks: list[Benchmark] | None = Field(default=None, description="several suites in one job")
     device_class: str = Field(default="cpu", pattern=r"^[a-z0-9_-]{1,40}$", examples=["cpu", "cuda", "h200"])
     min_effect: float = Field(default=0.02, gt=0, lt=1, description="smallest relative step that counts")
