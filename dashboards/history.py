@@ -1,0 +1,229 @@
+"""Per-case histories from measurement rows: pure functions, no database.
+
+One case (suite + target + canonical name) is one chart; inside it, one line per fingerprint
+(conbench's rule: measurements with different fingerprints are never compared or joined), each
+point the median over the trials at one revision, with the control's median as a second line.
+Commits are placed on the x axis by their index in the repository's first-parent order, so a
+bisect's sparse measurements keep their true distance and a culprit range can be drawn as a band.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class MeasurementRow:
+    """One measurement as loaded from the database (a case inside one trial)."""
+
+    suite: str
+    target: str
+    case: str
+    fingerprint: str | None
+    sha: str
+    job_id: int
+    value: float | None
+    control_value: float | None
+    ratio: float | None
+    unit: str | None
+    higher_is_better: bool = True
+    status: str = "ok"
+    trial_status: str = "ok"
+
+
+@dataclass(frozen=True)
+class CulpritRow:
+    """One culprit as loaded, with the targets its job measured per case name (effects are keyed
+    by case name only, so the job's spec says which target a name belongs to)."""
+
+    job_id: int
+    kind: str
+    first_sha: str
+    last_sha: str
+    effects: Mapping[str, Mapping[str, object]]
+    targets_by_case: Mapping[str, frozenset[str]]
+    subject: str | None = None
+    pr_number: int | None = None
+
+
+@dataclass(frozen=True)
+class RevisionPoint:
+    sha: str
+    index: int
+    value: float
+    control_value: float | None
+    ratio: float | None
+    trials: int
+
+
+@dataclass(frozen=True)
+class Series:
+    fingerprint: str | None
+    unit: str | None
+    higher_is_better: bool
+    points: tuple[RevisionPoint, ...]
+
+
+@dataclass(frozen=True)
+class StepMark:
+    """A culprit on one case: the commits first..last (equal when exact) and the step."""
+
+    kind: str
+    first_index: int
+    last_index: int
+    first_sha: str
+    last_sha: str
+    rel: float | None
+    ci: tuple[float, float] | None
+    job_id: int
+    subject: str | None = None
+    pr_number: int | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.first_sha == self.last_sha
+
+    @property
+    def label(self) -> str:
+        if self.kind == "correctness":
+            return "wrong results"
+        return "step" if self.rel is None else f"{self.rel * 100:+.1f}%"
+
+
+@dataclass
+class CaseHistory:
+    suite: str
+    target: str
+    case: str
+    series: list[Series] = field(default_factory=list)
+    steps: list[StepMark] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.suite, self.target, self.case)
+
+    @property
+    def units(self) -> list[str]:
+        return sorted({s.unit for s in self.series if s.unit})
+
+
+def merge_commit_orders(sequences: Iterable[Sequence[str]],
+                        dates: Mapping[str, datetime | None] | None = None) -> list[str]:
+    """One commit order from several first-parent ranges (each oldest first): every range's
+    order is kept; commits the ranges do not order against each other are placed by authored
+    date, then by when they were first seen. A cycle (ranges that disagree, e.g. after a force
+    push) is broken by the same tie rule instead of dropping commits."""
+    dates = dates or {}
+    seen: dict[str, int] = {}
+    after: dict[str, set[str]] = defaultdict(set)
+    for seq in sequences:
+        for sha in seq:
+            seen.setdefault(sha, len(seen))
+        for a, b in zip(seq, seq[1:]):
+            if a != b:
+                after[a].add(b)
+    indegree = {sha: 0 for sha in seen}
+    for a, successors in after.items():
+        for b in successors:
+            indegree[b] += 1
+
+    def rank(sha: str) -> tuple:
+        date = dates.get(sha)
+        return (date is None, date.timestamp() if date else 0.0, seen[sha], sha)
+
+    heap = [rank(sha) for sha, d in indegree.items() if d == 0]
+    heapq.heapify(heap)
+    order: list[str] = []
+    placed: set[str] = set()
+    while len(order) < len(seen):
+        if not heap:  # a cycle: release the earliest remaining commit
+            heap = [min(rank(sha) for sha in seen if sha not in placed)]
+        sha = heapq.heappop(heap)[-1]
+        if sha in placed:
+            continue
+        placed.add(sha)
+        order.append(sha)
+        for nxt in after.get(sha, ()):
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0 and nxt not in placed:
+                heapq.heappush(heap, rank(nxt))
+    return order
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def plotted(row: MeasurementRow) -> bool:
+    """Only a finished, ok trial's ok measurement with a value is drawn (a failed sample fails
+    the result: it is not averaged with the good ones)."""
+    return row.trial_status == "ok" and row.status == "ok" and row.value is not None
+
+
+def series_of(rows: Iterable[MeasurementRow], order: Sequence[str]) -> dict[tuple[str, str, str], list[Series]]:
+    """Per case key (suite, target, case): one Series per fingerprint, a point per revision
+    (the median over its trials), in `order`. Rows at commits outside `order` are left out."""
+    index = {sha: i for i, sha in enumerate(order)}
+    grouped: dict[tuple, dict[str, list[MeasurementRow]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if plotted(row) and row.sha in index:
+            grouped[(row.suite, row.target, row.case, row.fingerprint)][row.sha].append(row)
+    result: dict[tuple[str, str, str], list[Series]] = defaultdict(list)
+    for (suite, target, case, fingerprint), by_sha in sorted(grouped.items(), key=lambda kv: (kv[0][:3], kv[0][3] or "")):
+        points = []
+        for sha in sorted(by_sha, key=index.__getitem__):
+            trial_rows = by_sha[sha]
+            points.append(RevisionPoint(
+                sha=sha, index=index[sha], value=_median(r.value for r in trial_rows),
+                control_value=_median(r.control_value for r in trial_rows),
+                ratio=_median(r.ratio for r in trial_rows), trials=len(trial_rows)))
+        first = next(iter(by_sha.values()))[0]
+        result[(suite, target, case)].append(
+            Series(fingerprint=fingerprint, unit=first.unit, higher_is_better=first.higher_is_better,
+                   points=tuple(points)))
+    return dict(result)
+
+
+def steps_of(culprits: Iterable[CulpritRow], order: Sequence[str]) -> dict[tuple[str, str, str], list[StepMark]]:
+    """Per (target, case) of each culprit's effects, a StepMark; keyed like series_of but with
+    the suite left empty (effects do not name it); see build_histories for the join. Culprits
+    whose commits are outside `order` (a PR head off the branch) are left out."""
+    index = {sha: i for i, sha in enumerate(order)}
+    marks: dict[tuple[str, str, str], list[StepMark]] = defaultdict(list)
+    for c in culprits:
+        if c.first_sha not in index or c.last_sha not in index:
+            continue
+        names = list(c.effects) if c.kind == "performance" else list(c.targets_by_case)
+        for name in names:
+            effect = c.effects.get(name, {})
+            ci = effect.get("ci")
+            mark = StepMark(
+                kind=c.kind, first_index=index[c.first_sha], last_index=index[c.last_sha],
+                first_sha=c.first_sha, last_sha=c.last_sha, job_id=c.job_id,
+                rel=effect.get("rel"), ci=(float(ci[0]), float(ci[1])) if ci else None,
+                subject=c.subject, pr_number=c.pr_number)
+            for target in c.targets_by_case.get(name, frozenset()):
+                marks[("", target, name)].append(mark)
+    return dict(marks)
+
+
+def build_histories(rows: Iterable[MeasurementRow], culprits: Iterable[CulpritRow],
+                    order: Sequence[str]) -> list[CaseHistory]:
+    """Every case with at least one plotted point, sorted by suite, target, case, with its
+    fingerprint lines and the culprit marks of its (target, case)."""
+    series = series_of(rows, order)
+    steps = steps_of(culprits, order)
+    histories = []
+    for (suite, target, case), lines in sorted(series.items()):
+        latest: dict[tuple[str, str, str], StepMark] = {}
+        for mark in sorted(steps.get(("", target, case), []), key=lambda m: m.job_id):
+            latest[(mark.kind, mark.first_sha, mark.last_sha)] = mark  # re-found by a later job: keep its numbers
+        marks = sorted(latest.values(), key=lambda m: (m.first_index, m.job_id))
+        histories.append(CaseHistory(suite=suite, target=target, case=case, series=lines, steps=marks))
+    return histories

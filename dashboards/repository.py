@@ -1,0 +1,153 @@
+"""All SQL of the dashboard. Read-only: nothing here adds, flushes or commits.
+
+Rows come back as the plain dataclasses of `dashboards.history`, so the charts and histories
+are built without a session.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from dashboards.history import CulpritRow, MeasurementRow
+from service.models import Case, Culprit, Job, JobKind, JobStatus, Measurement, Repository, Revision, Trial
+
+# Jobs whose revision_shas are first-parent ranges of the branch; a compare job's head is a PR
+# commit off the branch, so it does not order the history.
+HISTORY_KINDS = (JobKind.bisect, JobKind.track)
+
+
+@dataclass(frozen=True)
+class RevisionMeta:
+    sha: str
+    subject: str
+    pr_number: int | None
+    authored_at: datetime | None
+
+    @property
+    def label(self) -> str:
+        pr = f" (#{self.pr_number})" if self.pr_number and f"#{self.pr_number}" not in self.subject else ""
+        return f"{self.subject}{pr}"
+
+
+@dataclass(frozen=True)
+class CaseKey:
+    suite: str
+    target: str
+    name: str
+
+
+def list_repositories(session: Session) -> Sequence[Repository]:
+    return session.scalars(select(Repository).order_by(Repository.name)).all()
+
+
+def repository_by_name(session: Session, name: str) -> Repository | None:
+    return session.scalars(select(Repository).where(Repository.name == name)).one_or_none()
+
+
+def measured_cases(session: Session, repository_id: int) -> list[CaseKey]:
+    """The cases of a repository that have at least one measurement, by suite, target, name."""
+    stmt = (select(Case.suite, Case.target, Case.name).distinct()
+            .join(Measurement, Measurement.case_id == Case.id)
+            .where(Case.repository_id == repository_id)
+            .order_by(Case.suite, Case.target, Case.name))
+    return [CaseKey(*row) for row in session.execute(stmt)]
+
+
+def history_ranges(session: Session, repository_id: int) -> list[list[str]]:
+    """The first-parent ranges that order the history, oldest job first: the revision_shas of
+    bisect and track jobs, and a compare job's base alone (its head is off the branch)."""
+    stmt = select(Job.kind, Job.revision_shas).where(Job.repository_id == repository_id).order_by(Job.id)
+    ranges = []
+    for kind, shas in session.execute(stmt):
+        if kind in HISTORY_KINDS:
+            ranges.append(list(shas))
+        elif shas:
+            ranges.append([shas[0]])
+    return ranges
+
+
+def revision_meta(session: Session, repository_id: int, shas: Sequence[str] | None = None) -> dict[str, RevisionMeta]:
+    """sha -> subject, PR number, authored date; all the repository's revisions without `shas`."""
+    stmt = select(Revision.sha, Revision.subject, Revision.pr_number, Revision.authored_at).where(
+        Revision.repository_id == repository_id)
+    if shas is not None:
+        stmt = stmt.where(Revision.sha.in_(list(shas)))
+    return {row.sha: RevisionMeta(row.sha, row.subject or "", row.pr_number, row.authored_at)
+            for row in session.execute(stmt)}
+
+
+def measurement_rows(session: Session, repository_id: int, *, job_id: int | None = None,
+                     suite: str | None = None, target: str | None = None,
+                     case: str | None = None) -> list[MeasurementRow]:
+    """Every measurement of the repository (or of one job), joined to its trial, revision and
+    case, optionally narrowed to one suite, target or case name."""
+    stmt = (
+        select(Case.suite, Case.target, Case.name, Trial.fingerprint, Revision.sha, Trial.job_id,
+               Measurement.value, Measurement.control_value, Measurement.ratio, Measurement.unit,
+               Measurement.higher_is_better, Measurement.status, Trial.status.label("trial_status"))
+        .join(Trial, Measurement.trial_id == Trial.id)
+        .join(Revision, Trial.revision_id == Revision.id)
+        .join(Case, Measurement.case_id == Case.id)
+        .where(Revision.repository_id == repository_id)
+        .order_by(Trial.id)
+    )
+    if job_id is not None:
+        stmt = stmt.where(Trial.job_id == job_id)
+    for column, wanted in ((Case.suite, suite), (Case.target, target), (Case.name, case)):
+        if wanted:
+            stmt = stmt.where(column == wanted)
+    return [MeasurementRow(suite=r.suite, target=r.target, case=r.name, fingerprint=r.fingerprint, sha=r.sha,
+                           job_id=r.job_id, value=r.value, control_value=r.control_value, ratio=r.ratio,
+                           unit=r.unit, higher_is_better=r.higher_is_better, status=r.status,
+                           trial_status=r.trial_status.value if hasattr(r.trial_status, "value") else r.trial_status)
+            for r in session.execute(stmt)]
+
+
+def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = None) -> list[CulpritRow]:
+    """The culprits of the repository's jobs (or of one job), with the targets each job measured
+    per case name and the culprit commit's subject and PR."""
+    stmt = (select(Culprit, Job.spec).join(Job, Culprit.job_id == Job.id)
+            .where(Job.repository_id == repository_id).order_by(Culprit.id))
+    if job_id is not None:
+        stmt = stmt.where(Job.id == job_id)
+    loaded = session.execute(stmt).all()
+    meta = revision_meta(session, repository_id, [c.last_sha for c, _ in loaded])
+    rows = []
+    for culprit, spec in loaded:
+        targets: dict[str, set[str]] = defaultdict(set)
+        for case in (spec or {}).get("cases", []):
+            targets[case["name"]].add(case["target"])
+        rev = meta.get(culprit.last_sha)
+        rows.append(CulpritRow(
+            job_id=culprit.job_id, kind=culprit.kind.value, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
+            effects=culprit.effects or {}, targets_by_case={k: frozenset(v) for k, v in targets.items()},
+            subject=rev.subject if rev else None, pr_number=rev.pr_number if rev else None))
+    return rows
+
+
+def recent_jobs(session: Session, *, status: JobStatus | None = None, repository_id: int | None = None,
+                limit: int = 50) -> Sequence[Job]:
+    """Newest first, with the repository and culprits loaded (the job read model needs both)."""
+    stmt = select(Job).options(selectinload(Job.repository), selectinload(Job.culprits))
+    if status is not None:
+        stmt = stmt.where(Job.status == status)
+    if repository_id is not None:
+        stmt = stmt.where(Job.repository_id == repository_id)
+    return session.scalars(stmt.order_by(Job.id.desc()).limit(limit)).all()
+
+
+def job_with_culprits(session: Session, job_id: int) -> Job | None:
+    stmt = select(Job).where(Job.id == job_id).options(selectinload(Job.repository), selectinload(Job.culprits))
+    return session.scalars(stmt).one_or_none()
+
+
+def trial_counts(session: Session, job_id: int) -> dict[str, int]:
+    """Trial status -> count for one job."""
+    stmt = select(Trial.status, func.count()).where(Trial.job_id == job_id).group_by(Trial.status)
+    return {(s.value if hasattr(s, "value") else s): n for s, n in session.execute(stmt)}

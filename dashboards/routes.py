@@ -1,0 +1,59 @@
+"""Dashboard routes: HTML pages under /dashboard, the history as JSON under /api/history.
+They parse the request and delegate to dashboards.views; unknown names are 404 through the
+API's domain-error handler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
+
+from dashboards import repository, views
+from dashboards.charts import format_value
+from service.api.deps import SessionDep
+from service.models import JobStatus
+
+router = APIRouter(tags=["dashboard"])
+templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
+templates.env.filters["num"] = lambda v: "-" if v is None else format_value(v)
+templates.env.filters["svg"] = Markup  # charts.render_svg escapes every text it writes
+
+
+@router.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_index(request: Request, session: SessionDep) -> HTMLResponse:
+    repos = [(r, repository.measured_cases(session, r.id)) for r in repository.list_repositories(session)]
+    return templates.TemplateResponse(request, "index.html", {"repos": repos, "jobs": views.jobs_list(session, limit=10)})
+
+
+@router.get("/dashboard/jobs", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_jobs(request: Request, session: SessionDep, status: JobStatus | None = None,
+                   limit: int = Query(100, ge=1, le=500)) -> HTMLResponse:
+    jobs = views.jobs_list(session, status=status, limit=limit)
+    running = any(not JobStatus(j.status).finished for j in jobs)
+    return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "status": status, "refresh": running})
+
+
+@router.get("/dashboard/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_job(request: Request, session: SessionDep, job_id: int) -> HTMLResponse:
+    page = views.job_page(session, job_id)
+    return templates.TemplateResponse(request, "job.html", {"page": page, "job": page.job, "refresh": not page.finished})
+
+
+@router.get("/dashboard/repositories/{name}", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_history(request: Request, session: SessionDep, name: str, suite: str | None = None,
+                      target: str | None = None, case: str | None = None) -> HTMLResponse:
+    view = views.repository_history(session, name, suite=suite, target=target, case=case)
+    return templates.TemplateResponse(request, "history.html", {
+        "view": view, "filters": {"suite": suite, "target": target, "case": case}})
+
+
+@router.get("/api/history/{name}", tags=["history"])
+def history(session: SessionDep, name: str, suite: str | None = None, target: str | None = None,
+            case: str | None = None) -> dict[str, Any]:
+    """Per case of repository `name`: one series per fingerprint (per-revision medians of the
+    target metric and of the control, in first-parent commit order) and the culprit steps."""
+    return views.history_json(views.repository_history(session, name, suite=suite, target=target, case=case))
