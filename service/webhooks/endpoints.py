@@ -1,0 +1,83 @@
+"""POST /api/webhooks/github: GitHub's pull_request deliveries start a compare job.
+
+Order of checks: signature (401), event and action (202, ignored), payload shape (422),
+repository (404), benchmarks (422); then the job is created and its first planning round
+queued after the request's commit, as POST /api/jobs/compare does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Depends, Header, Request, status
+from pydantic import ValidationError
+
+from service.api.deps import SessionDep
+from service.errors import BadRequest
+from service.settings import get_settings
+from service.webhooks import service
+from service.webhooks.schemas import HANDLED_ACTIONS, PullRequestEvent, WebhookReply
+from service.webhooks.signature import verify_signature
+from workers import dispatch
+from workers.tasks import advance_job
+
+router = APIRouter(prefix="/api/webhooks", tags=["webhooks"])
+
+
+async def raw_body(request: Request) -> bytes:
+    """The body exactly as sent: the signature is over these bytes, not over re-encoded JSON."""
+    return await request.body()
+
+
+def _payload(body: bytes, content_type: str | None) -> dict[str, Any]:
+    """The event JSON, sent as application/json or as the form field `payload`. Raises BadRequest."""
+    try:
+        if content_type and content_type.startswith("application/x-www-form-urlencoded"):
+            body = parse_qs(body.decode()).get("payload", [""])[0].encode()
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"the webhook body is not JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise BadRequest("the webhook body must be a JSON object")
+    return payload
+
+
+@router.post("/github", status_code=status.HTTP_202_ACCEPTED, response_model=WebhookReply)
+def github_webhook(
+    session: SessionDep,
+    body: Annotated[bytes, Depends(raw_body)],
+    x_github_event: Annotated[str | None, Header()] = None,
+    x_hub_signature_256: Annotated[str | None, Header()] = None,
+    content_type: Annotated[str | None, Header()] = None,
+) -> WebhookReply:
+    """A pull_request event (opened, synchronize, reopened) creates a compare job of the PR's
+    base sha against its head sha on the cases of the repository's latest bisect; any other
+    event or action is acknowledged and ignored."""
+    verify_signature(get_settings().webhook_secret, body, x_hub_signature_256)
+    if x_github_event == "ping":
+        return WebhookReply(message="pong")
+    if x_github_event != "pull_request":
+        return WebhookReply(message=f"ignored: event {x_github_event or '(none)'!r} is not handled "
+                                    "(only pull_request)")
+    payload = _payload(body, content_type)
+    action = payload.get("action")
+    if action not in HANDLED_ACTIONS:
+        return WebhookReply(message=f"ignored: pull_request action {action!r} is not handled "
+                                    f"(only {', '.join(HANDLED_ACTIONS)})")
+    try:
+        event = PullRequestEvent.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BadRequest(f"pull_request payload: {where}: {first['msg']}") from exc
+    job, created = service.compare_pull_request(session, event)
+    if created:
+        dispatch.after_commit(session, advance_job, job.id)
+    pr = event.pull_request
+    verb = "queued" if created else "already have"
+    return WebhookReply(
+        message=f"{verb} compare job {job.id}: PR #{pr.number} {pr.base.sha[:10]}..{pr.head.sha[:10]}",
+        job_id=job.id, url=f"/api/jobs/{job.id}", dashboard=f"/dashboard/jobs/{job.id}",
+    )

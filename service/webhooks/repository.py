@@ -1,0 +1,44 @@
+"""All SQL of the PR bot. Reads only; the service adds the job through service.jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import Job, JobKind, JobStatus, Repository, Revision
+
+
+def all_repositories(session: Session) -> Sequence[Repository]:
+    """Every registered repository, oldest first (URL matching is done in Python: URLs are
+    stored as given, so the database cannot compare their normalized forms)."""
+    return session.scalars(select(Repository).order_by(Repository.id)).all()
+
+
+def latest_bisect_spec(session: Session, repository_id: int) -> dict | None:
+    """The spec of the repository's most recent bisect job that lists cases, or None."""
+    stmt = (select(Job.spec).where(Job.repository_id == repository_id, Job.kind == JobKind.bisect)
+            .order_by(Job.id.desc()))
+    for spec in session.scalars(stmt):
+        if spec and spec.get("cases"):
+            return spec
+    return None
+
+
+def open_compare(session: Session, repository_id: int, base_sha: str, head_sha: str) -> Job | None:
+    """A compare job of the same base and head that has not failed or been cancelled (a
+    redelivered webhook, or a reopened PR with the same head, reuses it)."""
+    stmt = (select(Job).where(Job.repository_id == repository_id, Job.kind == JobKind.compare,
+                              Job.status.in_((JobStatus.queued, JobStatus.running, JobStatus.succeeded)),
+                              Job.spec["good_sha"].as_string() == base_sha,
+                              Job.spec["bad_sha"].as_string() == head_sha)
+            .order_by(Job.id.desc()).limit(1))
+    return session.scalars(stmt).first()
+
+
+def pr_numbers(session: Session, repository_id: int, shas: Sequence[str]) -> dict[str, int | None]:
+    """sha -> the PR number recorded for that revision (None when its subject named none)."""
+    stmt = select(Revision.sha, Revision.pr_number).where(
+        Revision.repository_id == repository_id, Revision.sha.in_(list(shas)))
+    return {sha: pr for sha, pr in session.execute(stmt)}

@@ -1,0 +1,83 @@
+"""Turning a pull_request event into a compare job. Flushes through service.jobs, never
+commits: the webhook request owns the transaction and queues the job's first round after it.
+
+The benchmarks a PR is compared on are the cases of the repository's most recent bisect job
+(the shapes someone already cared enough about to bisect), with its device class, minimum
+effect and metric.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import git
+from sqlalchemy.orm import Session
+
+from service.errors import BadRequest, NotFound
+from service.jobs import service as jobs
+from service.jobs.schemas import Benchmark, CompareCreate
+from service.models import Job, Repository
+from service.repos import service as repos
+from service.webhooks import repository
+from service.webhooks.repo_urls import event_urls, normalized_url
+from service.webhooks.schemas import PullRequestEvent
+from workers.checkout import GitError
+
+log = logging.getLogger(__name__)
+
+
+def match_repository(session: Session, event_repository: dict[str, Any]) -> Repository:
+    """The registered repository whose URL names the event's repository (by clone_url,
+    ssh_url, html_url or full_name); the oldest one when several do. Raises NotFound."""
+    urls = event_urls(event_repository)
+    for repo in repository.all_repositories(session):
+        if normalized_url(repo.url) in urls:
+            return repo
+    name = event_repository.get("full_name") or event_repository.get("clone_url") or "?"
+    raise NotFound(f"no registered repository matches {name!r}: register it with POST /api/repositories "
+                   f"using its clone URL ({event_repository.get('clone_url') or 'https://github.com/' + str(name)})")
+
+
+def benchmarks_from_spec(spec: dict[str, Any]) -> list[Benchmark]:
+    """The spec's cases grouped back into benchmarks: one per (suite, target), shapes as the
+    params dicts, in the order the cases were listed."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for case in spec.get("cases", []):
+        grouped.setdefault((case["suite"], case["target"]), []).append(dict(case["params"]))
+    return [Benchmark(suite=suite, target=target, shapes=shapes) for (suite, target), shapes in grouped.items()]
+
+
+def fetch_pull_head(repo: Repository, number: int) -> None:
+    """Best effort: fetch refs/pull/<n>/head into the mirror, since the mirror's regular fetch
+    takes branches and tags only and a PR from a fork lives nowhere else. A remote without pull
+    refs (a plain path, another host) is left as it is; create_compare then names a head that
+    still does not resolve."""
+    try:
+        mirror = repos.mirror_of(repo).ensure(fetch=False)
+        mirror.git.fetch("origin", f"+refs/pull/{number}/head:refs/pull/{number}/head")
+    except (GitError, git.GitCommandError) as exc:
+        log.info("no pull ref %s for %s: %s", number, repo.name, exc)
+
+
+def compare_pull_request(session: Session, event: PullRequestEvent) -> tuple[Job, bool]:
+    """The compare job of the PR's base sha against its head sha, and whether it was created
+    now (False: an open job of the same shas already exists and is returned).
+    Raises NotFound (no registered repository matches), BadRequest (no bisect job to take
+    benchmarks from, or shas that do not resolve in the mirror)."""
+    repo = match_repository(session, event.repository)
+    pr = event.pull_request
+    existing = repository.open_compare(session, repo.id, pr.base.sha, pr.head.sha)
+    if existing is not None:
+        return existing, False
+    spec = repository.latest_bisect_spec(session, repo.id)
+    if spec is None:
+        raise BadRequest(f"no benchmarks configured for {repo.name!r}: the PR bot compares the cases of the "
+                         "repository's latest bisect job, and it has none (submit one with POST /api/jobs/bisect)")
+    fetch_pull_head(repo, pr.number)
+    request = CompareCreate(
+        repository=repo.name, base=pr.base.sha, head=pr.head.sha, benchmarks=benchmarks_from_spec(spec),
+        device_class=spec.get("device_class", "cpu"), min_effect=spec.get("min_effect", 0.02),
+        metric=spec.get("metric", "ratio"), pr_number=pr.number,
+    )
+    return jobs.create_compare(session, request), True

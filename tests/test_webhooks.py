@@ -1,0 +1,297 @@
+"""The GitHub PR bot: the pull_request webhook (signature, repository mapping, ignored events,
+the compare job it creates on a real temp git repository) and the comments it posts, with only
+GitHub's servers mocked (httpx.MockTransport)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from service.errors import Conflict
+from service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository, Revision
+from service.settings import get_settings
+from service.webhooks.github import marker, post_job_comments
+from service.webhooks.repo_urls import github_slug, normalized_url
+from service.webhooks.signature import sign
+from tests.factories import create_repository
+from tests.gitrepo import git, make_repo
+
+URL = "/api/webhooks/github"
+SECRET = "s3cret"
+CASE = {"suite": "gemm", "target": "minikern.gemm:matmul", "name": "gemm M=64,N=64,K=64,dtype=fp32",
+        "params": {"M": 64, "N": 64, "K": 64, "dtype": "fp32"}}
+
+
+@pytest.fixture
+def settings(monkeypatch):
+    """The process's settings with the webhook secret and GitHub token of each test."""
+    current = get_settings()
+    monkeypatch.setattr(current, "webhook_secret", SECRET)
+    monkeypatch.setattr(current, "github_token", None)
+    monkeypatch.setattr(current, "github_api_url", "https://github.test/api/v3")
+    return current
+
+
+def pr_event(base: str, head: str, *, action: str = "opened", number: int = 7, clone_url: str = "",
+             full_name: str = "acme/lib") -> dict:
+    return {"action": action, "number": number,
+            "pull_request": {"number": number, "title": "faster gemm", "head": {"sha": head, "ref": "feature"},
+                             "base": {"sha": base, "ref": "main"}},
+            "repository": {"full_name": full_name, "clone_url": clone_url or f"https://github.com/{full_name}.git"}}
+
+
+def deliver(client, payload: dict, *, event: str = "pull_request", secret: str | None = SECRET,
+            signature: str | None = None):
+    body = json.dumps(payload).encode()
+    headers = {"X-GitHub-Event": event, "Content-Type": "application/json"}
+    if signature is not None:
+        headers["X-Hub-Signature-256"] = signature
+    elif secret is not None:
+        headers["X-Hub-Signature-256"] = sign(secret, body)
+    return client.post(URL, content=body, headers=headers)
+
+
+def job_count(session) -> int:
+    return session.scalar(select(func.count()).select_from(Job))
+
+
+@pytest.fixture
+def lib(tmp_path: Path, session) -> dict:
+    """A temp git repository registered as 'lib' (mirror cloned), with a bisect job whose cases
+    the PR bot reuses. The PR's head commit is made after registration, on a branch."""
+    path = tmp_path / "lib"
+    shas = make_repo(path, ["initial import (#1)", "add gemm (#2)", "tune tiles (#3)"])
+    repo = create_repository(session, path, name="lib")
+    session.add(Job(kind=JobKind.bisect, repository_id=repo.id, revision_shas=shas, status=JobStatus.succeeded,
+                    spec={"good": shas[0], "bad": shas[-1], "cases": [CASE], "device_class": "cuda",
+                          "min_effect": 0.03, "metric": "ratio"}))
+    session.flush()
+    git(path, "checkout", "-q", "-b", "feature")
+    (path / "gemm.py").write_text("# faster\n")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "faster gemm")
+    return {"repo": repo, "path": path, "base": shas[-1], "head": git(path, "rev-parse", "HEAD")}
+
+
+# --- URLs -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("url", "slug"), [
+    ("https://github.com/acme/kern", ("acme", "kern")),
+    ("https://github.com/acme/kern.git", ("acme", "kern")),
+    ("git@github.com:acme/kern.git", ("acme", "kern")),
+    ("ssh://git@github.com/acme/kern.js.git", ("acme", "kern.js")),
+    ("https://gitlab.com/acme/kern.git", None),
+    ("/srv/git/kern", None),
+])
+def test_github_slug(url: str, slug) -> None:
+    assert github_slug(url) == slug
+
+
+def test_normalized_urls_match_across_spellings() -> None:
+    assert normalized_url("git@github.com:Acme/Kern.git") == normalized_url("https://github.com/acme/kern/")
+    assert normalized_url("/srv/git/kern.git") == normalized_url("/srv/git/kern/") == "/srv/git/kern"
+    assert normalized_url("https://gitlab.com/a/b.git") == "gitlab.com/a/b"
+
+
+# --- the webhook ------------------------------------------------------------------------------
+
+def test_missing_or_bad_signature_is_401(client, settings, session) -> None:
+    payload = pr_event("a" * 40, "b" * 40)
+    missing = deliver(client, payload, secret=None)
+    assert missing.status_code == 401 and "missing X-Hub-Signature-256" in missing.json()["detail"]
+    wrong = deliver(client, payload, secret="not-the-secret")
+    assert wrong.status_code == 401 and "does not match" in wrong.json()["detail"]
+    malformed = deliver(client, payload, signature="sha1=abc")
+    assert malformed.status_code == 401
+    assert job_count(session) == 0
+
+
+def test_good_signature_passes_and_other_events_or_actions_are_ignored(client, settings, session, sent_tasks) -> None:
+    closed = deliver(client, pr_event("a" * 40, "b" * 40, action="closed"))
+    assert closed.status_code == 202 and "action 'closed' is not handled" in closed.json()["message"]
+    push = deliver(client, {"ref": "refs/heads/main"}, event="push")
+    assert push.status_code == 202 and "event 'push' is not handled" in push.json()["message"]
+    assert deliver(client, {"zen": "hi"}, event="ping").json()["message"] == "pong"
+    assert job_count(session) == 0 and sent_tasks == []
+
+
+def test_without_a_secret_configured_deliveries_are_not_checked(client, settings, monkeypatch) -> None:
+    monkeypatch.setattr(settings, "webhook_secret", None)
+    assert deliver(client, {"ref": "x"}, event="push", secret=None).status_code == 202
+
+
+def test_unmapped_repository_is_404_naming_it(client, settings, lib, session) -> None:
+    response = deliver(client, pr_event(lib["base"], lib["head"], full_name="acme/unknown"))
+    assert response.status_code == 404
+    assert "'acme/unknown'" in response.json()["detail"] and "POST /api/repositories" in response.json()["detail"]
+    assert job_count(session) == 1  # only lib's bisect
+
+
+def test_malformed_pull_request_payload_is_422(client, settings) -> None:
+    response = deliver(client, {"action": "opened", "pull_request": {"number": 3}, "repository": {}})
+    assert response.status_code == 422 and "pull_request.head" in response.json()["detail"]
+
+
+def test_repository_without_a_bisect_has_no_benchmarks_422(client, settings, tmp_path, session) -> None:
+    path = tmp_path / "bare"
+    base, head = make_repo(path, ["one", "two"])
+    create_repository(session, path, name="bare")
+    response = deliver(client, pr_event(base, head, clone_url=str(path)))
+    assert response.status_code == 422 and "no benchmarks configured" in response.json()["detail"]
+    assert job_count(session) == 0
+
+
+def test_pull_request_creates_a_compare_job_of_base_and_head(client, settings, lib, session, sent_tasks) -> None:
+    response = deliver(client, pr_event(lib["base"], lib["head"], clone_url=str(lib["path"]) + "/"))
+    assert response.status_code == 202, response.text
+    body = response.json()
+    job = session.get(Job, body["job_id"])
+    assert job.kind == JobKind.compare and job.repository_id == lib["repo"].id
+    assert job.revision_shas == [lib["base"], lib["head"]]
+    assert (job.spec["good_sha"], job.spec["bad_sha"], job.spec["pr_number"]) == (lib["base"], lib["head"], 7)
+    assert [c["name"] for c in job.spec["cases"]] == [CASE["name"]]
+    assert (job.spec["device_class"], job.spec["min_effect"]) == ("cuda", 0.03)
+    assert sent_tasks == [("perfbisect.advance_job", (job.id,))]
+    assert body["url"] == f"/api/jobs/{job.id}"
+    head_subject = session.scalars(select(Revision.subject).where(Revision.sha == lib["head"])).one()
+    assert head_subject == "faster gemm"
+
+    again = deliver(client, pr_event(lib["base"], lib["head"], action="synchronize", clone_url=str(lib["path"])))
+    assert again.status_code == 202 and again.json()["job_id"] == job.id and "already have" in again.json()["message"]
+    assert len(sent_tasks) == 1
+
+
+def test_head_that_does_not_resolve_is_422_and_creates_nothing(client, settings, lib, session, sent_tasks) -> None:
+    response = deliver(client, pr_event(lib["base"], "d" * 40, clone_url=str(lib["path"])))
+    assert response.status_code == 422 and "does not resolve" in response.json()["detail"]
+    assert job_count(session) == 1 and sent_tasks == []
+
+
+# --- comments ---------------------------------------------------------------------------------
+
+class FakeGitHub:
+    """GitHub's REST API for issue comments, in memory; records every request."""
+
+    def __init__(self, existing: list[dict] | None = None, fail_posts: bool = False) -> None:
+        self.requests: list[httpx.Request] = []
+        self.existing = existing or []
+        self.fail_posts = fail_posts
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.method == "GET":
+            return httpx.Response(200, json=self.existing)
+        if self.fail_posts:
+            return httpx.Response(403, json={"message": "Resource not accessible by integration"})
+        return httpx.Response(201 if request.method == "POST" else 200,
+                              json={"id": 99, "html_url": "https://github.com/acme/kern/pull/7#issuecomment-99"})
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self))
+
+    def writes(self) -> list[httpx.Request]:
+        return [r for r in self.requests if r.method != "GET"]
+
+
+@pytest.fixture
+def kern(session) -> Repository:
+    repo = Repository(name="kern", url="git@github.com:acme/kern.git", env={})
+    session.add(repo)
+    session.flush()
+    return repo
+
+
+def finished_job(session, repo: Repository, kind: JobKind, *, pr_number: int | None = None,
+                 status: JobStatus = JobStatus.succeeded) -> Job:
+    job = Job(kind=kind, repository_id=repo.id, status=status, revision_shas=["1" * 40, "2" * 40, "3" * 40],
+              spec={"good": "v1", "bad": "main", "cases": [CASE], "min_effect": 0.02, "metric": "ratio",
+                    "pr_number": pr_number},
+              progress={"revisions": 3, "measured": 3, "trials": 9})
+    session.add(job)
+    session.flush()
+    return job
+
+
+def add_culprit(session, job: Job, first: str, last: str, pr: int | None, subject: str) -> None:
+    session.add(Revision(repository_id=job.repository_id, sha=last, subject=subject, pr_number=pr))
+    session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=first, last_sha=last,
+                        effects={CASE["name"]: {"rel": -0.104, "ci": [-0.12, -0.09], "before": 0.97, "after": 0.87,
+                                                "unit": "TFLOP/s", "before_value": 641.0, "after_value": 574.0}}))
+    session.flush()
+
+
+def test_compare_job_report_is_posted_on_its_pull_request(session, settings, kern, monkeypatch) -> None:
+    monkeypatch.setattr(settings, "github_token", "tok")
+    job = finished_job(session, kern, JobKind.compare, pr_number=7)
+    github = FakeGitHub()
+    [result] = post_job_comments(session, job.id, client=github.client())
+    listing, post = github.requests
+    assert listing.method == "GET" and listing.url.path == "/api/v3/repos/acme/kern/issues/7/comments"
+    assert post.method == "POST" and post.url.path == "/api/v3/repos/acme/kern/issues/7/comments"
+    assert post.headers["Authorization"] == "Bearer tok"
+    assert post.headers["Accept"] == "application/vnd.github+json"
+    body = json.loads(post.content)["body"]
+    assert body.startswith("### perfbisect: compare v1..main (succeeded)") and marker(job.id, 7) in body
+    assert "No performance change above 2.0%" in body
+    assert result == {"repository": "acme/kern", "issue_number": 7, "body": body, "posted": True,
+                      "action": "created", "url": "https://github.com/acme/kern/pull/7#issuecomment-99",
+                      "error": None}
+
+
+def test_bisect_culprit_pull_requests_are_told_with_their_table(session, settings, kern, monkeypatch) -> None:
+    monkeypatch.setattr(settings, "github_token", "tok")
+    job = finished_job(session, kern, JobKind.bisect)
+    add_culprit(session, job, "2" * 40, "2" * 40, 41, "drop fastmath flag (#41)")
+    add_culprit(session, job, "3" * 40, "3" * 40, None, "no PR in the subject")      # nobody to tell
+    add_culprit(session, job, "4" * 40, "5" * 40, 43, "a range hides the exact one")  # not exact: no blame
+    github = FakeGitHub()
+    results = post_job_comments(session, job.id, client=github.client())
+    [post] = github.writes()
+    assert post.url.path == "/api/v3/repos/acme/kern/issues/41/comments"
+    body = json.loads(post.content)["body"]
+    assert "this pull request caused a performance step" in body and "`2222222222`" in body
+    assert "| 2222222222 | #41 | drop fastmath flag (#41) | gemm M=64,N=64,K=64,dtype=fp32 | " \
+           "641.0 -> 574.0 TFLOP/s | -10.4% [-12.0, -9.0] |" in body
+    assert [r["issue_number"] for r in results] == [41]
+
+
+def test_a_second_run_edits_the_earlier_comment(session, settings, kern, monkeypatch) -> None:
+    monkeypatch.setattr(settings, "github_token", "tok")
+    job = finished_job(session, kern, JobKind.compare, pr_number=7)
+    github = FakeGitHub(existing=[{"id": 5, "body": "unrelated"}, {"id": 6, "body": f"old\n{marker(job.id, 7)}"}])
+    [result] = post_job_comments(session, job.id, client=github.client())
+    [patch] = github.writes()
+    assert patch.method == "PATCH" and patch.url.path == "/api/v3/repos/acme/kern/issues/comments/6"
+    assert result["action"] == "updated"
+
+
+def test_without_a_token_comments_are_rendered_not_sent(session, settings, kern) -> None:
+    job = finished_job(session, kern, JobKind.compare, pr_number=7)
+    github = FakeGitHub()
+    [result] = post_job_comments(session, job.id, client=github.client())
+    assert github.requests == [] and result["posted"] is False and "perfbisect" in result["body"]
+
+
+def test_failed_post_is_reported_not_raised(session, settings, kern, monkeypatch) -> None:
+    monkeypatch.setattr(settings, "github_token", "tok")
+    job = finished_job(session, kern, JobKind.compare, pr_number=7)
+    [result] = post_job_comments(session, job.id, client=FakeGitHub(fail_posts=True).client())
+    assert result["posted"] is False and "403" in result["error"]
+
+
+def test_non_github_repository_and_unfinished_job(session, settings, kern, monkeypatch) -> None:
+    monkeypatch.setattr(settings, "github_token", "tok")
+    local = Repository(name="local", url="/srv/git/kern", env={})
+    session.add(local)
+    session.flush()
+    github = FakeGitHub()
+    assert post_job_comments(session, finished_job(session, local, JobKind.compare, pr_number=7).id,
+                             client=github.client()) == []
+    running = finished_job(session, kern, JobKind.compare, pr_number=7, status=JobStatus.running)
+    with pytest.raises(Conflict, match="once it has finished"):
+        post_job_comments(session, running.id, client=github.client())
+    assert github.requests == []
