@@ -128,7 +128,8 @@ def render_svg(chart: Chart) -> str:
                    f'transform="rotate(-90 14 {(top + bottom) / 2})">{escape(chart.y_label)}</text>')
     for x, label in _pick_labels(chart.x_labels):
         if x0 <= x <= x1:
-            out.append(f'<text class="xtick" x="{sx(x)}" y="{bottom + 16}" text-anchor="middle">{escape(label)}</text>')
+            anchor = "end" if sx(x) > right - 30 else "middle"  # the last label would spill off the right edge
+            out.append(f'<text class="xtick" x="{sx(x)}" y="{bottom + 16}" text-anchor="{anchor}">{escape(label)}</text>')
     for mark in chart.marks:
         tip = f"<title>{escape(mark.title)}</title>" if mark.title else ""
         if mark.x1 > mark.x0:

@@ -51,6 +51,14 @@ def dashboard_history(request: Request, session: SessionDep, name: str, suite: s
         "view": view, "filters": {"suite": suite, "target": target, "case": case}})
 
 
+@router.get("/api/history", tags=["history"])
+def history_index(session: SessionDep) -> list[dict[str, Any]]:
+    """Every repository with its measured cases (suite, target, name): what /api/history/{name} can filter on."""
+    return [{"repository": r.name, "url": r.url,
+             "cases": [{"suite": c.suite, "target": c.target, "case": c.name} for c in repository.measured_cases(session, r.id)]}
+            for r in repository.list_repositories(session)]
+
+
 @router.get("/api/history/{name}", tags=["history"])
 def history(session: SessionDep, name: str, suite: str | None = None, target: str | None = None,
             case: str | None = None) -> dict[str, Any]:

@@ -185,6 +185,9 @@ def test_history_json_orders_commits_and_separates_fingerprints(client, measured
     [step] = case["steps"]
     assert (step["last_sha"], step["exact"], step["rel"], step["pr_number"]) == (SHAS[3], True, -0.08, 13)
     assert client.get("/api/history/kern", params={"case": "gemm M=1,N=1,K=1,dtype=fp32"}).json()["cases"] == []
+    listed = client.get("/api/history").json()
+    assert listed == [{"repository": "kern", "url": "https://github.com/acme/kern.git",
+                       "cases": [{"suite": "gemm", "target": TARGET, "case": GEMM}]}]
 
 
 def test_history_page_draws_the_chart_with_the_culprit(client, measured) -> None:
@@ -209,6 +212,7 @@ def test_job_page_shows_culprit_table_and_per_revision_medians(client, measured)
     assert f"Job #{job.id}: bisect" in html and "status-succeeded" in html
     assert SHAS[3][:10] in html and "#13" in html and "605.0 -&gt; 556.0 TFLOP/s" in html
     assert "-8.0% [-10.0, -6.0]" in html
+    assert "<details open>" in html
     medians = re.search(r"per-revision medians \((\d+) revisions\)", html)
     assert medians and medians.group(1) == "5"
     assert "build_error 1" in html and "ok 6" in html

@@ -5,6 +5,7 @@ GitHub's servers mocked (httpx.MockTransport)."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import httpx
@@ -65,7 +66,8 @@ def lib(tmp_path: Path, session) -> dict:
     the PR bot reuses. The PR's head commit is made after registration, on a branch."""
     path = tmp_path / "lib"
     shas = make_repo(path, ["initial import (#1)", "add gemm (#2)", "tune tiles (#3)"])
-    repo = create_repository(session, path, name="lib")
+    # a fresh name per test: mirrors are keyed by name and live for the whole test session
+    repo = create_repository(session, path, name=f"lib-{uuid.uuid4().hex[:8]}")
     session.add(Job(kind=JobKind.bisect, repository_id=repo.id, revision_shas=shas, status=JobStatus.succeeded,
                     spec={"good": shas[0], "bad": shas[-1], "cases": [CASE], "device_class": "cuda",
                           "min_effect": 0.03, "metric": "ratio"}))
@@ -139,7 +141,7 @@ def test_malformed_pull_request_payload_is_422(client, settings) -> None:
 def test_repository_without_a_bisect_has_no_benchmarks_422(client, settings, tmp_path, session) -> None:
     path = tmp_path / "bare"
     base, head = make_repo(path, ["one", "two"])
-    create_repository(session, path, name="bare")
+    create_repository(session, path, name=f"bare-{uuid.uuid4().hex[:8]}")
     response = deliver(client, pr_event(base, head, clone_url=str(path)))
     assert response.status_code == 422 and "no benchmarks configured" in response.json()["detail"]
     assert job_count(session) == 0
@@ -163,6 +165,21 @@ def test_pull_request_creates_a_compare_job_of_base_and_head(client, settings, l
     again = deliver(client, pr_event(lib["base"], lib["head"], action="synchronize", clone_url=str(lib["path"])))
     assert again.status_code == 202 and again.json()["job_id"] == job.id and "already have" in again.json()["message"]
     assert len(sent_tasks) == 1
+
+
+def test_a_new_head_supersedes_the_pull_requests_open_compare(client, settings, lib, session, sent_tasks) -> None:
+    first = deliver(client, pr_event(lib["base"], lib["head"], clone_url=str(lib["path"]))).json()["job_id"]
+    (lib["path"] / "gemm.py").write_text("# faster still\n")
+    git(lib["path"], "commit", "-q", "-am", "review fixes")
+    new_head = git(lib["path"], "rev-parse", "HEAD")
+    response = deliver(client, pr_event(lib["base"], new_head, action="synchronize", clone_url=str(lib["path"])))
+    assert response.status_code == 202, response.text
+    second = response.json()["job_id"]
+    assert second != first and response.json()["superseded"] == [first]
+    session.expire_all()
+    assert session.get(Job, first).status == JobStatus.cancelled
+    assert session.get(Job, second).spec["bad_sha"] == new_head
+    assert sent_tasks == [("perfbisect.advance_job", (first,)), ("perfbisect.advance_job", (second,))]
 
 
 def test_head_that_does_not_resolve_is_422_and_creates_nothing(client, settings, lib, session, sent_tasks) -> None:

@@ -72,12 +72,15 @@ def github_webhook(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise BadRequest(f"pull_request payload: {where}: {first['msg']}") from exc
-    job, created = service.compare_pull_request(session, event)
-    if created:
+    outcome = service.compare_pull_request(session, event)
+    job = outcome.job
+    if outcome.created:
         dispatch.after_commit(session, advance_job, job.id)
     pr = event.pull_request
-    verb = "queued" if created else "already have"
+    verb = "queued" if outcome.created else "already have"
+    superseded = f"; cancelled superseded job(s) {', '.join(map(str, outcome.superseded))}" if outcome.superseded else ""
     return WebhookReply(
-        message=f"{verb} compare job {job.id}: PR #{pr.number} {pr.base.sha[:10]}..{pr.head.sha[:10]}",
+        message=f"{verb} compare job {job.id}: PR #{pr.number} {pr.base.sha[:10]}..{pr.head.sha[:10]}{superseded}",
         job_id=job.id, url=f"/api/jobs/{job.id}", dashboard=f"/dashboard/jobs/{job.id}",
+        superseded=list(outcome.superseded),
     )

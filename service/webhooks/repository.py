@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Job, JobKind, JobStatus, Repository, Revision
+from service.models import Job, JobKind, JobStatus, Repository
 
 
 def all_repositories(session: Session) -> Sequence[Repository]:
@@ -37,8 +37,11 @@ def open_compare(session: Session, repository_id: int, base_sha: str, head_sha: 
     return session.scalars(stmt).first()
 
 
-def pr_numbers(session: Session, repository_id: int, shas: Sequence[str]) -> dict[str, int | None]:
-    """sha -> the PR number recorded for that revision (None when its subject named none)."""
-    stmt = select(Revision.sha, Revision.pr_number).where(
-        Revision.repository_id == repository_id, Revision.sha.in_(list(shas)))
-    return {sha: pr for sha, pr in session.execute(stmt)}
+def open_compares_of_pr(session: Session, repository_id: int, pr_number: int) -> Sequence[Job]:
+    """Queued or running compare jobs of one pull request (superseded when its head moves)."""
+    stmt = (select(Job).where(Job.repository_id == repository_id, Job.kind == JobKind.compare,
+                              Job.status.in_((JobStatus.queued, JobStatus.running)),
+                              Job.spec["pr_number"].as_integer() == pr_number)
+            .order_by(Job.id))
+    return session.scalars(stmt).all()
+

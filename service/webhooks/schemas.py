@@ -41,3 +41,4 @@ class WebhookReply(BaseModel):
     job_id: int | None = None
     url: str | None = None
     dashboard: str | None = None
+    superseded: list[int] = Field(default_factory=list, description="older compare jobs of the PR, cancelled")

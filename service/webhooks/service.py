@@ -9,6 +9,7 @@ effect and metric.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import git
@@ -60,16 +61,23 @@ def fetch_pull_head(repo: Repository, number: int) -> None:
         log.info("no pull ref %s for %s: %s", number, repo.name, exc)
 
 
-def compare_pull_request(session: Session, event: PullRequestEvent) -> tuple[Job, bool]:
-    """The compare job of the PR's base sha against its head sha, and whether it was created
-    now (False: an open job of the same shas already exists and is returned).
-    Raises NotFound (no registered repository matches), BadRequest (no bisect job to take
-    benchmarks from, or shas that do not resolve in the mirror)."""
+@dataclass(frozen=True)
+class CompareOutcome:
+    job: Job
+    created: bool  # False: an open job of the same base and head already existed
+    superseded: tuple[int, ...] = ()  # earlier compare jobs of this PR, cancelled
+
+
+def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOutcome:
+    """The compare job of the PR's base sha against its head sha (an existing open one of the
+    same shas is reused); a new one cancels the PR's older queued or running compare jobs,
+    whose head is stale. Raises NotFound (no registered repository matches), BadRequest (no
+    bisect job to take benchmarks from, or shas that do not resolve in the mirror)."""
     repo = match_repository(session, event.repository)
     pr = event.pull_request
     existing = repository.open_compare(session, repo.id, pr.base.sha, pr.head.sha)
     if existing is not None:
-        return existing, False
+        return CompareOutcome(job=existing, created=False)
     spec = repository.latest_bisect_spec(session, repo.id)
     if spec is None:
         raise BadRequest(f"no benchmarks configured for {repo.name!r}: the PR bot compares the cases of the "
@@ -80,4 +88,8 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> tuple[Job
         device_class=spec.get("device_class", "cpu"), min_effect=spec.get("min_effect", 0.02),
         metric=spec.get("metric", "ratio"), pr_number=pr.number,
     )
-    return jobs.create_compare(session, request), True
+    job = jobs.create_compare(session, request)
+    stale = [j.id for j in repository.open_compares_of_pr(session, repo.id, pr.number) if j.id != job.id]
+    for job_id in stale:
+        jobs.cancel(session, job_id)
+    return CompareOutcome(job=job, created=True, superseded=tuple(stale))
