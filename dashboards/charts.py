@@ -9,7 +9,7 @@ so the browser shows sha, subject and value on hover without any script.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from html import escape
 

@@ -190,12 +190,13 @@ def series_of(rows: Iterable[MeasurementRow], order: Sequence[str]) -> dict[tupl
     return dict(result)
 
 
-def steps_of(culprits: Iterable[CulpritRow], order: Sequence[str]) -> dict[tuple[str, str, str], list[StepMark]]:
-    """Per (target, case) of each culprit's effects, a StepMark; keyed like series_of but with
-    the suite left empty (effects do not name it); see build_histories for the join. Culprits
-    whose commits are outside `order` (a PR head off the branch) are left out."""
+def steps_of(culprits: Iterable[CulpritRow], order: Sequence[str]) -> dict[tuple[str, str], list[StepMark]]:
+    """Per (target, case name), a StepMark for each culprit touching it: a performance culprit
+    marks the cases of its effects, a correctness culprit every case of its job. Effects name
+    cases only, so the culprit's job says which target each name belongs to. Culprits whose
+    commits are outside `order` (a PR head off the branch) are left out."""
     index = {sha: i for i, sha in enumerate(order)}
-    marks: dict[tuple[str, str, str], list[StepMark]] = defaultdict(list)
+    marks: dict[tuple[str, str], list[StepMark]] = defaultdict(list)
     for c in culprits:
         if c.first_sha not in index or c.last_sha not in index:
             continue
@@ -209,7 +210,7 @@ def steps_of(culprits: Iterable[CulpritRow], order: Sequence[str]) -> dict[tuple
                 rel=effect.get("rel"), ci=(float(ci[0]), float(ci[1])) if ci else None,
                 subject=c.subject, pr_number=c.pr_number)
             for target in c.targets_by_case.get(name, frozenset()):
-                marks[("", target, name)].append(mark)
+                marks[(target, name)].append(mark)
     return dict(marks)
 
 
@@ -222,7 +223,7 @@ def build_histories(rows: Iterable[MeasurementRow], culprits: Iterable[CulpritRo
     histories = []
     for (suite, target, case), lines in sorted(series.items()):
         latest: dict[tuple[str, str, str], StepMark] = {}
-        for mark in sorted(steps.get(("", target, case), []), key=lambda m: m.job_id):
+        for mark in sorted(steps.get((target, case), []), key=lambda m: m.job_id):
             latest[(mark.kind, mark.first_sha, mark.last_sha)] = mark  # re-found by a later job: keep its numbers
         marks = sorted(latest.values(), key=lambda m: (m.first_index, m.job_id))
         histories.append(CaseHistory(suite=suite, target=target, case=case, series=lines, steps=marks))

@@ -55,7 +55,8 @@ def dashboard_history(request: Request, session: SessionDep, name: str, suite: s
 def history_index(session: SessionDep) -> list[dict[str, Any]]:
     """Every repository with its measured cases (suite, target, name): what /api/history/{name} can filter on."""
     return [{"repository": r.name, "url": r.url,
-             "cases": [{"suite": c.suite, "target": c.target, "case": c.name} for c in repository.measured_cases(session, r.id)]}
+             "cases": [{"suite": c.suite, "target": c.target, "case": c.name}
+                       for c in repository.measured_cases(session, r.id)]}
             for r in repository.list_repositories(session)]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from urllib.parse import urlencode
 from pathlib import Path
 
 import httpx
@@ -119,6 +120,14 @@ def test_good_signature_passes_and_other_events_or_actions_are_ignored(client, s
     assert push.status_code == 202 and "event 'push' is not handled" in push.json()["message"]
     assert deliver(client, {"zen": "hi"}, event="ping").json()["message"] == "pong"
     assert job_count(session) == 0 and sent_tasks == []
+
+
+def test_form_encoded_deliveries_are_read_from_the_payload_field(client, settings) -> None:
+    body = urlencode({"payload": json.dumps(pr_event("a" * 40, "b" * 40, action="labeled"))}).encode()
+    response = client.post(URL, content=body, headers={
+        "X-GitHub-Event": "pull_request", "Content-Type": "application/x-www-form-urlencoded",
+        "X-Hub-Signature-256": sign(SECRET, body)})
+    assert response.status_code == 202 and "action 'labeled' is not handled" in response.json()["message"]
 
 
 def test_without_a_secret_configured_deliveries_are_not_checked(client, settings, monkeypatch) -> None:

@@ -74,7 +74,8 @@ def _headers(token: str) -> dict[str, str]:
             "X-GitHub-Api-Version": API_VERSION, "User-Agent": "perfbisect"}
 
 
-def _upsert_comment(client: httpx.Client, repo_api: str, pr: int, body: str, mark: str, token: str) -> tuple[str, str | None]:
+def _upsert_comment(client: httpx.Client, repo_api: str, pr: int, body: str, mark: str,
+                    token: str) -> tuple[str, str | None]:
     """Edit this job's earlier comment on the PR if there is one (first 100 comments), else post
     one. Returns ("created" | "updated", its html_url). Raises httpx.HTTPError."""
     listed = client.get(f"{repo_api}/issues/{pr}/comments", params={"per_page": 100}, headers=_headers(token))
