@@ -45,10 +45,11 @@ def dashboard_job(request: Request, session: SessionDep, job_id: int) -> HTMLRes
 
 @router.get("/dashboard/repositories/{name}", response_class=HTMLResponse, include_in_schema=False)
 def dashboard_history(request: Request, session: SessionDep, name: str, suite: str | None = None,
-                      target: str | None = None, case: str | None = None) -> HTMLResponse:
-    view = views.repository_history(session, name, suite=suite, target=target, case=case)
+                      target: str | None = None, case: str | None = None,
+                      last: int | None = Query(None, ge=2, le=100_000)) -> HTMLResponse:
+    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last)
     return templates.TemplateResponse(request, "history.html", {
-        "view": view, "filters": {"suite": suite, "target": target, "case": case}})
+        "view": view, "filters": {"suite": suite, "target": target, "case": case, "last": last}})
 
 
 @router.get("/api/history", tags=["history"])
@@ -62,7 +63,9 @@ def history_index(session: SessionDep) -> list[dict[str, Any]]:
 
 @router.get("/api/history/{name}", tags=["history"])
 def history(session: SessionDep, name: str, suite: str | None = None, target: str | None = None,
-            case: str | None = None) -> dict[str, Any]:
+            case: str | None = None, last: int | None = Query(None, ge=2, le=100_000)) -> dict[str, Any]:
     """Per case of repository `name`: one series per fingerprint (per-revision medians of the
-    target metric and of the control, in first-parent commit order) and the culprit steps."""
-    return views.history_json(views.repository_history(session, name, suite=suite, target=target, case=case))
+    target metric and of the control, in first-parent commit order) and the culprit steps;
+    `last` keeps only the newest N commits of that order."""
+    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last)
+    return views.history_json(view)

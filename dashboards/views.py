@@ -76,15 +76,18 @@ def _panels(histories: list[CaseHistory], order: list[str], revisions: dict[str,
 
 
 def repository_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
-                       case: str | None = None) -> RepositoryHistory:
+                       case: str | None = None, last: int | None = None) -> RepositoryHistory:
     """The history of every measured case of repository `name` (optionally one suite, target
-    or case) in the merged first-parent order of its jobs. Raises NotFound."""
+    or case; optionally only the `last` commits) in the merged first-parent order of its jobs.
+    Raises NotFound."""
     repo = repository.repository_by_name(session, name)
     if repo is None:
         raise NotFound(f"no repository {name!r} is registered")
     revisions = repository.revision_meta(session, repo.id)
     order = merge_commit_orders(repository.history_ranges(session, repo.id),
                                 {sha: m.authored_at for sha, m in revisions.items()})
+    if last:
+        order = order[-last:]
     rows = repository.measurement_rows(session, repo.id, suite=suite, target=target, case=case)
     histories = build_histories(rows, repository.culprit_rows(session, repo.id), order)
     return RepositoryHistory(repository=repo, order=order, revisions=revisions,

@@ -185,6 +185,9 @@ def test_history_json_orders_commits_and_separates_fingerprints(client, measured
     [step] = case["steps"]
     assert (step["last_sha"], step["exact"], step["rel"], step["pr_number"]) == (SHAS[3], True, -0.08, 13)
     assert client.get("/api/history/kern", params={"case": "gemm M=1,N=1,K=1,dtype=fp32"}).json()["cases"] == []
+    recent = client.get("/api/history/kern", params={"last": 2}).json()
+    assert [c["sha"] for c in recent["commits"]] == SHAS[3:5]
+    assert [s["fingerprint"] for s in recent["cases"][0]["series"]] == ["f" * 64]
     listed = client.get("/api/history").json()
     assert listed == [{"repository": "kern", "url": "https://github.com/acme/kern.git",
                        "cases": [{"suite": "gemm", "target": TARGET, "case": GEMM}]}]
