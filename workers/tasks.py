@@ -8,7 +8,6 @@ import logging
 
 from service.db import session_scope
 from service.jobs import advance
-from service.models import Trial
 from service.trials import service as trials
 from workers import dispatch
 from workers.celery_app import CONTROL_QUEUE, celery_app
@@ -22,18 +21,26 @@ def advance_job(job_id: int) -> int:
     """Plan the next round of `job_id` and enqueue its trials on the job's device queue."""
     try:
         with session_scope() as session:
-            trial_ids = advance.advance(session, job_id)
-            queue = None
-            if trial_ids:
-                queue = session.get_one(Trial, trial_ids[0]).device_class
+            planned = advance.advance(session, job_id)
     except Exception as exc:
         log.exception("advancing job %s failed", job_id)
         with session_scope() as session:
             advance.fail(session, job_id, f"planning failed: {exc}")
         raise
-    for trial_id in trial_ids:
-        dispatch.send(run_trial, trial_id, queue=queue)
-    return len(trial_ids)
+    for trial_id in planned.trial_ids:
+        dispatch.send(run_trial, trial_id, queue=planned.queue)
+    if planned.finished:
+        dispatch.send(notify_job, job_id, queue=CONTROL_QUEUE)
+    return len(planned.trial_ids)
+
+
+@celery_app.task(name="perfbisect.notify_job", queue=CONTROL_QUEUE)
+def notify_job(job_id: int) -> int:
+    """Comment on the pull requests a finished job concerns (a no-op without a GitHub token)."""
+    from service.webhooks.github import post_job_comments
+
+    with session_scope() as session:
+        return len(post_job_comments(session, job_id))
 
 
 @celery_app.task(name="perfbisect.run_trial")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,14 +124,23 @@ def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observa
     }
 
 
-def advance(session: Session, job_id: int) -> list[int]:
-    """One planning round for `job_id`. Returns new trial ids to enqueue (after commit).
-    Raises NotFound when the job is gone; a finished job or a round still in flight is a no-op."""
+@dataclass(frozen=True)
+class Round:
+    """What one planning round decided: trials to enqueue (after commit), or the job finished."""
+
+    trial_ids: list[int]
+    queue: str | None = None
+    finished: bool = False
+
+
+def advance(session: Session, job_id: int) -> Round:
+    """One planning round for `job_id`. Raises NotFound when the job is gone; a finished job or
+    a round still in flight is a no-op."""
     job = repository.get_job(session, job_id, lock=True)
     if job is None:
         raise NotFound(f"no job {job_id}")
     if job.status.finished or repository.count_in_flight(session, job.id):
-        return []
+        return Round([])
     trials = repository.trials_of(session, job.id)
     observations = observations_from(trials, job.revision_shas, job.spec.get("metric", "ratio"))
     plan = plan_next(len(job.revision_shas), observations, config_of(job, trials))
@@ -140,7 +150,7 @@ def advance(session: Session, job_id: int) -> list[int]:
         job.status = JobStatus.succeeded if plan.done else JobStatus.failed
         job.error = None if plan.done else "the planner asked for no trials but is not done"
         job.finished_at = utcnow()
-        return []
+        return Round([], finished=True)
     if job.status == JobStatus.queued:
         job.status, job.started_at = JobStatus.running, utcnow()
     revisions = repository.revision_rows(session, job.repository_id, job.revision_shas)
@@ -151,7 +161,7 @@ def advance(session: Session, job_id: int) -> list[int]:
     ]
     session.add_all(new)
     session.flush()
-    return [t.id for t in new]
+    return Round([t.id for t in new], queue=job.spec["device_class"])
 
 
 def fail(session: Session, job_id: int, message: str) -> None:

@@ -1,0 +1,99 @@
+"""Real processes for end-to-end tests: a database of their own on the local PostgreSQL, a Redis
+database of their own, `perfbisect serve` and `perfbisect worker` as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+import redis
+
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+BIN = Path(sys.executable).parent
+
+
+def fresh_database(name: str) -> str:
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"postgresql://postgres@127.0.0.1:5432/{name}"
+
+
+def fresh_redis(db: int) -> str:
+    url = f"redis://127.0.0.1:6379/{db}"
+    redis.Redis.from_url(url).flushdb()
+    return url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def service_env(home: Path, database_url: str | None, redis_url: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(PERFBISECT_HOME=str(home), PYTHONUNBUFFERED="1", **extra)
+    if database_url:
+        env["DATABASE_URL"] = database_url
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    return env
+
+
+def perfbisect(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([str(BIN / "perfbisect"), *args], env=env, stdout=log.open("ab"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextmanager
+def api_server(env: dict[str, str], log: Path):
+    port = free_port()
+    proc = perfbisect("serve", "--port", str(port), env=env, log=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the API exited: {log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        else:
+            raise RuntimeError(f"the API did not come up: {log.read_text()[-3000:]}")
+        yield base
+    finally:
+        stop(proc)
+
+
+def wait_for_job(base: str, job_id: int, timeout_s: float, on_poll=None) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{base}/api/jobs/{job_id}", timeout=10).json()
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            return job
+        if on_poll is not None:
+            on_poll(job)
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} did not finish in {timeout_s}s: {job}")

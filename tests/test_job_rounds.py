@@ -1,0 +1,147 @@
+"""The job loop on the real PostgreSQL, with the harness's results fed in directly: advance_job's
+round logic (trials planned, results stored, culprits written, cancel stops dispatch) without
+subprocesses. The numbers are a literal step history, not a model of a kernel."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from service.jobs import advance
+from service.jobs import service as jobs
+from service.jobs import views
+from service.jobs.schemas import BisectCreate
+from service.models import JobStatus, Trial, TrialStatus
+from service.trials import service as trials
+from tests.factories import create_repository
+from tests.gitrepo import make_repo
+
+CASE_BIG = "gemm M=256,N=256,K=256,dtype=fp32"
+CASE_SMALL = "gemm M=64,N=64,K=64,dtype=fp32"
+
+
+def harness_result(ratios: dict[str, float], rng: random.Random, status: str = "ok", wrong: bool = False) -> dict:
+    cases = []
+    for name, ratio in ratios.items():
+        value = ratio * rng.lognormvariate(0, 0.01)
+        params = dict(kv.split("=") for kv in name.split(" ", 1)[1].split(","))
+        params = {k: int(v) if v.isdigit() else v for k, v in params.items()}
+        cases.append({
+            "suite": "gemm", "target": "minikern.gemm:matmul", "params": params, "name": name,
+            "status": "wrong_results" if wrong else "ok", "error": None,
+            "median_ratio": value, "metric": {"name": "GFLOP/s", "higher_is_better": True,
+                                              "target": 100 * value, "control": 100.0},
+            "target_ms": [1 / value], "control_ms": [1.0], "ratio": [value], "accuracy_error": 1e-6,
+        })
+    return {"status": status, "error": None if status == "ok" else "ImportError: boom", "cases": cases if status == "ok" else [],
+            "device": {"name": "test-cpu", "torch": "2.13"}, "harness_version": "1", "wall_s": 0.1}
+
+
+def run_job(session, job_id: int, truth, max_rounds: int = 60) -> int:
+    """Drive advance -> start -> record like the tasks do; return the number of rounds."""
+    rng = random.Random(7)
+    job = jobs.get(session, job_id)
+    for round_number in range(max_rounds):
+        trial_ids = advance.advance(session, job_id).trial_ids
+        session.flush()
+        if not trial_ids:
+            return round_number
+        for trial_id in trial_ids:
+            work = trials.start(session, trial_id, worker_host="test")
+            if work is None:
+                continue
+            index = job.revision_shas.index(work.sha)
+            trials.record(session, trial_id, truth(index, rng), build_s=0.0)
+    raise AssertionError("job did not finish")
+
+
+@pytest.fixture
+def repo(session, tmp_path: Path):
+    path = tmp_path / "lib"
+    make_repo(path, [f"change {i} (#{100 + i})" for i in range(17)])
+    return create_repository(session, path, name="lib")
+
+
+def submit(session, **kw) -> int:
+    body = BisectCreate(repository="lib", good="HEAD~16", bad="main",
+                        benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
+                                     "shapes": ["M=256,N=256,K=256,dtype=fp32", "M=64,N=64,K=64,dtype=fp32"]}],
+                        **kw)
+    return jobs.create_bisect(session, body).id
+
+
+def test_two_steps_one_shape_only_are_both_named(session, repo) -> None:
+    job_id = submit(session)
+
+    def truth(i: int, rng: random.Random) -> dict:
+        big = 1.0 * (0.8 if i >= 5 else 1.0) * (0.85 if i >= 12 else 1.0)
+        return harness_result({CASE_BIG: big, CASE_SMALL: 1.0}, rng)
+
+    rounds = run_job(session, job_id, truth)
+    job = views.job_read(session, jobs.get(session, job_id))
+    assert job.status == "succeeded"
+    named = [job.revision_shas.index(c.last_sha) for c in job.culprits if c.kind == "performance"]
+    assert named == [5, 12]
+    first = job.culprits[0]
+    assert first.pr_number == 105 and first.exact
+    assert first.effects[CASE_BIG].rel == pytest.approx(-0.2, abs=0.03)
+    assert first.effects[CASE_BIG].before_value == pytest.approx(100, rel=0.05)
+    assert job.progress["trials"] > 0 and job.progress["rounds"] == rounds
+
+
+def test_unbuildable_and_wrong_results_are_reported(session, repo) -> None:
+    job_id = submit(session)
+
+    def truth(i: int, rng: random.Random) -> dict:
+        if i in (7, 8):
+            return harness_result({}, rng, status="import_error")
+        return harness_result({CASE_BIG: 0.7 if i >= 8 else 1.0, CASE_SMALL: 1.0}, rng, wrong=10 <= i < 13)
+
+    run_job(session, job_id, truth)
+    job = views.job_read(session, jobs.get(session, job_id))
+    perf = [c for c in job.culprits if c.kind == "performance"]
+    assert len(perf) == 1
+    # 7 and 8 do not build, so the step (at 8) is hidden: the culprit is the range 7..8.
+    assert (job.revision_shas.index(perf[0].first_sha), job.revision_shas.index(perf[0].last_sha)) == (7, 8)
+    assert not perf[0].exact
+    wrong = [c for c in job.culprits if c.kind == "correctness"]
+    assert [(job.revision_shas.index(c.first_sha), job.revision_shas.index(c.fixed_sha)) for c in wrong] == [(10, 13)]
+    failed = session.scalars(select(Trial).where(Trial.job_id == job_id, Trial.status == TrialStatus.import_error)).all()
+    assert failed and all(t.failure_reason == "ImportError: boom" for t in failed)
+
+
+def test_cancel_stops_dispatch_and_late_results_are_ignored(session, repo) -> None:
+    job_id = submit(session)
+    trial_ids = advance.advance(session, job_id).trial_ids
+    assert trial_ids
+    jobs.cancel(session, job_id)
+    assert advance.advance(session, job_id).trial_ids == []
+    assert trials.start(session, trial_ids[0]) is None
+    statuses = {t.status for t in session.scalars(select(Trial).where(Trial.job_id == job_id))}
+    assert statuses == {TrialStatus.cancelled}
+    assert jobs.get(session, job_id).status == JobStatus.cancelled
+
+
+def test_duplicate_delivery_keeps_the_first_result(session, repo) -> None:
+    job_id = submit(session)
+    trial_id = advance.advance(session, job_id).trial_ids[0]
+    trials.start(session, trial_id)
+    rng = random.Random(1)
+    assert trials.record(session, trial_id, harness_result({CASE_BIG: 1.0, CASE_SMALL: 1.0}, rng)) is not None
+    assert trials.record(session, trial_id, harness_result({CASE_BIG: 0.1, CASE_SMALL: 0.1}, rng)) is None
+    trial = session.get(Trial, trial_id)
+    assert trial.status == TrialStatus.ok
+    assert trials.start(session, trial_id) is None  # a redelivered message finds the work done
+
+
+def test_trial_left_running_by_a_dead_worker_runs_again(session, repo) -> None:
+    job_id = submit(session)
+    trial_id = advance.advance(session, job_id).trial_ids[0]
+    first = trials.start(session, trial_id, worker_host="dead-node")
+    again = trials.start(session, trial_id, worker_host="live-node")
+    assert first is not None and again is not None
+    trial = session.get(Trial, trial_id)
+    assert trial.attempts == 2 and trial.worker_host == "live-node"
