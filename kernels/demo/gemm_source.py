@@ -1,0 +1,165 @@
+"""Source text of minikern/gemm.py at a given point of the demo history.
+
+Tokens (@@NAME@@) are filled from the history state; each planted change flips one.
+"""
+
+GEMM = '''"""Matrix multiply C = A @ B.
+
+On CUDA: a Triton kernel with a grouped ("L2-swizzled") launch order. GROUP_M row
+blocks of C are computed one after another for each column block, so the B panel
+they share is still in L2 when the next program needs it.
+
+On the CPU: the same tiles in torch, walked in the same launch order. Consecutive
+tiles that share a B column panel (a run down a column, which the grouped order
+produces) are computed as one taller block against that panel, once it is packed:
+the CPU's counterpart of the L2 reuse the launch order buys on the GPU.
+@@GEMM_DOC@@"""
+from dataclasses import dataclass
+
+import torch
+
+from ._utils import HAS_TRITON, @@CDIV@@ as _cdiv, use_triton
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+# Tiles per dtype, tuned on Hopper.
+CONFIGS = {
+    torch.bfloat16: GemmConfig(128, 256, @@BF16_BLOCK_K@@, @@BF16_GROUP@@num_warps=8, num_stages=4),
+    torch.float16: GemmConfig(128, 256, 64, group_m=8, num_warps=8, num_stages=4),
+    torch.float32: GemmConfig(128, 128, 32, group_m=8, num_warps=8, num_stages=3),
+}
+
+# CPU tiles: C in 64 x 128 blocks, K in slabs of CPU_K_UNROLL * block_k.
+CPU_BLOCK_M, CPU_BLOCK_N, CPU_K_UNROLL = 64, 128, 4
+
+
+def tile_coords(pid, grid_m, grid_n, group_m):
+    """Program id -> (pid_m, pid_n) in the grouped launch order (group_m=1: row-major)."""
+    width = group_m * grid_n
+    first_m = (pid // width) * group_m
+    size_m = min(grid_m - first_m, group_m)
+    return first_m + (pid % width) % size_m, (pid % width) // size_m
+
+
+def column_runs(grid_m, grid_n, group_m):
+    """Walk the launch order and yield (first_m, last_m, pid_n) for each run of
+    consecutive tiles going down one column panel."""
+    run = None
+    for pid in range(grid_m * grid_n):
+        pid_m, pid_n = tile_coords(pid, grid_m, grid_n, group_m)
+        if run is not None and run[2] == pid_n and run[1] + 1 == pid_m:
+            run[1] = pid_m
+            continue
+        if run is not None:
+            yield tuple(run)
+        run = [pid_m, pid_m, pid_n]
+    if run is not None:
+        yield tuple(run)
+
+
+def _matmul_cpu(a, b, cfg):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    grid_m, grid_n = _cdiv(M, CPU_BLOCK_M), _cdiv(N, CPU_BLOCK_N)
+    k_step = cfg.block_k * CPU_K_UNROLL
+    k_tiles = @@CPU_K_TILES@@
+    packed_n, b_panel = -1, None
+    for first_m, last_m, pid_n in column_runs(grid_m, grid_n, cfg.group_m):
+        rows = slice(first_m * CPU_BLOCK_M, (last_m + 1) * CPU_BLOCK_M)
+        cols = slice(pid_n * CPU_BLOCK_N, (pid_n + 1) * CPU_BLOCK_N)
+        if pid_n != packed_n:  # pack B's column panel once per run of tiles sharing it
+            b_panel = b[:, cols].contiguous()
+            packed_n = pid_n
+        a_rows = a[rows]
+        acc = torch.zeros((a_rows.shape[0], b_panel.shape[1]), device=a.device)
+        for kt in range(k_tiles):
+            k0 = kt * k_step
+            acc += a_rows[:, k0:k0 + k_step] @ b_panel[k0:k0 + k_step]
+        c[rows, cols] = acc
+    return c
+
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                       stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       GROUP_M: tl.constexpr):
+        pid = tl.program_id(0)
+        grid_m = tl.cdiv(M, BLOCK_M)
+        grid_n = tl.cdiv(N, BLOCK_N)
+        width = GROUP_M * grid_n
+        first_m = (pid // width) * GROUP_M
+        size_m = tl.minimum(grid_m - first_m, GROUP_M)
+        pid_m = first_m + (pid % width) % size_m
+        pid_n = (pid % width) // size_m
+        offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+        offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        offs_k = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, @@GPU_K_TILES@@):
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _matmul_triton(a, b, cfg):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n),)
+    _matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                         c.stride(0), c.stride(1), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                         BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
+                         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return c
+
+
+def matmul(a, b):
+    """C = A @ B for 2-D tensors of one dtype (bf16, fp16 or fp32)."""
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: incompatible shapes {tuple(a.shape)} @ {tuple(b.shape)}")
+    cfg = CONFIGS[a.dtype]
+    if use_triton(a):
+        return _matmul_triton(a, b, cfg)
+    return _matmul_cpu(a, b, cfg)
+'''
+
+
+def render_gemm(state: dict) -> str:
+    tail_ok = state["k_tail"]
+    tokens = {
+        "GEMM_DOC": state["gemm_doc"],
+        "CDIV": state["gemm_cdiv"],
+        "BF16_BLOCK_K": str(state["bf16_block_k"]),
+        "BF16_GROUP": "group_m=8, " if state["bf16_grouped"] else "",
+        # the planted wrong-results bug: floor division drops the K tail
+        "CPU_K_TILES": "_cdiv(K, k_step)" if tail_ok else "K // k_step",
+        "GPU_K_TILES": "tl.cdiv(K, BLOCK_K)" if tail_ok else "K // BLOCK_K",
+    }
+    text = GEMM
+    for key, value in tokens.items():
+        text = text.replace(f"@@{key}@@", value)
+    return text

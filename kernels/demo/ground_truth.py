@@ -1,0 +1,63 @@
+"""What was planted in the demo history, and which demo cases each event must hit.
+Written into the demo repository as GROUND_TRUTH.json; only tests read it."""
+from __future__ import annotations
+
+from kernels.cases import case_name
+
+EVENTS = {
+    "swizzle_off_bf16": {
+        "kind": "perf", "direction": "slower",
+        "mechanism": "GROUP_M dropped from the bf16 tile config: row-major launch order, no "
+                     "L2 reuse of B panels on the GPU, B re-packed for every tile on the CPU"},
+    "import_broken": {
+        "kind": "import_error",
+        "mechanism": "cdiv renamed to ceil_div in _utils; attention.py still imports cdiv"},
+    "import_fixed": {"kind": "import_fixed", "fixes": "import_broken"},
+    "fastmath_dropped": {
+        "kind": "perf", "direction": "slower",
+        "mechanism": "score tile scaled separately and exponentiated with precise exp "
+                     "(libdevice on the GPU, fp64 on the CPU) instead of exp2 with log2(e) folded "
+                     "into the scale; costs more at long sequence lengths on the GPU"},
+    "block_k_small_step": {
+        "kind": "perf", "direction": "slower",
+        "mechanism": "bf16 BLOCK_K 64 -> 32: twice the K iterations (and twice the addmm calls "
+                     "per tile on the CPU)"},
+    "k_tail_dropped": {
+        "kind": "wrong_results",
+        "mechanism": "K-loop trip count K // BLOCK_K: the tail of K is never loaded when K is "
+                     "not a multiple of the K tile (BLOCK_K on the GPU, 4*BLOCK_K on the CPU)"},
+    "k_tail_fixed": {"kind": "wrong_results_fixed", "fixes": "k_tail_dropped"},
+    "fastmath_partial_recovery": {
+        "kind": "perf", "direction": "faster", "recovers": "fastmath_dropped",
+        "mechanism": "fast exp again, but on a separately scaled tile: part of the loss remains"},
+}
+
+
+def event_hits(event: str, case: dict, device: str) -> bool:
+    """Whether a planted event changes this case (suite + params) on this device."""
+    suite, params = case["suite"], case["params"]
+    if event in ("swizzle_off_bf16", "block_k_small_step"):
+        return suite == "gemm" and params.get("dtype") == "bf16"
+    if event in ("fastmath_dropped", "fastmath_partial_recovery"):
+        return suite == "attention"
+    if event in ("k_tail_dropped", "k_tail_fixed"):
+        # by then BLOCK_K is 32 for both bf16 and fp32; the CPU walks K in 4*BLOCK_K slabs
+        k_tile = 32 if device == "cuda" else 128
+        return suite == "gemm" and params["K"] % k_tile != 0
+    return event in ("import_broken", "import_fixed")  # every case fails to import
+
+
+def ground_truth(shas: list[str], subjects: list[str], events: dict[int, str],
+                 cpu_cases: list[dict], gpu_cases: list[dict]) -> dict:
+    """The GROUND_TRUTH.json document. Commit indices count first-parent commits from
+    the root (index 0); an event's parent is index - 1."""
+    out = []
+    for index, key in sorted(events.items()):
+        info = dict(EVENTS[key])
+        out.append({"event": key, "index": index, "sha": shas[index], "parent": shas[index - 1],
+                    "subject": subjects[index], **info,
+                    "cases": {"cpu": [case_name(c["suite"], c["params"]) for c in cpu_cases
+                                      if event_hits(key, c, "cpu")],
+                              "cuda": [case_name(c["suite"], c["params"]) for c in gpu_cases
+                                       if event_hits(key, c, "cuda")]}})
+    return {"commits": len(shas), "first": shas[0], "last": shas[-1], "events": out}

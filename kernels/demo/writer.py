@@ -1,0 +1,77 @@
+"""Write the demo kernel repository as a real git repository with a fixed history.
+
+Author and committer dates are fixed, so the same code writes the same shas.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from kernels.demo.history import COMMITS, INITIAL_STATE
+from kernels.demo.misc_source import render_package
+
+AUTHORS = [("Ada Kernel", "ada@minikern.dev"), ("Bo Tiling", "bo@minikern.dev"),
+           ("Cy Softmax", "cy@minikern.dev")]
+EPOCH = 1767225600  # 2026-01-01T00:00:00Z; one commit every 7 hours after it
+
+
+def _git(repo: Path, *args: str, env: dict | None = None) -> str:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    base.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, **(env or {}))
+    done = subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "core.autocrlf=false",
+                           "-c", "init.defaultBranch=main", *args], cwd=repo, env=base,
+                          check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def _write_files(repo: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def write_demo_repo(path: Path, cpu_cases: list[dict] | None = None,
+                    gpu_cases: list[dict] | None = None) -> Path:
+    """Create the demo repository at `path` (must not exist or be empty); return it.
+
+    Each commit renders the package at its state, writes its extra files and commits
+    everything; GROUND_TRUTH.json is added in the last commit's tree.
+    """
+    from kernels.demo import DEMO_CPU_CASES, DEMO_GPU_CASES
+    from kernels.demo.ground_truth import ground_truth
+    repo = Path(path)
+    repo.mkdir(parents=True, exist_ok=True)
+    if any(repo.iterdir()):
+        raise FileExistsError(f"{repo} is not empty")
+    _git(repo, "init", "-q")
+    state = dict(INITIAL_STATE)
+    shas, subjects, events = [], [], {}
+    for index, commit in enumerate(COMMITS):
+        state.update(commit.state)
+        _write_files(repo, render_package(state))
+        _write_files(repo, commit.files)
+        if index == len(COMMITS) - 1:
+            truth = ground_truth(shas + ["HEAD"], subjects + [commit.subject],
+                                 {**events, **({index: commit.event} if commit.event else {})},
+                                 cpu_cases or DEMO_CPU_CASES, gpu_cases or DEMO_GPU_CASES)
+            # the last sha is not known before committing; "HEAD" stands in (no event there)
+            (repo / "GROUND_TRUTH.json").write_text(json.dumps(truth, indent=1) + "\n")
+        name, email = AUTHORS[index % len(AUTHORS)]
+        date = f"@{EPOCH + 7 * 3600 * index} +0000"
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", commit.subject,
+             env={"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date,
+                  "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email,
+                  "GIT_COMMITTER_DATE": date})
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+        subjects.append(commit.subject)
+        if commit.event:
+            events[index] = commit.event
+    return repo
+
+
+def load_ground_truth(repo: Path) -> dict:
+    return json.loads((Path(repo) / "GROUND_TRUTH.json").read_text())

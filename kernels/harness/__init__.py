@@ -1,0 +1,1 @@
+"""The measuring harness: runner (parent side), trial (child side), timing, schema."""

@@ -1,0 +1,131 @@
+"""Per-call timers, cache flushers, SM-clock readers and the stopping rule.
+
+The flush runs before every timed call and outside the timed region: on CUDA it
+writes a buffer at least twice the L2 size (so no operand survives in L2); on the
+CPU it touches a buffer larger than the last-level cache.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+DEFAULT_LLC_BYTES = 64 << 20
+
+
+def cpu_llc_bytes() -> int:
+    """Largest cache size listed for cpu0 in sysfs, or 64 MiB when unreadable."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip().upper()
+        try:
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+            sizes.append(int(text.rstrip("KMG")) * mult)
+        except (ValueError, IndexError):
+            continue
+    return max(sizes) if sizes else DEFAULT_LLC_BYTES
+
+
+class CpuTimer:
+    """perf_counter around the call; the flush touches 1.5x the LLC (read + write)."""
+
+    kind = "cpu"
+
+    def __init__(self, cold: bool):
+        self.cache_bytes = cpu_llc_bytes()
+        self.flush_buffer = torch.ones((self.cache_bytes * 3 // 2) // 4) if cold else None
+
+    def flush(self) -> None:
+        if self.flush_buffer is not None:
+            self.flush_buffer.add_(1.0)
+
+    def time_ms(self, fn: Callable[[], object]) -> float:
+        self.flush()
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+
+class CudaTimer:
+    """CUDA events around each call; the flush writes 2x the L2 before the start event."""
+
+    kind = "cuda"
+
+    def __init__(self, cold: bool, device_index: int = 0):
+        props = torch.cuda.get_device_properties(device_index)
+        self.cache_bytes = int(getattr(props, "L2_cache_size", 0)) or (50 << 20)
+        self.flush_buffer = (torch.empty(2 * self.cache_bytes // 4, dtype=torch.int32, device="cuda")
+                             if cold else None)
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def flush(self) -> None:
+        if self.flush_buffer is not None:
+            self.flush_buffer.zero_()
+
+    def time_ms(self, fn: Callable[[], object]) -> float:
+        self.flush()
+        self.start.record()
+        fn()
+        self.end.record()
+        self.end.synchronize()
+        return float(self.start.elapsed_time(self.end))
+
+
+class SmClock:
+    """SM clock via NVML (pynvml) when importable; otherwise reads None."""
+
+    def __init__(self, device_index: int = 0, enabled: bool = True):
+        self.nvml = None
+        self.max_mhz = None
+        if not enabled:
+            return
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            self.max_mhz = float(pynvml.nvmlDeviceGetMaxClockInfo(self.handle, pynvml.NVML_CLOCK_SM))
+            self.nvml = pynvml
+        except Exception:  # no NVML, no driver, not an NVIDIA GPU: clocks are optional
+            self.nvml = None
+
+    @property
+    def available(self) -> bool:
+        return self.nvml is not None
+
+    def read_mhz(self) -> float | None:
+        if self.nvml is None:
+            return None
+        try:
+            return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+        except Exception:
+            return None
+
+    def throttled(self, mhz: float | None) -> bool:
+        """nvbench's rule: a sample taken under 75% of the maximum SM clock is dropped."""
+        return mhz is not None and bool(self.max_mhz) and mhz < 0.75 * self.max_mhz
+
+
+def relative_noise_of_median(samples: list[float]) -> float:
+    """Standard error of the median (1.2533 sigma / sqrt(n)) relative to the median."""
+    if len(samples) < 3:
+        return math.inf
+    median = statistics.median(samples)
+    if median <= 0:
+        return math.inf
+    return 1.2533 * statistics.stdev(samples) / math.sqrt(len(samples)) / median
+
+
+def should_stop(samples: list[float], elapsed_s: float, policy: dict) -> bool:
+    """nvbench-style: at least min_samples, then stop when the median's relative noise is
+    under rel_noise or the time cap is hit; never more than max_samples."""
+    n = len(samples)
+    if n >= policy["max_samples"]:
+        return True
+    if n < policy["min_samples"]:
+        return elapsed_s > 10 * policy["max_time_s"]  # a very slow kernel still ends
+    return relative_noise_of_median(samples) <= policy["rel_noise"] or elapsed_s >= policy["max_time_s"]

@@ -1,0 +1,189 @@
+"""One trial, inside the child process: resolve targets, then for every case check
+accuracy, warm up, and time target and control interleaved (ABAB) until the
+stopping rule says enough. Failures become data in the result, never exceptions."""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from kernels.cases import case_name
+from kernels.harness.provenance import describe_device
+from kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
+from kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop
+from kernels.suites import get_suite
+from kernels.suites.base import relative_error, resolve_callable
+
+DEFAULT_POLICY = {"min_samples": 10, "max_samples": 50, "max_time_s": 2.0, "rel_noise": 0.01,
+                  "warmup": 3}
+MAX_MESSAGE = 4000
+
+
+def describe_exception(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + " ..."
+
+
+def is_compile_error(exc: BaseException) -> bool:
+    """Triton raises CompilationError / OutOfResources (shared memory, registers)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    module = type(exc).__module__ or ""
+    return bool(names & {"CompilationError", "OutOfResources"}) or module.startswith("triton.compiler")
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if isinstance(value, float) and math.isfinite(value) else None
+
+
+def resolve_targets(spec: dict, repo_root: Path) -> list[tuple]:
+    """(case, suite, params, callable) per case. Import failures of a target propagate;
+    unknown suites and bad params raise ValueError."""
+    prepared = []
+    for case in spec["cases"]:
+        suite = get_suite(case["suite"], repo_root)
+        params = suite.validate(case.get("params", {}))
+        fn = suite.resolve_target(case["target"])
+        if case.get("adapter"):
+            # an adapter bridges a target whose signature changed across history
+            fn = resolve_callable(case["adapter"])(fn)
+        prepared.append((case, suite, params, fn))
+    return prepared
+
+
+def measure_case(case, suite, params, fn, timer, clock, policy, seed, device) -> dict:
+    entry = {"suite": case["suite"], "target": case["target"], "params": params,
+             "name": case_name(case["suite"], params), "status": "ok", "error": None,
+             "target_ms": [], "control_ms": [], "ratio": [],
+             "clock_mhz": [] if clock.available else None, "dropped_throttled": 0,
+             "metric": {"name": suite.metric_name, "higher_is_better": suite.higher_is_better,
+                        "target": None, "control": None},
+             "median_target_ms": None, "median_control_ms": None, "median_ratio": None,
+             "accuracy_error": None, "tolerance": suite.tolerance(params)}
+    gen = torch.Generator(device=device).manual_seed(seed)
+    inputs = suite.setup(suite.make_inputs(params, device, gen), params)
+
+    def run_target():
+        return suite.call_target(fn, inputs, params)
+
+    def run_control():
+        return suite.control(inputs, params)
+
+    try:  # the first call compiles (JIT) and is also the accuracy sample
+        out = run_target()
+        _sync(device)
+    except Exception as exc:
+        entry["status"] = "compile_error" if is_compile_error(exc) else "error"
+        entry["error"] = describe_exception(exc)
+        return entry
+    error = relative_error(suite.check_output(out, inputs, params), suite.reference(inputs, params))
+    del out
+    entry["accuracy_error"] = _finite_or_none(error)
+    if not error <= entry["tolerance"]:
+        # a fast kernel that computes the wrong thing is a failure, whatever its speed
+        entry["status"] = "wrong_results"
+        entry["error"] = f"relative error {error:.3g} above tolerance {entry['tolerance']:.3g}"
+
+    for _ in range(policy["warmup"]):
+        run_target()
+        run_control()
+    _sync(device)
+
+    started = time.perf_counter()
+    while True:
+        t_ms = timer.time_ms(run_target)
+        t_mhz = clock.read_mhz()
+        c_ms = timer.time_ms(run_control)
+        c_mhz = clock.read_mhz()
+        if clock.throttled(t_mhz) or clock.throttled(c_mhz):
+            entry["dropped_throttled"] += 1
+        else:
+            entry["target_ms"].append(t_ms)
+            entry["control_ms"].append(c_ms)
+            entry["ratio"].append(c_ms / t_ms if t_ms > 0 else float("nan"))
+            if entry["clock_mhz"] is not None:
+                entry["clock_mhz"].append(t_mhz)
+        elapsed = time.perf_counter() - started
+        if should_stop(entry["target_ms"], elapsed, policy):
+            break
+        if entry["dropped_throttled"] > policy["max_samples"]:
+            entry["status"], entry["error"] = "error", "every sample was taken throttled"
+            break
+    _summarise(entry, suite, params)
+    return entry
+
+
+def _summarise(entry: dict, suite, params) -> None:
+    t_med, c_med = _median(entry["target_ms"]), _median(entry["control_ms"])
+    entry["median_target_ms"], entry["median_control_ms"] = t_med, c_med
+    entry["median_ratio"] = _median(entry["ratio"])
+    if t_med:
+        entry["metric"]["target"] = suite.metric(params, t_med)
+    if c_med:
+        entry["metric"]["control"] = suite.metric(params, c_med)
+
+
+def run_trial(spec: dict, repo_root: Path) -> dict:
+    """Run every case of the spec in this process and return the result dict."""
+    started = time.perf_counter()
+    policy = {**DEFAULT_POLICY, **(spec.get("policy") or {})}
+    cold = bool(spec.get("cold", True))
+    seed = int(spec.get("seed", 1234))
+    device = spec.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        return failure_result("error", "device 'cuda' requested but torch sees no CUDA device",
+                              describe_device("cpu"), cold=cold)
+    threads = None
+    if device == "cpu":
+        # One thread by default: on a small shared machine, a multi-threaded region waits
+        # for its slowest thread, and a neighbour's process makes that slow at random.
+        threads = int(policy.get("threads", 1))
+        torch.set_num_threads(threads)
+    info = describe_device(device, threads)
+    try:
+        prepared = resolve_targets(spec, repo_root)
+    except (ImportError, SyntaxError, AttributeError) as exc:
+        return failure_result("import_error", describe_exception(exc), info,
+                              time.perf_counter() - started, cold)
+    except Exception as exc:
+        return failure_result("error", describe_exception(exc), info,
+                              time.perf_counter() - started, cold)
+
+    timer = CudaTimer(cold) if device == "cuda" else CpuTimer(cold)
+    clock = SmClock(enabled=device == "cuda")
+    cases = []
+    for index, (case, suite, params, fn) in enumerate(prepared):
+        try:
+            cases.append(measure_case(case, suite, params, fn, timer, clock, policy,
+                                      seed + index, device))
+        except Exception as exc:
+            cases.append({**_error_case(case, suite, params), "error": describe_exception(exc)
+                          + "\n" + traceback.format_exc(limit=3)})
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return {"schema": SCHEMA_ID, "harness_version": HARNESS_VERSION, "status": "ok", "error": None,
+            "device": info, "fingerprint_basis": fingerprint_basis(info, cold), "cases": cases,
+            "wall_s": round(time.perf_counter() - started, 3)}
+
+
+def _error_case(case, suite, params) -> dict:
+    return {"suite": case["suite"], "target": case["target"], "params": params,
+            "name": case_name(case["suite"], params), "status": "error", "error": None,
+            "target_ms": [], "control_ms": [], "ratio": [], "clock_mhz": None,
+            "dropped_throttled": 0,
+            "metric": {"name": suite.metric_name, "higher_is_better": suite.higher_is_better,
+                       "target": None, "control": None},
+            "median_target_ms": None, "median_control_ms": None, "median_ratio": None,
+            "accuracy_error": None, "tolerance": suite.tolerance(params)}

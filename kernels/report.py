@@ -1,0 +1,41 @@
+"""A readable table of one trial result, for `perfbisect measure`."""
+from __future__ import annotations
+
+import statistics
+
+
+def _fmt(value, spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _noise(samples: list[float]) -> str:
+    """Coefficient of variation of the target samples."""
+    if len(samples) < 2:
+        return "-"
+    return f"{statistics.stdev(samples) / statistics.mean(samples):.1%}"
+
+
+def format_result(result: dict) -> str:
+    """Header (status, device, wall time) then one row per case: target and control
+    metric, control/target ratio, noise, accuracy error against tolerance, status."""
+    device = result.get("device") or {}
+    lines = [f"trial {result.get('status')}  device {device.get('kind')}: {device.get('name', '?')}"
+             f"  torch {device.get('torch')}  triton {device.get('triton')}"
+             f"  wall {result.get('wall_s', 0):.1f} s"]
+    if result.get("error"):
+        lines.append(f"error: {result['error']}")
+    header = ("case", "target", "control", "unit", "ratio", "noise", "n", "accuracy", "status")
+    rows = [header]
+    for case in result.get("cases", []):
+        metric = case["metric"]
+        accuracy = f"{_fmt(case['accuracy_error'], '.1e')}/{_fmt(case['tolerance'], '.0e')}"
+        rows.append((case["name"], _fmt(metric["target"], ".4g"), _fmt(metric["control"], ".4g"),
+                     metric["name"], _fmt(case["median_ratio"], ".3f"), _noise(case["target_ms"]),
+                     str(len(case["target_ms"])), accuracy, case["status"]))
+    if len(rows) > 1:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        for row in rows:
+            lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        errors = [(c["name"], c["error"]) for c in result.get("cases", []) if c.get("error")]
+        lines += [f"  {name}: {error.splitlines()[0]}" for name, error in errors]
+    return "\n".join(lines)

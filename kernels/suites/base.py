@@ -1,0 +1,119 @@
+"""The suite protocol shared by the built-in suites and custom suite files.
+
+A suite knows how to make inputs for a case, count its work (FLOPs or bytes), call a
+target with the suite's calling convention, run the vendor control, and compute a
+reference in higher precision for the accuracy check.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Mapping
+
+import torch
+
+from kernels.cases import canonical_dtype
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+                "fp64": torch.float64}
+
+# Relative Frobenius error allowed per dtype. fp32 allows for tf32 tensor-core dots
+# (Triton's default for fp32 on NVIDIA GPUs, about 3e-4).
+DEFAULT_TOLERANCE = {"fp32": 2e-3, "fp16": 1e-2, "bf16": 2e-2, "fp64": 1e-9}
+
+
+def torch_dtype(params: Mapping[str, Any]) -> torch.dtype:
+    return TORCH_DTYPES[canonical_dtype(params.get("dtype", "bf16"))]
+
+
+def resolve_callable(ref: str) -> Callable:
+    """Import 'package.module:attr.path'. Import errors propagate (the caller reports them)."""
+    module_name, sep, attr_path = ref.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ValueError(f"target {ref!r} must look like 'package.module:function'")
+    obj: Any = importlib.import_module(module_name)
+    for attr in attr_path.split("."):
+        obj = getattr(obj, attr)
+    if not callable(obj):
+        raise TypeError(f"{ref} is not callable")
+    return obj
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; inf for a wrong shape or any NaN/inf."""
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(ref.shape):
+        return float("inf")
+    diff = out.detach().to(torch.float64) - ref.to(torch.float64)
+    err = (diff.norm() / ref.to(torch.float64).norm().clamp_min(1e-300)).item()
+    return err if err == err and err != float("inf") else float("inf")
+
+
+def require_positive_ints(params: Mapping[str, Any], keys: tuple[str, ...], suite: str) -> None:
+    for key in keys:
+        if key not in params:
+            raise ValueError(f"{suite}: missing parameter {key!r} (needs {', '.join(keys)})")
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{suite}: parameter {key}={value!r} must be a positive integer")
+
+
+class Suite:
+    """Base of the built-in suites; custom files are wrapped to look the same."""
+
+    name = "suite"
+    metric_name = "TFLOP/s"       # or "GB/s"
+    higher_is_better = True
+    shape_keys: tuple[str, ...] = ()
+    allowed_keys: tuple[str, ...] = ("dtype",)
+
+    def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Return normalised params; raise ValueError with a message for bad ones."""
+        params = dict(params)
+        unknown = sorted(set(params) - set(self.shape_keys) - set(self.allowed_keys))
+        if unknown:
+            raise ValueError(f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
+                             f"expected {', '.join(self.shape_keys + self.allowed_keys)}")
+        require_positive_ints(params, self.shape_keys, self.name)
+        params["dtype"] = canonical_dtype(params.get("dtype", "bf16"))
+        return params
+
+    def make_inputs(self, params, device: str, gen: torch.Generator) -> tuple:
+        raise NotImplementedError
+
+    def setup(self, inputs: tuple, params) -> tuple:
+        """Untimed per-case preparation (e.g. a forward pass feeding a timed backward)."""
+        return inputs
+
+    def work(self, params) -> float:
+        """FLOPs (TFLOP/s suites) or bytes moved (GB/s suites) of one call."""
+        raise NotImplementedError
+
+    def metric(self, params, ms: float) -> float:
+        scale = 1e12 if self.metric_name == "TFLOP/s" else 1e9
+        return self.work(params) / (ms * 1e-3) / scale if ms > 0 else float("nan")
+
+    def call_target(self, fn: Callable, inputs: tuple, params):
+        return fn(*inputs)
+
+    def control(self, inputs: tuple, params):
+        raise NotImplementedError
+
+    def reference(self, inputs: tuple, params) -> torch.Tensor:
+        raise NotImplementedError
+
+    def check_output(self, out, inputs: tuple, params) -> torch.Tensor:
+        """The part of the output the reference covers (all of it, by default)."""
+        return out
+
+    def tolerance(self, params) -> float:
+        return DEFAULT_TOLERANCE[params.get("dtype", "bf16")]
+
+    def resolve_target(self, target: str) -> Callable:
+        return resolve_callable(target)
+
+
+def randn(shape, dtype: torch.dtype, device: str, gen: torch.Generator, scale: float = 1.0):
+    """Random normal inputs from the trial's generator (on the device), never zeros."""
+    x = torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
+    if scale != 1.0:
+        x.mul_(scale)
+    return x.to(dtype=dtype)

@@ -1,0 +1,29 @@
+"""GEMM: C = A @ B. FLOPs 2*M*N*K; control torch.matmul (cuBLAS on NVIDIA GPUs)."""
+from __future__ import annotations
+
+import torch
+
+from kernels.suites.base import Suite, randn, torch_dtype
+
+
+class GemmSuite(Suite):
+    name = "gemm"
+    shape_keys = ("M", "N", "K")
+
+    def make_inputs(self, params, device, gen):
+        dtype = torch_dtype(params)
+        a = randn((params["M"], params["K"]), dtype, device, gen)
+        b = randn((params["K"], params["N"]), dtype, device, gen)
+        return a, b
+
+    def work(self, params) -> float:
+        return 2.0 * params["M"] * params["N"] * params["K"]
+
+    def control(self, inputs, params):
+        return torch.matmul(*inputs)
+
+    def reference(self, inputs, params):
+        a, b = inputs
+        # fp64 on the CPU is slow for big shapes and tf32 would be too coarse: use
+        # float64 everywhere, on the inputs' device (H200 fp64 is fast enough).
+        return torch.matmul(a.to(torch.float64), b.to(torch.float64))
