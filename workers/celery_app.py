@@ -24,6 +24,10 @@ def make_celery() -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_default_queue=CONTROL_QUEUE,
+        # Planning and notifying run on the control queue; trials are sent to their job's
+        # device-class queue explicitly (workers/tasks.py).
+        task_routes={"perfbisect.advance_job": {"queue": CONTROL_QUEUE},
+                     "perfbisect.notify_job": {"queue": CONTROL_QUEUE}},
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
         # An unacknowledged trial comes back to the queue after this long (a worker that died).

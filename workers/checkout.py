@@ -6,6 +6,7 @@ can never become an option."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 from dataclasses import dataclass
@@ -61,7 +62,8 @@ class Mirror:
 
     def __init__(self, root: Path, name: str, url: str) -> None:
         self.url = url
-        self.path = root / f"{name}.git"
+        # Keyed by URL too: a name re-registered for another URL never reuses a stale mirror.
+        self.path = root / f"{name}-{hashlib.sha1(url.encode()).hexdigest()[:10]}.git"
 
     def ensure(self, fetch: bool = True) -> git.Repo:
         """Clone the mirror if missing (or broken), else fetch. Raises GitError."""

@@ -16,7 +16,7 @@ from workers.runner import execute
 log = logging.getLogger(__name__)
 
 
-@celery_app.task(name="perfbisect.advance_job", queue=CONTROL_QUEUE)
+@celery_app.task(name="perfbisect.advance_job")
 def advance_job(job_id: int) -> int:
     """Plan the next round of `job_id` and enqueue its trials on the job's device queue."""
     try:
@@ -34,7 +34,7 @@ def advance_job(job_id: int) -> int:
     return len(planned.trial_ids)
 
 
-@celery_app.task(name="perfbisect.notify_job", queue=CONTROL_QUEUE)
+@celery_app.task(name="perfbisect.notify_job")
 def notify_job(job_id: int) -> int:
     """Comment on the pull requests a finished job concerns (a no-op without a GitHub token)."""
     from service.webhooks.github import post_job_comments
