@@ -48,11 +48,20 @@ class ChartMark:
 
 
 @dataclass(frozen=True)
+class ChartFlag:
+    """A small cross on the x axis at `x` (a commit that could not be measured)."""
+
+    x: float
+    title: str = ""
+
+
+@dataclass(frozen=True)
 class Chart:
     title: str
     lines: tuple[ChartLine, ...]
     marks: tuple[ChartMark, ...] = ()
     x_labels: Mapping[int, str] = field(default_factory=dict)
+    flags: tuple[ChartFlag, ...] = ()
     y_label: str = ""
     width: int = 760
     height: int = 260
@@ -103,7 +112,7 @@ def render_svg(chart: Chart) -> str:
     points = [p for line in chart.lines for p in line.points]
     if not points:
         return _empty(chart)
-    xs = [p.x for p in points] + [x for m in chart.marks for x in (m.x0, m.x1)]
+    xs = [p.x for p in points] + [x for m in chart.marks for x in (m.x0, m.x1)] + [f.x for f in chart.flags]
     x0, x1 = min(xs), max(xs)
     if x0 == x1:
         x0, x1 = x0 - 0.5, x1 + 0.5
@@ -140,6 +149,9 @@ def render_svg(chart: Chart) -> str:
                        f'y1="{top}" y2="{bottom}">{tip}</line>')
         out.append(f'<text class="marklabel {escape(mark.kind)}" x="{sx(mark.x1)}" y="{top - 4}" '
                    f'text-anchor="middle">{escape(mark.label)}</text>')
+    for flag in chart.flags:
+        out.append(f'<text class="flag" x="{sx(flag.x)}" y="{bottom + 4}" text-anchor="middle">×'
+                   f"<title>{escape(flag.title)}</title></text>")
     for line in chart.lines:
         coords = " ".join(f"{sx(p.x)},{sy(p.y)}" for p in line.points)
         dash = ' stroke-dasharray="5 4"' if line.dashed else ""
@@ -196,5 +208,7 @@ def case_chart(history: CaseHistory, commit_labels: Mapping[str, str] | None = N
     for m in history.steps:
         kind = "correctness" if m.kind == "correctness" else ("step" if m.exact else "range")
         marks.append(ChartMark(x0=m.first_index, x1=m.last_index, label=m.label, title=_mark_title(m), kind=kind))
+    flags = tuple(ChartFlag(f.index, f"{f.sha[:10]} {commit_labels.get(f.sha, '')}: {', '.join(f.statuses)}")
+                  for f in history.failed)
     return Chart(title=f"{history.case} ({history.target})", lines=tuple(lines), marks=tuple(marks),
-                 x_labels=labels, y_label=unit)
+                 x_labels=labels, flags=flags, y_label=unit)

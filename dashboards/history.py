@@ -52,6 +52,26 @@ class CulpritRow:
 
 
 @dataclass(frozen=True)
+class FailedTrialRow:
+    """A trial that measured nothing (build_error, import_error, timeout, error), with the
+    targets its job measured per case name."""
+
+    job_id: int
+    sha: str
+    status: str
+    targets_by_case: Mapping[str, frozenset[str]]
+
+
+@dataclass(frozen=True)
+class FailedMark:
+    """A commit where trials of this case's jobs failed; the bisect skips such commits."""
+
+    index: int
+    sha: str
+    statuses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class RevisionPoint:
     sha: str
     index: int
@@ -102,6 +122,7 @@ class CaseHistory:
     case: str
     series: list[Series] = field(default_factory=list)
     steps: list[StepMark] = field(default_factory=list)
+    failed: list[FailedMark] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -214,17 +235,34 @@ def steps_of(culprits: Iterable[CulpritRow], order: Sequence[str]) -> dict[tuple
     return dict(marks)
 
 
+def failures_of(failed: Iterable[FailedTrialRow], order: Sequence[str]) -> dict[tuple[str, str], list[FailedMark]]:
+    """Per (target, case name), the commits in `order` where a trial of a job measuring that
+    case failed, with the distinct failure statuses, in commit order."""
+    index = {sha: i for i, sha in enumerate(order)}
+    statuses: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for f in failed:
+        if f.sha in index:
+            for name, targets in f.targets_by_case.items():
+                for target in targets:
+                    statuses[(target, name)][f.sha].add(f.status)
+    return {key: [FailedMark(index=index[sha], sha=sha, statuses=tuple(sorted(st)))
+                  for sha, st in sorted(by_sha.items(), key=lambda kv: index[kv[0]])]
+            for key, by_sha in statuses.items()}
+
+
 def build_histories(rows: Iterable[MeasurementRow], culprits: Iterable[CulpritRow],
-                    order: Sequence[str]) -> list[CaseHistory]:
+                    order: Sequence[str], failed: Iterable[FailedTrialRow] = ()) -> list[CaseHistory]:
     """Every case with at least one plotted point, sorted by suite, target, case, with its
-    fingerprint lines and the culprit marks of its (target, case)."""
+    fingerprint lines, the culprit marks and the failed-trial commits of its (target, case)."""
     series = series_of(rows, order)
     steps = steps_of(culprits, order)
+    failures = failures_of(failed, order)
     histories = []
     for (suite, target, case), lines in sorted(series.items()):
         latest: dict[tuple[str, str, str], StepMark] = {}
         for mark in sorted(steps.get((target, case), []), key=lambda m: m.job_id):
             latest[(mark.kind, mark.first_sha, mark.last_sha)] = mark  # re-found by a later job: keep its numbers
         marks = sorted(latest.values(), key=lambda m: (m.first_index, m.job_id))
-        histories.append(CaseHistory(suite=suite, target=target, case=case, series=lines, steps=marks))
+        histories.append(CaseHistory(suite=suite, target=target, case=case, series=lines, steps=marks,
+                                     failed=failures.get((target, case), [])))
     return histories

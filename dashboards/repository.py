@@ -14,9 +14,11 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from dashboards.history import CulpritRow, MeasurementRow
-from service.models import Case, Culprit, Job, JobKind, JobStatus, Measurement, Repository, Revision, Trial
+from dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow
+from service.models import (Case, Culprit, Job, JobKind, JobStatus, Measurement, Repository, Revision, Trial,
+                            TrialStatus)
 
+FAILED_TRIALS = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
 # Jobs whose revision_shas are first-parent ranges of the branch; a compare job's head is a PR
 # commit off the branch, so it does not order the history.
 HISTORY_KINDS = (JobKind.bisect, JobKind.track)
@@ -109,6 +111,24 @@ def measurement_rows(session: Session, repository_id: int, *, job_id: int | None
             for r in session.execute(stmt)]
 
 
+def _targets_by_case(spec: dict | None) -> dict[str, frozenset[str]]:
+    targets: dict[str, set[str]] = defaultdict(set)
+    for case in (spec or {}).get("cases", []):
+        targets[case["name"]].add(case["target"])
+    return {name: frozenset(t) for name, t in targets.items()}
+
+
+def failed_trials(session: Session, repository_id: int, *, job_id: int | None = None) -> list[FailedTrialRow]:
+    """Trials of the repository's jobs (or of one job) that failed as a whole, with the sha."""
+    stmt = (select(Trial.job_id, Revision.sha, Trial.status, Job.spec)
+            .join(Revision, Trial.revision_id == Revision.id).join(Job, Trial.job_id == Job.id)
+            .where(Job.repository_id == repository_id, Trial.status.in_(FAILED_TRIALS)).order_by(Trial.id))
+    if job_id is not None:
+        stmt = stmt.where(Trial.job_id == job_id)
+    return [FailedTrialRow(job_id=r.job_id, sha=r.sha, status=r.status.value, targets_by_case=_targets_by_case(r.spec))
+            for r in session.execute(stmt)]
+
+
 def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = None) -> list[CulpritRow]:
     """The culprits of the repository's jobs (or of one job), with the targets each job measured
     per case name and the culprit commit's subject and PR."""
@@ -120,13 +140,10 @@ def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = N
     meta = revision_meta(session, repository_id, [c.last_sha for c, _ in loaded])
     rows = []
     for culprit, spec in loaded:
-        targets: dict[str, set[str]] = defaultdict(set)
-        for case in (spec or {}).get("cases", []):
-            targets[case["name"]].add(case["target"])
         rev = meta.get(culprit.last_sha)
         rows.append(CulpritRow(
             job_id=culprit.job_id, kind=culprit.kind.value, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
-            effects=culprit.effects or {}, targets_by_case={k: frozenset(v) for k, v in targets.items()},
+            effects=culprit.effects or {}, targets_by_case=_targets_by_case(spec),
             subject=rev.subject if rev else None, pr_number=rev.pr_number if rev else None))
     return rows
 

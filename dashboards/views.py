@@ -89,7 +89,8 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
     if last:
         order = order[-last:]
     rows = repository.measurement_rows(session, repo.id, suite=suite, target=target, case=case)
-    histories = build_histories(rows, repository.culprit_rows(session, repo.id), order)
+    histories = build_histories(rows, repository.culprit_rows(session, repo.id), order,
+                                repository.failed_trials(session, repo.id))
     return RepositoryHistory(repository=repo, order=order, revisions=revisions,
                              panels=_panels(histories, order, revisions),
                              cases=repository.measured_cases(session, repo.id))
@@ -100,6 +101,7 @@ def history_json(view: RepositoryHistory) -> dict[str, Any]:
     case one series per fingerprint plus the culprit steps."""
     used = {p.sha for panel in view.panels for s in panel.history.series for p in s.points}
     used |= {sha for panel in view.panels for m in panel.history.steps for sha in (m.first_sha, m.last_sha)}
+    used |= {f.sha for panel in view.panels for f in panel.history.failed}
     commits = []
     for i, sha in enumerate(view.order):
         if sha in used:
@@ -119,6 +121,7 @@ def history_json(view: RepositoryHistory) -> dict[str, Any]:
             "steps": [{"kind": m.kind, "first_sha": m.first_sha, "last_sha": m.last_sha, "exact": m.exact,
                        "rel": m.rel, "ci": list(m.ci) if m.ci else None, "job_id": m.job_id,
                        "pr_number": m.pr_number, "subject": m.subject} for m in h.steps],
+            "failed": [{"sha": f.sha, "index": f.index, "statuses": list(f.statuses)} for f in h.failed],
         })
     return {"repository": view.repository.name, "commits": commits, "cases": cases}
 
@@ -134,7 +137,8 @@ def job_page(session: Session, job_id: int) -> JobPage:
     order = list(job.revision_shas)
     revisions = repository.revision_meta(session, job.repository_id, order)
     rows = repository.measurement_rows(session, job.repository_id, job_id=job.id)
-    histories = build_histories(rows, repository.culprit_rows(session, job.repository_id, job_id=job.id), order)
+    histories = build_histories(rows, repository.culprit_rows(session, job.repository_id, job_id=job.id), order,
+                                repository.failed_trials(session, job.repository_id, job_id=job.id))
     return JobPage(job=read, culprit_rows=culprit_rows(read), panels=_panels(histories, order, revisions),
                    trial_counts=repository.trial_counts(session, job.id))
 

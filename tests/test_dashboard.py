@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from dashboards.charts import Chart, ChartLine, ChartMark, ChartPoint, case_chart, nice_ticks, render_svg
-from dashboards.history import CulpritRow, MeasurementRow, build_histories, merge_commit_orders
+from dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow, build_histories, merge_commit_orders
 from service.models import (Case, Culprit, CulpritKind, Job, JobKind, JobStatus, Measurement, Repository, Revision,
                             Trial, TrialStatus)
 
@@ -78,6 +78,16 @@ def test_culprits_mark_their_cases_and_the_latest_job_wins() -> None:
     marks = [(m.kind, m.first_index, m.last_index, m.label, m.job_id) for m in history.steps]
     assert marks == [("performance", 2, 2, "-9.0%", 2), ("performance", 3, 4, "-8.0%", 2),
                      ("correctness", 5, 5, "wrong results", 3)]
+
+
+def test_failed_trials_flag_the_commits_of_their_jobs_cases() -> None:
+    targets = {GEMM: frozenset({TARGET})}
+    failed = [FailedTrialRow(1, SHAS[1], "build_error", targets), FailedTrialRow(2, SHAS[1], "timeout", targets),
+              FailedTrialRow(1, SHAS[2], "error", {GEMM: frozenset({"other.kernel:fn"})})]
+    [history] = build_histories([row(SHAS[0], 10.0)], [], SHAS, failed)
+    assert [(f.index, f.statuses) for f in history.failed] == [(1, ("build_error", "timeout"))]
+    svg = render_svg(case_chart(history))
+    assert svg.count('class="flag"') == 1 and "build_error, timeout" in svg
 
 
 # --- pure: SVG --------------------------------------------------------------------------------
@@ -182,6 +192,7 @@ def test_history_json_orders_commits_and_separates_fingerprints(client, measured
     lines = {s["fingerprint"]: [(p["sha"], p["value"], p["trials"]) for p in s["points"]] for s in case["series"]}
     assert lines == {"f" * 64: [(SHAS[0], 605.0, 2), (SHAS[2], 605.0, 1), (SHAS[3], 556.0, 1), (SHAS[4], 560.0, 1)],
                      "e" * 64: [(SHAS[1], 300.0, 1)]}
+    assert case["failed"] == [{"sha": SHAS[1], "index": 1, "statuses": ["build_error"]}]
     [step] = case["steps"]
     assert (step["last_sha"], step["exact"], step["rel"], step["pr_number"]) == (SHAS[3], True, -0.08, 13)
     assert client.get("/api/history/kern", params={"case": "gemm M=1,N=1,K=1,dtype=fp32"}).json()["cases"] == []
@@ -199,6 +210,7 @@ def test_history_page_draws_the_chart_with_the_culprit(client, measured) -> None
     html = response.text
     assert html.count("<svg") == 1 and html.count("<polyline") == 4  # two fingerprints, each with its control
     assert '<line class="mark step"' in html and ">-8.0%<" in html
+    assert html.count('class="flag"') == 1  # the build_error trial at commit 1
     assert "commit 3 &lt;b&gt;" in html and "<b>" not in html.replace("<b>perfbisect</b>", "")
     assert "cdn" not in html.lower() and "<script src" not in html
 
