@@ -98,17 +98,18 @@ def test_unbuildable_and_wrong_results_are_reported(session, repo) -> None:
     def truth(i: int, rng: random.Random) -> dict:
         if i in (7, 8):
             return harness_result({}, rng, status="import_error")
-        return harness_result({CASE_BIG: 0.7 if i >= 8 else 1.0, CASE_SMALL: 1.0}, rng, wrong=10 <= i < 13)
+        return harness_result({CASE_BIG: 0.7 if i >= 8 else 1.0, CASE_SMALL: 1.0}, rng, wrong=i >= 13)
 
     run_job(session, job_id, truth)
     job = views.job_read(session, jobs.get(session, job_id))
     perf = [c for c in job.culprits if c.kind == "performance"]
     assert len(perf) == 1
-    # 7 and 8 do not build, so the step (at 8) is hidden: the culprit is the range 7..8.
-    assert (job.revision_shas.index(perf[0].first_sha), job.revision_shas.index(perf[0].last_sha)) == (7, 8)
+    # 7 and 8 do not build, so 6 is the last good and 9 the first bad revision measured: the
+    # step may be at 7, 8 or 9, and the culprit is that range, not the first buildable one.
+    assert (job.revision_shas.index(perf[0].first_sha), job.revision_shas.index(perf[0].last_sha)) == (7, 9)
     assert not perf[0].exact
     wrong = [c for c in job.culprits if c.kind == "correctness"]
-    assert [(job.revision_shas.index(c.first_sha), job.revision_shas.index(c.fixed_sha)) for c in wrong] == [(10, 13)]
+    assert [(job.revision_shas.index(c.first_sha), c.fixed_sha) for c in wrong] == [(13, None)]
     failed = session.scalars(select(Trial).where(Trial.job_id == job_id, Trial.status == TrialStatus.import_error)).all()
     assert failed and all(t.failure_reason == "ImportError: boom" for t in failed)
 
