@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import git
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from service.errors import BadRequest, NotFound
@@ -83,11 +84,14 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
         raise BadRequest(f"no benchmarks configured for {repo.name!r}: the PR bot compares the cases of the "
                          "repository's latest bisect job, and it has none (submit one with POST /api/jobs/bisect)")
     fetch_pull_head(repo, pr.number)
-    request = CompareCreate(
-        repository=repo.name, base=pr.base.sha, head=pr.head.sha, benchmarks=benchmarks_from_spec(spec),
-        device_class=spec.get("device_class", "cpu"), min_effect=spec.get("min_effect", 0.02),
-        metric=spec.get("metric", "ratio"), pr_number=pr.number,
-    )
+    try:
+        request = CompareCreate(
+            repository=repo.name, base=pr.base.sha, head=pr.head.sha, benchmarks=benchmarks_from_spec(spec),
+            device_class=spec.get("device_class", "cpu"), min_effect=spec.get("min_effect", 0.02),
+            metric=spec.get("metric", "ratio"), pr_number=pr.number,
+        )
+    except (ValidationError, KeyError) as exc:
+        raise BadRequest(f"the latest bisect of {repo.name!r} has benchmarks the PR bot cannot reuse: {exc}") from exc
     job = jobs.create_compare(session, request)
     stale = [j.id for j in repository.open_compares_of_pr(session, repo.id, pr.number) if j.id != job.id]
     for job_id in stale:
