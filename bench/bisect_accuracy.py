@@ -1,0 +1,191 @@
+"""Bisection accuracy benchmark (issue 4): the planner against random simulated histories,
+beside two baselines, for W = 1, 4 and 8 workers.
+
+    python bench/bisect_accuracy.py [--quick] [--histories N] [--seed S] [--jobs J]
+
+Histories: 30 to 2000 commits (log-uniform), 0 to 4 steps of 1% to 30% (log-uniform; each on a
+random non-empty subset of 1 to 3 cases; a later step may partly undo an earlier one), per-sample
+cv 0.5% to 13% (log-uniform, per case), 20 samples per trial, drift cv 2% (cancelled by the control
+ratio), control cv 1%; a quarter of the cases bimodal (p 0.1, shift +-3..10%), a third of the
+histories with an unbuildable run of 1 to 5 revisions (half of them placed over a step).
+
+Scoring: a reported culprit is right if its range holds a true step (any size). Recall counts the
+steps at least three times the noise of a trial's decision value on their clearest case
+("detectable"), and separately those also at least the job's minimum effect (2%). The bound on
+revisions built is k*ceil(log2 N) + 2k + 2 for k true steps in N commits.
+
+Baselines (one culprit each, run on every history, on the case that moved most end to end):
+- git-bisect: one sample of the raw target per revision, bad when nearer the bad end's sample;
+- FlyDSL's skill: median of 3 runs (trial medians of the raw target) per revision, bad when beyond
+  30% of the good-to-bad gap. Both skip unbuildable revisions like `git bisect skip`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.bisect.history import History, load_history  # noqa: E402
+from service.bisect.simulate import simulate  # noqa: E402
+
+MIN_EFFECT = 0.02
+
+
+@dataclass(frozen=True)
+class Truth:
+    history: History
+    steps: tuple[int, ...]                 # revisions where some case changes level
+    detectable: tuple[bool, ...]           # >= 3 x trial noise on its clearest case
+    above_min: tuple[bool, ...]            # ... and >= the minimum effect
+    sizes: tuple[float, ...] = field(default=())
+
+
+def random_history(rng: np.random.Generator) -> Truth:
+    commits = int(round(math.exp(rng.uniform(math.log(30), math.log(2000)))))
+    n = commits + 1
+    k = int(rng.integers(0, 5))
+    steps = sorted(rng.choice(np.arange(1, n), size=k, replace=False).tolist()) if k else []
+    n_cases = int(rng.integers(1, 4))
+    names = [f"case{j}" for j in range(n_cases)]
+    cvs = {c: math.exp(rng.uniform(math.log(0.005), math.log(0.13))) for c in names}
+    cases, per_step = {}, []
+    levels = {c: [[0, 1000.0]] for c in names}
+    for s in steps:
+        size = math.exp(rng.uniform(math.log(0.01), math.log(0.30)))
+        sign = -1.0 if rng.random() < 0.7 else 1.0
+        hit = [c for c in names if rng.random() < 0.6] or [names[int(rng.integers(n_cases))]]
+        per_step.append((s, sign * size, hit))
+        for c in hit:
+            levels[c].append([s, levels[c][-1][1] * (1 + sign * size)])
+    bimodal = {c: {"p": 0.1, "shift": float(rng.choice([-1, 1]) * rng.uniform(0.03, 0.10))}
+               for c in names if rng.random() < 0.25}
+    for c in names:
+        cases[c] = {"cv": cvs[c], "levels": levels[c], **({"bimodal": bimodal[c]} if c in bimodal else {})}
+    unbuildable: list[int] = []
+    if rng.random() < 1 / 3 and n > 12:
+        length = int(rng.integers(1, 6))
+        if steps and rng.random() < 0.5:
+            start = max(1, min(n - 1 - length, steps[int(rng.integers(len(steps)))] - int(rng.integers(0, length))))
+        else:
+            start = int(rng.integers(1, n - 1 - length))
+        unbuildable = list(range(start, start + length))
+    history = load_history({"commits": commits, "samples_per_trial": 20, "process_drift_cv": 0.02,
+                            "control": {"value": 1000.0, "cv": 0.01}, "cases": cases,
+                            "unbuildable": unbuildable, "higher_is_better": True})
+    ratios = [max(abs(math.log1p(m)) / history.trial_noise(c) for c in hit) for _, m, hit in per_step]
+    return Truth(history, tuple(steps), tuple(r >= 3 for r in ratios),
+                 tuple(r >= 3 and abs(m) >= MIN_EFFECT for r, (_, m, _) in zip(ratios, per_step)),
+                 tuple(m for _, m, _ in per_step))
+
+
+def _raw_trial(history: History, revision: int, case: str, rng: np.random.Generator, samples: int | None) -> float:
+    """A raw target value: one sample (samples=1) or one trial's median."""
+    drift = math.exp(rng.normal(0, history.process_drift_cv))
+    model = history.cases[case]
+    mode = 1 + model.bimodal_shift if rng.random() < model.bimodal_p else 1.0
+    noise = np.exp(rng.normal(0, model.cv, samples or history.samples_per_trial))
+    return float(np.median(model.level_at(revision) * drift * mode * noise))
+
+
+def baseline(history: History, rng: np.random.Generator, runs: int, threshold: float) -> dict:
+    """One-culprit bisect: `runs` trials per revision (runs=1: a single sample, git-bisect),
+    bad when the value has moved more than `threshold` of the good-to-bad gap."""
+    n = history.n_revisions
+    case = max(history.cases, key=lambda c: abs(math.log(history.cases[c].level_at(n - 1) / history.cases[c].level_at(0))))
+    samples = 1 if runs == 1 else None
+    built = set()
+
+    def value(r: int) -> float | None:
+        built.add(r)
+        if r in history.unbuildable:
+            return None
+        return float(np.median([_raw_trial(history, r, case, rng, samples) for _ in range(runs)]))
+
+    good, bad = value(0), value(n - 1)
+    lo, hi = 0, n - 1
+    skipped: set[int] = set()
+    while True:
+        candidates = [r for r in range(lo + 1, hi) if r not in skipped]
+        if not candidates:
+            break
+        mid = min(candidates, key=lambda r: abs(r - (lo + hi) / 2))
+        v = value(mid)
+        if v is None:
+            skipped.add(mid)
+            continue
+        is_bad = abs(v - good) > threshold * abs(bad - good)
+        lo, hi = (lo, mid) if is_bad else (mid, hi)
+    return {"culprits": [[lo + 1, hi]], "revisions": len(built), "trials": len(built) * runs, "rounds": len(built)}
+
+
+def score(truth: Truth, culprits: list[list[int]]) -> dict:
+    right = sum(any(lo <= s <= hi for s in truth.steps) for lo, hi in culprits)
+    found = [any(lo <= s <= hi for lo, hi in culprits) for s in truth.steps]
+    return {"reported": len(culprits), "right": right,
+            "det": sum(truth.detectable), "det_found": sum(f for f, d in zip(found, truth.detectable) if d),
+            "big": sum(truth.above_min), "big_found": sum(f for f, d in zip(found, truth.above_min) if d)}
+
+
+def run_one(args: tuple[int, tuple[int, ...]]) -> list[dict]:
+    index, workers_list = args
+    rng = np.random.default_rng([20261202, index])
+    truth = random_history(rng)
+    n, k = truth.history.n_revisions, len(truth.steps)
+    bound = k * math.ceil(math.log2(n - 1)) + 2 * k + 2
+    rows = []
+    for w in workers_list:
+        r = simulate(truth.history, workers=w, seed=index)
+        rows.append({"method": f"perfbisect W={w}", "revisions": r["revisions_measured"], "trials": r["trials"],
+                     "rounds": r["rounds"], "bound": bound,
+                     **score(truth, [c["range"] for c in r["culprits"]])})
+    for name, runs, threshold in (("git-bisect 1 sample", 1, 0.5), ("FlyDSL median-of-3", 3, 0.3)):
+        b = baseline(truth.history, np.random.default_rng([7, index]), runs, threshold)
+        rows.append({"method": name, "revisions": b["revisions"], "trials": b["trials"], "rounds": b["rounds"],
+                     "bound": bound, **score(truth, b["culprits"])})
+    return rows
+
+
+def summarize(rows: list[dict]) -> str:
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    out = [f"{'method':<22} {'precision':>9} {'recall>=3sd':>11} {'recall>=3sd&2%':>14} "
+           f"{'revisions':>9} {'within bound':>12} {'trials':>7} {'rounds':>6}"]
+    for m in methods:
+        sel = [r for r in rows if r["method"] == m]
+        rep, right = sum(r["reported"] for r in sel), sum(r["right"] for r in sel)
+        det, det_f = sum(r["det"] for r in sel), sum(r["det_found"] for r in sel)
+        big, big_f = sum(r["big"] for r in sel), sum(r["big_found"] for r in sel)
+        within = np.mean([r["revisions"] <= r["bound"] for r in sel])
+        out.append(f"{m:<22} {right / max(rep, 1):>9.3f} {det_f / max(det, 1):>11.3f} {big_f / max(big, 1):>14.3f} "
+                   f"{np.mean([r['revisions'] for r in sel]):>9.1f} {within:>12.1%} "
+                   f"{np.mean([r['trials'] for r in sel]):>7.1f} {np.mean([r['rounds'] for r in sel]):>6.1f}")
+    out.append(f"({len(rows) // len(methods)} histories; {sum(r['det'] for r in rows if r['method'] == methods[0])} "
+               f"detectable steps, {sum(r['big'] for r in rows if r['method'] == methods[0])} of them >= 2%)")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="40 histories, W=1 and 4 (under ~2 min on 2 cores)")
+    parser.add_argument("--histories", type=int, default=None)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    count = args.histories or (40 if args.quick else 300)
+    workers_list = (1, 4) if args.quick else (1, 4, 8)
+    start = time.time()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        rows = [row for batch in pool.map(run_one, [(i, workers_list) for i in range(count)]) for row in batch]
+    print(summarize(rows))
+    print(f"wall {time.time() - start:.0f} s, {args.jobs} processes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""The pure bisection engine: verdicts, planner, effect sizes, change points, simulator.
+
+No database, git, Celery or CUDA inside; see docs/architecture.md section 2 for the contract.
+"""
+
+from service.bisect.model import (BisectConfig, CaseEffect, CorrectnessFinding, CulpritReport,
+                                  Observation, Plan, RevisionState, TrialRequest, Verdict)
+from service.bisect.planner import plan_next
+from service.bisect.verdict import Comparison, RankTest, SignificanceTest, WelchTest, assess, compare
+
+__all__ = [
+    "BisectConfig", "CaseEffect", "Comparison", "CorrectnessFinding", "CulpritReport", "Observation",
+    "Plan", "RankTest", "RevisionState", "SignificanceTest", "TrialRequest", "Verdict", "WelchTest",
+    "assess", "compare", "plan_next",
+]

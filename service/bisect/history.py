@@ -1,0 +1,162 @@
+"""Simulator histories: the JSON format of issue 4 and the noise model that draws trials from it.
+
+```json
+{"commits": 120, "samples_per_trial": 20, "process_drift_cv": 0.02,
+ "control": {"value": 1252.0, "cv": 0.01},
+ "cases": {"S=180180": {"cv": 0.03, "levels": [[0, 1288.2], [37, 1188.1]],
+                        "bimodal": {"p": 0.1, "shift": -0.10}}},
+ "unbuildable": [12, 13, 14], "wrong_results": [[50, 60]], "higher_is_better": true}
+```
+Revisions are 0 (good) to `commits` (bad), so a history has `commits + 1` revisions. Instead of
+`commits`, `"repo": PATH, "good": REF, "bad": REF` names the revisions through a caller-given
+resolver (good followed by the first-parent commits of good..bad, oldest first); every index may
+then be a sha prefix. Per trial one lognormal drift factor (`process_drift_cv`) multiplies target
+and control alike; every sample gets its own lognormal noise (`cv`); with probability `p` a trial
+lands in a mode shifted by `shift`. The decision value of a trial is the median over its samples
+of target/control. Pure apart from reading the file in `load_history`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RepoResolver = Callable[[str, str, str], list[str]]
+
+
+class HistoryError(ValueError):
+    """A history file that does not follow the format; the message names the field."""
+
+
+@dataclass(frozen=True)
+class CaseModel:
+    """One case: per-sample cv, true target level from each listed revision on, bimodal mode."""
+
+    cv: float
+    levels: tuple[tuple[int, float], ...]
+    bimodal_p: float = 0.0
+    bimodal_shift: float = 0.0
+
+    def level_at(self, revision: int) -> float:
+        """The true mean of the target at `revision` (the first level also covers earlier ones)."""
+        starts = [start for start, _ in self.levels]
+        return self.levels[max(0, bisect.bisect_right(starts, revision) - 1)][1]
+
+
+@dataclass(frozen=True)
+class History:
+    """A parsed history; `shas` only when it came from a repository."""
+
+    n_revisions: int
+    cases: Mapping[str, CaseModel]
+    samples_per_trial: int = 20
+    process_drift_cv: float = 0.0
+    control_value: float = 1.0
+    control_cv: float = 0.0
+    unbuildable: frozenset[int] = frozenset()
+    wrong_results: tuple[tuple[int, int], ...] = ()
+    higher_is_better: bool = True
+    shas: tuple[str, ...] | None = None
+
+    def is_wrong(self, revision: int) -> bool:
+        return any(lo <= revision < hi for lo, hi in self.wrong_results)
+
+    def draw_trial(self, revision: int, rng: np.random.Generator) -> dict[str, tuple[float, float]]:
+        """One trial at `revision`: per case (decision value, median raw target). Uses `rng`."""
+        drift = _lognormal(rng, self.process_drift_cv, ())
+        result = {}
+        for name, case in self.cases.items():
+            mode = 1.0 + case.bimodal_shift if rng.random() < case.bimodal_p else 1.0
+            target = case.level_at(revision) * drift * mode * _lognormal(rng, case.cv, self.samples_per_trial)
+            control = self.control_value * drift * _lognormal(rng, self.control_cv, self.samples_per_trial)
+            result[name] = (float(np.median(target / control)), float(np.median(target)))
+        return result
+
+    def trial_noise(self, name: str) -> float:
+        """Standard deviation of one trial's log decision value under this model (large-sample
+        median of a lognormal ratio, plus the bimodal mixture's spread)."""
+        case = self.cases[name]
+        per_sample = math.sqrt(math.log1p(case.cv ** 2) + math.log1p(self.control_cv ** 2))
+        median_sd = math.sqrt(math.pi / 2) * per_sample / math.sqrt(self.samples_per_trial)
+        shift = math.log1p(case.bimodal_shift) if case.bimodal_p else 0.0
+        return math.sqrt(median_sd ** 2 + case.bimodal_p * (1 - case.bimodal_p) * shift ** 2)
+
+
+def _lognormal(rng: np.random.Generator, cv: float, size: Any) -> Any:
+    """Mean-one lognormal factors with coefficient of variation `cv`."""
+    if cv <= 0:
+        return np.ones(size) if size != () else 1.0
+    sigma = math.sqrt(math.log1p(cv * cv))
+    return np.exp(rng.normal(-sigma * sigma / 2, sigma, size))
+
+
+def _index(value: Any, shas: tuple[str, ...] | None, n: int, where: str) -> int:
+    if isinstance(value, str):
+        if shas is None:
+            raise HistoryError(f"{where}: sha prefix {value!r} needs a repo-based history")
+        hits = [i for i, sha in enumerate(shas) if sha.startswith(value.lower())]
+        if len(hits) != 1:
+            raise HistoryError(f"{where}: sha prefix {value!r} matches {len(hits)} revisions")
+        return hits[0]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
+        raise HistoryError(f"{where}: {value!r} is not a revision index in 0..{n - 1}")
+    return value
+
+
+def _case(name: str, spec: Mapping[str, Any], shas: tuple[str, ...] | None, n: int) -> CaseModel:
+    levels = sorted((_index(r, shas, n, f"cases.{name}.levels"), float(v)) for r, v in spec.get("levels", []))
+    if not levels or any(v <= 0 for _, v in levels):
+        raise HistoryError(f"cases.{name}.levels: needs positive [revision, value] pairs")
+    bimodal = spec.get("bimodal") or {}
+    return CaseModel(cv=float(spec.get("cv", 0.0)), levels=tuple(levels),
+                     bimodal_p=float(bimodal.get("p", 0.0)), bimodal_shift=float(bimodal.get("shift", 0.0)))
+
+
+def load_history(path_or_dict: str | Path | Mapping[str, Any],
+                 repo_resolver: RepoResolver | None = None) -> History:
+    """Parse a history from a JSON file path or an already-loaded dict. Reads the file; calls
+    `repo_resolver(path, good, bad)` for the repo form. Raises HistoryError (a ValueError) on a
+    malformed history and OSError when the file cannot be read."""
+    if isinstance(path_or_dict, Mapping):
+        data = path_or_dict
+    else:
+        try:
+            data = json.loads(Path(path_or_dict).read_text())
+        except json.JSONDecodeError as exc:
+            raise HistoryError(f"not JSON: {exc}") from exc
+    shas: tuple[str, ...] | None = None
+    if "repo" in data:
+        if repo_resolver is None:
+            raise HistoryError("a repo-based history needs a repo resolver")
+        shas = tuple(s.lower() for s in repo_resolver(str(data["repo"]), str(data["good"]), str(data["bad"])))
+        n = len(shas)
+    elif isinstance(data.get("commits"), int) and data["commits"] >= 1:
+        n = data["commits"] + 1
+    else:
+        raise HistoryError("commits: needs a positive integer (or repo, good and bad)")
+    if n < 2:
+        raise HistoryError("the range needs at least two revisions")
+    if not data.get("cases"):
+        raise HistoryError("cases: needs at least one case")
+    control = data.get("control") or {}
+    wrong = tuple((_index(lo, shas, n + 1, "wrong_results"), _index(hi, shas, n + 1, "wrong_results"))
+                  for lo, hi in data.get("wrong_results", []))
+    return History(
+        n_revisions=n,
+        cases={name: _case(name, spec, shas, n) for name, spec in data["cases"].items()},
+        samples_per_trial=int(data.get("samples_per_trial", 20)),
+        process_drift_cv=float(data.get("process_drift_cv", 0.0)),
+        control_value=float(control.get("value", 1.0)),
+        control_cv=float(control.get("cv", 0.0)),
+        unbuildable=frozenset(_index(r, shas, n, "unbuildable") for r in data.get("unbuildable", [])),
+        wrong_results=wrong,
+        higher_is_better=bool(data.get("higher_is_better", True)),
+        shas=shas,
+    )

@@ -1,0 +1,132 @@
+"""Value types of the pure bisection engine: what the caller hands in, what the planner answers.
+
+Revisions are indices `0..n-1` in first-parent order: 0 is the good end, n-1 the bad end.
+Nothing here touches a database, git, Celery or a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class RevisionState(str, Enum):
+    """What one revision's trials said about it, before any timing is looked at."""
+
+    ok = "ok"
+    unbuildable = "unbuildable"
+    wrong_results = "wrong_results"
+
+
+class Verdict(str, Enum):
+    """Pinpoint's three-way answer for two revisions on one case."""
+
+    DIFFERENT = "different"
+    SAME = "same"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One revision's state and, per case, one decision value per finished trial (the per-trial
+    median of the control ratio, or of the raw metric)."""
+
+    state: RevisionState
+    values: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+    def trials(self) -> int:
+        """Finished trials: the longest value list over the cases (0 for a failed build)."""
+        return max((len(v) for v in self.values.values()), default=0)
+
+
+@dataclass(frozen=True)
+class BisectConfig:
+    """Knobs of one bisect job.
+
+    - `min_effect`: a relative step below this is never a culprit. The planner raises it per
+      case to `noise_floor` times the measured noise of one trial's value, because a smaller
+      step cannot be told from noise within `max_trials` (the raised value is what verdicts use).
+    - `alpha`: Pinpoint's low threshold on the smaller p of Mann-Whitney U and Kolmogorov-Smirnov.
+    - `same_z`: one-sided z of the equivalence bound that a SAME verdict needs.
+    - `initial_trials` for a revision inside the range, `endpoint_trials` for the two ends (they
+      are compared most often, and 3 trials against 9 or more can reach p < 0.01), `block`
+      trials added to the side with fewer while UNKNOWN, `confirm_trials` on both sides of a
+      culprit before it is reported, `max_trials` the cap per revision.
+    - `workers`: revisions measured at once per round (W); a round measures at least one
+      revision in every open pair.
+    """
+
+    min_effect: float = 0.02
+    higher_is_better: bool = True
+    workers: int = 1
+    max_trials: int = 12
+    initial_trials: int = 3
+    endpoint_trials: int = 6
+    block: int = 2
+    confirm_trials: int = 5
+    alpha: float = 0.01
+    same_z: float = 1.28
+    noise_floor: float = 2.0
+    confidence: float = 0.95
+    bootstrap: int = 2000
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """Run `trials` more trials at revision index `revision`."""
+
+    revision: int
+    trials: int
+
+
+@dataclass(frozen=True)
+class CaseEffect:
+    """A culprit's step on one case: `rel` = after/before - 1 of the medians of the decision
+    values, its bootstrap confidence interval `ci`, and the two medians."""
+
+    rel: float
+    ci: tuple[float, float]
+    before: float
+    after: float
+
+    def is_regression(self, higher_is_better: bool) -> bool:
+        """True when the step makes the case worse in the metric's own direction."""
+        return self.rel < 0 if higher_is_better else self.rel > 0
+
+
+@dataclass(frozen=True)
+class CulpritReport:
+    """A step between revision `first - 1` and `last`: the culprit is one of `first..last`
+    (`first == last` when exact; a range when unbuildable or wrong-results revisions hide it).
+    `effects` has every case, including those the step does not move."""
+
+    first: int
+    last: int
+    effects: Mapping[str, CaseEffect]
+
+
+@dataclass(frozen=True)
+class CorrectnessFinding:
+    """`first_bad` is the first revision seen failing the accuracy check; `fixed_at` the first
+    revision after it that passes again (None when it never does inside the range)."""
+
+    first_bad: int
+    fixed_at: int | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer for one round.
+
+    `requests`: trials to run now (empty when done). `open_pairs`: adjacent measured pairs still
+    judged DIFFERENT with revisions left between them. `verdicts`: per adjacent measured pair,
+    per case, the current verdict."""
+
+    requests: tuple[TrialRequest, ...]
+    done: bool
+    culprits: tuple[CulpritReport, ...] = ()
+    correctness: tuple[CorrectnessFinding, ...] = ()
+    open_pairs: tuple[tuple[int, int], ...] = ()
+    verdicts: Mapping[tuple[int, int], Mapping[str, Verdict]] = field(default_factory=dict)

@@ -1,0 +1,121 @@
+"""Verdicts for every adjacent pair of measured revisions, per case.
+
+A pair is first judged on its own trials. Where that leaves it UNKNOWN, it is judged again on
+pooled trials: each side together with the neighbours it is already judged SAME with (its
+"level"), so a revision measured three times can be told apart from a level holding nine. A
+pair with no revision left between its ends that pools to DIFFERENT is a culprit candidate;
+the planner confirms it on the pair's own trials (`raw`). Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from service.bisect.model import BisectConfig, Observation, Verdict
+from service.bisect.verdict import Comparison, assess, pooled_noise
+
+
+@dataclass(frozen=True)
+class PairJudgement:
+    """Adjacent measured ok revisions `a < b`: per-case comparisons and the overall verdict
+    (DIFFERENT if any case is, else UNKNOWN if any case is, else SAME)."""
+
+    a: int
+    b: int
+    cases: Mapping[str, Comparison]
+    verdict: Verdict
+    closed: bool  # no unmeasured revision left strictly between a and b
+    raw: Mapping[str, Comparison]  # on the pair's own trials only (the confirmation)
+
+    def confirmed(self, alpha: float) -> Verdict:
+        """The confirmation verdict on the pair's own trials, with `alpha` split over the cases
+        (Bonferroni: the pair is blamed when any case moves, so the family-wise false alarm
+        stays at `alpha`). A raw DIFFERENT that misses the split level is UNKNOWN."""
+        split = alpha / max(1, len(self.raw))
+        if any(c.verdict == Verdict.DIFFERENT and c.pvalue < split for c in self.raw.values()):
+            return Verdict.DIFFERENT
+        verdict = _overall(self.raw)
+        return Verdict.UNKNOWN if verdict == Verdict.DIFFERENT else verdict
+
+
+def case_names(observations: Mapping[int, Observation], ok: Sequence[int]) -> list[str]:
+    """Every case with a value at some ok revision, sorted."""
+    return sorted({case for i in ok for case, v in observations[i].values.items() if len(v)})
+
+
+def case_noise(observations: Mapping[int, Observation], ok: Sequence[int],
+               cases: Sequence[str]) -> dict[str, float | None]:
+    """Per case, the pooled per-trial standard deviation of log values over all ok revisions."""
+    result: dict[str, float | None] = {}
+    for case in cases:
+        pooled = pooled_noise(observations[i].values.get(case, ()) for i in ok)
+        result[case] = pooled[0] if pooled else None
+    return result
+
+
+def effective_min_effect(config: BisectConfig, noise: float | None) -> float:
+    """The job's minimum effect, raised to `noise_floor` trial standard deviations."""
+    if noise is None:
+        return config.min_effect
+    return max(config.min_effect, math.expm1(config.noise_floor * noise))
+
+
+def _overall(comparisons: Mapping[str, Comparison]) -> Verdict:
+    verdicts = {c.verdict for c in comparisons.values()}
+    if Verdict.DIFFERENT in verdicts:
+        return Verdict.DIFFERENT
+    if Verdict.UNKNOWN in verdicts:
+        return Verdict.UNKNOWN
+    return Verdict.SAME
+
+
+def _levels(raw: Sequence[Mapping[str, Comparison]], ok: Sequence[int], case: str) -> list[int]:
+    """Level id per position in `ok`: consecutive revisions judged SAME share one."""
+    level, ids = 0, [0]
+    for comparisons in raw:
+        c = comparisons.get(case)
+        if c is None or c.verdict != Verdict.SAME:
+            level += 1
+        ids.append(level)
+    return ids
+
+
+def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unmeasured: set[int],
+                config: BisectConfig) -> list[PairJudgement]:
+    """Judge every adjacent pair of `ok` (sorted revision indices with trials). `unmeasured`
+    are the revisions not tried yet (they decide whether a pair is closed). Touches nothing."""
+    cases = case_names(observations, ok)
+    noise = case_noise(observations, ok, cases)
+    values = {i: observations[i].values for i in ok}
+    counts = {i: observations[i].trials() for i in ok}
+
+    def one(a_vals: Sequence[float], b_vals: Sequence[float], case: str, at_cap: bool) -> Comparison:
+        return assess(a_vals, b_vals, min_effect=effective_min_effect(config, noise[case]),
+                      noise=noise[case], alpha=config.alpha, same_z=config.same_z, at_cap=at_cap)
+
+    raw: list[dict[str, Comparison]] = []
+    for a, b in zip(ok, ok[1:]):
+        at_cap = min(counts[a], counts[b]) >= config.max_trials
+        raw.append({case: one(values[a][case], values[b][case], case, at_cap)
+                    for case in cases if values[a].get(case) and values[b].get(case)})
+
+    pooled_by_case: dict[str, tuple[list[int], dict[int, list[float]]]] = {}
+    for case in cases:
+        ids = _levels(raw, ok, case)
+        pools: dict[int, list[float]] = {}
+        for pos, i in enumerate(ok):
+            pools.setdefault(ids[pos], []).extend(values[i].get(case, ()))
+        pooled_by_case[case] = (ids, pools)
+
+    judgements = []
+    for pos, (a, b) in enumerate(zip(ok, ok[1:])):
+        closed = not any(a < r < b for r in unmeasured)
+        comparisons = dict(raw[pos])
+        for case, c in raw[pos].items():
+            if c.verdict == Verdict.UNKNOWN:
+                ids, pools = pooled_by_case[case]
+                comparisons[case] = one(pools[ids[pos]], pools[ids[pos + 1]], case, False)
+        judgements.append(PairJudgement(a, b, comparisons, _overall(comparisons), closed, raw[pos]))
+    return judgements

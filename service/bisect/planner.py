@@ -1,0 +1,134 @@
+"""The planner: from the observations so far, the trials to run next, or the culprits.
+
+Stateless: every call re-derives the whole search from the observations, so the service can
+call it from any worker after any round, and the simulator drives it the same way.
+
+One round:
+1. Measure the two ends (`endpoint_trials` each; an unbuildable end is replaced by its nearest
+   buildable neighbour). Nothing else is built until both ends are known: if they are SAME on
+   every case the job ends with no culprit (a regression fully recovered inside the range is
+   invisible by design, as in any bisection).
+2. Judge every adjacent pair of measured ok revisions (`pairs.judge_pairs`).
+   - UNKNOWN: add `block` trials to the side with fewer (both when equal), up to `max_trials`.
+     More trials are cheaper than more builds, so no revision is built inside an UNKNOWN pair.
+   - DIFFERENT with untried revisions between: an open pair; build evenly spaced revisions in it.
+   - DIFFERENT with none left between: a culprit candidate. Both sides get `confirm_trials`, then
+     the pair is judged again on its own trials; still DIFFERENT (for any case) makes it a
+     culprit, with a bootstrap effect for every case.
+3. Wrong-results revisions never enter the timing comparison (a fast wrong kernel is not an
+   improvement); their runs are bounded by binary search and reported as correctness findings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from service.bisect.effect import bootstrap_effect
+from service.bisect.model import (BisectConfig, CulpritReport, Observation, Plan, RevisionState,
+                                  TrialRequest, Verdict)
+from service.bisect.pairs import PairJudgement, judge_pairs
+from service.bisect.probes import allocate, correctness, edge_probes
+
+
+class _Requests:
+    """Trials asked for this round, per revision; asking twice keeps the larger count."""
+
+    def __init__(self, observations: Mapping[int, Observation], cap: int) -> None:
+        self._have = {i: o.trials() for i, o in observations.items()}
+        self._cap = cap
+        self.wanted: dict[int, int] = {}
+
+    def up_to(self, revision: int, total: int) -> None:
+        more = min(total, self._cap) - self._have.get(revision, 0)
+        if more > 0:
+            self.wanted[revision] = max(self.wanted.get(revision, 0), more)
+
+    def new(self, revision: int, trials: int) -> None:
+        self.wanted[revision] = max(self.wanted.get(revision, 0), trials)
+
+    def as_tuple(self) -> tuple[TrialRequest, ...]:
+        return tuple(TrialRequest(r, t) for r, t in sorted(self.wanted.items()))
+
+
+def _escalate(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig,
+              requests: _Requests) -> None:
+    """UNKNOWN: a block more on the side with fewer trials (both when equal), within the cap."""
+    a, b = counts[pair.a], counts[pair.b]
+    if a <= b and a < config.max_trials:
+        requests.up_to(pair.a, a + config.block)
+    if b <= a and b < config.max_trials:
+        requests.up_to(pair.b, b + config.block)
+    if a > b and b >= config.max_trials and a < config.max_trials:
+        requests.up_to(pair.a, a + config.block)
+    if b > a and a >= config.max_trials and b < config.max_trials:
+        requests.up_to(pair.b, b + config.block)
+
+
+def confirm_trials(config: BisectConfig, cases: int) -> int:
+    """Trials per side before a culprit is judged: at least `confirm_trials`, and enough that n
+    against n can reach the Bonferroni level alpha/cases at all (the smallest two-sided rank-test
+    p for n vs n is 2/C(2n, n): 0.0079 at 5, 0.0022 at 6, 0.00058 at 7)."""
+    n = config.confirm_trials
+    while n < config.max_trials and 2 / math.comb(2 * n, n) >= config.alpha / max(1, cases):
+        n += 1
+    return n
+
+
+def _culprit(pair: PairJudgement, observations: Mapping[int, Observation],
+             config: BisectConfig) -> CulpritReport:
+    before, after = observations[pair.a].values, observations[pair.b].values
+    effects = {case: bootstrap_effect(before[case], after[case], confidence=config.confidence,
+                                      resamples=config.bootstrap, seed=config.seed)
+               for case in sorted(pair.raw)}
+    return CulpritReport(first=pair.a + 1, last=pair.b, effects=effects)
+
+
+def plan_next(n_revisions: int, observations: Mapping[int, Observation], config: BisectConfig) -> Plan:
+    """Decide the next round. Raises ValueError when `n_revisions` < 2 or an observation's index
+    is outside `0..n_revisions-1`. Touches nothing; deterministic."""
+    n = n_revisions
+    if n < 2:
+        raise ValueError("a range needs at least two revisions")
+    if any(not 0 <= i < n for i in observations):
+        raise ValueError("observation index outside the range")
+    requests = _Requests(observations, config.max_trials)
+    findings, fix_probes = correctness(n, observations)
+
+    ends = [e for e in (0, n - 1) if e not in observations] + edge_probes(n, observations)
+    for end in sorted(set(ends)):
+        requests.new(end, config.endpoint_trials)
+    for revision in fix_probes:
+        requests.new(revision, config.initial_trials)
+    ok = sorted(i for i, o in observations.items() if o.state == RevisionState.ok and o.trials() > 0)
+    for i, o in observations.items():
+        if o.state == RevisionState.ok and o.trials() == 0:
+            requests.new(i, config.endpoint_trials if i in (0, n - 1) else config.initial_trials)
+    if ends:
+        return Plan(requests.as_tuple(), done=False, correctness=tuple(findings))
+
+    unmeasured = {r for r in range(n) if r not in observations}
+    counts = {i: observations[i].trials() for i in ok}
+    judgements = judge_pairs(observations, ok, unmeasured, config)
+    culprits, open_pairs = [], []
+    for pair in judgements:
+        if pair.verdict == Verdict.UNKNOWN:
+            _escalate(pair, counts, config, requests)
+        elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
+            open_pairs.append((pair.a, pair.b))
+        elif pair.verdict == Verdict.DIFFERENT:
+            confirm = confirm_trials(config, len(pair.raw))
+            confirmed = pair.confirmed(config.alpha)
+            if min(counts[pair.a], counts[pair.b]) < confirm:
+                requests.up_to(pair.a, confirm)
+                requests.up_to(pair.b, confirm)
+            elif confirmed == Verdict.DIFFERENT:
+                culprits.append(_culprit(pair, observations, config))
+            elif confirmed == Verdict.UNKNOWN and min(counts[pair.a], counts[pair.b]) < config.max_trials:
+                _escalate(pair, counts, config, requests)
+    for revision in allocate(open_pairs, config.workers, observations):
+        requests.new(revision, config.initial_trials)
+    wanted = requests.as_tuple()
+    verdicts = {(p.a, p.b): {case: c.verdict for case, c in p.cases.items()} for p in judgements}
+    return Plan(wanted, done=not wanted, culprits=tuple(culprits), correctness=tuple(findings),
+                open_pairs=tuple(open_pairs), verdicts=verdicts)

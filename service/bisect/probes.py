@@ -1,0 +1,95 @@
+"""Which revisions to build next: the ends, neighbours of unbuildable ends, evenly spaced
+points inside open pairs, and the boundaries of wrong-results runs. Pure index arithmetic."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from service.bisect.model import CorrectnessFinding, Observation, RevisionState
+
+
+def unmeasured_between(lo: int, hi: int, measured: Mapping[int, Observation]) -> list[int]:
+    """Revisions strictly between lo and hi not tried yet."""
+    return [r for r in range(lo + 1, hi) if r not in measured]
+
+
+def edge_probes(n: int, measured: Mapping[int, Observation]) -> list[int]:
+    """Where an end failed to build, the nearest untried revision inward (asv and git-bisect
+    skip failed builds the same way). Walking stops at the first revision that built, whether it
+    passed the accuracy check or not: a wrong-results run is bounded by `correctness` instead."""
+    probes = []
+    for start, step in ((0, 1), (n - 1, -1)):
+        r = start
+        while 0 <= r < n and r in measured and measured[r].state == RevisionState.unbuildable:
+            r += step
+        if 0 <= r < n and r not in measured:
+            probes.append(r)
+    return sorted(set(probes))
+
+
+def nearest_candidate(target: float, candidates: Sequence[int], taken: set[int]) -> int | None:
+    """The untaken candidate closest to `target` (the lower one on a tie)."""
+    free = [c for c in candidates if c not in taken]
+    if not free:
+        return None
+    return min(free, key=lambda c: (abs(c - target), c))
+
+
+def allocate(open_pairs: Sequence[tuple[int, int]], workers: int,
+             measured: Mapping[int, Observation]) -> list[int]:
+    """Revisions to build this round inside the open pairs: one per pair at least, `workers` in
+    all when there are fewer pairs, extra points going to the pair with the most candidates per
+    point. Inside a pair the points are evenly spaced (nearest untried revision to each ideal
+    position), so a pair of N candidates shrinks by a factor j+1 per round with j points."""
+    candidates = {pair: unmeasured_between(*pair, measured) for pair in open_pairs}
+    share = {pair: 1 for pair in open_pairs if candidates[pair]}
+    spare = max(0, workers - len(share))
+    while spare and share:
+        pair = max(share, key=lambda p: (len(candidates[p]) / (share[p] + 1), -p[0]))
+        if share[pair] >= len(candidates[pair]):
+            break
+        share[pair] += 1
+        spare -= 1
+    chosen: list[int] = []
+    for (lo, hi), count in share.items():
+        taken: set[int] = set()
+        for t in range(1, count + 1):
+            pick = nearest_candidate(lo + (hi - lo) * t / (count + 1), candidates[(lo, hi)], taken)
+            if pick is not None:
+                taken.add(pick)
+        chosen.extend(sorted(taken))
+    return sorted(set(chosen))
+
+
+def _wrong_runs(measured: Mapping[int, Observation]) -> list[tuple[int, int]]:
+    """Maximal runs of wrong-results revisions among the measured ones, unbroken by an ok one
+    (unbuildable revisions in between say nothing and do not break a run)."""
+    runs: list[tuple[int, int]] = []
+    current: list[int] = []
+    for r in sorted(measured):
+        state = measured[r].state
+        if state == RevisionState.wrong_results:
+            current.append(r)
+        elif state == RevisionState.ok and current:
+            runs.append((current[0], current[-1]))
+            current = []
+    if current:
+        runs.append((current[0], current[-1]))
+    return runs
+
+
+def correctness(n: int, measured: Mapping[int, Observation]) -> tuple[list[CorrectnessFinding], list[int]]:
+    """Correctness findings so far, and the revisions to build to pin their boundaries (a
+    binary search between the last passing revision and the first failing one, and between the
+    last failing and the next passing one)."""
+    findings, probes = [], []
+    ok = sorted(r for r, o in measured.items() if o.state == RevisionState.ok)
+    for first, last in _wrong_runs(measured):
+        before = max((r for r in ok if r < first), default=-1)
+        after = min((r for r in ok if r > last), default=n)
+        for lo, hi in ((before, first), (last, after)):
+            between = unmeasured_between(lo, hi, measured)
+            if between:
+                probes.append(between[len(between) // 2])
+        findings.append(CorrectnessFinding(first_bad=first, fixed_at=None if after == n else after))
+    return findings, sorted(set(probes))

@@ -1,0 +1,126 @@
+"""Drive the real planner against trials drawn from a history's noise model.
+
+`perfbisect simulate HISTORY.json [--workers W] [--seed N] [--json]` is `load_history` +
+`simulate` + `format_simulation` (or `json.dumps` of the result). Pure apart from reading the
+history file; deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from service.bisect.history import History, HistoryError, load_history
+from service.bisect.model import BisectConfig, Observation, Plan, RevisionState
+from service.bisect.planner import plan_next
+
+__all__ = ["History", "HistoryError", "format_simulation", "load_history", "run", "simulate"]
+
+MAX_ROUNDS = 10_000
+
+
+def _short(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+class _Bench:
+    """The simulated trials so far: decision values and raw target medians per revision."""
+
+    def __init__(self, history: History, seed: int) -> None:
+        self.history = history
+        self.rng = np.random.default_rng(seed)
+        self.values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self.raw: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self.states: dict[int, RevisionState] = {}
+        self.trials = 0
+
+    def run_trial(self, revision: int) -> None:
+        self.trials += 1
+        if revision in self.history.unbuildable:
+            self.states[revision] = RevisionState.unbuildable
+            return
+        if self.history.is_wrong(revision):
+            self.states[revision] = RevisionState.wrong_results
+            return
+        self.states[revision] = RevisionState.ok
+        for case, (value, target) in self.history.draw_trial(revision, self.rng).items():
+            self.values[revision][case].append(value)
+            self.raw[revision][case].append(target)
+
+    def observations(self) -> dict[int, Observation]:
+        return {i: Observation(state, {c: tuple(v) for c, v in self.values[i].items()})
+                for i, state in self.states.items()}
+
+
+def run(history: History, config: BisectConfig, seed: int = 0) -> tuple[Plan, _Bench, int]:
+    """Plan, run every requested trial, repeat until done. Returns the final plan, the trials
+    and the number of rounds. Raises RuntimeError if the planner never finishes."""
+    bench = _Bench(history, seed)
+    for rounds in range(MAX_ROUNDS):
+        plan = plan_next(history.n_revisions, bench.observations(), config)
+        if plan.done:
+            return plan, bench, rounds
+        for request in plan.requests:
+            for _ in range(request.trials):
+                bench.run_trial(request.revision)
+    raise RuntimeError(f"planner did not finish in {MAX_ROUNDS} rounds")
+
+
+def simulate(history: History, workers: int = 1, seed: int = 0,
+             config: BisectConfig | None = None) -> dict[str, Any]:
+    """Run one simulated bisect and return the `--json` result of issue 4: culprits (revision,
+    range, per-case rel/ci/before/after, sha when the history names a repository), correctness
+    findings, revisions measured, trials, rounds. `revision` is None for a range culprit.
+    `before`/`after` are medians of the raw target metric; `rel`/`ci` are on the decision value
+    (control ratio). Raises RuntimeError if the planner never finishes."""
+    config = replace(config or BisectConfig(), workers=workers, higher_is_better=history.higher_is_better)
+    plan, bench, rounds = run(history, config, seed)
+    shas = history.shas
+    culprits = []
+    for c in plan.culprits:
+        parent = c.first - 1
+        cases = {}
+        for name, effect in c.effects.items():
+            cases[name] = {"rel": round(effect.rel, 4), "ci": [round(effect.ci[0], 4), round(effect.ci[1], 4)],
+                           "before": _short(float(np.median(bench.raw[parent][name]))),
+                           "after": _short(float(np.median(bench.raw[c.last][name])))}
+        exact = c.first == c.last
+        entry: dict[str, Any] = {"revision": c.first if exact else None}
+        if shas is not None:
+            entry["sha"] = shas[c.first] if exact else None
+        entry.update({"range": [c.first, c.last], "cases": cases})
+        culprits.append(entry)
+    return {
+        "culprits": culprits,
+        "correctness": [{"first_bad": f.first_bad, "fixed_at": f.fixed_at} for f in plan.correctness],
+        "revisions_measured": len(bench.states),
+        "trials": bench.trials,
+        "rounds": rounds,
+    }
+
+
+def format_simulation(result: dict[str, Any]) -> str:
+    """A plain-text table of a `simulate` result, one row per culprit and case."""
+    lines = []
+    if result["culprits"]:
+        lines.append(f"{'culprit':<22} {'case':<24} {'before':>12} {'after':>12} {'step':>8}  95% CI")
+    for c in result["culprits"]:
+        first, last = c["range"]
+        label = str(first) if first == last else f"{first}..{last} (range)"
+        if c.get("sha"):
+            label = f"{first} {c['sha'][:10]}"
+        for name, e in c["cases"].items():
+            lines.append(f"{label:<22} {name:<24} {e['before']:>12.6g} {e['after']:>12.6g} "
+                         f"{e['rel']:>+8.2%}  [{e['ci'][0]:+.2%}, {e['ci'][1]:+.2%}]")
+            label = ""
+    if not result["culprits"]:
+        lines.append("no performance culprit")
+    for f in result["correctness"]:
+        fixed = "not fixed in range" if f["fixed_at"] is None else f"fixed at {f['fixed_at']}"
+        lines.append(f"wrong results from revision {f['first_bad']}, {fixed}")
+    lines.append(f"revisions measured {result['revisions_measured']}, trials {result['trials']}, "
+                 f"rounds {result['rounds']}")
+    return "\n".join(lines)
