@@ -1,7 +1,7 @@
 """Bisection accuracy benchmark (issue 4): the planner against random simulated histories,
 beside two baselines, for W = 1, 4 and 8 workers.
 
-    python bench/bisect_accuracy.py [--quick] [--histories N] [--seed S] [--jobs J]
+    python bench/bisect_accuracy.py [--quick] [--histories N] [--jobs J]
 
 Histories: 30 to 2000 commits (log-uniform), 0 to 4 steps of 1% to 30% (log-uniform; each on a
 random non-empty subset of 1 to 3 cases; a later step may partly undo an earlier one), per-sample
@@ -47,6 +47,7 @@ class Truth:
     detectable: tuple[bool, ...]           # >= 3 x trial noise on its clearest case
     above_min: tuple[bool, ...]            # ... and >= the minimum effect
     sizes: tuple[float, ...] = field(default=())
+    cancelled: tuple[bool, ...] = ()       # undone by a neighbouring step (see `_cancelled`)
 
 
 def random_history(rng: np.random.Generator) -> Truth:
@@ -84,7 +85,27 @@ def random_history(rng: np.random.Generator) -> Truth:
     ratios = [max(abs(math.log1p(m)) / history.trial_noise(c) for c in hit) for _, m, hit in per_step]
     return Truth(history, tuple(steps), tuple(r >= 3 for r in ratios),
                  tuple(r >= 3 and abs(m) >= MIN_EFFECT for r, (_, m, _) in zip(ratios, per_step)),
-                 tuple(m for _, m, _ in per_step))
+                 tuple(m for _, m, _ in per_step), _cancelled(history, steps))
+
+
+def _visible(history: History, lo: int, hi: int) -> bool:
+    """Whether revisions lo and hi differ by more than the engine can see on some case (the
+    minimum effect raised to 2 trial noises, as the planner does)."""
+    return any(abs(math.log(m.level_at(hi) / m.level_at(lo))) >= math.log1p(max(MIN_EFFECT, math.expm1(2 * history.trial_noise(c))))
+               for c, m in history.cases.items())
+
+
+def _cancelled(history: History, steps: list[int]) -> tuple[bool, ...]:
+    """A step is cancelled when the ends of the range show nothing, or when it and its neighbour
+    step together leave no visible change (a drop and its recovery with no build in between
+    that a bisection would ever compare)."""
+    if not _visible(history, 0, history.n_revisions - 1):
+        return tuple(True for _ in steps)
+    flags = [False] * len(steps)
+    for j in range(len(steps) - 1):
+        if not _visible(history, steps[j] - 1, steps[j + 1]):
+            flags[j] = flags[j + 1] = True
+    return tuple(flags)
 
 
 def _raw_trial(history: History, revision: int, case: str, rng: np.random.Generator, samples: int | None) -> float:
@@ -130,7 +151,15 @@ def baseline(history: History, rng: np.random.Generator, runs: int, threshold: f
 def score(truth: Truth, culprits: list[list[int]]) -> dict:
     right = sum(any(lo <= s <= hi for s in truth.steps) for lo, hi in culprits)
     found = [any(lo <= s <= hi for lo, hi in culprits) for s in truth.steps]
+    missed = [not f and big for f, big in zip(found, truth.above_min)]
     return {"reported": len(culprits), "right": right,
+            "miss_flat": sum(m and c for m, c in zip(missed, truth.cancelled)),
+            "miss_edge": sum(m and not c and abs(size) < 1.25 * MIN_EFFECT
+                             for m, c, size in zip(missed, truth.cancelled, truth.sizes)),
+            "miss_other": sum(m and not c and abs(size) >= 1.25 * MIN_EFFECT
+                              for m, c, size in zip(missed, truth.cancelled, truth.sizes)),
+            "vis": sum(b and not c for b, c in zip(truth.above_min, truth.cancelled)),
+            "vis_found": sum(f and b and not c for f, b, c in zip(found, truth.above_min, truth.cancelled)),
             "det": sum(truth.detectable), "det_found": sum(f for f, d in zip(found, truth.detectable) if d),
             "big": sum(truth.above_min), "big_found": sum(f for f, d in zip(found, truth.above_min) if d)}
 
@@ -156,17 +185,23 @@ def run_one(args: tuple[int, tuple[int, ...]]) -> list[dict]:
 
 def summarize(rows: list[dict]) -> str:
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    out = [f"{'method':<22} {'precision':>9} {'recall>=3sd':>11} {'recall>=3sd&2%':>14} "
+    out = [f"{'method':<22} {'precision':>9} {'recall>=3sd':>11} {'recall>=3sd&2%':>14} {'..not cancelled':>15} "
            f"{'revisions':>9} {'within bound':>12} {'trials':>7} {'rounds':>6}"]
     for m in methods:
         sel = [r for r in rows if r["method"] == m]
         rep, right = sum(r["reported"] for r in sel), sum(r["right"] for r in sel)
         det, det_f = sum(r["det"] for r in sel), sum(r["det_found"] for r in sel)
         big, big_f = sum(r["big"] for r in sel), sum(r["big_found"] for r in sel)
+        vis, vis_f = sum(r["vis"] for r in sel), sum(r["vis_found"] for r in sel)
         within = np.mean([r["revisions"] <= r["bound"] for r in sel])
-        out.append(f"{m:<22} {right / max(rep, 1):>9.3f} {det_f / max(det, 1):>11.3f} {big_f / max(big, 1):>14.3f} "
+        out.append(f"{m:<22} {right / max(rep, 1):>9.3f} {det_f / max(det, 1):>11.3f} {big_f / max(big, 1):>14.3f} {vis_f / max(vis, 1):>15.3f} "
                    f"{np.mean([r['revisions'] for r in sel]):>9.1f} {within:>12.1%} "
                    f"{np.mean([r['trials'] for r in sel]):>7.1f} {np.mean([r['rounds'] for r in sel]):>6.1f}")
+    for m in methods[:-2]:
+        sel = [r for r in rows if r["method"] == m]
+        out.append(f"{m}: missed >=3sd&2% steps: {sum(r['miss_flat'] for r in sel)} cancelled by "
+                   f"a neighbouring step or flat end to end, {sum(r['miss_edge'] for r in sel)} under 2.5% (within 25% of the "
+                   f"minimum effect), {sum(r['miss_other'] for r in sel)} other")
     out.append(f"({len(rows) // len(methods)} histories; {sum(r['det'] for r in rows if r['method'] == methods[0])} "
                f"detectable steps, {sum(r['big'] for r in rows if r['method'] == methods[0])} of them >= 2%)")
     return "\n".join(out)
@@ -174,12 +209,12 @@ def summarize(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="40 histories, W=1 and 4 (under ~2 min on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="60 histories (about 20 s on 2 cores)")
     parser.add_argument("--histories", type=int, default=None)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    count = args.histories or (40 if args.quick else 300)
-    workers_list = (1, 4) if args.quick else (1, 4, 8)
+    count = args.histories or (60 if args.quick else 500)
+    workers_list = (1, 4, 8)
     start = time.time()
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = [row for batch in pool.map(run_one, [(i, workers_list) for i in range(count)]) for row in batch]

@@ -53,16 +53,12 @@ class _Requests:
 
 def _escalate(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig,
               requests: _Requests) -> None:
-    """UNKNOWN: a block more on the side with fewer trials (both when equal), within the cap."""
+    """UNKNOWN: a block more on the side with fewer trials (both when equal; the other side when
+    the one with fewer is already at the cap)."""
     a, b = counts[pair.a], counts[pair.b]
-    if a <= b and a < config.max_trials:
-        requests.up_to(pair.a, a + config.block)
-    if b <= a and b < config.max_trials:
-        requests.up_to(pair.b, b + config.block)
-    if a > b and b >= config.max_trials and a < config.max_trials:
-        requests.up_to(pair.a, a + config.block)
-    if b > a and a >= config.max_trials and b < config.max_trials:
-        requests.up_to(pair.b, b + config.block)
+    for revision, mine, other in ((pair.a, a, b), (pair.b, b, a)):
+        if mine < config.max_trials and (mine <= other or other >= config.max_trials):
+            requests.up_to(revision, mine + config.block)
 
 
 def confirm_trials(config: BisectConfig, cases: int) -> int:
