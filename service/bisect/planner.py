@@ -45,7 +45,7 @@ class _Requests:
             self.wanted[revision] = max(self.wanted.get(revision, 0), more)
 
     def new(self, revision: int, trials: int) -> None:
-        self.wanted[revision] = max(self.wanted.get(revision, 0), trials)
+        self.wanted[revision] = max(self.wanted.get(revision, 0), min(trials, self._cap))
 
     def as_tuple(self) -> tuple[TrialRequest, ...]:
         return tuple(TrialRequest(r, t) for r, t in sorted(self.wanted.items()))
@@ -81,11 +81,14 @@ def _culprit(pair: PairJudgement, observations: Mapping[int, Observation],
 
 
 def plan_next(n_revisions: int, observations: Mapping[int, Observation], config: BisectConfig) -> Plan:
-    """Decide the next round. Raises ValueError when `n_revisions` < 2 or an observation's index
-    is outside `0..n_revisions-1`. Touches nothing; deterministic."""
+    """Decide the next round. Raises ValueError when `n_revisions` < 2, an observation's index
+    is outside `0..n_revisions-1`, or `max_trials` is too small for n against n trials ever to
+    reach `alpha` (so nothing could be confirmed). Touches nothing; deterministic."""
     n = n_revisions
     if n < 2:
         raise ValueError("a range needs at least two revisions")
+    if 2 / math.comb(2 * config.max_trials, config.max_trials) >= config.alpha:
+        raise ValueError(f"max_trials={config.max_trials} can never reach alpha={config.alpha}")
     if any(not 0 <= i < n for i in observations):
         raise ValueError("observation index outside the range")
     requests = _Requests(observations, config.max_trials)
@@ -113,7 +116,7 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
             open_pairs.append((pair.a, pair.b))
         elif pair.verdict == Verdict.DIFFERENT:
-            confirm = confirm_trials(config, len(pair.raw))
+            confirm = min(confirm_trials(config, len(pair.raw)), config.max_trials)
             confirmed = pair.confirmed(config.alpha)
             if min(counts[pair.a], counts[pair.b]) < confirm:
                 requests.up_to(pair.a, confirm)

@@ -146,6 +146,14 @@ def test_first_round_measures_the_ends_and_arguments_are_checked():
         plan_next(1, {}, config)
     with pytest.raises(ValueError):
         plan_next(5, {7: Observation(RevisionState.ok, {"a": [1.0]})}, config)
+    with pytest.raises(ValueError, match="max_trials"):
+        plan_next(5, {}, BisectConfig(max_trials=4))  # 4 vs 4 can never reach p < 0.01
+
+
+def test_a_low_cap_still_confirms_and_finishes():
+    h = history({"a": [[0, 100.0], [23, 88.0]]})
+    result = simulate(h, seed=0, config=BisectConfig(max_trials=5, endpoint_trials=6, confirm_trials=6))
+    assert culprit_revisions(result) == [23]
 
 
 def test_ends_same_on_every_case_ends_the_job():
@@ -158,3 +166,16 @@ def test_unbuildable_good_end_moves_to_its_neighbour():
     ok = Observation(RevisionState.ok, {"a": [1.0] * 6})
     plan = plan_next(20, {0: Observation(RevisionState.unbuildable), 19: ok}, BisectConfig())
     assert [r.revision for r in plan.requests] == [1]
+
+
+def test_lower_is_better_metric_and_the_shortest_range():
+    h = history({"ms": [[0, 1.00], [1, 1.15]]}, commits=1, higher_is_better=False)
+    result = simulate(h, seed=0)
+    assert culprit_revisions(result) == [1]
+    assert result["culprits"][0]["cases"]["ms"]["rel"] == pytest.approx(0.15, abs=0.03)
+
+
+def test_everything_inside_unbuildable_blames_the_whole_range():
+    h = history({"a": [[0, 100.0], [4, 80.0]]}, commits=8, unbuildable=[1, 2, 3, 4, 5, 6, 7])
+    result = simulate(h, seed=0)
+    assert [c["range"] for c in result["culprits"]] == [[1, 8]]
