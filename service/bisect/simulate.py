@@ -27,13 +27,12 @@ def _short(x: float) -> float:
 
 
 class _Bench:
-    """The simulated trials so far: decision values and raw target medians per revision."""
+    """The simulated trials so far: states and decision values per revision."""
 
     def __init__(self, history: History, seed: int) -> None:
         self.history = history
         self.rng = np.random.default_rng(seed)
         self.values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        self.raw: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.states: dict[int, RevisionState] = {}
         self.trials = 0
 
@@ -46,9 +45,8 @@ class _Bench:
             self.states[revision] = RevisionState.wrong_results
             return
         self.states[revision] = RevisionState.ok
-        for case, (value, target) in self.history.draw_trial(revision, self.rng).items():
+        for case, (value, _target) in self.history.draw_trial(revision, self.rng).items():
             self.values[revision][case].append(value)
-            self.raw[revision][case].append(target)
 
     def observations(self) -> dict[int, Observation]:
         return {i: Observation(state, {c: tuple(v) for c, v in self.values[i].items()})
@@ -74,19 +72,20 @@ def simulate(history: History, workers: int = 1, seed: int = 0,
     """Run one simulated bisect and return the `--json` result of issue 4: culprits (revision,
     range, per-case rel/ci/before/after, sha when the history names a repository), correctness
     findings, revisions measured, trials, rounds. `revision` is None for a range culprit.
-    `before`/`after` are medians of the raw target metric; `rel`/`ci` are on the decision value
-    (control ratio). Raises RuntimeError if the planner never finishes."""
+    `rel`/`ci` are on the decision value (control ratio); `before`/`after` are the median ratios
+    times the control's nominal value, i.e. the target metric with the drift cancelled (a raw
+    target median would carry the process drift). Raises RuntimeError if the planner never
+    finishes."""
     config = replace(config or BisectConfig(), workers=workers, higher_is_better=history.higher_is_better)
     plan, bench, rounds = run(history, config, seed)
     shas = history.shas
     culprits = []
+    scale = history.control_value
     for c in plan.culprits:
-        parent = c.first - 1
         cases = {}
         for name, effect in c.effects.items():
             cases[name] = {"rel": round(effect.rel, 4), "ci": [round(effect.ci[0], 4), round(effect.ci[1], 4)],
-                           "before": _short(float(np.median(bench.raw[parent][name]))),
-                           "after": _short(float(np.median(bench.raw[c.last][name])))}
+                           "before": _short(effect.before * scale), "after": _short(effect.after * scale)}
         exact = c.first == c.last
         entry: dict[str, Any] = {"revision": c.first if exact else None}
         if shas is not None:
