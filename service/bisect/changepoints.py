@@ -6,7 +6,8 @@ James's E-Divisive with alpha = 1) is a candidate; it is kept when the two sides
 significantly (Welch's t-test by default; the test is a strategy object), and both sides are
 searched again. A last pass re-tests every kept point against its neighbouring points only and
 drops, one at a time, those that are no longer significant or whose relative change of the means
-is below `min_magnitude` (the least significant first, then the smallest). Pure.
+is below `min_magnitude` (the least significant first, then the smallest). Pure. The distance
+matrix is held whole (n x n floats), which suits histories of up to a few thousand points.
 """
 
 from __future__ import annotations
