@@ -31,7 +31,9 @@ def make_celery() -> Celery:
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
         # An unacknowledged trial comes back to the queue after this long (a worker that died).
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        # Sweep for expired ones every few seconds rather than kombu's default ~100 s.
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s,
+                                  "unacked_restore_interval": 5, "unacked_restore_throttle": 1},
         worker_hijack_root_logger=False,
     )
     return app

@@ -11,7 +11,7 @@ from service.jobs import advance
 from service.trials import service as trials
 from workers import dispatch
 from workers.celery_app import CONTROL_QUEUE, celery_app
-from workers.runner import execute
+from workers.runner import execute, worker_slot
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def run_trial(trial_id: int) -> str:
     """Run one trial: mark it running (committed, so progress shows it), do the work with no
     session open, store the result in a second transaction, then ask the job to advance."""
     with session_scope() as session:
-        work = trials.start(session, trial_id)
+        work = trials.start(session, trial_id, worker_host=worker_slot())
     if work is None:
         return "skipped"
     try:

@@ -76,8 +76,10 @@ def worker(
 
     queues = [device_class] + ([CONTROL_QUEUE] if control else [])
     name = f"{device_class}{'' if gpu is None else gpu}-{os.getpid()}@%h"
+    # prefork even for one process: a trial child that dies is reported (WorkerLostError) and,
+    # with acks_late + reject_on_worker_lost, its message goes back to the queue.
     celery_app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-n", name,
-                            "--pool", "prefork" if concurrency > 1 else "solo", "-l", "INFO"])
+                            "--pool", "prefork", "-l", "INFO"])
 
 
 def _parse_benchmarks(suite: str, target: str, shapes: list[str]) -> dict:
@@ -97,6 +99,7 @@ def bisect(
     metric: str = "ratio",
     workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
     build: Annotated[Optional[str], typer.Option(help="build command, when registering a path")] = None,
+    policy: Annotated[Optional[str], typer.Option(help='harness sample policy as JSON, e.g. {"max_time_s": 0.5}')] = None,
     api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="use this API server")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
 ) -> None:
@@ -108,7 +111,10 @@ def bisect(
 
     try:
         request = BisectCreate(repository=repo, good=good, bad=bad, suite=suite, target=target, shapes=shape,
-                               device_class=device_class, min_effect=min_effect, metric=metric, workers=workers)
+                               device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
+                               policy=json.loads(policy) if policy else None)
+    except json.JSONDecodeError as exc:
+        fail(f"--policy is not JSON: {exc}")
     except ValidationError as exc:
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     try:

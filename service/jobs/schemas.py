@@ -28,7 +28,7 @@ class BisectCreate(BaseModel):
     min_effect: float = Field(default=0.02, gt=0, lt=1, description="smallest relative step that counts")
     metric: Literal["ratio", "raw"] = Field(default="ratio", description="control ratio (default) or raw metric")
     workers: int = Field(default=1, ge=1, le=64, description="revisions measured per round")
-    max_trials: int | None = Field(default=None, ge=2, le=100)
+    max_trials: int | None = Field(default=None, ge=5, le=100, description="5 is the fewest that can reach p < 0.01")
     policy: dict[str, Any] | None = Field(default=None, description="harness sample policy override")
 
     @model_validator(mode="after")

@@ -1,0 +1,144 @@
+"""End to end with real processes on the demo kernel repository, on the CPU.
+
+1. Distributed: the API server (`perfbisect serve`) and two Celery workers (`perfbisect worker`)
+   on the real Redis and PostgreSQL; a bisect submitted through the REST API names the planted
+   culprits. One worker is killed (SIGKILL) in the middle of a trial: the trial is redelivered
+   to the other, and nothing stored before is lost.
+2. Embedded: `perfbisect bisect ... --json` with nothing configured (SQLite, in-process tasks)
+   names the same gemm culprits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kernels import demo
+from kernels.cases import case_name
+from service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE
+from tests.e2e_support import (BIN, api_server, fresh_database, fresh_redis, perfbisect, service_env, stop,
+                               wait_for_job)
+from tests.gitrepo import git
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+GEMM_CASES = [c for c in demo.DEMO_CPU_CASES if c["suite"] == "gemm"]
+
+
+def truth_of(repo: Path) -> dict:
+    return json.loads((repo / GROUND_TRUTH_FILE).read_text())
+
+
+def expected(truth: dict, kind: str, case_names: set[str] | None = None) -> set[int]:
+    return {e["index"] for e in truth["events"] if e["kind"] == kind
+            and (case_names is None or set(e["cases"]["cpu"]) & case_names)}
+
+
+def culprit_spans(job: dict, kind: str) -> list[tuple[int, int]]:
+    pos = {sha: i for i, sha in enumerate(job["revision_shas"])}
+    return [(pos[c["first_sha"]], pos[c["last_sha"]]) for c in job["culprits"] if c["kind"] == kind]
+
+
+def assert_names_exactly(spans: list[tuple[int, int]], planted: set[int]) -> None:
+    """Every planted step inside a reported culprit, and no culprit without a planted step."""
+    for index in planted:
+        assert any(a <= index <= b for a, b in spans), f"planted step at {index} not found in {spans}"
+    for a, b in spans:
+        assert any(a <= i <= b for i in planted), f"culprit {a}..{b} holds no planted step ({planted})"
+
+
+def benchmarks(cases: list[dict]) -> list[dict]:
+    grouped: dict[tuple[str, str], list[dict]] = {}
+    for case in cases:
+        grouped.setdefault((case["suite"], case["target"]), []).append(case["params"])
+    return [{"suite": s, "target": t, "shapes": shapes} for (s, t), shapes in grouped.items()]
+
+
+def kill_worker_running_a_trial(base: str, job_id: int, after_trials: int, deadline_s: float = 300) -> dict:
+    """Wait until `after_trials` trials are stored and one is running; SIGKILL its worker's
+    whole process group (a node dying). Returns the killed trial and a snapshot of stored ones."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        trials = httpx.get(f"{base}/api/jobs/{job_id}/trials", timeout=10).json()
+        done = [t for t in trials if t["status"] not in ("pending", "running")]
+        running = [t for t in trials if t["status"] == "running" and t["worker_host"]]
+        if len(done) >= after_trials and running:
+            victim = running[0]
+            child_pid = int(victim["worker_host"].rsplit("-", 1)[1])
+            os.killpg(os.getpgid(child_pid), signal.SIGKILL)
+            return {"victim": victim["id"], "stored": {t["id"]: t["measurements"] for t in done}}
+        time.sleep(0.2)
+    raise AssertionError("no trial was running to kill")
+
+
+def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: Path, tmp_path: Path) -> None:
+    env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e"), fresh_redis(14),
+                      PERFBISECT_VISIBILITY_TIMEOUT_S="15")
+    subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
+    log = tmp_path / "services.log"
+    workers = [perfbisect("worker", "--device-class", "cpu", env=env, log=log) for _ in range(2)]
+    try:
+        with api_server(env, log) as base:
+            assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "database": "ok", "broker": "ok"}
+            registered = httpx.post(f"{base}/api/repositories", json={
+                "name": "minikern", "url": str(demo_repo), "build_command": demo.DEMO_BUILD_COMMAND})
+            assert registered.status_code == 201, registered.text
+            truth = truth_of(demo_repo)
+            submitted = httpx.post(f"{base}/api/jobs/bisect", json={
+                "repository": "minikern", "good": truth["first"], "bad": "HEAD",
+                "benchmarks": benchmarks(demo.DEMO_CPU_CASES), "device_class": "cpu",
+                "min_effect": DEMO_MIN_EFFECT["cpu"], "policy": demo.DEMO_CPU_POLICY, "workers": 2})
+            assert submitted.status_code == 202, submitted.text
+            job_id = submitted.json()["id"]
+
+            killed = kill_worker_running_a_trial(base, job_id, after_trials=6)
+            job = wait_for_job(base, job_id, timeout_s=900)
+            assert job["status"] == "succeeded", (job, log.read_text()[-4000:])
+
+            assert_names_exactly(culprit_spans(job, "performance"), expected(truth, "perf"))
+            assert [a for a, _ in culprit_spans(job, "correctness")] == sorted(expected(truth, "wrong_results"))
+            trials = {t["id"]: t for t in httpx.get(f"{base}/api/jobs/{job_id}/trials").json()}
+            victim = trials[killed["victim"]]
+            assert victim["status"] not in ("pending", "running") and victim["attempts"] >= 2
+            for trial_id, measurements in killed["stored"].items():
+                assert trials[trial_id]["measurements"] == measurements  # nothing stored was lost
+            report = httpx.get(f"{base}/api/jobs/{job_id}/report").text
+            assert "Performance culprits" in report
+    finally:
+        for worker in workers:
+            stop(worker)
+
+
+def test_embedded_cli_bisect_json_names_the_gemm_culprits(demo_repo: Path, tmp_path: Path) -> None:
+    env = service_env(tmp_path / "home", None, None)
+    truth = truth_of(demo_repo)
+    args = ["bisect", "--repo", str(demo_repo), "--good", truth["first"], "--bad", "HEAD", "--suite", "gemm",
+            "--target", demo.GEMM_TARGET, "--min-effect", str(DEMO_MIN_EFFECT["cpu"]),
+            "--build", demo.DEMO_BUILD_COMMAND, "--policy", json.dumps(demo.DEMO_CPU_POLICY), "--json"]
+    for case in GEMM_CASES:
+        args += ["--shape", ",".join(f"{k}={v}" for k, v in case["params"].items())]
+    done = subprocess.run([str(BIN / "perfbisect"), *args], env=env, capture_output=True, text=True, timeout=900,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    job = json.loads(done.stdout)
+    names = {case_name(c["suite"], c["params"]) for c in GEMM_CASES}
+    assert_names_exactly(culprit_spans(job, "performance"), expected(truth, "perf", names))
+    assert [a for a, _ in culprit_spans(job, "correctness")] == sorted(expected(truth, "wrong_results"))
+    assert (tmp_path / "home" / "perfbisect.sqlite").exists()
+
+
+def test_cli_rejects_bad_input_with_a_message(demo_repo: Path, tmp_path: Path) -> None:
+    env = service_env(tmp_path / "home", None, None)
+    done = subprocess.run([str(BIN / "perfbisect"), "bisect", "--repo", str(demo_repo), "--good", "HEAD",
+                           "--bad", "HEAD", "--suite", "gemm", "--target", demo.GEMM_TARGET, "--shape",
+                           "M=64,N=64,K=64,dtype=fp32"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "same commit" in done.stderr and "Traceback" not in done.stderr
+    git(demo_repo, "status")  # the demo repository itself is untouched
