@@ -5,8 +5,6 @@
             into Q once, fp32 exp (CPU). The original code.
   "precise" fast math dropped: the score tile scaled separately, then libdevice's
             precise exp (GPU); scores and exp in fp64 (CPU).
-  "exp"     partial recovery: fast exp again, but still on a separately scaled tile
-            (GPU); fp32 exp, but the scores still in fp64 (CPU).
 """
 
 ATTENTION = '''"""Flash-attention forward: softmax(Q K^T * scale) V, tiled over keys with an
@@ -135,18 +133,6 @@ _VARIANTS = {
         "GPU_EXP": ("            # precise exp, for parity with the reference implementation\n"
                     "            p = libdevice.exp(qk - m_new[:, None])\n"
                     "            alpha = libdevice.exp(m_i - m_new)"),
-    },
-    "exp": {
-        "CPU_PROLOGUE": "",
-        "CPU_SCORES": ("        # scores in float64, for parity with the reference implementation\n"
-                       "        s = (q.double() @ kt.double()) * sm_scale"),
-        "CPU_EXP": ("        p = torch.exp((s - m_new[..., None]).float())  # fast fp32 exp\n"
-                    "        alpha = torch.exp((m_i - m_new).float())"),
-        "GPU_IMPORTS": "",
-        "GPU_PROLOGUE": "",
-        "GPU_SCORES": "            qk = tl.dot(q, k) * sm_scale",
-        "GPU_EXP": ("            p = tl.exp(qk - m_new[:, None])\n"
-                    "            alpha = tl.exp(m_i - m_new)"),
     },
 }
 

@@ -154,7 +154,8 @@ def render_gemm(state: dict) -> str:
         "GEMM_DOC": state["gemm_doc"],
         "CDIV": state["gemm_cdiv"],
         "BF16_BLOCK_K": str(state["bf16_block_k"]),
-        "BF16_GROUP": "group_m=8, " if state["bf16_grouped"] else "",
+        # the planted swizzle loss: group_m left out of the bf16 entry (defaults to 1)
+        "BF16_GROUP": f"group_m={state['bf16_group_m']}, " if state["bf16_group_m"] > 1 else "",
         # the planted wrong-results bug: floor division drops the K tail
         "CPU_K_TILES": "_cdiv(K, k_step)" if tail_ok else "K // k_step",
         "GPU_K_TILES": "tl.cdiv(K, BLOCK_K)" if tail_ok else "K // BLOCK_K",

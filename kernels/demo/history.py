@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 INITIAL_STATE = {
     "version": "0.3.0", "gemm_doc": "", "attn_doc": "", "rms_doc": "",
     "utils_cdiv": "cdiv", "gemm_cdiv": "cdiv", "attn_cdiv": "cdiv",
-    "bf16_grouped": True, "bf16_block_k": 64, "k_tail": True, "exp_mode": "exp2",
+    "bf16_group_m": 8, "bf16_block_k": 64, "k_tail": True, "exp_mode": "exp2",
 }
 
 
@@ -131,7 +131,7 @@ COMMITS: list[Commit] = [
            state={"rms_doc": "\neps is added to the mean square, as in torch.nn.functional.rms_norm.\n"}),
     Commit("bench: add a GEMM benchmark script (#911)",
            files={"bench/bench_gemm.py": BENCH.format(op="matmul", body="a = b = torch.randn(512, 512)\n    print(bench(minikern.matmul, a, b))")}),
-    Commit("gemm: retune bf16 tiles for H200 (#912)", state={"bf16_grouped": False},
+    Commit("gemm: retune bf16 tiles for H200 (#912)", state={"bf16_group_m": 1},
            event="swizzle_off_bf16"),
     Commit("Fix typo in README (#913)",
            files={"README.md": README.format(extra="\nSupported dtypes: bf16, fp16 and fp32.\n")}),
@@ -193,8 +193,8 @@ COMMITS: list[Commit] = [
            state={"gemm_doc": "\nSee docs/tuning.md for the tile tables.\n\n  pid:  0 1 2 3 | 4 5 6 7   (GROUP_M=4: down a column panel, then across)\n"}),
     Commit("tests: matmul tolerance per dtype (#944)",
            files={"tests/test_gemm.py": TEST_GEMM.format(shapes=[(64, 64, 64), (96, 40, 72), (64, 64, 520)], atol=2e-3)}),
-    Commit("attention: fast exp on the scaled score tile (#945)", state={"exp_mode": "exp"},
-           event="fastmath_partial_recovery"),
+    Commit("gemm: grouped launch order for bf16 again, GROUP_M=4 (#945)",
+           state={"bf16_group_m": 4}, event="swizzle_partial_recovery"),
     Commit("bench: add an RMSNorm benchmark (#946)",
            files={"bench/bench_rmsnorm.py": BENCH.format(op="rms_norm", body="x = torch.randn(4096, 4096)\n    print(bench(minikern.rms_norm, x, torch.ones(4096)))")}),
     Commit("docs: CHANGELOG for 0.4.0 (#947)",

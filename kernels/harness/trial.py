@@ -119,7 +119,10 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device) ->
         if should_stop(entry["target_ms"], elapsed, policy):
             break
         if entry["dropped_throttled"] > policy["max_samples"]:
-            entry["status"], entry["error"] = "error", "every sample was taken throttled"
+            if len(entry["target_ms"]) < policy["min_samples"]:
+                entry["status"] = "error"
+                entry["error"] = (f"{entry['dropped_throttled']} samples taken throttled (SM clock "
+                                  f"under 75% of {clock.max_mhz:g} MHz), too few left")
             break
     _summarise(entry, suite, params)
     return entry
