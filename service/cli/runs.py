@@ -134,8 +134,11 @@ def print_truth_check(job: JobRead, truth: dict) -> None:
 
 def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str], device: str,
                 build: str | None, import_root: str) -> dict[str, Any]:
-    from kernels.cases import parse_shape
+    from pydantic import ValidationError
+
     from kernels.harness.runner import run_harness
+    from service.jobs.schemas import Benchmark
+    from service.jobs.service import resolve_cases
     from service.settings import get_settings
     from workers.build import run_build
     from workers.checkout import GitError, Mirror
@@ -143,9 +146,11 @@ def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str],
     if not (repo / ".git").exists() and not (repo / "HEAD").exists():
         raise CLIError(f"{repo} is not a git repository")
     try:
-        params = [parse_shape(c) for c in cases]
-    except ValueError as exc:
-        raise CLIError(f"bad --case: {exc}") from exc
+        resolved = resolve_cases([Benchmark(suite=suite, target=target, shapes=cases)])
+    except PerfbisectError as exc:
+        raise CLIError(f"bad --case: {exc.message}") from exc
+    except ValidationError as exc:
+        raise CLIError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
     with tempfile.TemporaryDirectory(prefix="perfbisect-measure-") as tmp:
         mirror = Mirror(Path(tmp), "measure", str(repo.resolve()))
         try:
@@ -157,7 +162,7 @@ def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str],
         built = run_build(build, worktree, {}, get_settings().build_timeout_s)
         if not built.ok:
             return {"status": "build_error", "error": built.log_tail, "cases": [], "device": None}
-        spec = {"cases": [{"suite": suite, "target": target, "params": p} for p in params], "device": device,
+        spec = {"cases": [{k: c[k] for k in ("suite", "target", "params")} for c in resolved], "device": device,
                 "cold": True}
         return run_harness(spec, worktree, import_root=import_root, timeout_s=get_settings().trial_timeout_s)
 

@@ -22,12 +22,20 @@ def _pr(c: CulpritRead) -> str:
     return f"#{c.pr_number}" if c.pr_number else ""
 
 
-def culprit_rows(job: JobRead) -> list[list[str]]:
+def moved(effect, min_effect: float) -> bool:
+    """A case moved at a culprit when its step reaches the minimum and its interval excludes 0."""
+    return abs(effect.rel) >= min_effect and (effect.ci[0] > 0 or effect.ci[1] < 0)
+
+
+def culprit_rows(job: JobRead, *, all_cases: bool = False) -> list[list[str]]:
+    """One row per case that moved at each performance culprit (every case with all_cases)."""
     rows = []
+    min_effect = job.spec.get("min_effect", 0.0)
     for c in job.culprits:
         if c.kind != "performance":
             continue
-        for i, (case, e) in enumerate(sorted(c.effects.items())):
+        effects = {k: e for k, e in c.effects.items() if all_cases or moved(e, min_effect)} or c.effects
+        for i, (case, e) in enumerate(sorted(effects.items())):
             head = [_where(c), _pr(c), (c.subject or "")[:48]] if i == 0 else ["", "", ""]
             unit = f" {e.unit}" if e.unit else ""
             rows.append([*head, case, f"{_value(e.before_value)} -> {_value(e.after_value)}{unit}", _step(e)])
@@ -48,7 +56,8 @@ def culprit_table(job: JobRead) -> str:
     rows = culprit_rows(job)
     if rows:
         lines += ["", "Performance culprits (step = relative change of the "
-                  f"{'control ratio' if job.spec.get('metric', 'ratio') == 'ratio' else 'metric'}, 95% CI):",
+                  f"{'control ratio' if job.spec.get('metric', 'ratio') == 'ratio' else 'metric'}, 95% CI; "
+                  "cases that did not move are left out):",
                   _table(["revision", "PR", "subject", "case", "before -> after", "step [95% CI]"], rows)]
     elif job.status == "succeeded":
         lines += ["", "No performance step above the minimum effect "

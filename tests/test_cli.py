@@ -1,0 +1,68 @@
+"""The CLI's own commands: simulate, measure, demo-repo, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kernels import demo
+from service.cli.main import app
+
+runner = CliRunner()
+
+HISTORY = {
+    "commits": 60, "samples_per_trial": 20, "process_drift_cv": 0.02,
+    "control": {"value": 1252.0, "cv": 0.01},
+    "cases": {"S=180180": {"cv": 0.02, "levels": [[0, 1288.2], [23, 1188.1]]},
+              "S=61380": {"cv": 0.02, "levels": [[0, 1284.6]]}},
+    "unbuildable": [40, 41], "higher_is_better": True,
+}
+
+
+def test_simulate_json_names_the_step(tmp_path: Path) -> None:
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps(HISTORY))
+    result = runner.invoke(app, ["simulate", str(path), "--workers", "4", "--seed", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert [c["range"] for c in out["culprits"]] == [[23, 23]]
+    assert set(out["culprits"][0]["cases"]) == {"S=180180", "S=61380"}
+    assert out["culprits"][0]["cases"]["S=180180"]["rel"] < -0.05
+    assert out["revisions_measured"] <= 1 * 6 + 2 + 2 + 6  # k*ceil(log2 N) + 2k + 2, plus W-1 extra per round
+
+
+def test_simulate_bad_history_is_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps({**HISTORY, "cases": {"S=1": {"cv": 0.02}}}))
+    result = runner.invoke(app, ["simulate", str(path)])
+    assert result.exit_code == 2
+    assert "levels" in result.output
+    assert runner.invoke(app, ["simulate", str(tmp_path / "missing.json")]).exit_code == 2
+
+
+def test_measure_prints_a_table_and_json(demo_repo: Path) -> None:
+    args = ["measure", "--repo", str(demo_repo), "--rev", "HEAD", "--suite", "rmsnorm",
+            "--target", demo.RMSNORM_TARGET, "--case", "M=256,N=256,dtype=fp32"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    trial = json.loads(result.output)
+    assert trial["status"] == "ok" and trial["cases"][0]["status"] == "ok"
+    assert trial["cases"][0]["metric"]["name"] == "GB/s"
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0 and "rmsnorm M=256,N=256,dtype=fp32" in table.output
+
+
+def test_measure_bad_case_and_bad_rev_are_messages(demo_repo: Path) -> None:
+    base = ["measure", "--repo", str(demo_repo), "--suite", "gemm", "--target", demo.GEMM_TARGET]
+    bad_case = runner.invoke(app, [*base, "--rev", "HEAD", "--case", "M=64;N=64"])
+    assert bad_case.exit_code == 2 and "bad --case" in bad_case.output
+    bad_rev = runner.invoke(app, [*base, "--rev", "no-such-rev", "--case", "M=64,N=64,K=64,dtype=fp32"])
+    assert bad_rev.exit_code == 2 and "does not resolve" in bad_rev.output
+
+
+def test_demo_repo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    result = runner.invoke(app, ["demo-repo", str(tmp_path)])
+    assert result.exit_code == 2 and "not empty" in result.output
