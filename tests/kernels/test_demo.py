@@ -1,0 +1,120 @@
+"""The demo repository: its history, and each planted event measured for real by the
+harness on the CPU (fresh processes, cold caches, control interleaved)."""
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from kernels.cases import case_name
+from kernels.demo import DEMO_CPU_CASES, DEMO_CPU_POLICY, write_demo_repo
+from kernels.demo.ground_truth import event_hits
+from kernels.harness.runner import run_harness
+
+GEMM = "minikern.gemm:matmul"
+ATTENTION = "minikern.attention:attention"
+
+
+def trial(tree, cases, seed=1234) -> dict:
+    spec = {"cases": cases, "device": "cpu", "policy": DEMO_CPU_POLICY, "cold": True, "seed": seed}
+    return run_harness(spec, tree, timeout_s=120)
+
+
+def by_name(result: dict) -> dict:
+    assert result["status"] == "ok", result.get("error")
+    return {c["name"]: c for c in result["cases"]}
+
+
+def test_history_is_realistic_and_records_its_ground_truth(demo):
+    log = subprocess.run(["git", "log", "--first-parent", "--format=%s"], cwd=demo.root,
+                         check=True, capture_output=True, text=True).stdout.splitlines()
+    assert len(log) >= 40 and len(demo.shas) == len(log)
+    assert all(re.search(r"\(#\d+\)$", subject) for subject in log)
+    assert (demo.root / "minikern" / "gemm.py").is_file()
+    assert not (demo.root / "kernels").exists()  # would shadow the harness package
+    events = {e["event"]: e for e in demo.truth["events"]}
+    assert set(events) == {"swizzle_off_bf16", "import_broken", "import_fixed", "fastmath_dropped",
+                           "block_k_small_step", "k_tail_dropped", "k_tail_fixed",
+                           "swizzle_partial_recovery"}
+    for event in events.values():
+        assert demo.shas[event["index"]] == event["sha"]
+        assert demo.shas[event["index"] - 1] == event["parent"]
+    assert events["import_broken"]["index"] < events["import_fixed"]["index"]
+    assert events["k_tail_dropped"]["index"] < events["k_tail_fixed"]["index"]
+    # every planted change is a real diff in the package, not a marker file
+    diff = subprocess.run(["git", "diff", "--stat", events["block_k_small_step"]["parent"],
+                           events["block_k_small_step"]["sha"]], cwd=demo.root, check=True,
+                          capture_output=True, text=True).stdout
+    assert "minikern/gemm.py" in diff and "1 file changed" in diff
+
+
+def test_same_code_writes_the_same_shas(demo, tmp_path):
+    again = write_demo_repo(tmp_path / "again")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=again, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    assert head == demo.shas[-1]
+
+
+# (event, trials per side): the block_k step is the smallest on the CPU, so it gets more
+@pytest.mark.parametrize("event_key, trials", [
+    ("swizzle_off_bf16", 1), ("fastmath_dropped", 1), ("block_k_small_step", 2),
+    ("swizzle_partial_recovery", 1)])
+def test_planted_step_is_measured_in_the_right_direction(demo, event_key, trials):
+    event = demo.event(event_key)
+    cases = [c for c in DEMO_CPU_CASES if event_hits(event_key, c, "cpu")]
+    assert cases, "the event must hit a demo case"
+    ratios = {"parent": {}, "child": {}}
+    shas = {"parent": event["parent"], "child": event["sha"]}
+    for t in range(trials):  # interleaved, so machine drift hits both sides
+        for side, sha in shas.items():
+            for name, case in by_name(trial(demo.worktree(sha), cases, seed=1234 + t)).items():
+                assert case["status"] == "ok", case["error"]
+                ratios[side].setdefault(name, []).append(case["median_ratio"])
+    for name in ratios["parent"]:
+        # control_ms / target_ms: higher means the target got faster
+        step = statistics.median(ratios["child"][name]) / statistics.median(ratios["parent"][name]) - 1
+        if event["direction"] == "slower":
+            assert step < -0.10, f"{event_key} {name}: step {step:+.1%}"
+        else:
+            assert step > 0.10, f"{event_key} {name}: step {step:+.1%}"
+
+
+def test_dropped_k_tail_is_flagged_wrong_results_until_fixed(demo):
+    bad, fixed = demo.event("k_tail_dropped"), demo.event("k_tail_fixed")
+    assert bad["cases"]["cpu"] == ["gemm M=256,N=256,K=520,dtype=fp32"]
+    gemm_cases = [c for c in DEMO_CPU_CASES if c["suite"] == "gemm"]
+    for sha, expected in ((bad["parent"], "ok"), (bad["sha"], "wrong_results"),
+                          (fixed["sha"], "ok")):
+        cases = by_name(trial(demo.worktree(sha), gemm_cases))
+        tail_case = cases["gemm M=256,N=256,K=520,dtype=fp32"]
+        assert tail_case["status"] == expected, (sha, tail_case)
+        assert cases["gemm M=512,N=512,K=512,dtype=bf16"]["status"] == "ok"
+        if expected == "wrong_results":
+            assert tail_case["accuracy_error"] > 10 * tail_case["tolerance"]
+            assert tail_case["target_ms"], "a wrong result is still timed"
+
+
+def test_broken_import_is_reported_until_fixed(demo):
+    broken, fixed = demo.event("import_broken"), demo.event("import_fixed")
+    res = trial(demo.worktree(broken["sha"]), DEMO_CPU_CASES[:1])
+    assert res["status"] == "import_error"
+    assert "cannot import name 'cdiv'" in res["error"]
+    assert trial(demo.worktree(fixed["sha"]), DEMO_CPU_CASES[:1])["status"] == "ok"
+
+
+def test_head_is_correct_on_odd_shapes_and_a_trial_is_quick(demo):
+    odd = [{"suite": "gemm", "target": GEMM, "params": {"M": 70, "N": 130, "K": 50, "dtype": "fp32"}},
+           {"suite": "attention", "target": ATTENTION,
+            "params": {"B": 1, "H": 2, "S": 77, "D": 16, "causal": True, "dtype": "fp32"}},
+           {"suite": "rmsnorm", "target": "minikern.rmsnorm:rms_norm",
+            "params": {"M": 3, "N": 1000, "dtype": "bf16"}}]
+    cases = by_name(trial(demo.worktree(demo.shas[-1]), odd))
+    assert all(c["status"] == "ok" for c in cases.values()), cases
+    started = time.monotonic()
+    full = by_name(trial(demo.worktree(demo.shas[-1]), DEMO_CPU_CASES))
+    assert set(full) == {case_name(c["suite"], c["params"]) for c in DEMO_CPU_CASES}
+    # about 3 s on a 2-core machine; a generous bound, so a loaded CI box still passes
+    assert time.monotonic() - started < 12

@@ -1,0 +1,28 @@
+"""GPU path of the harness: CUDA events, L2 flush, SM clocks, Triton kernels of the demo."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.demo import DEMO_GPU_POLICY
+from kernels.harness.result import validate_result
+from kernels.harness.runner import run_harness
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def test_demo_kernels_on_the_gpu(demo):
+    cases = [{"suite": "gemm", "target": "minikern.gemm:matmul",
+              "params": {"M": 1024, "N": 1024, "K": 1024, "dtype": "bf16"}},
+             {"suite": "attention", "target": "minikern.attention:attention",
+              "params": {"B": 1, "H": 4, "S": 512, "D": 64, "causal": True, "dtype": "bf16"}},
+             {"suite": "rmsnorm", "target": "minikern.rmsnorm:rms_norm",
+              "params": {"M": 1024, "N": 4096, "dtype": "bf16"}}]
+    res = run_harness({"cases": cases, "device": "cuda", "policy": DEMO_GPU_POLICY},
+                      demo.worktree(demo.shas[-1]), timeout_s=600)
+    validate_result(res)
+    assert res["status"] == "ok" and res["device"]["l2_bytes"] > 0
+    for case in res["cases"]:
+        assert case["status"] == "ok", case
+        assert case["metric"]["target"] > 0 and case["metric"]["control"] > 0
