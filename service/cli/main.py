@@ -130,13 +130,16 @@ def bisect(
 def demo(
     path: Annotated[Path, typer.Option(help="where to write the demo kernel repository")] = Path("var/demo/minikern"),
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    workers: Annotated[int, typer.Option(help="revisions measured per round (one per worker process)")] = 1,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Write the demo kernel repository, bisect its whole history on this machine, print the culprits."""
+    """Write the demo kernel repository, bisect its whole history on this machine, print the culprits.
+
+    Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s."""
     from service.cli import runs
 
     try:
-        job, truth = runs.run_demo(path, device, show_progress=not as_json, console=console)
+        job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console)
     except CLIError as exc:
         fail(str(exc))
     runs.print_job(job, as_json)

@@ -62,7 +62,7 @@ def run_bisect(request: BisectCreate, *, api: str | None, build: str | None, sho
     return follow(lambda: read_local(job_id), console, show=show_progress, stalled=embedded_stalled)
 
 
-def _demo_request(repo_name: str, path: Path, device: str) -> BisectCreate:
+def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> BisectCreate:
     import git
 
     from kernels import demo
@@ -75,12 +75,13 @@ def _demo_request(repo_name: str, path: Path, device: str) -> BisectCreate:
     return BisectCreate(
         repository=repo_name, good=root, bad="HEAD",
         benchmarks=[{"suite": s, "target": t, "shapes": shapes} for (s, t), shapes in grouped.items()],
-        device_class=device, min_effect=DEMO_MIN_EFFECT[device], workers=1,
+        device_class=device, min_effect=DEMO_MIN_EFFECT[device], workers=workers,
         policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY,
     )
 
 
-def run_demo(path: Path, device: str, *, show_progress: bool, console: Console) -> tuple[JobRead, dict]:
+def run_demo(path: Path, device: str, workers: int = 1, *, show_progress: bool,
+             console: Console) -> tuple[JobRead, dict]:
     from kernels import demo
 
     if device == "auto":
@@ -95,7 +96,7 @@ def run_demo(path: Path, device: str, *, show_progress: bool, console: Console) 
     truth = json.loads((path / GROUND_TRUTH_FILE).read_text())
     prepare_database()
     name = register_path(path, demo.DEMO_BUILD_COMMAND, name=f"minikern-demo-{device}")
-    request = _demo_request(name, path, device)
+    request = _demo_request(name, path, device, workers)
     console.print(f"bisecting {len(request.benchmarks)} suite(s) on {device} over the demo history")
     job_id = submit_local(request)
     return follow(lambda: read_local(job_id), console, show=show_progress, stalled=embedded_stalled), truth
