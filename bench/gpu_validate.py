@@ -85,6 +85,7 @@ def compare_event(event, repo, trees_root, cases, device, policy, trials, log) -
             "step_raw": statistics.median(p_t) / statistics.median(c_t) - 1 if p_t and c_t else float("nan"),
             "step_ratio": statistics.median(c_ratio) / statistics.median(p_ratio) - 1 if p_ratio and c_ratio else float("nan"),
             "cv_parent": cv(p_t), "cv_child": cv(c_t), "trials": len(p_t),
+            "cv_ratio_parent": cv(p_ratio), "cv_ratio_child": cv(c_ratio),
             "statuses": sorted({r["status"] for r in runs["parent"] + runs["child"]}),
         })
     return rows
@@ -150,7 +151,8 @@ def print_rows(rows):
         print(f"{r['event']:<26} {r['case']:<52} {r['unit']:>7} target {r['parent_target']:9.2f} -> "
               f"{r['child_target']:9.2f}  control {r['parent_control']:9.2f} / {r['child_control']:9.2f}  "
               f"step raw {r['step_raw']:+7.1%} ratio {r['step_ratio']:+7.1%}  "
-              f"cv {r['cv_parent']:.1%}/{r['cv_child']:.1%}  n={r['trials']} {r['statuses']}",
+              f"cv {r['cv_parent']:.1%}/{r['cv_child']:.1%} (ratio {r['cv_ratio_parent']:.1%}/"
+              f"{r['cv_ratio_child']:.1%})  n={r['trials']} {r['statuses']}",
               flush=True)
 
 
