@@ -4,6 +4,7 @@ stopping rule says enough. Failures become data in the result, never exceptions.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 import traceback
@@ -143,7 +144,8 @@ def run_trial(spec: dict, repo_root: Path) -> dict:
     started = time.perf_counter()
     policy = {**DEFAULT_POLICY, **(spec.get("policy") or {})}
     cold = bool(spec.get("cold", True))
-    seed = int(spec.get("seed", 1234))
+    # Fresh random inputs per trial unless the caller pins the seed (recorded either way).
+    seed = int(spec["seed"]) if spec.get("seed") is not None else int.from_bytes(os.urandom(4), "little")
     device = spec.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         return failure_result("error", "device 'cuda' requested but torch sees no CUDA device",
@@ -178,7 +180,7 @@ def run_trial(spec: dict, repo_root: Path) -> dict:
             torch.cuda.empty_cache()
     return {"schema": SCHEMA_ID, "harness_version": HARNESS_VERSION, "status": "ok", "error": None,
             "device": info, "fingerprint_basis": fingerprint_basis(info, cold), "cases": cases,
-            "wall_s": round(time.perf_counter() - started, 3)}
+            "seed": seed, "policy": policy, "wall_s": round(time.perf_counter() - started, 3)}
 
 
 def _error_case(case, suite, params) -> dict:

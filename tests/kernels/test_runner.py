@@ -41,6 +41,14 @@ def test_good_trial_measures_target_and_control(good_result):
     assert case["metric"]["name"] == "GB/s" and case["metric"]["target"] > 0
     assert good_result["device"]["kind"] == "cpu" and good_result["device"]["l2_bytes"] > 0
     assert good_result["fingerprint_basis"]["cold"] is True
+    assert good_result["seed"] == 7 and good_result["policy"]["max_samples"] == 8
+
+
+def test_inputs_are_fresh_per_trial_unless_the_seed_is_pinned(custom_repo):
+    unpinned = {**spec("mykern.ops:tanh_backward"), "seed": None}
+    seeds = {run_harness(unpinned, custom_repo, import_root="src", timeout_s=120)["seed"]
+             for _ in range(2)}
+    assert len(seeds) == 2
 
 
 def test_results_validate_against_the_schema(good_result):
