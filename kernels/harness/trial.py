@@ -20,7 +20,7 @@ from kernels.suites import get_suite
 from kernels.suites.base import relative_error, resolve_callable
 
 DEFAULT_POLICY = {"min_samples": 10, "max_samples": 50, "max_time_s": 2.0, "rel_noise": 0.01,
-                  "warmup": 3}
+                  "warmup": 3, "throttle_fraction": 0.75}
 MAX_MESSAGE = 4000
 
 
@@ -108,7 +108,8 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device) ->
         t_mhz = clock.read_mhz()
         c_ms = timer.time_ms(run_control)
         c_mhz = clock.read_mhz()
-        if clock.throttled(t_mhz) or clock.throttled(c_mhz):
+        fraction = policy["throttle_fraction"]
+        if clock.throttled(t_mhz, fraction) or clock.throttled(c_mhz, fraction):
             entry["dropped_throttled"] += 1
         else:
             entry["target_ms"].append(t_ms)
@@ -123,7 +124,7 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device) ->
             if len(entry["target_ms"]) < policy["min_samples"]:
                 entry["status"] = "error"
                 entry["error"] = (f"{entry['dropped_throttled']} samples taken throttled (SM clock "
-                                  f"under 75% of {clock.max_mhz:g} MHz), too few left")
+                                  f"under {fraction:.0%} of {clock.max_mhz:g} MHz), too few left")
             break
     _summarise(entry, suite, params)
     return entry

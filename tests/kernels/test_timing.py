@@ -1,0 +1,46 @@
+"""The stopping rule, the throttle rule and the cache sizes, on literal samples."""
+from __future__ import annotations
+
+import math
+
+from kernels.harness.timing import (CpuTimer, SmClock, cpu_llc_bytes, relative_noise_of_median,
+                                    should_stop)
+
+POLICY = {"min_samples": 5, "max_samples": 20, "max_time_s": 1.0, "rel_noise": 0.01}
+
+
+def test_stops_when_the_median_is_precise_enough():
+    steady = [1.0, 1.001, 0.999, 1.0, 1.002]
+    assert relative_noise_of_median(steady) < 0.01
+    assert should_stop(steady, elapsed_s=0.1, policy=POLICY)
+
+
+def test_keeps_sampling_noisy_data_until_the_time_cap_or_max_samples():
+    noisy = [1.0, 1.5, 0.7, 1.3, 0.9]
+    assert relative_noise_of_median(noisy) > 0.01
+    assert not should_stop(noisy, elapsed_s=0.1, policy=POLICY)
+    assert should_stop(noisy, elapsed_s=1.5, policy=POLICY)
+    assert should_stop(noisy * 4, elapsed_s=0.1, policy=POLICY)
+
+
+def test_min_samples_come_first_unless_the_kernel_is_very_slow():
+    assert not should_stop([1.0, 1.0], elapsed_s=2.0, policy=POLICY)
+    assert should_stop([1.0, 1.0], elapsed_s=11.0, policy=POLICY)
+    assert math.isinf(relative_noise_of_median([1.0, 1.0]))
+
+
+def test_throttled_samples_are_those_under_the_fraction_of_the_max_clock():
+    clock = SmClock(enabled=False)
+    assert not clock.available and clock.read_mhz() is None and not clock.throttled(100.0)
+    clock.nvml, clock.max_mhz = object(), 1980.0
+    assert clock.throttled(1480.0) and not clock.throttled(1490.0)
+    assert not clock.throttled(1480.0, fraction=0.7)
+
+
+def test_cpu_flush_buffer_is_larger_than_the_last_level_cache():
+    llc = cpu_llc_bytes()
+    assert llc >= 1 << 20
+    timer = CpuTimer(cold=True)
+    assert timer.flush_buffer.numel() * 4 > llc
+    assert CpuTimer(cold=False).flush_buffer is None
+    assert timer.time_ms(lambda: sum(range(1000))) > 0
