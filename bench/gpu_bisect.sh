@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# A real bisect through the service on one GPU, embedded (SQLite, in-process tasks): the demo
+# repository's commits 12..23 hold a broken import (14-16 unbuildable) and the dropped fast-math
+# path in attention (20). Run from the repository root on a GPU node, the service stack on
+# PYTHONPATH (see bench/RESULTS.md for how it was carried to the H200):
+#   bash bench/gpu_bisect.sh OUTDIR
+set -euo pipefail
+out=${1:-/tmp/perfbisect-gpu-bisect}
+mkdir -p "$out"
+export PERFBISECT_HOME="$out/home" PYTHONPATH="$PWD:${PYTHONPATH:-}"
+python3 -m service.cli.main demo-repo "$out/minikern" >/dev/null
+shas=($(git -C "$out/minikern" rev-list --first-parent --reverse HEAD))
+policy=$(python3 -c "import json; from kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
+start=$(date +%s)
+python3 -m service.cli.main bisect --repo "$out/minikern" --good "${shas[12]}" --bad "${shas[23]}" \
+  --suite attention --target minikern.attention:attention \
+  --shape B=2,H=32,S=1024,D=128,causal=false,dtype=bf16 --shape B=2,H=32,S=4096,D=128,causal=false,dtype=bf16 \
+  --device-class cuda --min-effect 0.02 --build "python -m compileall -q minikern" --policy "$policy" \
+  --json > "$out/gpu_bisect.json" || true
+echo "wall_s=$(( $(date +%s) - start ))"
+python3 -m service.cli.main show 1 2>/dev/null || true
