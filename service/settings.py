@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     trial_timeout_s: int = 900
     device_class: str = "cpu"
     visibility_timeout_s: int = 3600
+    embedded_workers: int = Field(default=1, ge=1, le=64, description="trials run at once without a broker")
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"

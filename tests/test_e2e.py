@@ -124,11 +124,13 @@ def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: 
 
 
 def test_embedded_cli_bisect_json_names_the_gemm_culprits(demo_repo: Path, tmp_path: Path) -> None:
-    env = service_env(tmp_path / "home", None, None)
+    # Two revisions per round, run side by side in the one process (SQLite, no broker).
+    env = service_env(tmp_path / "home", None, None, PERFBISECT_EMBEDDED_WORKERS="2")
     truth = truth_of(demo_repo)
     args = ["bisect", "--repo", str(demo_repo), "--good", truth["first"], "--bad", "HEAD", "--suite", "gemm",
             "--target", demo.GEMM_TARGET, "--min-effect", str(DEMO_MIN_EFFECT["cpu"]),
-            "--build", demo.DEMO_BUILD_COMMAND, "--policy", json.dumps(demo.DEMO_CPU_POLICY), "--json"]
+            "--build", demo.DEMO_BUILD_COMMAND, "--policy", json.dumps(demo.DEMO_CPU_POLICY), "--workers", "2",
+            "--json"]
     for case in GEMM_CASES:
         args += ["--shape", ",".join(f"{k}={v}" for k, v in case["params"].items())]
     done = subprocess.run([str(BIN / "perfbisect"), *args], env=env, capture_output=True, text=True, timeout=900,

@@ -2,8 +2,8 @@
 
 With a broker, `send` hands the task to Celery at once (callers call it after commit). In the
 embedded default, Celery is eager; running a task inside another would nest every trial of a
-bisect in one call stack, so embedded sends are queued here and `drain()` runs them one after
-another, each task queueing its own follow-ups.
+bisect in one call stack, so embedded sends are queued here and `drain()` runs them (each task
+queueing its own follow-ups), on as many threads as `PERFBISECT_EMBEDDED_WORKERS`.
 """
 
 from __future__ import annotations
@@ -11,14 +11,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from celery import Task
 
 from service.settings import get_settings
 
+log = logging.getLogger(__name__)
+
 _pending: deque[tuple[Task, tuple[Any, ...], str | None]] = deque()
 _lock = threading.Lock()
+_plan_lock = threading.Lock()
 _drainer: threading.Thread | None = None
 
 
@@ -30,31 +34,58 @@ def send(task: Task, *args: Any, queue: str | None = None) -> None:
         task.apply_async(args=args, queue=queue)
 
 
-def _next() -> tuple[Task, tuple[Any, ...]] | None:
+def _take(limit: int) -> list[tuple[Task, tuple[Any, ...]]]:
+    with _lock:
+        taken = []
+        while _pending and len(taken) < limit:
+            task, args, _queue = _pending.popleft()
+            taken.append((task, args))
+        return taken
+
+
+def _finished() -> bool:
+    """True when nothing is queued; the background drainer then clears itself under the lock,
+    so a send that comes later starts a new one."""
     global _drainer
     with _lock:
-        if not _pending:
-            if _drainer is threading.current_thread():
-                _drainer = None  # cleared under the lock, so a later send starts a new one
-            return None
-        task, args, _queue = _pending.popleft()
-        return task, args
+        if _pending:
+            return False
+        if _drainer is threading.current_thread():
+            _drainer = None
+        return True
+
+
+def _apply(task: Task, args: tuple[Any, ...]) -> None:
+    if task.name == "perfbisect.advance_job":
+        # SQLite has no row locks: embedded planning rounds run one at a time.
+        with _plan_lock:
+            task.apply(args=args, throw=True)
+    else:
+        task.apply(args=args, throw=True)
 
 
 def drain() -> int:
-    """Run queued embedded tasks until none are left; return how many ran."""
+    """Run queued embedded tasks until none are left, up to `embedded_workers` at once (trials of
+    one round run side by side, like that many Celery workers); return how many ran."""
+    workers = max(1, get_settings().embedded_workers)
+    background = _drainer is threading.current_thread()
     ran = 0
-    while (item := _next()) is not None:
-        task, args = item
-        try:
-            task.apply(args=args, throw=True)
-        except Exception:
-            if _drainer is not threading.current_thread():
-                raise
-            # In the server's thread: the task recorded its failure on the job; keep going.
-            logging.getLogger(__name__).exception("embedded task %s%r failed", task.name, args)
-        ran += 1
-    return ran
+    with ThreadPoolExecutor(workers, thread_name_prefix="perfbisect-embedded") as pool:
+        running: set[Future[None]] = set()
+        while True:
+            running |= {pool.submit(_apply, task, args) for task, args in _take(workers - len(running))}
+            if not running:
+                if _finished():
+                    return ran
+                continue
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                ran += 1
+                if future.exception() is not None:
+                    if not background:
+                        raise future.exception()
+                    # In the server's thread: the task recorded its failure on the job; keep going.
+                    log.error("embedded task failed", exc_info=future.exception())
 
 
 def drain_in_background() -> None:

@@ -130,7 +130,8 @@ def bisect(
 def demo(
     path: Annotated[Path, typer.Option(help="where to write the demo kernel repository")] = Path("var/demo/minikern"),
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
-    workers: Annotated[int, typer.Option(help="revisions measured per round (one per worker process)")] = 1,
+    workers: Annotated[Optional[int], typer.Option(
+        help="revisions measured per round; default 2 on a CPU with 2+ cores, 1 on a GPU")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Write the demo kernel repository, bisect its whole history on this machine, print the culprits.
