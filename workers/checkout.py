@@ -6,9 +6,12 @@ can never become an option."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -57,6 +60,19 @@ def _commit_info(commit: git.Commit) -> CommitInfo:
     )
 
 
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path`.lock: worker processes and threads of one node share a
+    mirror, and concurrent fetches or `worktree add`s on it would trip over git's own locks."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 class Mirror:
     """A bare mirror of one registered repository under `root`."""
 
@@ -67,6 +83,10 @@ class Mirror:
 
     def ensure(self, fetch: bool = True) -> git.Repo:
         """Clone the mirror if missing (or broken), else fetch. Raises GitError."""
+        with _locked(self.path):
+            return self._ensure(fetch)
+
+    def _ensure(self, fetch: bool) -> git.Repo:
         try:
             if self.path.exists():
                 repo = git.Repo(self.path)
@@ -116,9 +136,10 @@ class Mirror:
             try:
                 if not (worktree / ".git").exists():
                     shutil.rmtree(worktree, ignore_errors=True)
-                    repo.git.worktree("prune")
-                    worktree.parent.mkdir(parents=True, exist_ok=True)
-                    repo.git.worktree("add", "--detach", "--force", str(worktree), sha)
+                    with _locked(self.path):
+                        repo.git.worktree("prune")
+                        worktree.parent.mkdir(parents=True, exist_ok=True)
+                        repo.git.worktree("add", "--detach", "--force", str(worktree), sha)
                 tree = git.Repo(worktree)
                 tree.git.checkout("-f", "--detach", sha)
                 tree.git.clean("-fdxq")

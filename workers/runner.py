@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,14 @@ from workers.checkout import GitError, Mirror
 
 
 def worker_slot() -> str:
-    """One worktree per worker process, so workers on one node never share a checkout."""
+    """Who runs the trial: host and process id (shown with the trial; the pid finds the process)."""
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def worktree_slot() -> str:
+    """One worktree per worker process and thread: two trials never share a checkout (the
+    embedded mode runs several trials in one process)."""
+    return f"{worker_slot()}-{threading.get_native_id()}"
 
 
 def failure(status: str, message: str) -> dict[str, Any]:
@@ -32,7 +39,7 @@ def execute(work: TrialWork) -> tuple[dict[str, Any], float | None]:
     """Run one trial; returns (harness result, build seconds)."""
     settings = get_settings()
     mirror = Mirror(settings.mirrors_dir, work.repo_name, work.repo_url)
-    worktree = settings.worktrees_dir.resolve() / work.repo_name / worker_slot()
+    worktree = settings.worktrees_dir.resolve() / work.repo_name / worktree_slot()
     try:
         mirror.ensure(fetch=False)
         mirror.checkout(worktree, work.sha)

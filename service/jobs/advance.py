@@ -26,26 +26,28 @@ BROKEN_CASE = ("compile_error", "error")
 
 
 def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str) -> dict[int, Observation]:
-    """Per revision index: its state and, per case, one decision value per finished trial."""
+    """Per revision index: its state and, per case, one decision value per finished trial.
+    Any wrong result makes the revision wrong_results; it is unbuildable only when no trial of
+    it ran (one timeout among good trials is noise, not a broken revision)."""
     index = {sha: i for i, sha in enumerate(shas)}
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    states: dict[int, RevisionState] = {}
+    seen: dict[int, set[RevisionState]] = defaultdict(set)
     for trial in trials:
         if not trial.status.finished or trial.status == TrialStatus.cancelled:
             continue
         i = index[trial.revision.sha]
         if trial.status in UNBUILDABLE or any(m.status in BROKEN_CASE for m in trial.measurements):
-            states[i] = RevisionState.unbuildable
+            seen[i].add(RevisionState.unbuildable)
             continue
-        if any(m.status == "wrong_results" for m in trial.measurements):
-            states.setdefault(i, RevisionState.wrong_results)
-        else:
-            states.setdefault(i, RevisionState.ok)
+        wrong = any(m.status == "wrong_results" for m in trial.measurements)
+        seen[i].add(RevisionState.wrong_results if wrong else RevisionState.ok)
         for m in trial.measurements:
             value = m.ratio if metric == "ratio" else m.value
             if m.status == "ok" and value is not None:
                 values[i][m.case.name].append(value)
-    return {i: Observation(state=state, values=dict(values.get(i, {}))) for i, state in states.items()}
+    precedence = (RevisionState.wrong_results, RevisionState.ok, RevisionState.unbuildable)
+    return {i: Observation(state=next(s for s in precedence if s in states), values=dict(values.get(i, {})))
+            for i, states in seen.items()}
 
 
 def config_of(job: Job, trials: Sequence[Trial]) -> BisectConfig:
