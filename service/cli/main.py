@@ -82,10 +82,6 @@ def worker(
                             "--pool", "prefork", "-l", "INFO"])
 
 
-def _parse_benchmarks(suite: str, target: str, shapes: list[str]) -> dict:
-    return {"suite": suite, "target": target, "shapes": shapes}
-
-
 @app.command()
 def bisect(
     repo: Annotated[str, typer.Option(help="registered repository name, or a local path to register")],

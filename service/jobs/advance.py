@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from service.bisect import BisectConfig, Observation, Plan, RevisionState, plan_next
 from service.errors import NotFound
 from service.jobs import repository
+from service.repos.repository import revisions_by_sha
 from service.models import Culprit, CulpritKind, Job, JobStatus, Trial, TrialStatus, utcnow
 
 UNBUILDABLE = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
@@ -86,7 +87,7 @@ def _nearest_ok(observations: dict[int, Observation], start: int, step: int, n: 
 def _write_culprits(session: Session, job: Job, plan: Plan, trials: Sequence[Trial],
                     observations: dict[int, Observation]) -> None:
     shas = job.revision_shas
-    revisions = repository.revision_rows(session, job.repository_id, shas)
+    revisions = revisions_by_sha(session, job.repository_id, shas)
     repository.delete_culprits(session, job)
     for report in plan.culprits:
         before_i = _nearest_ok(observations, report.first - 1, -1, len(shas))
@@ -155,7 +156,7 @@ def advance(session: Session, job_id: int) -> Round:
         return Round([], finished=True)
     if job.status == JobStatus.queued:
         job.status, job.started_at = JobStatus.running, utcnow()
-    revisions = repository.revision_rows(session, job.repository_id, job.revision_shas)
+    revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)
     new = [
         Trial(job_id=job.id, revision_id=revisions[job.revision_shas[r.revision]].id,
               device_class=job.spec["device_class"])

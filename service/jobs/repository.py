@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from service.models import Case, Culprit, Job, JobStatus, Measurement, Repository, Revision, Trial, TrialStatus
+from service.models import Case, Job, JobStatus, Measurement, Trial, TrialStatus
 
 IN_FLIGHT = (TrialStatus.pending, TrialStatus.running)
 
@@ -51,20 +51,7 @@ def cases_by_name(session: Session, repository_id: int, names: Sequence[str]) ->
     return {(c.suite, c.target, c.name): c for c in rows}
 
 
-def revision_rows(session: Session, repository_id: int, shas: Sequence[str]) -> dict[str, Revision]:
-    rows = session.scalars(select(Revision).where(Revision.repository_id == repository_id, Revision.sha.in_(shas)))
-    return {r.sha: r for r in rows}
-
-
-def repository_of(session: Session, job: Job) -> Repository:
-    return session.get_one(Repository, job.repository_id)
-
-
 def delete_culprits(session: Session, job: Job) -> None:
     for culprit in list(job.culprits):
         session.delete(culprit)
     session.flush()
-
-
-def add_culprit(session: Session, culprit: Culprit) -> None:
-    session.add(culprit)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from service.jobs import repository
+from service.repos.repository import revisions_by_sha
 from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, TrialRead
 from service.models import Job
 
 
 def job_read(session: Session, job: Job) -> JobRead:
     shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
-    revisions = repository.revision_rows(session, job.repository_id, list(shas))
+    revisions = revisions_by_sha(session, job.repository_id, list(shas))
     culprits = []
     for c in job.culprits:
         rev = revisions.get(c.last_sha)
