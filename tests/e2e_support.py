@@ -18,9 +18,14 @@ import redis
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BIN = Path(sys.executable).parent
+# Several checkouts (or xdist workers) on one machine keep their e2e databases and Redis apart:
+# PERFBISECT_TEST_NS suffixes database names, PERFBISECT_TEST_REDIS_BASE picks the Redis server.
+TEST_NS = os.environ.get("PERFBISECT_TEST_NS", "")
+REDIS_BASE = os.environ.get("PERFBISECT_TEST_REDIS_BASE", "redis://127.0.0.1:6379")
 
 
 def fresh_database(name: str) -> str:
+    name = f"{name}{TEST_NS}"
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -28,7 +33,7 @@ def fresh_database(name: str) -> str:
 
 
 def fresh_redis(db: int) -> str:
-    url = f"redis://127.0.0.1:6379/{db}"
+    url = f"{REDIS_BASE}/{db}"
     redis.Redis.from_url(url).flushdb()
     return url
 
