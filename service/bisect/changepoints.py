@@ -1,28 +1,44 @@
-"""Change points over a case's branch history: E-Divisive, with a significance test and a
-minimum magnitude instead of permutations, as Apache Otava does.
+"""Change points over a case's branch history: steps of the level, not trends or noise.
 
-Binary segmentation: in a segment, the split that maximises the energy statistic (Matteson &
-James's E-Divisive with alpha = 1) is a candidate; it is kept when the two sides differ
-significantly (Welch's t-test by default; the test is a strategy object), and both sides are
-searched again. A last pass re-tests every kept point against its neighbouring points only and
-drops, one at a time, those that are no longer significant or whose relative change of the means
-is below `min_magnitude` (the least significant first, then the smallest). Pure. The distance
-matrix is held whole (n x n floats), which suits histories of up to a few thousand points.
+Apache Otava's recipe (E-Divisive split search, a significance test instead of permutations, a
+minimum magnitude, re-testing each point against its neighbours only), made robust for the
+histories perfbisect sees, which drift, curve, alternate between two modes and carry outliers:
+
+1. Candidates by binary segmentation: in a segment, the split with the largest E-Divisive
+   statistic for alpha = 2 (for alpha = 2 the energy distance is twice the squared difference of
+   the means, so the statistic is the mean-shift CUSUM, O(n) per segment from prefix sums).
+2. A candidate stands only if three tests agree (`_assess`):
+   - level: Welch's t-test of the two sides, Bonferroni-corrected for the split positions that
+     were searched (the split is the best of many, so its raw p-value is optimistic);
+   - discontinuity: in a window either side, a step added to ONE straight line must explain
+     significantly more than the line alone (partial F-test). A smooth trend, however steep,
+     and a bend of slope have no jump, so the line explains them and the split is rejected;
+   - size: the step is at least `min_sigmas` robust noise units (MAD of first differences,
+     which a step or a slow trend barely moves) and at least `min_magnitude` of the level.
+3. Re-test: every kept point against its neighbouring points only; the weakest failure is
+   dropped and the rest re-tested, until all stand (Otava's "weak change points" pass).
+
+Pure: numpy and scipy only; nothing is read or written.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
-from service.bisect.verdict import SignificanceTest, WelchTest
+# Normal consistency of the MAD, and sqrt(2) because a first difference holds two noises.
+_MAD_TO_SIGMA = 1.4826 / math.sqrt(2.0)
 
 
 @dataclass(frozen=True)
 class ChangePoint:
-    """The series changes level at `index` (the first point of the new level)."""
+    """The series changes level at `index` (the first point of the new level). `pvalue` is the
+    weakest of the tests that kept it (level, discontinuity), already corrected for the search."""
 
     index: int
     mean_before: float
@@ -31,71 +47,197 @@ class ChangePoint:
 
     @property
     def rel(self) -> float:
-        """Relative change of the means: after/before - 1."""
-        return self.mean_after / self.mean_before - 1.0
+        """Relative change of the means: after/before - 1 (sign of the step over |before| when
+        the level before is not positive; nan when it is 0)."""
+        if self.mean_before == 0:
+            return math.nan
+        return (self.mean_after - self.mean_before) / abs(self.mean_before)
 
 
-def _block_sums(x: np.ndarray) -> np.ndarray:
-    """2-D prefix sums of the distance matrix |x_i - x_j|, so any block sum is O(1)."""
-    d = np.abs(x[:, None] - x[None, :])
-    p = np.zeros((x.size + 1, x.size + 1))
-    p[1:, 1:] = d.cumsum(0).cumsum(1)
-    return p
+@dataclass(frozen=True)
+class _Settings:
+    pvalue: float
+    min_magnitude: float
+    min_size: int
+    min_sigmas: float
+    window: int
+    noise: float
 
 
-def _block(p: np.ndarray, r0: int, r1: int, c0: int, c1: int) -> float:
-    return float(p[r1, c1] - p[r0, c1] - p[r1, c0] + p[r0, c0])
+def robust_noise(x: np.ndarray) -> float:
+    """The noise of one point, from the MAD of first differences: a step is one outlying
+    difference and a slow trend shifts all of them alike, so neither inflates it. Falls back to
+    the mean absolute difference when over half the differences are equal (integer counts)."""
+    if x.size < 3:
+        return 0.0
+    d = np.diff(x)
+    mad = float(np.median(np.abs(d - np.median(d))))
+    if mad == 0.0:
+        mad = float(np.mean(np.abs(d - np.median(d)))) / 1.2533  # mean |dev| = 1.2533 MAD-sigma
+    return mad * _MAD_TO_SIGMA
 
 
-def _best_split(p: np.ndarray, lo: int, hi: int, min_size: int) -> int | None:
-    """The split of x[lo:hi] with the largest E-Divisive statistic, or None if it is too short."""
-    best, best_q = None, -np.inf
-    for tau in range(lo + min_size, hi - min_size + 1):
-        m, n = tau - lo, hi - tau
-        between = 2.0 * _block(p, lo, tau, tau, hi) / (m * n)
-        within_l = _block(p, lo, tau, lo, tau) / (m * (m - 1)) if m > 1 else 0.0
-        within_r = _block(p, tau, hi, tau, hi) / (n * (n - 1)) if n > 1 else 0.0
-        q = m * n / (m + n) * (between - within_l - within_r)
-        if q > best_q:
-            best, best_q = tau, q
-    return best
+def _best_split(x: np.ndarray, lo: int, hi: int, min_size: int) -> tuple[float, int] | None:
+    """The split of x[lo:hi] with the largest mean-shift CUSUM (E-Divisive, alpha = 2) and that
+    statistic, or None if the segment is too short for two levels."""
+    taus = np.arange(lo + min_size, hi - min_size + 1)
+    if taus.size == 0:
+        return None
+    seg = x[lo:hi]
+    csum = np.concatenate([[0.0], np.cumsum(seg - seg.mean())])
+    m = (taus - lo).astype(float)
+    n = hi - lo - m
+    left = csum[taus - lo]  # sum of centred values before the split; those after sum to -left
+    stat = np.abs(left / m + left / n) * np.sqrt(m * n / (m + n))
+    best = int(np.argmax(stat))
+    return float(stat[best]), int(taus[best])
 
 
-def _candidate(x: np.ndarray, lo: int, tau: int, hi: int, test: SignificanceTest) -> ChangePoint:
+def _seeded_intervals(n: int, min_size: int) -> list[tuple[int, int]]:
+    """Seeded intervals (Kovacs et al. 2020): at each length n, n/sqrt2, n/2, ... down to
+    2 * min_size, overlapping intervals shifted by half their length. Searching them, not only
+    the whole segment, finds a short excursion (a drop and its recovery) that the best single
+    split of the whole segment averages away."""
+    out, length = {(0, n)}, float(n)
+    while length >= 2 * min_size:
+        width = int(length)
+        count = 2 * math.ceil(n / length) - 1
+        shift = (n - width) / max(count - 1, 1)
+        out.update((round(i * shift), round(i * shift) + width) for i in range(count))
+        length /= math.sqrt(2.0)
+    return sorted(out)
+
+
+def _level_pvalue(a: np.ndarray, b: np.ndarray, noise: float) -> float:
+    """Two-sided p-value of a level change between the sides: Student's t with the pooled
+    within-side deviation, never below the robust noise (two short, quiet sides would otherwise
+    make any wobble significant). Pooled rather than Welch: a short new level (a few points) keeps
+    its degrees of freedom."""
+    m, n = a.size, b.size
+    pooled = math.sqrt((float(np.sum((a - a.mean()) ** 2)) + float(np.sum((b - b.mean()) ** 2))) / (m + n - 2))
+    scale = max(pooled, noise) * math.sqrt(1.0 / m + 1.0 / n)
+    step = abs(float(b.mean() - a.mean()))
+    if scale == 0.0:
+        return 0.0 if step > 0 else 1.0
+    return float(2.0 * stats.t.sf(step / scale, m + n - 2))
+
+
+def _rss(design: np.ndarray, y: np.ndarray) -> float:
+    coef = np.linalg.lstsq(design, y, rcond=None)[0]
+    return float(np.sum((y - design @ coef) ** 2))
+
+
+def _jump_pvalue(x: np.ndarray, lo: int, tau: int, hi: int, window: int) -> float:
+    """p-value that a step at `tau` adds to one straight line through up to `window` points on
+    either side (partial F-test). Large when one linear trend explains both sides."""
+    a, b = max(lo, tau - window), min(hi, tau + window)
+    y = x[a:b]
+    t = np.arange(a, b, dtype=float) - tau
+    line = np.column_stack([np.ones_like(t), t])
+    stepped = np.column_stack([line, (t >= 0).astype(float)])
+    dof = y.size - 3
+    if dof < 1:
+        return 1.0
+    rss_line, rss_step = _rss(line, y), _rss(stepped, y)
+    if rss_line <= 0.0:
+        return 1.0
+    if rss_step <= 1e-12 * rss_line:
+        return 0.0  # a clean jump between two noise-free levels
+    return float(stats.f.sf((rss_line - rss_step) / (rss_step / dof), 1, dof))
+
+
+def _searched(lo: int, hi: int, min_size: int) -> int:
+    """How many split positions a segment offers: the Bonferroni factor of its best split."""
+    return max(1, hi - lo - 2 * min_size + 1)
+
+
+def _level_passes(x: np.ndarray, lo: int, tau: int, hi: int, cfg: _Settings) -> bool:
+    """Size and level tests only: is the split worth keeping as a candidate?"""
     left, right = x[lo:tau], x[tau:hi]
-    return ChangePoint(tau, float(left.mean()), float(right.mean()), test.pvalue(left, right))
+    before, step = float(left.mean()), abs(float(right.mean() - left.mean()))
+    if step == 0.0 or step < cfg.min_sigmas * cfg.noise:
+        return False
+    if cfg.min_magnitude > 0 and (before == 0 or step / abs(before) < cfg.min_magnitude):
+        return False
+    return _level_pvalue(left, right, cfg.noise) * _searched(lo, hi, cfg.min_size) < cfg.pvalue
 
 
-def _strong(point: ChangePoint, pvalue: float, min_magnitude: float) -> bool:
-    return point.pvalue < pvalue and abs(point.rel) >= min_magnitude
+def _assess(x: np.ndarray, lo: int, tau: int, hi: int, cfg: _Settings) -> tuple[ChangePoint, float | None]:
+    """The change point at `tau` between its neighbours `lo` and `hi`, and None if it stands or
+    else how weak it is (larger = weaker: a failed test ranks above a too small step)."""
+    left, right = x[lo:tau], x[tau:hi]
+    p_level = min(1.0, _level_pvalue(left, right, cfg.noise) * _searched(lo, hi, cfg.min_size))
+    p_jump = _jump_pvalue(x, lo, tau, hi, cfg.window)
+    point = ChangePoint(tau, float(left.mean()), float(right.mean()), max(p_level, p_jump))
+    if point.pvalue >= cfg.pvalue:
+        return point, 1.0 + point.pvalue
+    if not _level_passes(x, lo, tau, hi, cfg):
+        return point, 1.0 / (1.0 + abs(point.mean_after - point.mean_before) / max(cfg.noise, 1e-300))
+    return point, None
 
 
-def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0, pvalue: float = 0.001,
-                          min_size: int = 3, test: SignificanceTest = WelchTest()) -> list[ChangePoint]:
-    """Change points of `series` (oldest first), sorted by index. `min_size` is the fewest points
-    a level must have. Raises ValueError on a non-positive mean where a magnitude is needed
-    (relative change is undefined), or on `min_size` < 2. Touches nothing."""
-    if min_size < 2:
-        raise ValueError("min_size must be at least 2")
-    x = np.asarray(series, dtype=float)
-    if x.size < 2 * min_size:
-        return []
-    p = _block_sums(x)
+def _segment_candidates(x: np.ndarray, cfg: _Settings) -> list[int]:
+    """Wild binary segmentation over seeded intervals, on the level test alone: in a segment,
+    the interval inside it whose best split has the largest CUSUM gives the candidate; a
+    staircase looks like a trend until it is cut at its steps, so the trend test waits for the
+    re-test between neighbours."""
+    splits = []
+    for a, b in _seeded_intervals(x.size, cfg.min_size):
+        best = _best_split(x, a, b, cfg.min_size)
+        if best is not None:
+            splits.append((best[0], a, best[1], b))
+    splits.sort(reverse=True)
     found: list[int] = []
     segments = [(0, x.size)]
     while segments:
         lo, hi = segments.pop()
-        tau = _best_split(p, lo, hi, min_size)
-        if tau is None or not _strong(_candidate(x, lo, tau, hi, test), pvalue, 0.0):
+        inside = [(a, tau, b) for _, a, tau, b in splits if lo <= a and b <= hi]
+        if not inside or not _level_passes(x, *inside[0], cfg):
             continue
+        tau = inside[0][1]
         found.append(tau)
         segments += [(lo, tau), (tau, hi)]
-    if found and np.any(x <= 0):
-        raise ValueError("relative magnitudes need a positive series")
-    while True:  # re-test each point between its neighbours; drop the weakest failure, repeat
-        bounds = [0, *sorted(found), x.size]
-        points = [_candidate(x, bounds[i - 1], bounds[i], bounds[i + 1], test) for i in range(1, len(bounds) - 1)]
-        weak = [pt for pt in points if not _strong(pt, pvalue, min_magnitude)]
+    return sorted(found)
+
+
+def _retest(x: np.ndarray, found: list[int], cfg: _Settings) -> list[ChangePoint]:
+    """Re-test each point between its neighbours; drop the weakest failure, repeat. Dropping a
+    point changes only its two neighbours' tests, so results are cached by (lo, tau, hi)."""
+    cache: dict[tuple[int, int, int], tuple[ChangePoint, float | None]] = {}
+    points = list(found)
+    while True:
+        bounds = [0, *points, x.size]
+        results = []
+        for i in range(1, len(bounds) - 1):
+            key = (bounds[i - 1], bounds[i], bounds[i + 1])
+            if key not in cache:
+                cache[key] = _assess(x, *key, cfg)
+            results.append(cache[key])
+        weak = [(weakness, point.index) for point, weakness in results if weakness is not None]
         if not weak:
-            return points
-        found.remove(max(weak, key=lambda pt: (pt.pvalue >= pvalue, pt.pvalue if pt.pvalue >= pvalue else -abs(pt.rel))).index)
+            return [point for point, _ in results]
+        points.remove(max(weak)[1])
+
+
+def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0, pvalue: float = 0.001,
+                          min_size: int = 4, min_sigmas: float = 2.0, window: int = 30) -> list[ChangePoint]:
+    """Change points of `series` (oldest first), sorted by index.
+
+    `pvalue`: the largest corrected p-value a step may have (both tests); `min_magnitude`: the
+    smallest |after/before - 1| kept (0 keeps any size; needs a nonzero level before);
+    `min_size`: the fewest points a level must have; `min_sigmas`: the smallest step in robust
+    noise units; `window`: points on either side of a split in the trend test. Raises
+    ValueError on `min_size` < 2, a non-finite value, or a non-positive `window`. Pure."""
+    if min_size < 2:
+        raise ValueError("min_size must be at least 2")
+    if window < 2:
+        raise ValueError("window must be at least 2")
+    x = np.asarray(series, dtype=float)
+    if x.ndim != 1:
+        raise ValueError("a series is one-dimensional")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("a series must hold finite numbers only")
+    if x.size < 2 * min_size:
+        return []
+    cfg = _Settings(pvalue, min_magnitude, min_size, min_sigmas, max(window, min_size), robust_noise(x))
+    return _retest(x, _segment_candidates(x, cfg), cfg)
