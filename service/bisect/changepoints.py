@@ -4,19 +4,24 @@ Apache Otava's recipe (E-Divisive split search, a significance test instead of p
 minimum magnitude, re-testing each point against its neighbours only), made robust for the
 histories perfbisect sees, which drift, curve, alternate between two modes and carry outliers:
 
-1. Candidates by binary segmentation: in a segment, the split with the largest E-Divisive
-   statistic for alpha = 2 (for alpha = 2 the energy distance is twice the squared difference of
-   the means, so the statistic is the mean-shift CUSUM, O(n) per segment from prefix sums).
-2. A candidate stands only if three tests agree (`_assess`):
-   - level: Welch's t-test of the two sides, Bonferroni-corrected for the split positions that
-     were searched (the split is the best of many, so its raw p-value is optimistic);
-   - discontinuity: in a window either side, a step added to ONE straight line must explain
-     significantly more than the line alone (partial F-test). A smooth trend, however steep,
-     and a bend of slope have no jump, so the line explains them and the split is rejected;
+1. Candidates by wild binary segmentation over seeded intervals (Kovacs et al. 2020): in a
+   segment, the best split of the interval with the largest E-Divisive statistic for alpha = 2
+   (for alpha = 2 the energy distance is twice the squared difference of the means, so the
+   statistic is the mean-shift CUSUM, O(n) per interval). Short intervals find a short
+   excursion (a drop fixed a few commits later) that the best split of the whole averages away.
+   Each point is then moved to the best split between its neighbours, within `min_size`.
+2. A point stands only if three tests pass (`_assess`):
+   - level: Student's t-test of the two sides (pooled deviation, never below the robust noise),
+     Bonferroni-corrected for the split positions between the neighbours (the split is the
+     best of many, so its raw p-value is optimistic);
+   - jump: a line fitted to each side (up to `window` points) must leave a significant gap
+     where the two lines meet, its standard error inflated for autocorrelated residuals. A
+     trend, however steep, a smooth curve and a bend of slope leave none, so a split that one
+     trend explains is rejected;
    - size: the step is at least `min_sigmas` robust noise units (MAD of first differences,
      which a step or a slow trend barely moves) and at least `min_magnitude` of the level.
 3. Re-test: every kept point against its neighbouring points only; the weakest failure is
-   dropped and the rest re-tested, until all stand (Otava's "weak change points" pass).
+   dropped and its neighbours re-tested, until all stand (Otava's "weak change points" pass).
 
 Pure: numpy and scipy only; nothing is read or written.
 """
@@ -123,28 +128,39 @@ def _level_pvalue(a: np.ndarray, b: np.ndarray, noise: float) -> float:
     return float(2.0 * stats.t.sf(step / scale, m + n - 2))
 
 
-def _rss(design: np.ndarray, y: np.ndarray) -> float:
-    coef = np.linalg.lstsq(design, y, rcond=None)[0]
-    return float(np.sum((y - design @ coef) ** 2))
+def _ar1_inflation(*sides: np.ndarray) -> float:
+    """Variance inflation (1 + rho) / (1 - rho) for residuals with lag-1 autocorrelation rho
+    (clipped to [0, 0.95]): residuals that wander smoothly (a curve the lines do not follow, a
+    random walk) hold fewer independent points than they count, and a test that took them for
+    independent would find a jump in any smooth series with little noise."""
+    num = sum(float(r[1:] @ r[:-1]) for r in sides if r.size > 1)
+    den = sum(float(r @ r) for r in sides)
+    rho = min(max(num / den, 0.0), 0.95) if den > 0 else 0.0
+    return (1.0 + rho) / (1.0 - rho)
 
 
 def _jump_pvalue(x: np.ndarray, lo: int, tau: int, hi: int, window: int) -> float:
-    """p-value that a step at `tau` adds to one straight line through up to `window` points on
-    either side (partial F-test). Large when one linear trend explains both sides."""
+    """Two-sided p-value of a jump at `tau`: a line is fitted to up to `window` points on each
+    side and the jump is the gap between the two lines where they meet (between tau - 1 and
+    tau), over its standard error. A smooth curve has no gap (the two fitted lines are biased
+    alike at the boundary, to second order), nor has a bend of slope; a step has one."""
     a, b = max(lo, tau - window), min(hi, tau + window)
     y = x[a:b]
-    t = np.arange(a, b, dtype=float) - tau
-    line = np.column_stack([np.ones_like(t), t])
-    stepped = np.column_stack([line, (t >= 0).astype(float)])
-    dof = y.size - stepped.shape[1]
+    t = np.arange(a, b, dtype=float) - (tau - 0.5)
+    right = (t > 0).astype(float)
+    design = np.column_stack([1 - right, right, t * (1 - right), t * right])
+    dof = y.size - 4
     if dof < 1:
         return 1.0
-    rss_line, rss_step = _rss(line, y), _rss(stepped, y)
-    if rss_line <= 0.0:
-        return 1.0
-    if rss_step <= 1e-12 * rss_line:
-        return 0.0  # a clean jump between two noise-free levels
-    return float(stats.f.sf((rss_line - rss_step) / (rss_step / dof), 1, dof))
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    residuals = y - design @ coef
+    jump = coef[1] - coef[0]
+    cov = np.linalg.pinv(design.T @ design)
+    inflation = _ar1_inflation(residuals[: tau - a], residuals[tau - a:])
+    se = math.sqrt(float(residuals @ residuals) / dof * inflation * (cov[0, 0] + cov[1, 1] - 2 * cov[0, 1]))
+    if se == 0.0:
+        return 0.0 if jump != 0 else 1.0
+    return float(2 * stats.t.sf(abs(jump) / se, dof))
 
 
 def _searched(lo: int, hi: int, min_size: int) -> int:
@@ -179,7 +195,8 @@ def _assess(x: np.ndarray, lo: int, tau: int, hi: int, cfg: _Settings) -> tuple[
 
 def _segment_candidates(x: np.ndarray, cfg: _Settings) -> list[int]:
     """Wild binary segmentation over seeded intervals, on the level test alone: in a segment,
-    the interval inside it whose best split has the largest CUSUM gives the candidate; a
+    the candidate is the best split of the interval inside it with the largest CUSUM among those
+    that pass (a long interval over two steps may fail where a short one over one passes); a
     staircase looks like a trend until it is cut at its steps, so the trend test waits for the
     re-test between neighbours."""
     splits = []
@@ -192,13 +209,31 @@ def _segment_candidates(x: np.ndarray, cfg: _Settings) -> list[int]:
     segments = [(0, x.size)]
     while segments:
         lo, hi = segments.pop()
-        inside = [(a, tau, b) for _, a, tau, b in splits if lo <= a and b <= hi]
-        if not inside or not _level_passes(x, *inside[0], cfg):
+        whole = _best_split(x, lo, hi, cfg.min_size)
+        inside = [(stat, a, tau, b) for stat, a, tau, b in splits if lo <= a and b <= hi]
+        if whole is not None:
+            inside.append((whole[0], lo, whole[1], hi))
+        inside.sort(reverse=True)
+        tau = next((tau for _, a, tau, b in inside if _level_passes(x, a, tau, b, cfg)), None)
+        if tau is None:
             continue
-        tau = inside[0][1]
         found.append(tau)
         segments += [(lo, tau), (tau, hi)]
-    return sorted(found)
+    return _refine(x, sorted(found), cfg.min_size)
+
+
+def _refine(x: np.ndarray, found: list[int], min_size: int) -> list[int]:
+    """Move each point to the best split between its neighbours, within `min_size` of where it
+    was: an interval's split is placed by that interval's points alone and may sit a point off."""
+    points = list(found)
+    for i, tau in enumerate(points):
+        lo = points[i - 1] if i else 0
+        hi = points[i + 1] if i + 1 < len(points) else x.size
+        near_lo, near_hi = max(lo, tau - 2 * min_size), min(hi, tau + 2 * min_size)
+        best = _best_split(x, near_lo, near_hi, min_size)
+        if best is not None:
+            points[i] = best[1]
+    return points
 
 
 def _retest(x: np.ndarray, found: list[int], cfg: _Settings) -> list[ChangePoint]:
@@ -221,7 +256,7 @@ def _retest(x: np.ndarray, found: list[int], cfg: _Settings) -> list[ChangePoint
 
 
 def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0, pvalue: float = 0.001,
-                          trend_pvalue: float = 0.0001, min_size: int = 5, min_sigmas: float = 2.0,
+                          trend_pvalue: float = 0.001, min_size: int = 5, min_sigmas: float = 2.0,
                           window: int = 30) -> list[ChangePoint]:
     """Change points of `series` (oldest first), sorted by index.
 
