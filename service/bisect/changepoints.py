@@ -29,7 +29,6 @@ Pure: numpy and scipy only; nothing is read or written.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,7 +42,7 @@ _MAD_TO_SIGMA = 1.4826 / math.sqrt(2.0)
 @dataclass(frozen=True)
 class ChangePoint:
     """The series changes level at `index` (the first point of the new level). `pvalue` is the
-    weakest of the tests that kept it (level, discontinuity), already corrected for the search."""
+    larger of the level test's (corrected for the split positions searched) and the jump test's."""
 
     index: int
     mean_before: float
@@ -70,10 +69,11 @@ class _Settings:
     noise: float
 
 
-def robust_noise(x: np.ndarray) -> float:
+def robust_noise(series: Sequence[float] | np.ndarray) -> float:
     """The noise of one point, from the MAD of first differences: a step is one outlying
     difference and a slow trend shifts all of them alike, so neither inflates it. Falls back to
     the mean absolute difference when over half the differences are equal (integer counts)."""
+    x = np.asarray(series, dtype=float)
     if x.size < 3:
         return 0.0
     d = np.diff(x)
@@ -261,11 +261,11 @@ def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0
     """Change points of `series` (oldest first), sorted by index.
 
     `pvalue`: the largest p-value of the level test, Bonferroni-corrected for the split positions
-    between the neighbours; `trend_pvalue`: the largest p-value of the step-over-a-line test
-    (stricter by default: a slow curve fits a step a little better than a line); `min_magnitude`:
+    between the neighbours; `trend_pvalue`: the largest p-value of the jump test (the gap
+    between lines fitted to either side, which rejects trends and curves); `min_magnitude`:
     the smallest |after - before| / |before| kept (0 keeps any size); `min_size`: the fewest
     points a level must have; `min_sigmas`: the smallest step in robust noise units; `window`:
-    points on either side of a split in the trend test. The defaults were chosen on TCPD and on
+    points on either side of a split in the jump test. The defaults were chosen on TCPD and on
     perf-like histories (bench/changepoint_accuracy.py). Raises ValueError on `min_size` < 2,
     `window` < 2, or a series that is not one-dimensional and finite. Pure."""
     if min_size < 2:

@@ -115,7 +115,7 @@ def test_rel_is_signed_over_the_size_of_the_level_before():
 
 
 def test_robust_noise_ignores_steps_and_trends():
-    flat = np.array(level(100, 40, sd=1.0))
+    flat = np.array(level(100, 40, sd=1.0))  # arrays or lists alike
     assert robust_noise(flat + 20 * (np.arange(40) >= 20)) == pytest.approx(robust_noise(flat), rel=0.1)
     assert robust_noise(flat + 3 * np.arange(40)) == pytest.approx(robust_noise(flat), rel=0.1)
 
