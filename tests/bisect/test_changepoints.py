@@ -129,3 +129,11 @@ def test_short_series_and_bad_arguments():
         compute_change_points(level(100, 10) + [math.nan])
     with pytest.raises(ValueError, match="one-dimensional"):
         compute_change_points([[1.0, 2.0]] * 10)
+
+
+def test_outliers_are_not_levels():
+    flat = level(100, 60, sd=1.0)
+    spike = flat[:30] + [300.0] + flat[31:]
+    burst = flat[:30] + [130.0] * 3 + flat[33:]  # shorter than a level (min_size 5)
+    assert compute_change_points(spike) == []
+    assert compute_change_points(burst) == []
