@@ -1,7 +1,7 @@
 """Change-point accuracy (issue 10): perfbisect's detector on the Turing Change Point Dataset,
 beside three baselines, plus false alarms and exact hits on perf-like synthetic histories.
 
-    python bench/changepoint_accuracy.py TCPD_DIR [--synthetic N]
+    python bench/changepoint_accuracy.py TCPD_DIR [--synthetic N] [--published]
 
 TCPD_DIR is a checkout of github.com/alan-turing-institute/TCPD (nothing from it is committed
 here): annotations.json and datasets/NAME/NAME.json. Datasets whose JSON is absent (those the
@@ -16,7 +16,10 @@ recall is averaged over annotators, a true point is matched at most once. Method
   by more than 3 log(n) sigma^2 with sigma from the MAD of first differences, at most 5 points,
   as R changepoint's BinSeg defaults: Q = 5, MBIC-like penalty);
 - old: perfbisect's previous detector (E-Divisive alpha = 1 + Welch p < 0.001, commit 700129e);
-- perfbisect: service.bisect.changepoints.compute_change_points with its defaults.
+- perfbisect: service.bisect.changepoints.compute_change_points with its defaults;
+- with --published, where installed: otava (apache-otava's compute_change_points, defaults:
+  window 50, p 0.001) and e_divisive (MongoDB signal-processing-algorithms, p 0.05, 100
+  permutations).
 
 Synthetic histories (perf-like, positive levels near 100): noise only (Gaussian 1-2%, bimodal
 noise p 0.1-0.5 shift 3-8%, seasonal period 7 amplitude 3%, a smooth trend of 10-40% over the
@@ -152,6 +155,27 @@ def perfbisect(x: np.ndarray) -> list[int]:
 METHODS = {"zero": zero, "binseg": binseg, "old": old_detector, "perfbisect": perfbisect}
 
 
+def add_published_detectors() -> None:
+    """Apache Otava's and MongoDB's detectors, when installed (they are not perfbisect's
+    dependencies: otava pulls in BigQuery and Slack clients, signal-processing-algorithms pins
+    numpy < 2). Run in a venv that has them to compare."""
+    try:
+        from otava.analysis import compute_change_points as otava_change_points
+    except ImportError:
+        print("(apache-otava not installed: its row is left out)")
+    else:
+        METHODS["otava"] = lambda x: sorted(int(c.index) for c in otava_change_points(list(x))[0])
+    try:
+        from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive
+    except ImportError:
+        print("(signal-processing-algorithms not installed: its row is left out)")
+    else:
+        def mongodb(x: np.ndarray) -> list[int]:
+            np.random.seed(0)  # its permutation test draws from numpy's global generator
+            return sorted(int(i) for i in e_divisive(x, pvalue=0.05, permutations=100))
+        METHODS["e_divisive"] = mongodb
+
+
 # ---- TCPD -----------------------------------------------------------------------------------------
 
 def load_tcpd(root: Path) -> tuple[dict[str, tuple[np.ndarray, dict]], list[str]]:
@@ -179,7 +203,8 @@ def tcpd_table(root: Path) -> None:
     rows = {}
     for method, detect in METHODS.items():
         start = time.perf_counter()
-        scores = [(name, *f1_score(ann, detect(x)), len(detect(x))) for name, (x, ann) in series.items()]
+        predicted = {name: detect(x) for name, (x, _) in series.items()}
+        scores = [(name, *f1_score(ann, predicted[name]), len(predicted[name])) for name, (_, ann) in series.items()]
         rows[method] = scores
         f1 = np.mean([s[1] for s in scores])
         print(f"{method:11s} F1 {f1:.3f}  precision {np.mean([s[2] for s in scores]):.3f}  recall "
@@ -217,21 +242,23 @@ def stepped(rng: np.random.Generator) -> tuple[np.ndarray, list[int]]:
 
 def synthetic_table(count: int) -> None:
     rng = np.random.default_rng(10)
+    methods = [m for m in METHODS if m != "zero"]
     print(f"\nsynthetic, {count} histories per row (n 40-200):")
-    print(f"{'history':22s}" + "".join(f"{m:>12s}" for m in METHODS if m != "zero"))
+    print(f"{'history':22s}" + "".join(f"{m:>12s}" for m in methods))
     for kind in ("gaussian", "bimodal", "seasonal", "trend"):
         histories = [noise_only(rng, int(rng.integers(40, 201)), kind) for _ in range(count)]
         total = sum(h.size for h in histories)
-        cells = [100 * sum(len(METHODS[m](h)) for h in histories) / total for m in METHODS if m != "zero"]
+        cells = [100 * sum(len(METHODS[m](h)) for h in histories) / total for m in methods]
         print(f"{kind + ' false/100pts':22s}" + "".join(f"{c:12.2f}" for c in cells))
     cases = [stepped(rng) for _ in range(count)]
     true_steps = sum(len(s) for _, s in cases)
+    predicted = {m: [set(METHODS[m](x)) for x, _ in cases] for m in methods}
     for label, tol in (("steps exact", 0), ("steps within 2", 2)):
-        cells = [sum(matched(set(s), set(METHODS[m](x)), tol) for x, s in cases) / true_steps
-                 for m in METHODS if m != "zero"]
+        cells = [sum(matched(set(s), got, tol) for (_, s), got in zip(cases, predicted[m])) / true_steps
+                 for m in methods]
         print(f"{label:22s}" + "".join(f"{c:12.3f}" for c in cells))
-    extra = [sum(max(0, len(METHODS[m](x)) - matched(set(s), set(METHODS[m](x)), 2)) for x, s in cases)
-             / true_steps for m in METHODS if m != "zero"]
+    extra = [sum(len(got) - matched(set(s), got, 2) for (_, s), got in zip(cases, predicted[m])) / true_steps
+             for m in methods]
     print(f"{'extra points per step':22s}" + "".join(f"{c:12.3f}" for c in extra))
     newest_step_table(rng, count)
 
@@ -258,7 +285,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("tcpd", type=Path, help="a TCPD checkout (annotations.json, datasets/)")
     parser.add_argument("--synthetic", type=int, default=100, help="histories per synthetic row (0: none)")
+    parser.add_argument("--published", action="store_true",
+                        help="also run apache-otava and signal-processing-algorithms if installed (slow)")
     args = parser.parse_args()
+    if args.published:
+        add_published_detectors()
     if not (args.tcpd / "annotations.json").is_file():
         parser.error(f"{args.tcpd} holds no annotations.json: pass a TCPD checkout")
     tcpd_table(args.tcpd)
