@@ -47,9 +47,12 @@ def cancel_job(session: SessionDep, job_id: int) -> JobRead:
 
 
 @router.get("/{job_id}/trials", response_model=list[TrialRead])
-def list_trials(session: SessionDep, job_id: int) -> list[TrialRead]:
+def list_trials(session: SessionDep, job_id: int, samples: bool = Query(False, description="include raw samples"),
+                after: int | None = Query(None, ge=0, description="only trials with a larger id (keyset paging)"),
+                limit: int = Query(200, ge=1, le=1000)) -> list[TrialRead]:
+    """The job's trials in id order, a page at a time: pass the last id you got as `after`."""
     service.get(session, job_id)
-    return views.trial_reads(session, job_id)
+    return views.trial_reads(session, job_id, samples=samples, after=after, limit=limit)
 
 
 @router.get("/{job_id}/report", response_class=PlainTextResponse)

@@ -31,13 +31,19 @@ def count_in_flight(session: Session, job_id: int) -> int:
     return session.scalar(stmt) or 0
 
 
-def trials_of(session: Session, job_id: int) -> Sequence[Trial]:
+def trials_of(session: Session, job_id: int, *, after: int | None = None, limit: int | None = None) -> Sequence[Trial]:
+    """The job's trials with their revision and measurements (never the raw samples), id order;
+    `after`/`limit` page through them by id."""
     stmt = (
         select(Trial)
         .where(Trial.job_id == job_id)
         .options(selectinload(Trial.revision), selectinload(Trial.measurements).selectinload(Measurement.case))
         .order_by(Trial.id)
     )
+    if after is not None:
+        stmt = stmt.where(Trial.id > after)
+    if limit is not None:
+        stmt = stmt.limit(limit)
     return session.scalars(stmt).all()
 
 

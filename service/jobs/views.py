@@ -8,6 +8,7 @@ from service.jobs import repository
 from service.repos.repository import revisions_by_sha
 from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, TrialRead
 from service.models import Job
+from service.trials import repository as trials_repo
 
 
 def job_read(session: Session, job: Job) -> JobRead:
@@ -29,7 +30,12 @@ def job_read(session: Session, job: Job) -> JobRead:
     )
 
 
-def trial_reads(session: Session, job_id: int) -> list[TrialRead]:
+def trial_reads(session: Session, job_id: int, *, samples: bool = False, after: int | None = None,
+                limit: int | None = None) -> list[TrialRead]:
+    """The job's trials in id order (keyset: those with id > `after`, at most `limit`); the raw
+    samples of each measurement only when asked for (they are most of the bytes)."""
+    trials = repository.trials_of(session, job_id, after=after, limit=limit)
+    raw = trials_repo.samples_of(session, [m.id for t in trials for m in t.measurements]) if samples else {}
     return [
         TrialRead(
             id=t.id, sha=t.revision.sha, status=t.status.value, device=t.device, fingerprint=t.fingerprint,
@@ -38,7 +44,8 @@ def trial_reads(session: Session, job_id: int) -> list[TrialRead]:
             measurements={m.case.name: {"status": m.status, "ratio": m.ratio, "value": m.value,
                                         "control_value": m.control_value, "unit": m.unit,
                                         "accuracy_error": m.accuracy_error, "error": m.error,
-                                        "samples": m.samples} for m in t.measurements},
+                                        **({"samples": raw.get(m.id)} if samples else {})}
+                          for m in t.measurements},
         )
-        for t in repository.trials_of(session, job_id)
+        for t in trials
     ]
