@@ -185,4 +185,4 @@ def job_page(session: Session, job_id: int) -> JobPage:
 
 
 def jobs_list(session: Session, *, status: JobStatus | None = None, limit: int = 50) -> list[JobRead]:
-    return [job_views.job_read(session, j) for j in repository.recent_jobs(session, status=status, limit=limit)]
+    return job_views.job_reads(session, repository.recent_jobs(session, status=status, limit=limit))

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from service.jobs import advance
 from service.jobs import service as jobs
@@ -85,3 +85,29 @@ def test_a_failed_trial_adds_no_point(session, job_id) -> None:
     trials.record(session, ids[0], harness_result({}, random.Random(1), status="import_error"))
     session.flush()
     assert session.scalars(select(CasePoint)).all() == []
+
+
+def _statements(session) -> list[str]:
+    """Record the SQL the session's connection runs from now on."""
+    seen: list[str] = []
+    event.listen(session.connection(), "before_cursor_execute",
+                 lambda _c, _cur, statement, *_a: seen.append(statement))
+    return seen
+
+
+def test_jobs_list_is_light_paged_and_one_query_whatever_its_length(session, job_id, client) -> None:
+    body = BisectCreate(repository="lib", good="HEAD~3", bad="main", min_effect=0.05,
+                        benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
+                                     "shapes": ["M=64,N=64,K=64,dtype=fp32"]}])
+    more = [jobs.create_bisect(session, body).id for _ in range(4)]
+    session.flush()
+    seen = _statements(session)
+    page = client.get("/api/jobs", params={"limit": 3}).json()
+    selects = [s for s in seen if s.lstrip().upper().startswith("SELECT")]
+    assert len(selects) == 1, selects
+    assert [j["id"] for j in page] == sorted([job_id, *more], reverse=True)[:3]
+    first = page[0]
+    assert "spec" not in first and "revision_shas" not in first
+    assert (first["good"], first["bad"], first["culprits"], first["url"]) == ("HEAD~3", "main", 0, f"/api/jobs/{first['id']}")
+    rest = client.get("/api/jobs", params={"before": page[-1]["id"]}).json()
+    assert [j["id"] for j in rest] == sorted([job_id, *more], reverse=True)[3:]

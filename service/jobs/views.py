@@ -2,18 +2,42 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
+
 from sqlalchemy.orm import Session
 
 from service.jobs import repository
 from service.repos.repository import revisions_by_sha
-from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, TrialRead
-from service.models import Job
+from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, JobSummary, TrialRead
+from service.models import Job, Revision
 from service.trials import repository as trials_repo
 
 
-def job_read(session: Session, job: Job) -> JobRead:
-    shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
-    revisions = revisions_by_sha(session, job.repository_id, list(shas))
+def job_summaries(session: Session, **filters) -> list[JobSummary]:
+    return [JobSummary(url=f"/api/jobs/{row.id}", **{**row._asdict(), "kind": _value(row.kind),
+                                                    "status": _value(row.status), "progress": row.progress or {}})
+            for row in repository.job_summaries(session, **filters)]
+
+
+def _value(enum_or_str) -> str:
+    return getattr(enum_or_str, "value", enum_or_str)
+
+
+def job_reads(session: Session, jobs: Sequence[Job]) -> list[JobRead]:
+    """Read models of several jobs with one revision query per repository, not one per job."""
+    wanted: dict[int, set[str]] = defaultdict(set)
+    for job in jobs:
+        wanted[job.repository_id] |= {sha for c in job.culprits for sha in (c.first_sha, c.last_sha)}
+    revisions = {repo_id: revisions_by_sha(session, repo_id, list(shas)) if shas else {}
+                 for repo_id, shas in wanted.items()}
+    return [job_read(session, job, revisions[job.repository_id]) for job in jobs]
+
+
+def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None = None) -> JobRead:
+    if revisions is None:
+        shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
+        revisions = revisions_by_sha(session, job.repository_id, list(shas))
     culprits = []
     for c in job.culprits:
         rev = revisions.get(c.last_sha)
