@@ -37,6 +37,24 @@ class MeasurementRow:
 
 
 @dataclass(frozen=True)
+class PointRow:
+    """One case's median at one revision for one fingerprint, as stored in case_points."""
+
+    suite: str
+    target: str
+    case: str
+    fingerprint: str | None
+    sha: str
+    position: int
+    trials: int
+    value: float | None
+    control_value: float | None
+    ratio: float | None
+    unit: str | None
+    higher_is_better: bool = True
+
+
+@dataclass(frozen=True)
 class CulpritRow:
     """One culprit as loaded, with the targets its job measured per case name (effects are keyed
     by case name only, so the job's spec says which target a name belongs to)."""
@@ -187,10 +205,35 @@ def plotted(row: MeasurementRow) -> bool:
     return row.trial_status == "ok" and row.status == "ok" and row.value is not None
 
 
-def series_of(rows: Iterable[MeasurementRow], order: Sequence[str]) -> dict[tuple[str, str, str], list[Series]]:
+Order = Sequence[str] | Mapping[str, int]
+
+
+def index_of(order: Order) -> Mapping[str, int]:
+    """sha -> x position: a list of shas is numbered in order; a mapping (the commits' first-parent
+    positions) is used as it is."""
+    return order if isinstance(order, Mapping) else {sha: i for i, sha in enumerate(order)}
+
+
+def series_from_points(points: Iterable[PointRow]) -> dict[tuple[str, str, str], list[Series]]:
+    """Per case key: one Series per fingerprint from stored per-revision medians (already in
+    case, fingerprint, position order), x = the commit's first-parent position."""
+    grouped: dict[tuple, list[PointRow]] = defaultdict(list)
+    for p in points:
+        if p.value is not None:
+            grouped[(p.suite, p.target, p.case, p.fingerprint)].append(p)
+    result: dict[tuple[str, str, str], list[Series]] = defaultdict(list)
+    for (suite, target, case, fingerprint), rows in sorted(grouped.items(), key=lambda kv: (kv[0][:3], kv[0][3] or "")):
+        result[(suite, target, case)].append(Series(
+            fingerprint=fingerprint, unit=rows[0].unit, higher_is_better=rows[0].higher_is_better,
+            points=tuple(RevisionPoint(sha=r.sha, index=r.position, value=r.value, control_value=r.control_value,
+                                       ratio=r.ratio, trials=r.trials) for r in rows)))
+    return dict(result)
+
+
+def series_of(rows: Iterable[MeasurementRow], order: Order) -> dict[tuple[str, str, str], list[Series]]:
     """Per case key (suite, target, case): one Series per fingerprint, a point per revision
     (the median over its trials), in `order`. Rows at commits outside `order` are left out."""
-    index = {sha: i for i, sha in enumerate(order)}
+    index = index_of(order)
     grouped: dict[tuple, dict[str, list[MeasurementRow]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if plotted(row) and row.sha in index:
@@ -211,12 +254,12 @@ def series_of(rows: Iterable[MeasurementRow], order: Sequence[str]) -> dict[tupl
     return dict(result)
 
 
-def steps_of(culprits: Iterable[CulpritRow], order: Sequence[str]) -> dict[tuple[str, str], list[StepMark]]:
+def steps_of(culprits: Iterable[CulpritRow], order: Order) -> dict[tuple[str, str], list[StepMark]]:
     """Per (target, case name), a StepMark for each culprit touching it: a performance culprit
     marks the cases of its effects, a correctness culprit every case of its job. Effects name
     cases only, so the culprit's job says which target each name belongs to. Culprits whose
     commits are outside `order` (a PR head off the branch) are left out."""
-    index = {sha: i for i, sha in enumerate(order)}
+    index = index_of(order)
     marks: dict[tuple[str, str], list[StepMark]] = defaultdict(list)
     for c in culprits:
         if c.first_sha not in index or c.last_sha not in index:
@@ -235,10 +278,10 @@ def steps_of(culprits: Iterable[CulpritRow], order: Sequence[str]) -> dict[tuple
     return dict(marks)
 
 
-def failures_of(failed: Iterable[FailedTrialRow], order: Sequence[str]) -> dict[tuple[str, str], list[FailedMark]]:
+def failures_of(failed: Iterable[FailedTrialRow], order: Order) -> dict[tuple[str, str], list[FailedMark]]:
     """Per (target, case name), the commits in `order` where a trial of a job measuring that
     case failed, with the distinct failure statuses, in commit order."""
-    index = {sha: i for i, sha in enumerate(order)}
+    index = index_of(order)
     statuses: dict[tuple[str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for f in failed:
         if f.sha in index:
@@ -251,10 +294,15 @@ def failures_of(failed: Iterable[FailedTrialRow], order: Sequence[str]) -> dict[
 
 
 def build_histories(rows: Iterable[MeasurementRow], culprits: Iterable[CulpritRow],
-                    order: Sequence[str], failed: Iterable[FailedTrialRow] = ()) -> list[CaseHistory]:
+                    order: Order, failed: Iterable[FailedTrialRow] = ()) -> list[CaseHistory]:
     """Every case with at least one plotted point, sorted by suite, target, case, with its
     fingerprint lines, the culprit marks and the failed-trial commits of its (target, case)."""
-    series = series_of(rows, order)
+    return assemble_histories(series_of(rows, order), culprits, order, failed)
+
+
+def assemble_histories(series: Mapping[tuple[str, str, str], list[Series]], culprits: Iterable[CulpritRow],
+                       order: Order, failed: Iterable[FailedTrialRow] = ()) -> list[CaseHistory]:
+    """CaseHistory per case of `series`, with the culprit marks and failed commits in `order`."""
     steps = steps_of(culprits, order)
     failures = failures_of(failed, order)
     histories = []

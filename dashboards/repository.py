@@ -11,17 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow
-from service.models import (Case, Culprit, Job, JobKind, JobStatus, Measurement, Repository, Revision, Trial,
-                            TrialStatus)
+from dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow, PointRow
+from service.models import (Case, CasePoint, Culprit, Job, JobStatus, Measurement, Repository, Revision,
+                            Trial, TrialStatus)
 
 FAILED_TRIALS = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
-# Jobs whose revision_shas are first-parent ranges of the branch; a compare job's head is a PR
-# commit off the branch, so it does not order the history.
-HISTORY_KINDS = (JobKind.bisect, JobKind.track)
 
 
 @dataclass(frozen=True)
@@ -53,25 +50,69 @@ def repository_by_name(session: Session, name: str) -> Repository | None:
 
 
 def measured_cases(session: Session, repository_id: int) -> list[CaseKey]:
-    """The cases of a repository that have at least one measurement, by suite, target, name."""
-    stmt = (select(Case.suite, Case.target, Case.name).distinct()
-            .join(Measurement, Measurement.case_id == Case.id)
-            .where(Case.repository_id == repository_id)
+    """The cases of a repository that have at least one point in their history (an index probe
+    per case, never a scan of the measurements)."""
+    stmt = (select(Case.suite, Case.target, Case.name)
+            .where(Case.repository_id == repository_id, exists().where(CasePoint.case_id == Case.id))
             .order_by(Case.suite, Case.target, Case.name))
     return [CaseKey(*row) for row in session.execute(stmt)]
 
 
-def history_ranges(session: Session, repository_id: int) -> list[list[str]]:
-    """The first-parent ranges that order the history, oldest job first: the revision_shas of
-    bisect and track jobs, and a compare job's base alone (its head is off the branch)."""
-    stmt = select(Job.kind, Job.revision_shas).where(Job.repository_id == repository_id).order_by(Job.id)
-    ranges = []
-    for kind, shas in session.execute(stmt):
-        if kind in HISTORY_KINDS:
-            ranges.append(list(shas))
-        elif shas:
-            ranges.append([shas[0]])
-    return ranges
+def max_position(session: Session, repository_id: int) -> int | None:
+    """The newest first-parent position of the repository's known commits."""
+    return session.scalar(select(func.max(Revision.position)).where(Revision.repository_id == repository_id))
+
+
+def revision_positions(session: Session, repository_id: int, shas: Sequence[str]) -> dict[str, int]:
+    """sha -> first-parent position, for the commits of `shas` that are on the branch."""
+    stmt = select(Revision.sha, Revision.position).where(
+        Revision.repository_id == repository_id, Revision.sha.in_(list(shas)), Revision.position.is_not(None))
+    return {sha: position for sha, position in session.execute(stmt)}
+
+
+def point_rows(session: Session, repository_id: int, *, suite: str | None = None, target: str | None = None,
+               case: str | None = None, min_position: int | None = None,
+               case_ids: Sequence[int] | None = None) -> list[PointRow]:
+    """The per-revision medians of the repository's cases (optionally one suite, target or case;
+    optionally only from `min_position` on), in case then position order: an index range scan
+    over case_points (case_id, position)."""
+    stmt = (select(Case.suite, Case.target, Case.name, CasePoint.fingerprint, Revision.sha, CasePoint.position,
+                   CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio, CasePoint.unit,
+                   CasePoint.higher_is_better)
+            .join(Case, CasePoint.case_id == Case.id).join(Revision, CasePoint.revision_id == Revision.id)
+            .where(Case.repository_id == repository_id, CasePoint.position.is_not(None))
+            .order_by(Case.suite, Case.target, Case.name, CasePoint.fingerprint, CasePoint.position))
+    for column, wanted in ((Case.suite, suite), (Case.target, target), (Case.name, case)):
+        if wanted:
+            stmt = stmt.where(column == wanted)
+    if min_position is not None:
+        stmt = stmt.where(CasePoint.position >= min_position)
+    if case_ids is not None:
+        stmt = stmt.where(CasePoint.case_id.in_(list(case_ids)))
+    return [PointRow(suite=r.suite, target=r.target, case=r.name, fingerprint=r.fingerprint or None, sha=r.sha,
+                     position=r.position, trials=r.trials, value=r.value, control_value=r.control_value,
+                     ratio=r.ratio, unit=r.unit, higher_is_better=r.higher_is_better)
+            for r in session.execute(stmt)]
+
+
+def latest_points(session: Session, repository_id: int, per_case: int) -> list[PointRow]:
+    """The newest `per_case` points of every case of the repository (for the overview's latest
+    value and sparkline): one window query, never every point."""
+    ranked = (select(CasePoint.id, func.row_number().over(partition_by=CasePoint.case_id,
+                                                          order_by=CasePoint.position.desc()).label("n"))
+              .join(Case, CasePoint.case_id == Case.id)
+              .where(Case.repository_id == repository_id, CasePoint.position.is_not(None))).subquery()
+    stmt = (select(Case.suite, Case.target, Case.name, CasePoint.fingerprint, Revision.sha, CasePoint.position,
+                   CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio, CasePoint.unit,
+                   CasePoint.higher_is_better)
+            .join(ranked, ranked.c.id == CasePoint.id).join(Case, CasePoint.case_id == Case.id)
+            .join(Revision, CasePoint.revision_id == Revision.id)
+            .where(ranked.c.n <= per_case)
+            .order_by(Case.suite, Case.target, Case.name, CasePoint.fingerprint, CasePoint.position))
+    return [PointRow(suite=r.suite, target=r.target, case=r.name, fingerprint=r.fingerprint or None, sha=r.sha,
+                     position=r.position, trials=r.trials, value=r.value, control_value=r.control_value,
+                     ratio=r.ratio, unit=r.unit, higher_is_better=r.higher_is_better)
+            for r in session.execute(stmt)]
 
 
 def revision_meta(session: Session, repository_id: int, shas: Sequence[str] | None = None) -> dict[str, RevisionMeta]:
@@ -119,14 +160,18 @@ def _targets_by_case(spec: dict | None) -> dict[str, frozenset[str]]:
 
 
 def failed_trials(session: Session, repository_id: int, *, job_id: int | None = None) -> list[FailedTrialRow]:
-    """Trials of the repository's jobs (or of one job) that failed as a whole, with the sha."""
-    stmt = (select(Trial.job_id, Revision.sha, Trial.status, Job.spec)
+    """Trials of the repository's jobs (or of one job) that failed as a whole, with the sha; each
+    job's spec is read once, not once per failed trial."""
+    stmt = (select(Trial.job_id, Revision.sha, Trial.status)
             .join(Revision, Trial.revision_id == Revision.id).join(Job, Trial.job_id == Job.id)
             .where(Job.repository_id == repository_id, Trial.status.in_(FAILED_TRIALS)).order_by(Trial.id))
     if job_id is not None:
         stmt = stmt.where(Trial.job_id == job_id)
-    return [FailedTrialRow(job_id=r.job_id, sha=r.sha, status=r.status.value, targets_by_case=_targets_by_case(r.spec))
-            for r in session.execute(stmt)]
+    failed = session.execute(stmt).all()
+    specs = dict(session.execute(select(Job.id, Job.spec).where(Job.id.in_({r.job_id for r in failed}))).all())
+    targets = {jid: _targets_by_case(spec) for jid, spec in specs.items()}
+    return [FailedTrialRow(job_id=r.job_id, sha=r.sha, status=r.status.value, targets_by_case=targets[r.job_id])
+            for r in failed]
 
 
 def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = None) -> list[CulpritRow]:

@@ -47,9 +47,14 @@ def dashboard_job(request: Request, session: SessionDep, job_id: int) -> HTMLRes
 def dashboard_history(request: Request, session: SessionDep, name: str, suite: str | None = None,
                       target: str | None = None, case: str | None = None,
                       last: int | None = Query(None, ge=2, le=100_000)) -> HTMLResponse:
+    filters = {"suite": suite, "target": target, "case": case, "last": last}
+    if not (suite or target or case):  # every case: a summary row each, not every point
+        overview = views.repository_overview(session, name)
+        cases = repository.measured_cases(session, overview.repository.id)
+        return templates.TemplateResponse(request, "overview.html", {"overview": overview, "cases": cases,
+                                                                     "filters": filters})
     view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last)
-    return templates.TemplateResponse(request, "history.html", {
-        "view": view, "filters": {"suite": suite, "target": target, "case": case, "last": last}})
+    return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters})
 
 
 @router.get("/api/history", tags=["history"])
@@ -69,3 +74,12 @@ def history(session: SessionDep, name: str, suite: str | None = None, target: st
     `last` keeps only the newest N commits of that order."""
     view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last)
     return views.history_json(view)
+
+
+@router.get("/api/history/{name}/overview", tags=["history"])
+def history_overview(session: SessionDep, name: str,
+                     points: int = Query(50, ge=2, le=500, description="sparkline length")) -> dict[str, Any]:
+    """Per case of repository `name`: the latest value and ratio, the newest `points` ratios and
+    the latest step. What the dashboard's all-cases view shows, without every point."""
+    overview = views.repository_overview(session, name, sparkline_points=points)
+    return views.overview_json(overview)

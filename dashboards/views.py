@@ -11,7 +11,9 @@ from sqlalchemy.orm import Session
 
 from dashboards import repository
 from dashboards.charts import case_chart, render_svg
-from dashboards.history import CaseHistory, RevisionPoint, build_histories, merge_commit_orders
+from dashboards.overview import OverviewRow, overview_row
+from dashboards.history import (CaseHistory, Order, RevisionPoint, assemble_histories, build_histories, index_of,
+                                series_from_points)
 from dashboards.repository import CaseKey, RevisionMeta
 from service.errors import NotFound
 from service.jobs import views as job_views
@@ -32,10 +34,16 @@ class CasePanel:
 @dataclass
 class RepositoryHistory:
     repository: Repository
-    order: list[str]
+    positions: dict[str, int]  # sha -> first-parent position of every commit the panels use
     revisions: dict[str, RevisionMeta]
     panels: list[CasePanel]
     cases: list[CaseKey]
+
+
+@dataclass
+class RepositoryOverview:
+    repository: Repository
+    rows: list[OverviewRow]
 
 
 @dataclass
@@ -54,13 +62,13 @@ def _labels(revisions: dict[str, RevisionMeta]) -> dict[str, str]:
     return {sha: meta.label for sha, meta in revisions.items()}
 
 
-def median_table(history: CaseHistory, order: list[str], revisions: dict[str, RevisionMeta]) -> list[dict[str, Any]]:
+def median_table(history: CaseHistory, order: Order, revisions: dict[str, RevisionMeta]) -> list[dict[str, Any]]:
     """One row per measured revision in commit order; per fingerprint line, its point (or None)."""
     by_sha: dict[str, list[RevisionPoint | None]] = {}
     for n, series in enumerate(history.series):
         for p in series.points:
             by_sha.setdefault(p.sha, [None] * len(history.series))[n] = p
-    index = {sha: i for i, sha in enumerate(order)}
+    index = index_of(order)
     rows = []
     for sha in sorted(by_sha, key=index.__getitem__):
         meta = revisions.get(sha)
@@ -69,7 +77,7 @@ def median_table(history: CaseHistory, order: list[str], revisions: dict[str, Re
     return rows
 
 
-def _panels(histories: list[CaseHistory], order: list[str], revisions: dict[str, RevisionMeta]) -> list[CasePanel]:
+def _panels(histories: list[CaseHistory], order: Order, revisions: dict[str, RevisionMeta]) -> list[CasePanel]:
     labels = _labels(revisions)
     return [CasePanel(history=h, svg=render_svg(case_chart(h, labels)), table=median_table(h, order, revisions))
             for h in histories]
@@ -78,22 +86,31 @@ def _panels(histories: list[CaseHistory], order: list[str], revisions: dict[str,
 def repository_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
                        case: str | None = None, last: int | None = None) -> RepositoryHistory:
     """The history of every measured case of repository `name` (optionally one suite, target
-    or case; optionally only the `last` commits) in the merged first-parent order of its jobs.
-    Raises NotFound."""
+    or case; optionally only the `last` commits) in first-parent order, from the stored
+    per-revision medians. Raises NotFound."""
+    repo = _repository(session, name)
+    newest = repository.max_position(session, repo.id)
+    since = newest - last + 1 if last and newest is not None else None
+    points = repository.point_rows(session, repo.id, suite=suite, target=target, case=case, min_position=since)
+    culprits = repository.culprit_rows(session, repo.id)
+    failed = repository.failed_trials(session, repo.id)
+    positions = {p.sha: p.position for p in points}
+    marked = {sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed}
+    positions.update(repository.revision_positions(session, repo.id, sorted(marked - positions.keys())))
+    if since is not None:
+        positions = {sha: p for sha, p in positions.items() if p >= since}
+    histories = assemble_histories(series_from_points(points), culprits, positions, failed)
+    revisions = repository.revision_meta(session, repo.id, list(positions))
+    return RepositoryHistory(repository=repo, positions=positions, revisions=revisions,
+                             panels=_panels(histories, positions, revisions),
+                             cases=repository.measured_cases(session, repo.id))
+
+
+def _repository(session: Session, name: str) -> Repository:
     repo = repository.repository_by_name(session, name)
     if repo is None:
         raise NotFound(f"no repository {name!r} is registered")
-    revisions = repository.revision_meta(session, repo.id)
-    order = merge_commit_orders(repository.history_ranges(session, repo.id),
-                                {sha: m.authored_at for sha, m in revisions.items()})
-    if last:
-        order = order[-last:]
-    rows = repository.measurement_rows(session, repo.id, suite=suite, target=target, case=case)
-    histories = build_histories(rows, repository.culprit_rows(session, repo.id), order,
-                                repository.failed_trials(session, repo.id))
-    return RepositoryHistory(repository=repo, order=order, revisions=revisions,
-                             panels=_panels(histories, order, revisions),
-                             cases=repository.measured_cases(session, repo.id))
+    return repo
 
 
 def history_json(view: RepositoryHistory) -> dict[str, Any]:
@@ -103,12 +120,11 @@ def history_json(view: RepositoryHistory) -> dict[str, Any]:
     used |= {sha for panel in view.panels for m in panel.history.steps for sha in (m.first_sha, m.last_sha)}
     used |= {f.sha for panel in view.panels for f in panel.history.failed}
     commits = []
-    for i, sha in enumerate(view.order):
-        if sha in used:
-            meta = view.revisions.get(sha)
-            commits.append({"index": i, "sha": sha, "subject": meta.subject if meta else None,
-                            "pr_number": meta.pr_number if meta else None,
-                            "authored_at": meta.authored_at.isoformat() if meta and meta.authored_at else None})
+    for sha in sorted(used, key=view.positions.__getitem__):
+        meta = view.revisions.get(sha)
+        commits.append({"index": view.positions[sha], "sha": sha, "subject": meta.subject if meta else None,
+                        "pr_number": meta.pr_number if meta else None,
+                        "authored_at": meta.authored_at.isoformat() if meta and meta.authored_at else None})
     cases = []
     for panel in view.panels:
         h = panel.history
@@ -124,6 +140,31 @@ def history_json(view: RepositoryHistory) -> dict[str, Any]:
             "failed": [{"sha": f.sha, "index": f.index, "statuses": list(f.statuses)} for f in h.failed],
         })
     return {"repository": view.repository.name, "commits": commits, "cases": cases}
+
+
+def repository_overview(session: Session, name: str, *, sparkline_points: int = 50) -> RepositoryOverview:
+    """One row per measured case of repository `name`: its latest value and ratio, a sparkline
+    of its newest points and its latest step; never every point. Raises NotFound."""
+    repo = _repository(session, name)
+    points = repository.latest_points(session, repo.id, per_case=sparkline_points)
+    culprits = repository.culprit_rows(session, repo.id)
+    positions = repository.revision_positions(
+        session, repo.id, sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)}))
+    positions.update({p.sha: p.position for p in points})
+    histories = assemble_histories(series_from_points(points), culprits, positions)
+    return RepositoryOverview(repository=repo, rows=[overview_row(h) for h in histories])
+
+
+def overview_json(overview: RepositoryOverview) -> dict[str, Any]:
+    def step(m) -> dict[str, Any] | None:
+        return None if m is None else {"kind": m.kind, "first_sha": m.first_sha, "last_sha": m.last_sha,
+                                       "rel": m.rel, "ci": list(m.ci) if m.ci else None, "job_id": m.job_id,
+                                       "pr_number": m.pr_number}
+
+    return {"repository": overview.repository.name,
+            "cases": [{"suite": r.suite, "target": r.target, "case": r.case, "unit": r.unit,
+                       "latest_sha": r.latest_sha, "latest_value": r.latest_value, "latest_ratio": r.latest_ratio,
+                       "points": r.points, "latest_step": step(r.latest_step)} for r in overview.rows]}
 
 
 def job_page(session: Session, job_id: int) -> JobPage:
@@ -144,4 +185,4 @@ def job_page(session: Session, job_id: int) -> JobPage:
 
 
 def jobs_list(session: Session, *, status: JobStatus | None = None, limit: int = 50) -> list[JobRead]:
-    return [job_views.job_read(session, j) for j in repository.recent_jobs(session, status=status, limit=limit)]
+    return job_views.job_reads(session, repository.recent_jobs(session, status=status, limit=limit))

@@ -26,7 +26,10 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    settings = get_settings()
+    # One connection per request thread, so a request never waits on the pool in normal load.
+    return create_engine(url, pool_pre_ping=True, pool_size=settings.web_threads, max_overflow=4,
+                         pool_timeout=settings.db_pool_timeout_s)
 
 
 @lru_cache

@@ -13,7 +13,7 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -85,7 +85,8 @@ class Repository(Base):
 
 class Revision(Base):
     __tablename__ = "revisions"
-    __table_args__ = (UniqueConstraint("repository_id", "sha"),)
+    __table_args__ = (UniqueConstraint("repository_id", "sha"),
+                      Index("ix_revisions_repository_position", "repository_id", "position"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
@@ -95,6 +96,8 @@ class Revision(Base):
     authored_at: Mapped[datetime | None]
     subject: Mapped[str] = mapped_column(Text, default="")
     pr_number: Mapped[int | None] = mapped_column(Integer)
+    position: Mapped[int | None] = mapped_column(
+        Integer, doc="first-parent depth on its branch (0 = root); None for a commit off the branch (a PR head)")
 
 
 class Case(Base):
@@ -174,10 +177,41 @@ class Measurement(Base):
     unit: Mapped[str | None] = mapped_column(String(20))
     higher_is_better: Mapped[bool] = mapped_column(default=True)
     accuracy_error: Mapped[float | None] = mapped_column(Float)
-    samples: Mapped[dict[str, Any]] = mapped_column(default=dict, doc="raw target/control times, ratios, clocks")
 
     trial: Mapped[Trial] = relationship(back_populates="measurements", lazy="raise")
     case: Mapped[Case] = relationship(lazy="raise")
+    raw: Mapped[MeasurementSamples | None] = relationship(lazy="raise", cascade="all, delete-orphan")
+
+
+class MeasurementSamples(Base):
+    """The raw samples of one measurement, kept out of the hot `measurements` table: histories and
+    planning read only the summaries; the samples are fetched when someone asks for them."""
+
+    __tablename__ = "measurement_samples"
+
+    measurement_id: Mapped[int] = mapped_column(ForeignKey("measurements.id", ondelete="CASCADE"), primary_key=True)
+    samples: Mapped[dict[str, Any]] = mapped_column(doc="raw target/control times, ratios, clocks")
+
+
+class CasePoint(Base):
+    """A case's value at one revision for one fingerprint: the medians over its ok trials. Kept
+    up to date as trials are stored, so a history is an index range scan over (case, position)."""
+
+    __tablename__ = "case_points"
+    __table_args__ = (UniqueConstraint("case_id", "revision_id", "fingerprint"),
+                      Index("ix_case_points_case_position", "case_id", "position"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    case_id: Mapped[int] = mapped_column(ForeignKey("cases.id", ondelete="CASCADE"))
+    revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id", ondelete="CASCADE"), index=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), doc="'' when the trial had none")
+    position: Mapped[int | None] = mapped_column(Integer, doc="the revision's position, copied for the index")
+    trials: Mapped[int]
+    value: Mapped[float | None] = mapped_column(Float)
+    control_value: Mapped[float | None] = mapped_column(Float)
+    ratio: Mapped[float | None] = mapped_column(Float)
+    unit: Mapped[str | None] = mapped_column(String(20))
+    higher_is_better: Mapped[bool] = mapped_column(default=True)
 
 
 class Culprit(Base):

@@ -39,6 +39,12 @@ class Settings(BaseSettings):
     device_class: str = "cpu"
     visibility_timeout_s: int = 3600
     embedded_workers: int = Field(default=1, ge=1, le=64, description="trials run at once without a broker")
+    # Serving: processes, threads per process (= database connections per process) and the
+    # requests in flight per process past which new ones are answered 503 + Retry-After.
+    web_workers: int | None = Field(default=None, ge=1, le=64, description="default: 1 embedded, else the cores")
+    web_threads: int = Field(default=16, ge=1, le=256)
+    max_in_flight: int = Field(default=64, ge=1, le=10_000)
+    db_pool_timeout_s: float = Field(default=10.0, gt=0)
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"

@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.isolation import isolate_xdist_worker  # noqa: E402
+
+# Under pytest-xdist every worker gets its own database (made from the migrations) and its own
+# Redis server, so workers never drop each other's schema or flush each other's queues.
+isolate_xdist_worker()
 TEST_DATABASE_URL = os.environ.get("PERFBISECT_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TEST_REDIS_URL = os.environ.get("PERFBISECT_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 _HOME = Path(tempfile.mkdtemp(prefix="perfbisect-test-home-"))

@@ -7,9 +7,11 @@ import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from sqlalchemy import select
 
 from dashboards.charts import Chart, ChartLine, ChartMark, ChartPoint, case_chart, nice_ticks, render_svg
 from dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow, build_histories, merge_commit_orders
+from service.trials.repository import refresh_case_points
 from service.models import (Case, Culprit, CulpritKind, Job, JobKind, JobStatus, Measurement, Repository, Revision,
                             Trial, TrialStatus)
 
@@ -152,7 +154,7 @@ def measured(session) -> dict:
     session.flush()
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     revs = [Revision(repository_id=repo.id, sha=SHAS[i], subject=f"commit {i} <b>", pr_number=10 + i,
-                     authored_at=t0 + timedelta(hours=i)) for i in range(5)]
+                     authored_at=t0 + timedelta(hours=i), position=i) for i in range(5)]
     case = Case(repository_id=repo.id, suite="gemm", target=TARGET, name=GEMM, params={"M": 64, "N": 64, "K": 64})
     session.add_all([*revs, case])
     spec = {"good": "v1", "bad": "main", "cases": [{"suite": "gemm", "target": TARGET, "name": GEMM,
@@ -174,6 +176,9 @@ def measured(session) -> dict:
     other.measurements = [Measurement(case_id=case.id, status="ok", value=300.0, control_value=320.0, ratio=0.94,
                                       unit="TFLOP/s")]
     session.add_all([other, Trial(job_id=job.id, revision_id=revs[1].id, status=TrialStatus.build_error)])
+    session.flush()
+    for trial in session.scalars(select(Trial).where(Trial.job_id == job.id)):
+        refresh_case_points(session, trial, [case.id])  # what storing a trial does
     session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=SHAS[3], last_sha=SHAS[3],
                         revision_id=revs[3].id, effects={GEMM: {"rel": -0.08, "ci": [-0.1, -0.06], "before": 0.865,
                                                                 "after": 0.795, "unit": "TFLOP/s",
@@ -204,8 +209,21 @@ def test_history_json_orders_commits_and_separates_fingerprints(client, measured
                        "cases": [{"suite": "gemm", "target": TARGET, "case": GEMM}]}]
 
 
-def test_history_page_draws_the_chart_with_the_culprit(client, measured) -> None:
+def test_overview_page_summarises_each_case_without_every_point(client, measured) -> None:
     response = client.get("/dashboard/repositories/kern")
+    assert response.status_code == 200
+    html = response.text
+    assert html.count('<svg class="spark"') == 1 and GEMM in html and "-8.0%" in html
+    assert "case=gemm%20M%3D64%2CN%3D64%2CK%3D64%2Cdtype%3Dfp32" in html  # a link to the case's history
+    body = client.get("/api/history/kern/overview", params={"points": 3}).json()
+    [row] = body["cases"]
+    # the line with the most points stands for the case: its newest commit and value
+    assert (row["latest_sha"], row["latest_value"], row["points"]) == (SHAS[4], 560.0, 3)
+    assert row["latest_step"]["last_sha"] == SHAS[3] and row["latest_step"]["rel"] == -0.08
+
+
+def test_history_page_draws_the_chart_with_the_culprit(client, measured) -> None:
+    response = client.get("/dashboard/repositories/kern", params={"case": GEMM})
     assert response.status_code == 200
     html = response.text
     assert html.count("<svg") == 1 and html.count("<polyline") == 4  # two fingerprints, each with its control

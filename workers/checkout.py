@@ -12,7 +12,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -34,6 +34,7 @@ class CommitInfo:
     authored_at: datetime
     subject: str
     pr_number: int | None
+    position: int | None = None  # first-parent depth (0 = root); None for a commit off the branch
 
 
 def validate_ref(ref: str) -> str:
@@ -119,7 +120,12 @@ class Mirror:
         shas = repo.git.rev_list("--first-parent", "--reverse", f"{good_sha}..{bad_sha}").split()
         if not shas:
             raise GitError("the range good..bad holds no first-parent commits")
-        return [_commit_info(repo.commit(sha)) for sha in [good_sha, *shas]]
+        depth = self.first_parent_depth(good_sha)
+        return [replace(_commit_info(repo.commit(sha)), position=depth + i) for i, sha in enumerate([good_sha, *shas])]
+
+    def first_parent_depth(self, sha: str) -> int:
+        """How many first-parent ancestors `sha` has: its position on its branch's history."""
+        return int(self.ensure(fetch=False).git.rev_list("--first-parent", "--count", sha)) - 1
 
     def count_first_parent(self, good_sha: str, bad_sha: str) -> int:
         repo = self.ensure(fetch=False)

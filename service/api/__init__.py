@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from service.api.backpressure import InFlightLimit, size_thread_pool
 from service.errors import PerfbisectError
+from service.settings import get_settings
 
 
 def create_app() -> FastAPI:
@@ -23,10 +26,18 @@ def create_app() -> FastAPI:
         "performance, with the step per shape and its confidence interval.",
     )
 
+    @app.exception_handler(PoolTimeout)
+    def _pool_exhausted(_request: Request, _exc: PoolTimeout) -> JSONResponse:
+        return JSONResponse(status_code=503, headers={"Retry-After": "2"},
+                            content={"detail": "the server is at capacity; retry shortly"})
+
     @app.exception_handler(PerfbisectError)
     def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
         return JSONResponse(status_code=exc.status_code, content={"detail": exc.message})
 
     for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router):
         app.include_router(router)
+    settings = get_settings()
+    app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight)
+    app.router.on_startup.append(lambda: size_thread_pool(settings.web_threads))
     return app

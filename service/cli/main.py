@@ -49,15 +49,24 @@ def db_upgrade(revision: str = "head") -> None:
 
 
 @app.command()
-def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True) -> None:
+def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
+          workers: Annotated[Optional[int], typer.Option(
+              help="server processes (default PERFBISECT_WEB_WORKERS, else 1 embedded and one per core)")] = None) -> None:
     """Run the REST API and the dashboard (uvicorn)."""
     import uvicorn
+
+    from service.settings import get_settings
 
     if migrate:
         from service.migrate import upgrade
 
         upgrade()
-    uvicorn.run("service.api:create_app", factory=True, host=host, port=port, log_level="info")
+    settings = get_settings()
+    # Embedded, tasks run inside the server process: one process keeps them in one place.
+    processes = workers or settings.web_workers or (1 if settings.embedded else os.cpu_count() or 1)
+    uvicorn.run("service.api:create_app", factory=True, host=host, port=port, log_level="info",
+                workers=processes, backlog=settings.max_in_flight * 4,
+                timeout_worker_healthcheck=60)  # a loaded node may take a while to import the app
 
 
 @app.command()

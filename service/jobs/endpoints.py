@@ -5,7 +5,7 @@ from fastapi.responses import PlainTextResponse
 
 from service.api.deps import SessionDep
 from service.jobs import repository, service, views
-from service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, TrialRead
+from service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, JobSummary, TrialRead
 from service.models import Job, JobStatus
 from service.reports.culprits import culprit_table, markdown_report
 from workers import dispatch
@@ -31,9 +31,13 @@ def submit_compare(session: SessionDep, body: CompareCreate) -> JobAccepted:
     return _accepted(session, service.create_compare(session, body))
 
 
-@router.get("", response_model=list[JobRead])
-def list_jobs(session: SessionDep, status: JobStatus | None = None, limit: int = Query(50, ge=1, le=500)) -> list[JobRead]:
-    return [views.job_read(session, j) for j in repository.list_jobs(session, status=status, limit=limit)]
+@router.get("", response_model=list[JobSummary])
+def list_jobs(session: SessionDep, status: JobStatus | None = None,
+              before: int | None = Query(None, ge=1, description="only jobs with a smaller id (keyset paging)"),
+              limit: int = Query(50, ge=1, le=500)) -> list[JobSummary]:
+    """Newest first, a page at a time (pass the last id you got as `before`); read a job for its
+    range, spec and culprits."""
+    return views.job_summaries(session, status=status, before=before, limit=limit)
 
 
 @router.get("/{job_id}", response_model=JobRead)
@@ -47,9 +51,12 @@ def cancel_job(session: SessionDep, job_id: int) -> JobRead:
 
 
 @router.get("/{job_id}/trials", response_model=list[TrialRead])
-def list_trials(session: SessionDep, job_id: int) -> list[TrialRead]:
+def list_trials(session: SessionDep, job_id: int, samples: bool = Query(False, description="include raw samples"),
+                after: int | None = Query(None, ge=0, description="only trials with a larger id (keyset paging)"),
+                limit: int = Query(200, ge=1, le=1000)) -> list[TrialRead]:
+    """The job's trials in id order, a page at a time: pass the last id you got as `after`."""
     service.get(session, job_id)
-    return views.trial_reads(session, job_id)
+    return views.trial_reads(session, job_id, samples=samples, after=after, limit=limit)
 
 
 @router.get("/{job_id}/report", response_class=PlainTextResponse)

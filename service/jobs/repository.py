@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from service.models import Case, Job, JobStatus, Measurement, Trial, TrialStatus
+from service.models import Case, Culprit, Job, JobStatus, Measurement, Repository, Trial, TrialStatus
 
 IN_FLIGHT = (TrialStatus.pending, TrialStatus.running)
 
@@ -19,11 +19,35 @@ def get_job(session: Session, job_id: int, *, lock: bool = False) -> Job | None:
     return session.scalars(stmt).one_or_none()
 
 
-def list_jobs(session: Session, *, status: JobStatus | None = None, limit: int = 100) -> Sequence[Job]:
+def list_jobs(session: Session, *, status: JobStatus | None = None, repository_id: int | None = None,
+              before: int | None = None, limit: int = 100) -> Sequence[Job]:
+    """Newest first (keyset: ids below `before`), with the repository and culprits loaded in two
+    queries whatever the page size."""
     stmt = select(Job).options(selectinload(Job.repository), selectinload(Job.culprits))
     if status is not None:
         stmt = stmt.where(Job.status == status)
+    if repository_id is not None:
+        stmt = stmt.where(Job.repository_id == repository_id)
+    if before is not None:
+        stmt = stmt.where(Job.id < before)
     return session.scalars(stmt.order_by(Job.id.desc()).limit(limit)).all()
+
+
+def job_summaries(session: Session, *, status: JobStatus | None = None, before: int | None = None,
+                  limit: int = 50) -> Sequence:
+    """The jobs list's rows in one query: no range, no spec beyond its refs, a culprit count."""
+    culprits = (select(func.count()).select_from(Culprit).where(Culprit.job_id == Job.id)
+                .correlate(Job).scalar_subquery())
+    stmt = (select(Job.id, Job.kind, Job.status, Repository.name.label("repository"),
+                   Job.spec["good"].as_string().label("good"), Job.spec["bad"].as_string().label("bad"),
+                   Job.spec["pr_number"].as_integer().label("pr_number"), Job.progress, Job.error,
+                   Job.created_at, Job.started_at, Job.finished_at, culprits.label("culprits"))
+            .join(Repository, Job.repository_id == Repository.id))
+    if status is not None:
+        stmt = stmt.where(Job.status == status)
+    if before is not None:
+        stmt = stmt.where(Job.id < before)
+    return session.execute(stmt.order_by(Job.id.desc()).limit(limit)).all()
 
 
 def count_in_flight(session: Session, job_id: int) -> int:
@@ -31,13 +55,19 @@ def count_in_flight(session: Session, job_id: int) -> int:
     return session.scalar(stmt) or 0
 
 
-def trials_of(session: Session, job_id: int) -> Sequence[Trial]:
+def trials_of(session: Session, job_id: int, *, after: int | None = None, limit: int | None = None) -> Sequence[Trial]:
+    """The job's trials with their revision and measurements (never the raw samples), id order;
+    `after`/`limit` page through them by id."""
     stmt = (
         select(Trial)
         .where(Trial.job_id == job_id)
         .options(selectinload(Trial.revision), selectinload(Trial.measurements).selectinload(Measurement.case))
         .order_by(Trial.id)
     )
+    if after is not None:
+        stmt = stmt.where(Trial.id > after)
+    if limit is not None:
+        stmt = stmt.limit(limit)
     return session.scalars(stmt).all()
 
 

@@ -95,6 +95,28 @@ class JobRead(BaseModel):
     culprits: list[CulpritRead]
 
 
+class JobSummary(BaseModel):
+    """A row of the jobs list: what a list shows, without the range or the full spec (read the
+    job for those)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    kind: str
+    status: str
+    repository: str
+    good: str | None
+    bad: str | None
+    pr_number: int | None
+    progress: dict[str, Any]
+    error: str | None
+    culprits: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    url: str
+
+
 class JobAccepted(BaseModel):
     id: int
     status: str

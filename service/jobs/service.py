@@ -3,6 +3,7 @@ transaction, so a request that fails validation leaves no half-written job."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -103,7 +104,9 @@ def create_compare(session: Session, data: CompareCreate) -> Job:
         base_sha, head_sha = mirror.resolve(data.base), mirror.resolve(data.head)
         if base_sha == head_sha:
             raise GitError("base and head are the same commit: nothing to compare")
-        commits = [mirror.commit_info(base_sha), mirror.commit_info(head_sha)]
+        # The base is on the branch (it orders the history); the head is a PR commit off it.
+        base = replace(mirror.commit_info(base_sha), position=mirror.first_parent_depth(base_sha))
+        commits = [base, mirror.commit_info(head_sha)]
     except GitError as exc:
         raise BadRequest(str(exc)) from exc
     spec = {

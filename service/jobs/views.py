@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
+
 from sqlalchemy.orm import Session
 
 from service.jobs import repository
 from service.repos.repository import revisions_by_sha
-from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, TrialRead
-from service.models import Job
+from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, JobSummary, TrialRead
+from service.models import Job, Revision
+from service.trials import repository as trials_repo
 
 
-def job_read(session: Session, job: Job) -> JobRead:
-    shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
-    revisions = revisions_by_sha(session, job.repository_id, list(shas))
+def job_summaries(session: Session, **filters) -> list[JobSummary]:
+    return [JobSummary(url=f"/api/jobs/{row.id}", **{**row._asdict(), "kind": _value(row.kind),
+                                                    "status": _value(row.status), "progress": row.progress or {}})
+            for row in repository.job_summaries(session, **filters)]
+
+
+def _value(enum_or_str) -> str:
+    return getattr(enum_or_str, "value", enum_or_str)
+
+
+def job_reads(session: Session, jobs: Sequence[Job]) -> list[JobRead]:
+    """Read models of several jobs with one revision query per repository, not one per job."""
+    wanted: dict[int, set[str]] = defaultdict(set)
+    for job in jobs:
+        wanted[job.repository_id] |= {sha for c in job.culprits for sha in (c.first_sha, c.last_sha)}
+    revisions = {repo_id: revisions_by_sha(session, repo_id, list(shas)) if shas else {}
+                 for repo_id, shas in wanted.items()}
+    return [job_read(session, job, revisions[job.repository_id]) for job in jobs]
+
+
+def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None = None) -> JobRead:
+    if revisions is None:
+        shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
+        revisions = revisions_by_sha(session, job.repository_id, list(shas))
     culprits = []
     for c in job.culprits:
         rev = revisions.get(c.last_sha)
@@ -29,7 +54,12 @@ def job_read(session: Session, job: Job) -> JobRead:
     )
 
 
-def trial_reads(session: Session, job_id: int) -> list[TrialRead]:
+def trial_reads(session: Session, job_id: int, *, samples: bool = False, after: int | None = None,
+                limit: int | None = None) -> list[TrialRead]:
+    """The job's trials in id order (keyset: those with id > `after`, at most `limit`); the raw
+    samples of each measurement only when asked for (they are most of the bytes)."""
+    trials = repository.trials_of(session, job_id, after=after, limit=limit)
+    raw = trials_repo.samples_of(session, [m.id for t in trials for m in t.measurements]) if samples else {}
     return [
         TrialRead(
             id=t.id, sha=t.revision.sha, status=t.status.value, device=t.device, fingerprint=t.fingerprint,
@@ -38,7 +68,8 @@ def trial_reads(session: Session, job_id: int) -> list[TrialRead]:
             measurements={m.case.name: {"status": m.status, "ratio": m.ratio, "value": m.value,
                                         "control_value": m.control_value, "unit": m.unit,
                                         "accuracy_error": m.accuracy_error, "error": m.error,
-                                        "samples": m.samples} for m in t.measurements},
+                                        **({"samples": raw.get(m.id)} if samples else {})}
+                          for m in t.measurements},
         )
-        for t in repository.trials_of(session, job_id)
+        for t in trials
     ]

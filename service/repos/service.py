@@ -60,8 +60,12 @@ def record_revisions(session: Session, repo: Repository, commits: Sequence[Commi
                 authored_at=commit.authored_at,
                 subject=commit.subject,
                 pr_number=commit.pr_number,
+                position=commit.position,
             )
             session.add(row)
+        elif row.position is None and commit.position is not None:
+            row.position = commit.position  # first seen as a PR head, now on the branch
+            repository.set_case_point_positions(session, row)
         rows.append(row)
     session.flush()
     return rows

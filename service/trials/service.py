@@ -12,7 +12,9 @@ from sqlalchemy.orm import Session
 
 from service.errors import NotFound
 from service.jobs import repository as jobs_repo
-from service.models import Job, JobStatus, Measurement, Repository, Revision, Trial, TrialStatus, utcnow
+from service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
+                            utcnow)
+from service.trials import repository as trials_repo
 
 
 class TrialGone(NotFound):
@@ -67,6 +69,7 @@ def fingerprint(repo_name: str, device: dict[str, Any]) -> str:
 
 
 _TRIAL_STATUS = {s.value: s for s in TrialStatus}
+RAW_SAMPLE_KEYS = ("target_ms", "control_ms", "ratio", "clock_mhz", "dropped_throttled")
 
 
 def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: float | None = None) -> Trial | None:
@@ -91,17 +94,22 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     if job.status == JobStatus.cancelled:
         trial.status = TrialStatus.cancelled
     cases = jobs_repo.cases_by_name(session, repo.id, [c["name"] for c in result.get("cases", [])])
+    stored: list[int] = []
     for case in result.get("cases", []):
         row = cases.get((case["suite"], case["target"], case["name"]))
         if row is None:
             continue
         metric = case.get("metric") or {}
-        session.add(Measurement(
+        measured = Measurement(
             trial_id=trial.id, case_id=row.id, status=case.get("status", "error"), error=case.get("error"),
             ratio=case.get("median_ratio"), value=metric.get("target"), control_value=metric.get("control"),
             unit=metric.get("name"), higher_is_better=metric.get("higher_is_better", True),
             accuracy_error=case.get("accuracy_error"),
-            samples={k: case.get(k) for k in ("target_ms", "control_ms", "ratio", "clock_mhz", "dropped_throttled")},
-        ))
+        )
+        measured.raw = MeasurementSamples(samples={k: case.get(k) for k in RAW_SAMPLE_KEYS})
+        session.add(measured)
+        stored.append(row.id)
+    session.flush()
+    trials_repo.refresh_case_points(session, trial, stored)
     session.flush()
     return trial

@@ -1,0 +1,287 @@
+"""Load and scale benchmark: a year of tracking in PostgreSQL, served by `perfbisect serve`.
+
+Generates one repository with REVISIONS first-parent commits, CASES cases and TRIALS trials per
+revision (each measuring every case, with SAMPLES raw samples per series), in a database of its
+own, through the migrations; then starts the server against it and prints:
+- p50/p95 of one case's history (all commits, last 100), the all-cases overview, a job read and
+  the jobs list (sequential requests);
+- achieved rps, p99 and 5xx/503 counts for job reads offered at fixed rates (open loop);
+- how long latency takes to come back to normal after an overload stops;
+- bytes per trial and per measurement (hot table with its indexes, and the raw samples apart).
+
+    .venv/bin/python bench/scale.py                      # 10,000 x 50 x 3 (1.5 M measurements)
+    .venv/bin/python bench/scale.py --revisions 2000 --quick
+
+The load generator runs on the same machine as the server: on 2 cores it takes a share of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+PG = "postgresql://postgres@127.0.0.1:5432"
+
+
+def shapes(n: int) -> list[str]:
+    sizes = [256, 512, 1024, 2048, 4096, 8192, 16384]
+    out = []
+    for m in sizes:
+        for k in sizes:
+            for dtype in ("bf16", "fp16"):
+                out.append(f"gemm M={m},N={m},K={k},dtype={dtype}")
+    return out[:n]
+
+
+def copy_rows(conn: psycopg.Connection, table: str, columns: list[str], rows) -> None:
+    with conn.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def generate(url: str, revisions: int, cases: int, trials: int, samples: int, seed: int = 1) -> dict:
+    """Fill the database through COPY; returns ids to query. Values: a slow drift plus a -8%
+    step at 60% of the history on half of the cases, 1% noise."""
+    rng = random.Random(seed)
+    names = shapes(cases)
+    with psycopg.connect(url, autocommit=False) as conn:
+        repo_id = conn.execute("INSERT INTO repositories (name, url, build_command, import_root, env, default_branch,"
+                               " created_at) VALUES ('scale', 'https://github.com/acme/scale.git', NULL, '.', '{}',"
+                               " 'main', now()) RETURNING id").fetchone()[0]
+        shas = [f"{i:08x}" + "%032x" % rng.getrandbits(128) for i in range(revisions)]
+        copy_rows(conn, "revisions", ["repository_id", "sha", "parent_sha", "author", "subject", "pr_number", "position"],
+                  ((repo_id, sha, shas[i - 1] if i else None, "dev", f"change {i} (#{1000 + i})", 1000 + i, i)
+                   for i, sha in enumerate(shas)))
+        rev_ids = dict(conn.execute("SELECT sha, id FROM revisions WHERE repository_id = %s", (repo_id,)).fetchall())
+        copy_rows(conn, "cases", ["repository_id", "suite", "target", "name", "params"],
+                  ((repo_id, "gemm", "lib.gemm:matmul", name, "{}") for name in names))
+        case_ids = dict(conn.execute("SELECT name, id FROM cases WHERE repository_id = %s", (repo_id,)).fetchall())
+        # One tracking job per 100 commits, as a tracked branch adds them.
+        job_ids = []
+        for start in range(0, revisions, 100):
+            chunk = shas[start:start + 100]
+            spec = {"good": chunk[0], "bad": chunk[-1], "cases": [{"suite": "gemm", "target": "lib.gemm:matmul",
+                                                                   "name": n, "params": {}} for n in names],
+                    "min_effect": 0.02, "metric": "ratio", "device_class": "cuda"}
+            job_ids.append(conn.execute(
+                "INSERT INTO jobs (kind, status, repository_id, spec, revision_shas, progress, created_at) VALUES "
+                "('track', 'succeeded', %s, %s, %s, %s, now()) RETURNING id",
+                (repo_id, json.dumps(spec), json.dumps(chunk),
+                 json.dumps({"revisions": len(chunk), "measured": len(chunk), "trials": len(chunk) * trials}))).fetchone()[0])
+        now = datetime.now(timezone.utc)
+        copy_rows(conn, "trials", ["job_id", "revision_id", "status", "device_class", "device", "fingerprint",
+                                   "attempts", "created_at"],
+                  ((job_ids[i // 100], rev_ids[sha], "ok", "cuda", "NVIDIA H200", "f" * 16, 1, now)
+                   for i, sha in enumerate(shas) for _ in range(trials)))
+        trial_ids = [row[0] for row in conn.execute("SELECT id FROM trials ORDER BY id")]
+        step_at = int(revisions * 0.6)
+        values: dict[tuple[int, int], list[float]] = {}
+        meas, raw_samples = [], []
+        mid = 0
+        for t_index, trial_id in enumerate(trial_ids):
+            rev = t_index // trials
+            for c_index, name in enumerate(names):
+                level = 600.0 * (1 + 0.02 * rev / revisions) * (0.92 if c_index % 2 == 0 and rev >= step_at else 1.0)
+                value = level * rng.lognormvariate(0, 0.01)
+                control = 680.0 * rng.lognormvariate(0, 0.01)
+                mid += 1
+                meas.append((mid, trial_id, case_ids[name], "ok", value / control, value, control, "TFLOP/s", True, 1e-3))
+                ms = [1.0 / value * rng.lognormvariate(0, 0.01) for _ in range(samples)]
+                cms = [1.0 / control * rng.lognormvariate(0, 0.01) for _ in range(samples)]
+                raw_samples.append((mid, json.dumps({"target_ms": ms, "control_ms": cms,
+                                                     "ratio": [c / t for c, t in zip(cms, ms)]})))
+                values.setdefault((rev, case_ids[name]), []).append(value)
+                if len(meas) >= 50_000:
+                    _flush(conn, meas, raw_samples)
+        _flush(conn, meas, raw_samples)
+        conn.execute("SELECT setval(pg_get_serial_sequence('measurements', 'id'), %s)", (mid,))
+        copy_rows(conn, "case_points", ["case_id", "revision_id", "fingerprint", "position", "trials", "value",
+                                        "control_value", "ratio", "unit", "higher_is_better"],
+                  ((case_id, rev_ids[shas[rev]], "f" * 16, rev, len(v), statistics.median(v), 680.0,
+                    statistics.median(v) / 680.0, "TFLOP/s", True) for (rev, case_id), v in values.items()))
+        conn.execute("INSERT INTO culprits (job_id, kind, first_sha, last_sha, effects, created_at) VALUES "
+                     "(%s, 'performance', %s, %s, %s, now())",
+                     (job_ids[step_at // 100], shas[step_at], shas[step_at],
+                      json.dumps({n: {"rel": -0.08, "ci": [-0.09, -0.07], "before": 0.9, "after": 0.83}
+                                  for i, n in enumerate(names) if i % 2 == 0})))
+        conn.commit()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    return {"case": names[0], "job_id": job_ids[len(job_ids) // 2], "measurements": mid}
+
+
+def _flush(conn, meas: list, raw_samples: list) -> None:
+    copy_rows(conn, "measurements", ["id", "trial_id", "case_id", "status", "ratio", "value", "control_value", "unit",
+                                     "higher_is_better", "accuracy_error"], meas)
+    copy_rows(conn, "measurement_samples", ["measurement_id", "samples"], raw_samples)
+    meas.clear()
+    raw_samples.clear()
+
+
+def sizes(url: str) -> dict[str, float]:
+    with psycopg.connect(url) as conn:
+        def total(table: str) -> int:
+            return conn.execute("SELECT pg_total_relation_size(%s)", (table,)).fetchone()[0]
+
+        def heap(table: str) -> int:
+            return conn.execute("SELECT pg_relation_size(%s)", (table,)).fetchone()[0]
+
+        n_meas = conn.execute("SELECT count(*) FROM measurements").fetchone()[0]
+        n_trials = conn.execute("SELECT count(*) FROM trials").fetchone()[0]
+        return {
+            "measurement row (heap)": heap("measurements") / n_meas,
+            "measurement row (heap + indexes)": total("measurements") / n_meas,
+            "raw samples per measurement": total("measurement_samples") / n_meas,
+            "case point per measurement": total("case_points") / n_meas,
+            "per trial, everything": sum(total(t) for t in ("trials", "measurements", "measurement_samples",
+                                                            "case_points")) / n_trials,
+        }
+
+
+def timed(client: httpx.Client, path: str, params: dict | None = None, reps: int = 20) -> tuple[float, float, int]:
+    client.get(path, params=params)  # warm
+    times, size = [], 0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        r = client.get(path, params=params)
+        times.append((time.perf_counter() - t0) * 1000)
+        r.raise_for_status()
+        size = len(r.content)
+    times.sort()
+    return statistics.median(times), times[int(0.95 * (len(times) - 1))], size
+
+
+async def offered_load(base: str, path: str, rps: int, seconds: float) -> dict:
+    """Open loop: send at `rps` whatever the answers; latency per request, status counts."""
+    results: list[tuple[float, int]] = []
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+    async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as client:
+        async def one() -> None:
+            t0 = time.perf_counter()
+            try:
+                status = (await client.get(path)).status_code
+            except httpx.HTTPError:
+                status = 599
+            results.append(((time.perf_counter() - t0) * 1000, status))
+
+        tasks, start = [], time.perf_counter()
+        for i in range(int(rps * seconds)):
+            delay = start + i / rps - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+        wall = time.perf_counter() - start
+    ok = sorted(ms for ms, s in results if s == 200)
+    return {"offered": rps, "achieved_ok_rps": len(ok) / wall,
+            "p50_ms": statistics.median(ok) if ok else None,
+            "p99_ms": ok[int(0.99 * (len(ok) - 1))] if ok else None,
+            "shed_503": sum(s == 503 for _, s in results), "errors_5xx": sum(s >= 500 and s != 503 for _, s in results)}
+
+
+def recovery(client: httpx.Client, path: str, normal_ms: float, base: str) -> float:
+    """Overload (1000 rps offered for 5 s), then seconds until 5 requests in a row are back
+    under 2x the normal latency."""
+    asyncio.run(offered_load(base, path, 1000, 5))
+    stop = time.perf_counter()
+    streak = 0
+    while time.perf_counter() - stop < 120:
+        t0 = time.perf_counter()
+        r = client.get(path)
+        ms = (time.perf_counter() - t0) * 1000
+        streak = streak + 1 if r.status_code == 200 and ms < 2 * normal_ms + 5 else 0
+        if streak == 5:
+            return time.perf_counter() - stop
+        time.sleep(0.05)
+    return float("inf")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--revisions", type=int, default=10_000)
+    ap.add_argument("--cases", type=int, default=50)
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=40, help="raw samples per series (3 series per measurement)")
+    ap.add_argument("--database", default="perfbisect_scale")
+    ap.add_argument("--reuse", action="store_true", help="keep an already generated database")
+    ap.add_argument("--workers", type=int, default=2, help="server processes")
+    ap.add_argument("--rates", default="50,100,200")
+    ap.add_argument("--quick", action="store_true", help="5 s per rate instead of 10")
+    args = ap.parse_args()
+
+    url = f"{PG}/{args.database}"
+    env = {**os.environ, "DATABASE_URL": url, "PERFBISECT_HOME": "/tmp/perfbisect-scale-home"}
+    env.pop("REDIS_URL", None)
+    if not args.reuse:
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{args.database}"')
+        subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
+        t0 = time.perf_counter()
+        ids = generate(url, args.revisions, args.cases, args.trials, args.samples)
+        print(f"generated {ids['measurements']:,} measurements in {time.perf_counter() - t0:.0f} s")
+    with psycopg.connect(url) as conn:
+        case = conn.execute("SELECT name FROM cases ORDER BY id LIMIT 1").fetchone()[0]
+        job_id = conn.execute("SELECT id FROM jobs ORDER BY id OFFSET (SELECT count(*) / 2 FROM jobs) LIMIT 1").fetchone()[0]
+    print("bytes:", json.dumps({k: round(v) for k, v in sizes(url).items()}))
+
+    port = 18765
+    server = subprocess.Popen([str(BIN / "perfbisect"), "serve", "--port", str(port), "--no-migrate",
+                               "--workers", str(args.workers)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=base, timeout=120) as client:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    if client.get("/healthz").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.3)
+            time.sleep(5)  # every server process up, not only the first
+            rows = [
+                ("one case, all commits", f"/api/history/scale", {"case": case}),
+                ("one case, last 100", f"/api/history/scale", {"case": case, "last": 100}),
+                ("all-cases overview (JSON)", "/api/history/scale/overview", None),
+                ("all-cases overview (page)", "/dashboard/repositories/scale", None),
+                ("job read", f"/api/jobs/{job_id}", None),
+                ("jobs list", "/api/jobs", None),
+            ]
+            print(f"{'request':<28}{'p50 ms':>9}{'p95 ms':>9}{'bytes':>11}")
+            normal = None
+            for label, path, params in rows:
+                p50, p95, size = timed(client, path, params)
+                normal = p50 if label == "job read" else normal
+                print(f"{label:<28}{p50:>9.1f}{p95:>9.1f}{size:>11,}")
+            per = 5 if args.quick else 10
+            print(f"\njob reads offered at a fixed rate for {per} s ({args.workers} server processes):")
+            print(f"{'offered rps':>12}{'ok rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'503 shed':>10}{'other 5xx':>11}")
+            for rate in (int(r) for r in args.rates.split(",")):
+                res = asyncio.run(offered_load(base, f"/api/jobs/{job_id}", rate, per))
+                print(f"{res['offered']:>12}{res['achieved_ok_rps']:>9.0f}{res['p50_ms'] or 0:>9.1f}"
+                      f"{res['p99_ms'] or 0:>9.1f}{res['shed_503']:>10}{res['errors_5xx']:>11}")
+            seconds = recovery(client, f"/api/jobs/{job_id}", normal or 5.0, base)
+            print(f"\nback to normal latency {seconds:.1f} s after a 5 s overload (1000 rps offered) stopped")
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=20)
+
+
+if __name__ == "__main__":
+    main()

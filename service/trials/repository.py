@@ -1,0 +1,54 @@
+"""SQL about trials' stored results: the raw samples and the per-revision case points."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.models import CasePoint, Measurement, MeasurementSamples, Revision, Trial, TrialStatus
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def refresh_case_points(session: Session, trial: Trial, case_ids: Sequence[int]) -> None:
+    """Recompute the medians of (case, revision, fingerprint) over the ok trials for the cases
+    `trial` just stored. The revision row is locked so two trials of one revision finishing at
+    once cannot each write a median that misses the other's measurement."""
+    if trial.status != TrialStatus.ok or not case_ids:
+        return
+    revision = session.get_one(Revision, trial.revision_id, with_for_update=True)
+    fingerprint = trial.fingerprint or ""
+    stmt = (select(Measurement.case_id, Measurement.value, Measurement.control_value, Measurement.ratio,
+                   Measurement.unit, Measurement.higher_is_better)
+            .join(Trial, Measurement.trial_id == Trial.id)
+            .where(Trial.revision_id == revision.id, Trial.status == TrialStatus.ok,
+                   func.coalesce(Trial.fingerprint, "") == fingerprint, Measurement.case_id.in_(list(case_ids)),
+                   Measurement.status == "ok", Measurement.value.is_not(None)))
+    by_case: dict[int, list] = defaultdict(list)
+    for row in session.execute(stmt):
+        by_case[row.case_id].append(row)
+    existing = {p.case_id: p for p in session.scalars(select(CasePoint).where(
+        CasePoint.revision_id == revision.id, CasePoint.fingerprint == fingerprint,
+        CasePoint.case_id.in_(list(by_case))))}
+    for case_id, rows in by_case.items():
+        point = existing.get(case_id) or CasePoint(case_id=case_id, revision_id=revision.id, fingerprint=fingerprint)
+        point.position = revision.position
+        point.trials = len(rows)
+        point.value = _median(r.value for r in rows)
+        point.control_value = _median(r.control_value for r in rows)
+        point.ratio = _median(r.ratio for r in rows)
+        point.unit, point.higher_is_better = rows[0].unit, rows[0].higher_is_better
+        session.add(point)
+
+
+def samples_of(session: Session, measurement_ids: Sequence[int]) -> dict[int, dict]:
+    """measurement id -> its raw samples (only when a reader asked for them)."""
+    stmt = select(MeasurementSamples).where(MeasurementSamples.measurement_id.in_(list(measurement_ids)))
+    return {row.measurement_id: row.samples for row in session.scalars(stmt)}
