@@ -23,7 +23,7 @@ services:
 	bash scripts/services.sh
 
 test: install services
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 bench: install
 	$(BIN)/python bench/bisect_accuracy.py --quick

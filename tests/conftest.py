@@ -105,3 +105,11 @@ def demo_repo(tmp_path_factory) -> Path:
     from kernels.demo import write_demo_repo
 
     return write_demo_repo(tmp_path_factory.mktemp("demo") / "minikern")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Under xdist (`make test` runs two workers), the e2e tests, which start servers and workers
+    of their own and time their recovery, run one after another on one worker; the rest spread."""
+    for item in items:
+        if item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
