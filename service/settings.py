@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     device_class: str = "cpu"
     visibility_timeout_s: int = 3600
     embedded_workers: int = Field(default=1, ge=1, le=64, description="trials run at once without a broker")
+    trial_launcher: Literal["auto", "fork-server", "subprocess"] = Field(
+        default="auto", description="fork trials from a server that has imported torch, or start a subprocess")
+    trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a worker keeps")
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"
