@@ -94,8 +94,11 @@ def prune(root: Path, keep: int = DEFAULT_KEEP, protect: Path | None = None) -> 
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     for toolchain in root.iterdir():
-        if toolchain.is_dir() and not any(toolchain.iterdir()):
-            toolchain.rmdir()
+        try:
+            if toolchain.is_dir() and not any(toolchain.iterdir()):
+                toolchain.rmdir()
+        except OSError:  # a concurrent trial just created a revision in it
+            pass
     return removed
 
 
