@@ -1,6 +1,8 @@
-"""One trial, inside the child process: resolve targets, then for every case check
-accuracy, warm up, and time target and control interleaved (ABAB) until the
-stopping rule says enough. Failures become data in the result, never exceptions."""
+"""One trial, inside the child process: resolve targets, then for every case make the inputs,
+call the target once (it compiles; its output is kept for the accuracy check), warm up, time
+target and control interleaved (ABAB) until the stopping rule says enough, and only then check
+accuracy against the reference (off the path to the first sample; cached per revision and
+seed, refcache.py). Failures become data in the result, never exceptions."""
 from __future__ import annotations
 
 import math
