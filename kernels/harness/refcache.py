@@ -72,6 +72,8 @@ class ReferenceCache:
         self.misses += 1
         started = time.perf_counter()
         reference = compute()
+        if isinstance(reference, torch.Tensor) and reference.is_cuda:
+            torch.cuda.synchronize(reference.device)  # the time to compute, not to enqueue
         if isinstance(reference, torch.Tensor) and _worth_storing(reference, time.perf_counter() - started):
             self._store(path, digest, reference)
         return reference
