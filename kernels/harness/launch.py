@@ -107,11 +107,13 @@ class ForkServerUnavailable(RuntimeError):
 class ForkServer:
     """One `python -m kernels.harness.zygote` process and its socket."""
 
-    def __init__(self, env: dict[str, str], cwd: Path):
+    def __init__(self, env: dict[str, str]):
         self.dir = Path(tempfile.mkdtemp(prefix="perfbisect-zygote-"))
         self.socket_path = str(self.dir / "socket")
+        # cwd: this private directory (only the socket in it), so the server's own sys.path[0]
+        # holds no package that could shadow torch or the harness
         self.proc = subprocess.Popen([sys.executable, "-m", "kernels.harness.zygote", self.socket_path],
-                                     cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], SERVER_START_TIMEOUT_S)
         line = self.proc.stdout.readline() if ready else b""
@@ -190,8 +192,7 @@ def _server_for(env: dict[str, str]) -> ForkServer:
             server.stop()
             server = None
         if server is None:
-            # cwd: an empty directory, so the server's own sys.path[0] holds no package
-            server = ForkServer(env, Path(tempfile.gettempdir()))
+            server = ForkServer(env)
             _servers[key] = server
         return server
 
