@@ -48,7 +48,8 @@ def execute(work: TrialWork) -> tuple[dict[str, Any], float | None]:
         mirror.ensure(fetch=False)
         mirror.checkout(worktree, work.sha)
     except GitError as exc:
-        return failure("error", f"checkout failed: {exc}"), None
+        checkout_s = time.perf_counter() - started
+        return add_worker_phases(failure("error", f"checkout failed: {exc}"), checkout_s, None), None
     checkout_s = time.perf_counter() - started
     build = run_build(work.build_command, worktree, work.env, settings.build_timeout_s)
     if not build.ok:
