@@ -80,7 +80,8 @@ def summary(results: list[dict], label: str) -> str:
     lines = [f"{label}: {len(results)} trials, median seconds (first trial / later trials)"]
     for key in COLUMNS + ("timed_kernels",):
         first = results[0]["phases"].get(key, 0.0)
-        lines.append(f"  {key:<17} {first:8.3f} {statistics.median(r['phases'].get(key, 0.0) for r in later):8.3f}")
+        rest = statistics.median(r["phases"].get(key, 0.0) for r in later)
+        lines.append(f"  {key:<17} {first:8.3f} {rest:8.3f}")
     share = med("timed_kernels") / med("process") if med("process") else 0.0
     lines.append(f"  timed kernels / trial process wall: {share:.1%}")
     return "\n".join(lines)

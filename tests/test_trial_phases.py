@@ -34,7 +34,8 @@ def test_phase_table_takes_medians_and_shares_of_the_phases() -> None:
 
 
 def result_with_phases() -> dict:
-    case = {"suite": "gemm", "target": "minikern.gemm:matmul", "params": {"M": 64, "N": 64, "K": 64, "dtype": "fp32"},
+    case = {"suite": "gemm", "target": "minikern.gemm:matmul",
+            "params": {"M": 64, "N": 64, "K": 64, "dtype": "fp32"},
             "name": CASE, "status": "ok", "error": None, "median_ratio": 1.0,
             "metric": {"name": "TFLOP/s", "higher_is_better": True, "target": 1.0, "control": 1.0},
             "target_ms": [1.0], "control_ms": [1.0], "ratio": [1.0], "accuracy_error": 1e-7}

@@ -37,7 +37,8 @@ def probe_git_repo(tmp_path_factory) -> tuple[Path, list[str]]:
 def work(repo: Path, sha: str, out: Path) -> TrialWork:
     return TrialWork(trial_id=1, job_id=1, repo_name="probe", repo_url=str(repo), build_command="true",
                      import_root="src", env={"PROBE_OUT": str(out), "PROBE_FLAG": "on"}, sha=sha,
-                     cases=[{"suite": "file:bench/tanh_bwd.py", "target": "probekern.ops:probe", "params": {"N": 1024}}],
+                     cases=[{"suite": "file:bench/tanh_bwd.py", "target": "probekern.ops:probe",
+                             "params": {"N": 1024}}],
                      device_class="cpu", policy=POLICY)
 
 

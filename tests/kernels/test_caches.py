@@ -74,11 +74,12 @@ def test_a_wrong_cached_reference_is_recomputed_not_reused(tmp_path):
     cache, calls = ReferenceCache(tmp_path, SHA_A), []
     cache.get_or_compute("s", PARAMS, 1, inputs_of(1), lambda: reference_of(inputs_of(1), calls))
     # plant seed 1's entry under seed 2's key: the inputs' digest no longer matches
-    shutil.copy(tmp_path / f"{cache.key('s', PARAMS, 1, 'cpu')}.pt", tmp_path / f"{cache.key('s', PARAMS, 2, 'cpu')}.pt")
+    seed1, seed2 = (tmp_path / f"{cache.key('s', PARAMS, seed, 'cpu')}.pt" for seed in (1, 2))
+    shutil.copy(seed1, seed2)
     ref2 = cache.get_or_compute("s", PARAMS, 2, inputs_of(2), lambda: reference_of(inputs_of(2), calls))
     assert torch.equal(ref2, inputs_of(2)[0].double() * 2) and len(calls) == 2
     assert cache.stats()["rejected"] == 1
-    (tmp_path / f"{cache.key('s', PARAMS, 1, 'cpu')}.pt").write_bytes(b"torn")
+    seed1.write_bytes(b"torn")
     ref1 = cache.get_or_compute("s", PARAMS, 1, inputs_of(1), lambda: reference_of(inputs_of(1), calls))
     assert torch.equal(ref1, inputs_of(1)[0].double() * 2) and len(calls) == 3
 
