@@ -19,3 +19,4 @@ python3 -m service.cli.main bisect --repo "$out/minikern" --good "${shas[12]}" -
   --json > "$out/gpu_bisect.json" || true
 echo "wall_s=$(( $(date +%s) - start ))"
 python3 -m service.cli.main show 1 2>/dev/null || true
+python3 bench/job_phases.py 1 || true

@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session, selectinload
@@ -213,3 +214,8 @@ def trial_counts(session: Session, job_id: int) -> dict[str, int]:
     """Trial status -> count for one job."""
     stmt = select(Trial.status, func.count()).where(Trial.job_id == job_id).group_by(Trial.status)
     return {(s.value if hasattr(s, "value") else s): n for s, n in session.execute(stmt)}
+
+
+def trial_phases(session: Session, job_id: int) -> list[dict[str, Any] | None]:
+    """The recorded phases of every trial of one job (None where a trial recorded none)."""
+    return list(session.scalars(select(Trial.phases).where(Trial.job_id == job_id)))

@@ -20,6 +20,7 @@ from service.jobs import views as job_views
 from service.jobs.schemas import JobRead
 from service.models import JobStatus, Repository
 from service.reports.culprits import culprit_rows
+from service.trials.phases import PhaseRow, phase_table
 
 
 @dataclass
@@ -52,6 +53,7 @@ class JobPage:
     culprit_rows: list[list[str]]
     panels: list[CasePanel]
     trial_counts: dict[str, int]
+    phase_rows: list[PhaseRow] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -181,7 +183,8 @@ def job_page(session: Session, job_id: int) -> JobPage:
     histories = build_histories(rows, repository.culprit_rows(session, job.repository_id, job_id=job.id), order,
                                 repository.failed_trials(session, job.repository_id, job_id=job.id))
     return JobPage(job=read, culprit_rows=culprit_rows(read), panels=_panels(histories, order, revisions),
-                   trial_counts=repository.trial_counts(session, job.id))
+                   trial_counts=repository.trial_counts(session, job.id),
+                   phase_rows=phase_table(repository.trial_phases(session, job.id)))
 
 
 def jobs_list(session: Session, *, status: JobStatus | None = None, limit: int = 50) -> list[JobRead]:

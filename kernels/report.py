@@ -24,6 +24,11 @@ def format_result(result: dict) -> str:
              f"  wall {result.get('wall_s', 0):.1f} s"]
     if result.get("error"):
         lines.append(f"error: {result['error']}")
+    phases = result.get("phases") or {}
+    if phases:  # where the trial's time went (kernels/harness/phases.py)
+        shown = ("start", "import", "compile", "inputs_reference", "timing", "teardown", "first_sample")
+        lines.append("phases (s): " + "  ".join(f"{name} {phases[name]:.2f}" for name in shown if name in phases)
+                     + f"  via {result.get('launcher', '?')}")
     header = ("case", "target", "control", "unit", "ratio", "noise", "n", "accuracy", "status")
     rows = [header]
     for case in result.get("cases", []):

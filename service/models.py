@@ -153,6 +153,8 @@ class Trial(Base):
     finished_at: Mapped[datetime | None]
     build_s: Mapped[float | None] = mapped_column(Float)
     run_s: Mapped[float | None] = mapped_column(Float)
+    phases: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="seconds per phase: checkout, build, start, import, compile, inputs_reference, timing, teardown")
 
     revision: Mapped[Revision] = relationship(lazy="raise")
     measurements: Mapped[list[Measurement]] = relationship(

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     web_threads: int = Field(default=16, ge=1, le=256)
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
     db_pool_timeout_s: float = Field(default=10.0, gt=0)
+    trial_launcher: Literal["auto", "fork-server", "subprocess"] = Field(
+        default="auto", description="fork trials from a server that has imported torch, or start a subprocess")
+    trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a worker keeps")
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"

@@ -6,14 +6,17 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from kernels.harness.phases import add_worker_phases
 from kernels.harness.runner import run_harness
 from service.settings import get_settings
 from service.trials.service import TrialWork
 from workers.build import run_build
 from workers.checkout import GitError, Mirror
+from workers.trialcache import caches_for, revision_seed
 
 
 def worker_slot() -> str:
@@ -40,18 +43,23 @@ def execute(work: TrialWork) -> tuple[dict[str, Any], float | None]:
     settings = get_settings()
     mirror = Mirror(settings.mirrors_dir, work.repo_name, work.repo_url)
     worktree = settings.worktrees_dir.resolve() / work.repo_name / worktree_slot()
+    started = time.perf_counter()
     try:
         mirror.ensure(fetch=False)
         mirror.checkout(worktree, work.sha)
     except GitError as exc:
-        return failure("error", f"checkout failed: {exc}"), None
+        checkout_s = time.perf_counter() - started
+        return add_worker_phases(failure("error", f"checkout failed: {exc}"), checkout_s, None), None
+    checkout_s = time.perf_counter() - started
     build = run_build(work.build_command, worktree, work.env, settings.build_timeout_s)
     if not build.ok:
-        return failure("build_error", build.log_tail), build.seconds
+        return add_worker_phases(failure("build_error", build.log_tail), checkout_s, build.seconds), build.seconds
     spec: dict[str, Any] = {"cases": [{k: c[k] for k in ("suite", "target", "params")} for c in work.cases],
-                            "device": device_of(work.device_class), "cold": True}
+                            "device": device_of(work.device_class), "cold": True,
+                            "seed": revision_seed(work.sha)}
     if work.policy:
         spec["policy"] = work.policy
     result = run_harness(spec, Path(worktree), import_root=work.import_root, env=work.env,
-                         timeout_s=settings.trial_timeout_s)
-    return result, build.seconds
+                         timeout_s=settings.trial_timeout_s, launcher=settings.trial_launcher,
+                         caches=caches_for(settings, work.sha, work.env))
+    return add_worker_phases(result, checkout_s, build.seconds), build.seconds

@@ -1,7 +1,8 @@
 """Child-process entry point: python -m kernels.harness --spec SPEC.json --out RESULT.json
 
-Runs inside the checked-out revision (cwd = the worktree). Always writes a result
-file, even when the trial fails, so the parent can tell a failure from a crash.
+Runs inside the checked-out revision (cwd = the worktree), in a fresh interpreter or forked
+from the fork server (zygote.py). Always writes a result file, even when the trial fails, so
+the parent can tell a failure from a crash.
 """
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-_STARTED = time.perf_counter()
-
 
 def main(argv: list[str] | None = None) -> int:
+    entered_at, started = time.time(), time.perf_counter()
     parser = argparse.ArgumentParser(prog="python -m kernels.harness")
     parser.add_argument("--spec", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
@@ -23,13 +23,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = json.loads(args.spec.read_text())
 
-    from kernels.harness.result import failure_result
-    from kernels.harness.trial import describe_exception, run_trial
+    from kernels.harness.phases import PhaseClock
+    clock = PhaseClock()
+    with clock.track("import"):  # torch, unless the fork server imported it already
+        from kernels.harness.result import failure_result
+        from kernels.harness.trial import describe_exception, run_trial
     try:
-        result = run_trial(spec, args.repo_root)
+        result = run_trial(spec, args.repo_root, clock)
     except BaseException as exc:  # a trial never crashes without a result
         result = failure_result("error", describe_exception(exc))
-    result["process_wall_s"] = round(time.perf_counter() - _STARTED, 3)
+    result["process_wall_s"] = round(time.perf_counter() - started, 3)
+    result["phases"] = clock.as_dict()
+    # absolute times, turned into phases by the parent (runner.py) and removed
+    result["timeline"] = {"entered_at": entered_at, "first_sample_at": clock.first_sample_at}
     tmp = args.out.with_suffix(".partial")
     tmp.write_text(json.dumps(result, allow_nan=False, default=_json_default))
     os.replace(tmp, args.out)
@@ -41,4 +47,9 @@ def _json_default(value):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The result is on disk: skip the interpreter's teardown of torch and the trial's tensors
+    # (1-2 s on a CPU trial), as the fork server's children do.
+    os._exit(code)

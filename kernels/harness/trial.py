@@ -1,6 +1,8 @@
-"""One trial, inside the child process: resolve targets, then for every case check
-accuracy, warm up, and time target and control interleaved (ABAB) until the
-stopping rule says enough. Failures become data in the result, never exceptions."""
+"""One trial, inside the child process: resolve targets, then for every case make the inputs,
+call the target once (it compiles; its output is kept for the accuracy check), warm up, time
+target and control interleaved (ABAB) until the stopping rule says enough, and only then check
+accuracy against the reference (off the path to the first sample; cached per revision and
+seed, refcache.py). Failures become data in the result, never exceptions."""
 from __future__ import annotations
 
 import math
@@ -13,7 +15,9 @@ from pathlib import Path
 import torch
 
 from kernels.cases import case_name
+from kernels.harness.phases import PhaseClock
 from kernels.harness.provenance import describe_device
+from kernels.harness.refcache import ReferenceCache
 from kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
 from kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop
 from kernels.suites import get_suite
@@ -64,17 +68,13 @@ def resolve_targets(spec: dict, repo_root: Path) -> list[tuple]:
     return prepared
 
 
-def measure_case(case, suite, params, fn, timer, clock, policy, seed, device) -> dict:
-    entry = {"suite": case["suite"], "target": case["target"], "params": params,
-             "name": case_name(case["suite"], params), "status": "ok", "error": None,
-             "target_ms": [], "control_ms": [], "ratio": [],
-             "clock_mhz": [] if clock.available else None, "dropped_throttled": 0,
-             "metric": {"name": suite.metric_name, "higher_is_better": suite.higher_is_better,
-                        "target": None, "control": None},
-             "median_target_ms": None, "median_control_ms": None, "median_ratio": None,
-             "accuracy_error": None, "tolerance": suite.tolerance(params)}
-    gen = torch.Generator(device=device).manual_seed(seed)
-    inputs = suite.setup(suite.make_inputs(params, device, gen), params)
+def measure_case(case, suite, params, fn, timer, clock, policy, seed, device,
+                 phases: PhaseClock, references: ReferenceCache) -> dict:
+    entry = _error_case(case, suite, params)
+    entry.update(status="ok", clock_mhz=[] if clock.available else None)
+    with phases.track("inputs_reference"):
+        gen = torch.Generator(device=device).manual_seed(seed)
+        inputs = suite.setup(suite.make_inputs(params, device, gen), params)
 
     def run_target():
         return suite.call_target(fn, inputs, params)
@@ -83,27 +83,48 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device) ->
         return suite.control(inputs, params)
 
     try:  # the first call compiles (JIT) and is also the accuracy sample
-        out = run_target()
-        _sync(device)
+        with phases.track("compile"):
+            checked = _kept_output(suite, run_target(), inputs, params)
+            _sync(device)
     except Exception as exc:
         entry["status"] = "compile_error" if is_compile_error(exc) else "error"
         entry["error"] = describe_exception(exc)
         return entry
-    error = relative_error(suite.check_output(out, inputs, params), suite.reference(inputs, params))
-    del out
+    with phases.track("timing"):
+        _time_samples(entry, run_target, run_control, timer, clock, policy, device, phases)
+    # The reference (float64) comes after timing, off the path to the first sample, and
+    # from the revision's cache when this revision and seed were checked before.
+    with phases.track("inputs_reference"):
+        reference = references.get_or_compute(case["suite"], params, seed, inputs,
+                                               lambda: suite.reference(inputs, params))
+        error = relative_error(checked, reference)
     entry["accuracy_error"] = _finite_or_none(error)
-    if not error <= entry["tolerance"]:
+    if not error <= entry["tolerance"] and entry["status"] == "ok":
         # a fast kernel that computes the wrong thing is a failure, whatever its speed
         entry["status"] = "wrong_results"
         entry["error"] = f"relative error {error:.3g} above tolerance {entry['tolerance']:.3g}"
+    _summarise(entry, suite, params)
+    return entry
 
+
+def _kept_output(suite, out, inputs, params):
+    """The part of the first output the accuracy check compares, kept until the reference
+    is ready after timing (a copy when it is a slice, so the full output is freed)."""
+    checked = suite.check_output(out, inputs, params)
+    if isinstance(checked, torch.Tensor) and isinstance(out, torch.Tensor) and checked.numel() < out.numel():
+        checked = checked.clone()
+    return checked
+
+
+def _time_samples(entry, run_target, run_control, timer, clock, policy, device, phases) -> None:
+    """Warm up, then time target and control interleaved (ABAB) until the stopping rule."""
     for _ in range(policy["warmup"]):
         run_target()
         run_control()
     _sync(device)
-
     started = time.perf_counter()
     while True:
+        phases.mark_first_sample()
         t_ms = timer.time_ms(run_target)
         t_mhz = clock.read_mhz()
         c_ms = timer.time_ms(run_control)
@@ -119,15 +140,13 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device) ->
                 entry["clock_mhz"].append(t_mhz)
         elapsed = time.perf_counter() - started
         if should_stop(entry["target_ms"], elapsed, policy):
-            break
+            return
         if entry["dropped_throttled"] > policy["max_samples"]:
             if len(entry["target_ms"]) < policy["min_samples"]:
                 entry["status"] = "error"
                 entry["error"] = (f"{entry['dropped_throttled']} samples taken throttled (SM clock "
                                   f"under {fraction:.0%} of {clock.max_mhz:g} MHz), too few left")
-            break
-    _summarise(entry, suite, params)
-    return entry
+            return
 
 
 def _summarise(entry: dict, suite, params) -> None:
@@ -140,9 +159,11 @@ def _summarise(entry: dict, suite, params) -> None:
         entry["metric"]["control"] = suite.metric(params, c_med)
 
 
-def run_trial(spec: dict, repo_root: Path) -> dict:
-    """Run every case of the spec in this process and return the result dict."""
+def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> dict:
+    """Run every case of the spec in this process and return the result dict; `phases`
+    collects where the time went."""
     started = time.perf_counter()
+    phases = phases or PhaseClock()
     policy = {**DEFAULT_POLICY, **(spec.get("policy") or {})}
     cold = bool(spec.get("cold", True))
     # Fresh random inputs per trial unless the caller pins the seed (recorded either way).
@@ -157,9 +178,11 @@ def run_trial(spec: dict, repo_root: Path) -> dict:
         # for its slowest thread, and a neighbour's process makes that slow at random.
         threads = int(policy.get("threads", 1))
         torch.set_num_threads(threads)
-    info = describe_device(device, threads)
+    with phases.track("import"):  # the device context: CUDA's starts here
+        info = describe_device(device, threads)
     try:
-        prepared = resolve_targets(spec, repo_root)
+        with phases.track("import"):
+            prepared = resolve_targets(spec, repo_root)
     except (ImportError, SyntaxError, AttributeError) as exc:
         return failure_result("import_error", describe_exception(exc), info,
                               time.perf_counter() - started, cold)
@@ -167,13 +190,16 @@ def run_trial(spec: dict, repo_root: Path) -> dict:
         return failure_result("error", describe_exception(exc), info,
                               time.perf_counter() - started, cold)
 
-    timer = CudaTimer(cold) if device == "cuda" else CpuTimer(cold)
-    clock = SmClock(enabled=device == "cuda")
+    with phases.track("timing"):
+        timer = CudaTimer(cold) if device == "cuda" else CpuTimer(cold)
+        clock = SmClock(enabled=device == "cuda")
+    cache = spec.get("reference_cache") or {}
+    references = ReferenceCache(cache.get("dir"), cache.get("revision"))
     cases = []
     for index, (case, suite, params, fn) in enumerate(prepared):
         try:
             cases.append(measure_case(case, suite, params, fn, timer, clock, policy,
-                                      seed + index, device))
+                                      seed + index, device, phases, references))
         except Exception as exc:
             cases.append({**_error_case(case, suite, params), "error": describe_exception(exc)
                           + "\n" + traceback.format_exc(limit=3)})
@@ -181,7 +207,8 @@ def run_trial(spec: dict, repo_root: Path) -> dict:
             torch.cuda.empty_cache()
     return {"schema": SCHEMA_ID, "harness_version": HARNESS_VERSION, "status": "ok", "error": None,
             "device": info, "fingerprint_basis": fingerprint_basis(info, cold), "cases": cases,
-            "seed": seed, "policy": policy, "wall_s": round(time.perf_counter() - started, 3)}
+            "seed": seed, "policy": policy, "reference_cache": references.stats(),
+            "wall_s": round(time.perf_counter() - started, 3)}
 
 
 def _error_case(case, suite, params) -> dict:

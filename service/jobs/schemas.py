@@ -137,4 +137,5 @@ class TrialRead(BaseModel):
     attempts: int
     build_s: float | None
     run_s: float | None
+    phases: dict[str, float] | None = None  # seconds: checkout, build, start, import, compile, ...
     measurements: dict[str, dict[str, Any]]

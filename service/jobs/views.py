@@ -64,7 +64,7 @@ def trial_reads(session: Session, job_id: int, *, samples: bool = False, after: 
         TrialRead(
             id=t.id, sha=t.revision.sha, status=t.status.value, device=t.device, fingerprint=t.fingerprint,
             failure_reason=t.failure_reason, worker_host=t.worker_host, attempts=t.attempts,
-            build_s=t.build_s, run_s=t.run_s,
+            build_s=t.build_s, run_s=t.run_s, phases=t.phases,
             measurements={m.case.name: {"status": m.status, "ratio": m.ratio, "value": m.value,
                                         "control_value": m.control_value, "unit": m.unit,
                                         "accuracy_error": m.accuracy_error, "error": m.error,

@@ -91,6 +91,7 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     trial.finished_at = utcnow()
     trial.build_s = build_s
     trial.run_s = result.get("wall_s")
+    trial.phases = result.get("phases")
     if job.status == JobStatus.cancelled:
         trial.status = TrialStatus.cancelled
     cases = jobs_repo.cases_by_name(session, repo.id, [c["name"] for c in result.get("cases", [])])

@@ -26,3 +26,24 @@ def test_demo_kernels_on_the_gpu(demo):
     for case in res["cases"]:
         assert case["status"] == "ok", case
         assert case["metric"]["target"] > 0 and case["metric"]["control"] > 0
+
+
+SMALL_ATTENTION = [{"suite": "attention", "target": "minikern.attention:attention",
+                    "params": {"B": 1, "H": 4, "S": 512, "D": 64, "causal": False, "dtype": "bf16"}}]
+
+
+def test_forked_trials_make_their_own_cuda_context_and_share_the_revision_jit_cache(demo, tmp_path):
+    from kernels.harness.caches import revision_caches
+
+    sha = demo.shas[-1]
+    caches = revision_caches(tmp_path / "cache", sha)
+    spec = {"cases": SMALL_ATTENTION, "device": "cuda", "policy": DEMO_GPU_POLICY, "seed": 3}
+    first, second = (run_harness(spec, demo.worktree(sha), timeout_s=600, caches=caches,
+                                 launcher="fork-server") for _ in range(2))
+    for res in (first, second):
+        validate_result(res)
+        assert res["status"] == "ok" and res["launcher"] == "fork-server", res.get("log_tail")
+        assert res["cases"][0]["status"] == "ok"
+    assert any(caches.jit_dir.iterdir())  # the first trial compiled into the revision's cache
+    assert second["phases"]["compile"] < first["phases"]["compile"]
+    assert second["reference_cache"]["hits"] == 1

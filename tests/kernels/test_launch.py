@@ -1,0 +1,108 @@
+"""Starting trials: the fork server gives every trial a fresh process (its own pid, the target
+package imported by the trial itself, the trial's env, cwd and sys.path), falls back to a
+subprocess, and the phases of every trial are recorded."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kernels.harness.caches import revision_caches
+from kernels.harness.launch import fork_available, stop_servers
+from kernels.harness.phases import PHASES
+from kernels.harness.result import validate_result
+from kernels.harness.runner import run_harness
+from tests.kernels.conftest import CUSTOM_SUITE, write_files
+
+pytestmark = pytest.mark.skipif(not fork_available(), reason="the fork server needs Linux fork")
+
+PROBE = """
+    import json
+    import os
+    import sys
+
+    IMPORTED_BY = os.getpid()        # the process that imported this module
+
+
+    def probe(x, y):
+        with open(os.environ["PROBE_OUT"], "w") as out:
+            json.dump({"pid": os.getpid(), "ppid": os.getppid(), "imported_by": IMPORTED_BY,
+                       "flag": os.environ.get("PROBE_FLAG"), "cwd": os.getcwd(),
+                       "sys_path": sys.path[:3], "triton_cache": os.environ.get("TRITON_CACHE_DIR"),
+                       "torch_imported": "torch" in sys.modules}, out)
+        return x * (1 - y * y)
+"""
+POLICY = {"min_samples": 3, "max_samples": 3, "max_time_s": 0.05, "rel_noise": 0.5, "warmup": 0}
+
+
+@pytest.fixture(scope="module")
+def probe_repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("probe")
+    write_files(root, {"bench/tanh_bwd.py": CUSTOM_SUITE, "src/probekern/__init__.py": "",
+                       "src/probekern/ops.py": PROBE})
+    yield root
+    stop_servers()
+
+
+def probe_trial(repo, out, launcher="auto", caches=None, seed=7, flag="on"):
+    spec = {"cases": [{"suite": "file:bench/tanh_bwd.py", "target": "probekern.ops:probe",
+                       "params": {"N": 1024}}], "device": "cpu", "policy": POLICY, "seed": seed}
+    result = run_harness(spec, repo, import_root="src", env={"PROBE_OUT": str(out), "PROBE_FLAG": flag},
+                         timeout_s=120, launcher=launcher, caches=caches)
+    assert result["status"] == "ok", result
+    return result, json.loads(out.read_text())
+
+
+def test_fork_server_gives_each_trial_a_fresh_process(probe_repo, tmp_path):
+    runs = [probe_trial(probe_repo, tmp_path / "p.json", "fork-server") for _ in range(2)]
+    (first, seen1), (second, seen2) = runs
+    assert first["launcher"] == second["launcher"] == "fork-server"
+    assert seen1["pid"] != seen2["pid"] and os.getpid() not in (seen1["pid"], seen2["pid"])
+    assert seen1["ppid"] == seen2["ppid"] != os.getpid()  # both forked by the same server
+    # the target package was imported by the trial's own process, not inherited from the server
+    assert seen1["imported_by"] == seen1["pid"] and seen2["imported_by"] == seen2["pid"]
+    assert seen1["flag"] == "on" and seen1["cwd"] == str(probe_repo.resolve())
+    assert seen1["sys_path"][:2] == [str(probe_repo.resolve()), str((probe_repo / "src").resolve())]
+    assert seen1["triton_cache"] != seen2["triton_cache"]  # each trial's env: a fresh JIT cache
+    # another repository env (a server started with it): applied too
+    assert probe_trial(probe_repo, tmp_path / "p.json", "fork-server", flag="v2")[1]["flag"] == "v2"
+
+
+def test_subprocess_launcher_and_the_fork_server_see_the_same_trial(probe_repo, tmp_path):
+    forked = probe_trial(probe_repo, tmp_path / "f.json", "fork-server")[1]
+    result, plain = probe_trial(probe_repo, tmp_path / "s.json", "subprocess")
+    assert result["launcher"] == "subprocess" and plain["ppid"] == os.getpid()
+    assert plain["imported_by"] == plain["pid"]
+    assert plain["sys_path"][:2] == forked["sys_path"][:2]
+    assert plain["cwd"] == forked["cwd"] and plain["flag"] == forked["flag"]
+
+
+def test_a_repository_shadowing_a_preloaded_package_gets_a_fresh_interpreter(tmp_path):
+    repo = write_files(tmp_path / "shadow", {"bench/tanh_bwd.py": CUSTOM_SUITE, "src/probekern/__init__.py": "",
+                                             "src/probekern/ops.py": PROBE, "src/triton/__init__.py": ""})
+    result, seen = probe_trial(repo, tmp_path / "p.json", "auto")
+    assert result["launcher"] == "subprocess" and seen["ppid"] == os.getpid()
+
+
+def test_every_trial_records_its_phases(probe_repo, tmp_path):
+    result, _ = probe_trial(probe_repo, tmp_path / "p.json")
+    validate_result(result)
+    phases = result["phases"]
+    assert set(PHASES) - {"checkout", "build"} <= set(phases)
+    assert all(phases[name] >= 0 for name in phases)
+    assert phases["timing"] > 0 and phases["first_sample"] <= phases["process"]
+    child = sum(phases[name] for name in ("start", "import", "compile", "inputs_reference", "timing", "teardown"))
+    assert child == pytest.approx(phases["process"], abs=0.01)
+
+
+def test_revision_caches_share_the_jit_dir_and_the_reference_per_seed(probe_repo, tmp_path):
+    caches = revision_caches(tmp_path / "cache", "a" * 40)
+    first, seen1 = probe_trial(probe_repo, tmp_path / "1.json", caches=caches, seed=11)
+    second, seen2 = probe_trial(probe_repo, tmp_path / "2.json", caches=caches, seed=11)
+    other_seed, _ = probe_trial(probe_repo, tmp_path / "3.json", caches=caches, seed=12)
+    assert seen1["triton_cache"] == seen2["triton_cache"] == str(caches.jit_dir)
+    assert first["reference_cache"] == {"hits": 0, "misses": 1, "rejected": 0}
+    assert second["reference_cache"] == {"hits": 1, "misses": 0, "rejected": 0}
+    assert other_seed["reference_cache"]["hits"] == 0
+    assert second["cases"][0]["accuracy_error"] == first["cases"][0]["accuracy_error"]

@@ -1,0 +1,64 @@
+"""A worker's trial end to end (real git checkout, real build command, real trial processes):
+the phases of the checkout and the build join the harness's, and the trials of one revision
+share its JIT cache and accuracy reference under PERFBISECT_HOME, another revision gets its own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernels.harness.launch import stop_servers
+from service.settings import get_settings
+from service.trials.service import TrialWork
+from tests.gitrepo import git
+from tests.kernels.conftest import CUSTOM_SUITE, write_files
+from tests.kernels.test_launch import PROBE, POLICY
+from workers.runner import execute
+from workers.trialcache import cache_root
+
+
+@pytest.fixture(scope="module")
+def probe_git_repo(tmp_path_factory) -> tuple[Path, list[str]]:
+    root = write_files(tmp_path_factory.mktemp("probe-git"), {
+        "bench/tanh_bwd.py": CUSTOM_SUITE, "src/probekern/__init__.py": "", "src/probekern/ops.py": PROBE})
+    git(root, "init", "-q", "-b", "main")
+    shas = []
+    for note in ("one", "two"):
+        (root / "NOTES").write_text(note)
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", note)
+        shas.append(git(root, "rev-parse", "HEAD"))
+    yield root, shas
+    stop_servers()
+
+
+def work(repo: Path, sha: str, out: Path) -> TrialWork:
+    return TrialWork(trial_id=1, job_id=1, repo_name="probe", repo_url=str(repo), build_command="true",
+                     import_root="src", env={"PROBE_OUT": str(out), "PROBE_FLAG": "on"}, sha=sha,
+                     cases=[{"suite": "file:bench/tanh_bwd.py", "target": "probekern.ops:probe",
+                             "params": {"N": 1024}}],
+                     device_class="cpu", policy=POLICY)
+
+
+def test_trials_of_a_revision_share_its_caches_and_record_every_phase(probe_git_repo, tmp_path):
+    repo, shas = probe_git_repo
+    out = tmp_path / "probe.json"
+    runs = []
+    for sha in (shas[0], shas[0], shas[1]):
+        result, build_s = execute(work(repo, sha, out))
+        assert result["status"] == "ok", result
+        runs.append((result, json.loads(out.read_text())))
+    (first, seen1), (second, seen2), (other, seen3) = runs
+    root = cache_root(get_settings())
+    assert seen1["triton_cache"] == seen2["triton_cache"] != seen3["triton_cache"]
+    assert Path(seen1["triton_cache"]).is_relative_to(root) and shas[0] in seen1["triton_cache"]
+    assert (first["reference_cache"]["misses"], second["reference_cache"]["hits"]) == (1, 1)
+    assert other["reference_cache"]["hits"] == 0  # another revision: its own seed and reference
+    assert first["seed"] == second["seed"] != other["seed"]
+    phases = first["phases"]
+    for name in ("checkout", "build", "start", "import", "compile", "inputs_reference", "timing", "teardown",
+                 "total", "timed_kernels"):
+        assert phases[name] >= 0, name
+    assert phases["build"] > 0 and phases["total"] >= phases["process"] + phases["build"]
