@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -18,6 +19,18 @@ DEFAULT_LLC_BYTES = 64 << 20
 # Device-side spin before each timed GPU call: 400k cycles, about 0.2 ms at 2 GHz,
 # longer than the launch overhead of a Python-launched Triton kernel.
 SPIN_CYCLES = 400_000
+
+
+# The CPU path stands in for a GPU in CI, on laptops and in the demo. A server part's shared L3
+# can be hundreds of MiB (480 MiB on the 2-vCPU CI VM: flushing 1.5x of it is ~0.1 s per timed
+# call, most of a trial); above this cap the flush evicts the private caches and this much of the
+# L3, which is what a CPU stand-in needs. PERFBISECT_CPU_FLUSH_CAP_BYTES raises it.
+CPU_FLUSH_CAP_BYTES = int(os.environ.get("PERFBISECT_CPU_FLUSH_CAP_BYTES", 64 << 20))
+
+
+def cpu_flush_bytes() -> int:
+    """The last-level cache size, capped at CPU_FLUSH_CAP_BYTES."""
+    return min(cpu_llc_bytes(), CPU_FLUSH_CAP_BYTES)
 
 
 def cpu_llc_bytes() -> int:
@@ -39,7 +52,7 @@ class CpuTimer:
     kind = "cpu"
 
     def __init__(self, cold: bool):
-        self.cache_bytes = cpu_llc_bytes()
+        self.cache_bytes = cpu_flush_bytes()
         self.flush_buffer = torch.ones((self.cache_bytes * 3 // 2) // 4) if cold else None
 
     def flush(self) -> None:

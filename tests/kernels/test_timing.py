@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from kernels.harness.timing import (CpuTimer, SmClock, cpu_llc_bytes, relative_noise_of_median,
+from kernels.harness.timing import (CPU_FLUSH_CAP_BYTES, CpuTimer, SmClock, cpu_llc_bytes, relative_noise_of_median,
                                     should_stop)
 
 POLICY = {"min_samples": 5, "max_samples": 20, "max_time_s": 1.0, "rel_noise": 0.01}
@@ -37,10 +37,11 @@ def test_throttled_samples_are_those_under_the_fraction_of_the_max_clock():
     assert not clock.throttled(1480.0, fraction=0.7)
 
 
-def test_cpu_flush_buffer_is_larger_than_the_last_level_cache():
+def test_cpu_flush_buffer_is_larger_than_the_last_level_cache_up_to_the_cap():
     llc = cpu_llc_bytes()
     assert llc >= 1 << 20
     timer = CpuTimer(cold=True)
-    assert timer.flush_buffer.numel() * 4 > llc
+    assert timer.flush_buffer.numel() * 4 > min(llc, CPU_FLUSH_CAP_BYTES)
+    assert timer.flush_buffer.numel() * 4 <= 2 * CPU_FLUSH_CAP_BYTES
     assert CpuTimer(cold=False).flush_buffer is None
     assert timer.time_ms(lambda: sum(range(1000))) > 0
