@@ -22,12 +22,12 @@ One round:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from service.bisect.effect import bootstrap_effect
+from service.bisect.effect import bootstrap_effect, t_effect
 from service.bisect.model import (BisectConfig, CulpritReport, Observation, Plan, RevisionState,
                                   TrialRequest, Verdict)
-from service.bisect.pairs import PairJudgement, judge_pairs
+from service.bisect.pairs import PairJudgement, case_noise_df, judge_pairs
 from service.bisect.probes import allocate, correctness, edge_probes
 
 
@@ -71,13 +71,43 @@ def confirm_trials(config: BisectConfig, cases: int) -> int:
     return n
 
 
-def _culprit(pair: PairJudgement, observations: Mapping[int, Observation],
+def _culprit(pair: PairJudgement, observations: Mapping[int, Observation], ok: Sequence[int],
              config: BisectConfig) -> CulpritReport:
+    """The culprit's effect on every case: a t interval on the per-trial noise pooled over all
+    measured revisions (trials as units), or a bootstrap while no revision has two trials."""
     before, after = observations[pair.a].values, observations[pair.b].values
-    effects = {case: bootstrap_effect(before[case], after[case], confidence=config.confidence,
-                                      resamples=config.bootstrap, seed=config.seed)
-               for case in sorted(pair.raw)}
+    noise = case_noise_df(observations, ok, sorted(pair.raw))
+    effects = {}
+    for case in sorted(pair.raw):
+        pooled = noise[case]
+        if pooled is None:
+            effects[case] = bootstrap_effect(before[case], after[case], confidence=config.confidence,
+                                             resamples=config.bootstrap, seed=config.seed)
+        else:
+            effects[case] = t_effect(before[case], after[case], noise=pooled[0], df=pooled[1],
+                                     confidence=config.confidence)
     return CulpritReport(first=pair.a + 1, last=pair.b, effects=effects)
+
+
+def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig,
+            requests: _Requests) -> bool:
+    """A closed DIFFERENT pair: True when it is confirmed on its own trials (a culprit), else
+    the trials it needs. The sequential t route confirms with `replicates` trials a side; when
+    that is not enough, both sides go to `confirm_trials` at once (one round, as the rank tests
+    need), then a block more while the confirmation stays ambiguous."""
+    fewest = min(counts[pair.a], counts[pair.b])
+    confirm = min(confirm_trials(config, len(pair.raw)), config.max_trials)
+    confirmed = pair.confirmed(config.alpha, config.sequential_alpha, config.replicates,
+                               rank_ready=fewest >= confirm)
+    if confirmed == Verdict.DIFFERENT:
+        return True
+    if fewest < confirm:
+        target = config.replicates if fewest < config.replicates else confirm
+        requests.up_to(pair.a, target)
+        requests.up_to(pair.b, target)
+    elif confirmed == Verdict.UNKNOWN and fewest < config.max_trials:
+        _escalate(pair, counts, config, requests)
+    return False
 
 
 def plan_next(n_revisions: int, observations: Mapping[int, Observation], config: BisectConfig) -> Plan:
@@ -115,16 +145,8 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
             _escalate(pair, counts, config, requests)
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
             open_pairs.append((pair.a, pair.b))
-        elif pair.verdict == Verdict.DIFFERENT:
-            confirm = min(confirm_trials(config, len(pair.raw)), config.max_trials)
-            confirmed = pair.confirmed(config.alpha)
-            if min(counts[pair.a], counts[pair.b]) < confirm:
-                requests.up_to(pair.a, confirm)
-                requests.up_to(pair.b, confirm)
-            elif confirmed == Verdict.DIFFERENT:
-                culprits.append(_culprit(pair, observations, config))
-            elif confirmed == Verdict.UNKNOWN and min(counts[pair.a], counts[pair.b]) < config.max_trials:
-                _escalate(pair, counts, config, requests)
+        elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests):
+            culprits.append(_culprit(pair, observations, ok, config))
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
     wanted = requests.as_tuple()
