@@ -4,19 +4,34 @@ Stateless: every call re-derives the whole search from the observations, so the 
 call it from any worker after any round, and the simulator drives it the same way.
 
 One round:
-1. Measure the two ends (`endpoint_trials` each; an unbuildable end is replaced by its nearest
-   buildable neighbour). Nothing else is built until both ends are known: if they are SAME on
-   every case the job ends with no culprit (a regression fully recovered inside the range is
-   invisible by design, as in any bisection).
-2. Judge every adjacent pair of measured ok revisions (`pairs.judge_pairs`).
+1. Measure the two ends (`endpoint_trials` each, 3: enough for a first noise estimate with 4
+   degrees of freedom per case; an unbuildable end is replaced by its nearest buildable
+   neighbour). Nothing else is built until both ends are known: if they are SAME on every case
+   the job ends with no culprit (a regression fully recovered inside the range is invisible by
+   design, as in any bisection). While the ends are UNKNOWN (the step is small against a noise
+   estimate still poor) they get a block more each round.
+2. Judge every adjacent pair of measured ok revisions (`pairs.judge_pairs`). Each case's noise
+   is pooled over all measured revisions, with its degrees of freedom, and a pair may be
+   DIFFERENT on the rank tests or, sequentially, on a t-test of its gap in those noise widths
+   (`sequential_alpha`, Student's t quantile): one trial many widths from one neighbour's
+   level and SAME as the other's places a revision at once.
    - UNKNOWN: add `block` trials to the side with fewer (both when equal), up to `max_trials`.
      More trials are cheaper than more builds, so no revision is built inside an UNKNOWN pair.
-   - DIFFERENT with untried revisions between: an open pair; build evenly spaced revisions in it.
-   - DIFFERENT with none left between: a culprit candidate. Both sides get `confirm_trials`, then
-     the pair is judged again on its own trials; still DIFFERENT (for any case) makes it a
-     culprit, with a bootstrap effect for every case.
+   - DIFFERENT with untried revisions between: an open pair; build evenly spaced revisions in it,
+     `initial_trials` (one) each.
+   - DIFFERENT with none left between: a culprit candidate, confirmed on the pair's own trials
+     (Bonferroni over cases): on the t route once both sides have `replicates` (two) trials, so
+     one trial in a rare mode never makes a culprit; otherwise both sides go to `confirm_trials`
+     for the rank tests, then a block more while ambiguous. Confirmed, it is a culprit with a t
+     interval for every case (trials as units, the pooled noise: it covers run-to-run variation).
 3. Wrong-results revisions never enter the timing comparison (a fast wrong kernel is not an
    improvement); their runs are bounded by binary search and reported as correctness findings.
+
+Error control: every DIFFERENT needs the step to clear the minimum effect as well as the test.
+The t route leans on a normal noise model whose width is estimated, hence Student's t with the
+pooled degrees of freedom and a level ten times below `alpha`; its weak spot is a bimodal case
+whose rare mode no trial has shown yet, which replication at the culprit guards against (a
+navigation error costs trials, not precision: the stateless re-derivation recovers from it).
 """
 
 from __future__ import annotations
