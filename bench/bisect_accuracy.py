@@ -164,6 +164,34 @@ def score(truth: Truth, culprits: list[list[int]]) -> dict:
             "big": sum(truth.above_min), "big_found": sum(f for f, d in zip(found, truth.above_min) if d)}
 
 
+def intervals(history: History, culprits: list[dict]) -> list[tuple[bool, bool]]:
+    """Per reported culprit and case: (the case truly moved, its interval holds the true step).
+    The true step is the level after the culprit's range over the level before it (the decision
+    value is target/control, whose true median moves by exactly that ratio). The simulator rounds
+    the interval to 4 decimals, so a bound within 5e-5 of the truth counts as holding it."""
+    rows = []
+    for c in culprits:
+        lo, hi = c["range"]
+        for name, effect in c["cases"].items():
+            model = history.cases[name]
+            true = model.level_at(hi) / model.level_at(lo - 1) - 1.0
+            low, high = effect["ci"]
+            rows.append((abs(true) > 1e-12, low - 5e-5 <= true <= high + 5e-5))
+    return rows
+
+
+def coverage_line(rows: list[dict], methods: list[str]) -> str:
+    """Share of 95% intervals holding the true step, over every culprit x case and over the
+    cases that moved."""
+    parts = []
+    for m in methods:
+        ivs = [iv for r in rows if r["method"] == m for iv in r["intervals"]]
+        moved = [held for is_moved, held in ivs if is_moved]
+        parts.append(f"{m}: {np.mean([held for _, held in ivs]) if ivs else float('nan'):.1%} of {len(ivs)} "
+                     f"(moved cases {np.mean(moved) if moved else float('nan'):.1%} of {len(moved)})")
+    return "95% interval coverage of the true step: " + "; ".join(parts)
+
+
 def run_one(args: tuple[int, tuple[int, ...]]) -> list[dict]:
     index, workers_list = args
     rng = np.random.default_rng([20261202, index])
@@ -174,7 +202,7 @@ def run_one(args: tuple[int, tuple[int, ...]]) -> list[dict]:
     for w in workers_list:
         r = simulate(truth.history, workers=w, seed=index)
         rows.append({"method": f"perfbisect W={w}", "revisions": r["revisions_measured"], "trials": r["trials"],
-                     "rounds": r["rounds"], "bound": bound,
+                     "rounds": r["rounds"], "bound": bound, "intervals": intervals(truth.history, r["culprits"]),
                      **score(truth, [c["range"] for c in r["culprits"]])})
     for name, runs, threshold in (("git-bisect 1 sample", 1, 0.5), ("FlyDSL median-of-3", 3, 0.3)):
         b = baseline(truth.history, np.random.default_rng([7, index]), runs, threshold)
@@ -202,6 +230,7 @@ def summarize(rows: list[dict]) -> str:
         out.append(f"{m}: missed >=3sd&2% steps: {sum(r['miss_flat'] for r in sel)} cancelled by "
                    f"a neighbouring step or flat end to end, {sum(r['miss_edge'] for r in sel)} under 2.5% (within 25% of the "
                    f"minimum effect), {sum(r['miss_other'] for r in sel)} other")
+    out.append(coverage_line(rows, methods[:-2]))
     out.append(f"({len(rows) // len(methods)} histories; {sum(r['det'] for r in rows if r['method'] == methods[0])} "
                f"detectable steps, {sum(r['big'] for r in rows if r['method'] == methods[0])} of them >= 2%)")
     return "\n".join(out)

@@ -48,24 +48,33 @@ class BisectConfig:
       case to `noise_floor` times the measured noise of one trial's value, because a smaller
       step cannot be told from noise within `max_trials` (the raised value is what verdicts use).
     - `alpha`: Pinpoint's low threshold on the smaller p of Mann-Whitney U and Kolmogorov-Smirnov.
+    - `sequential_alpha`: the level of the sequential t route (a gap of many noise widths, the
+      noise pooled over all measured revisions, Student's t with its degrees of freedom), which
+      decides a revision on one trial when the evidence is overwhelming; None turns it off.
+      Kept ten times stricter than `alpha` because it leans on a noise model. A culprit found
+      this way still needs `replicates` trials on each side.
     - `same_z`: one-sided z of the equivalence bound that a SAME verdict needs.
-    - `initial_trials` for a revision inside the range, `endpoint_trials` for the two ends (they
-      are compared most often, and 3 trials against 9 or more can reach p < 0.01), `block`
-      trials added to the side with fewer while UNKNOWN, `confirm_trials` on both sides of a
-      culprit before it is reported, `max_trials` the cap per revision.
+    - `initial_trials` for a revision inside the range (one: more only while its verdict is
+      ambiguous), `endpoint_trials` for the two ends (they give the first noise estimate; more
+      are added while they are ambiguous), `block` trials added to the side with fewer while
+      UNKNOWN, `confirm_trials` on both sides of a culprit before the rank tests may confirm it,
+      `max_trials` the cap per revision.
     - `workers`: revisions measured at once per round (W); a round measures at least one
       revision in every open pair.
+    - `confidence`: of the culprit's interval (Student's t on the pooled per-trial noise).
     """
 
     min_effect: float = 0.02
     higher_is_better: bool = True
     workers: int = 1
     max_trials: int = 12
-    initial_trials: int = 3
-    endpoint_trials: int = 6
+    initial_trials: int = 1
+    endpoint_trials: int = 3
     block: int = 2
     confirm_trials: int = 5
+    replicates: int = 2
     alpha: float = 0.01
+    sequential_alpha: float | None = 0.001
     same_z: float = 1.28
     noise_floor: float = 2.0
     confidence: float = 0.95
@@ -84,7 +93,8 @@ class TrialRequest:
 @dataclass(frozen=True)
 class CaseEffect:
     """A culprit's step on one case: `rel` = after/before - 1 of the medians of the decision
-    values, its bootstrap confidence interval `ci`, and the two medians."""
+    values, its confidence interval `ci` (trials as units: it covers run-to-run variation),
+    and the two medians."""
 
     rel: float
     ci: tuple[float, float]

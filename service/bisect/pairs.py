@@ -2,9 +2,11 @@
 
 A pair is first judged on its own trials. Where that leaves it UNKNOWN, it is judged again on
 pooled trials: each side together with the neighbours it is already judged SAME with (its
-"level"), so a revision measured three times can be told apart from a level holding nine. A
-pair with no revision left between its ends that pools to DIFFERENT is a culprit candidate;
-the planner confirms it on the pair's own trials (`raw`). Pure.
+"level"), so a revision measured once can be told apart from a level holding nine. Every
+comparison uses the case's per-trial noise pooled over all measured revisions, with its degrees
+of freedom, so the sequential t route of `verdict.assess` can decide one trial that lies many
+noise widths from a level. A pair with no revision left between its ends that pools to
+DIFFERENT is a culprit candidate; the planner confirms it on the pair's own trials (`raw`). Pure.
 """
 
 from __future__ import annotations
@@ -29,12 +31,23 @@ class PairJudgement:
     closed: bool  # no unmeasured revision left strictly between a and b
     raw: Mapping[str, Comparison]  # on the pair's own trials only (the confirmation)
 
-    def confirmed(self, alpha: float) -> Verdict:
-        """The confirmation verdict on the pair's own trials, with `alpha` split over the cases
-        (Bonferroni: the pair is blamed when any case moves, so the family-wise false alarm
-        stays at `alpha`). A raw DIFFERENT that misses the split level is UNKNOWN."""
+    def confirmed(self, alpha: float, sequential_alpha: float | None = None, replicates: int = 2,
+                  rank_ready: bool = True) -> Verdict:
+        """The confirmation verdict on the pair's own trials, with `alpha` (rank tests) and
+        `sequential_alpha` (t route) split over the cases (Bonferroni: the pair is blamed when
+        any case moves, so the family-wise false alarm stays at the level). The t route needs
+        `replicates` trials on each side: one trial in a rare mode of a bimodal case can look
+        many noise widths away, two such trials on one side are far less likely, and a single
+        outlier among them inflates the pooled noise. A raw DIFFERENT that misses both split
+        levels is UNKNOWN. `rank_ready` False holds the rank route back (too few trials yet)."""
         split = alpha / max(1, len(self.raw))
-        if any(c.verdict == Verdict.DIFFERENT and c.pvalue < split for c in self.raw.values()):
+        seq_split = (sequential_alpha or 0.0) / max(1, len(self.raw))
+
+        def holds(c: Comparison) -> bool:
+            replicated = min(c.trials) >= replicates
+            return (rank_ready and c.pvalue < split) or (replicated and c.seq_pvalue < seq_split)
+
+        if any(c.verdict == Verdict.DIFFERENT and holds(c) for c in self.raw.values()):
             return Verdict.DIFFERENT
         verdict = _overall(self.raw)
         return Verdict.UNKNOWN if verdict == Verdict.DIFFERENT else verdict
@@ -48,11 +61,15 @@ def case_names(observations: Mapping[int, Observation], ok: Sequence[int]) -> li
 def case_noise(observations: Mapping[int, Observation], ok: Sequence[int],
                cases: Sequence[str]) -> dict[str, float | None]:
     """Per case, the pooled per-trial standard deviation of log values over all ok revisions."""
-    result: dict[str, float | None] = {}
-    for case in cases:
-        pooled = pooled_noise(observations[i].values.get(case, ()) for i in ok)
-        result[case] = pooled[0] if pooled else None
-    return result
+    return {case: pooled[0] if pooled else None
+            for case, pooled in case_noise_df(observations, ok, cases).items()}
+
+
+def case_noise_df(observations: Mapping[int, Observation], ok: Sequence[int],
+                  cases: Sequence[str]) -> dict[str, tuple[float, int] | None]:
+    """Per case, the pooled per-trial standard deviation of log values over all ok revisions
+    and its degrees of freedom (None while no revision has two trials)."""
+    return {case: pooled_noise(observations[i].values.get(case, ()) for i in ok) for case in cases}
 
 
 def effective_min_effect(config: BisectConfig, noise: float | None) -> float:
@@ -87,13 +104,16 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
     """Judge every adjacent pair of `ok` (sorted revision indices with trials). `unmeasured`
     are the revisions not tried yet (they decide whether a pair is closed). Touches nothing."""
     cases = case_names(observations, ok)
-    noise = case_noise(observations, ok, cases)
+    pooled = case_noise_df(observations, ok, cases)
+    noise = {case: p[0] if p else None for case, p in pooled.items()}
     values = {i: observations[i].values for i in ok}
     counts = {i: observations[i].trials() for i in ok}
 
     def one(a_vals: Sequence[float], b_vals: Sequence[float], case: str, at_cap: bool) -> Comparison:
         return assess(a_vals, b_vals, min_effect=effective_min_effect(config, noise[case]),
-                      noise=noise[case], alpha=config.alpha, same_z=config.same_z, at_cap=at_cap)
+                      noise=noise[case], alpha=config.alpha, same_z=config.same_z, at_cap=at_cap,
+                      noise_df=pooled[case][1] if pooled[case] else None,
+                      sequential_alpha=config.sequential_alpha)
 
     raw: list[dict[str, Comparison]] = []
     for a, b in zip(ok, ok[1:]):

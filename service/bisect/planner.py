@@ -4,30 +4,45 @@ Stateless: every call re-derives the whole search from the observations, so the 
 call it from any worker after any round, and the simulator drives it the same way.
 
 One round:
-1. Measure the two ends (`endpoint_trials` each; an unbuildable end is replaced by its nearest
-   buildable neighbour). Nothing else is built until both ends are known: if they are SAME on
-   every case the job ends with no culprit (a regression fully recovered inside the range is
-   invisible by design, as in any bisection).
-2. Judge every adjacent pair of measured ok revisions (`pairs.judge_pairs`).
+1. Measure the two ends (`endpoint_trials` each, 3: enough for a first noise estimate with 4
+   degrees of freedom per case; an unbuildable end is replaced by its nearest buildable
+   neighbour). Nothing else is built until both ends are known: if they are SAME on every case
+   the job ends with no culprit (a regression fully recovered inside the range is invisible by
+   design, as in any bisection). While the ends are UNKNOWN (the step is small against a noise
+   estimate still poor) they get a block more each round.
+2. Judge every adjacent pair of measured ok revisions (`pairs.judge_pairs`). Each case's noise
+   is pooled over all measured revisions, with its degrees of freedom, and a pair may be
+   DIFFERENT on the rank tests or, sequentially, on a t-test of its gap in those noise widths
+   (`sequential_alpha`, Student's t quantile): one trial many widths from one neighbour's
+   level and SAME as the other's places a revision at once.
    - UNKNOWN: add `block` trials to the side with fewer (both when equal), up to `max_trials`.
      More trials are cheaper than more builds, so no revision is built inside an UNKNOWN pair.
-   - DIFFERENT with untried revisions between: an open pair; build evenly spaced revisions in it.
-   - DIFFERENT with none left between: a culprit candidate. Both sides get `confirm_trials`, then
-     the pair is judged again on its own trials; still DIFFERENT (for any case) makes it a
-     culprit, with a bootstrap effect for every case.
+   - DIFFERENT with untried revisions between: an open pair; build evenly spaced revisions in it,
+     `initial_trials` (one) each.
+   - DIFFERENT with none left between: a culprit candidate, confirmed on the pair's own trials
+     (Bonferroni over cases): on the t route once both sides have `replicates` (two) trials, so
+     one trial in a rare mode never makes a culprit; otherwise both sides go to `confirm_trials`
+     for the rank tests, then a block more while ambiguous. Confirmed, it is a culprit with a t
+     interval for every case (trials as units, the pooled noise: it covers run-to-run variation).
 3. Wrong-results revisions never enter the timing comparison (a fast wrong kernel is not an
    improvement); their runs are bounded by binary search and reported as correctness findings.
+
+Error control: every DIFFERENT needs the step to clear the minimum effect as well as the test.
+The t route leans on a normal noise model whose width is estimated, hence Student's t with the
+pooled degrees of freedom and a level ten times below `alpha`; its weak spot is a bimodal case
+whose rare mode no trial has shown yet, which replication at the culprit guards against (a
+navigation error costs trials, not precision: the stateless re-derivation recovers from it).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from service.bisect.effect import bootstrap_effect
+from service.bisect.effect import bootstrap_effect, t_effect
 from service.bisect.model import (BisectConfig, CulpritReport, Observation, Plan, RevisionState,
                                   TrialRequest, Verdict)
-from service.bisect.pairs import PairJudgement, judge_pairs
+from service.bisect.pairs import PairJudgement, case_noise_df, judge_pairs
 from service.bisect.probes import allocate, correctness, edge_probes
 
 
@@ -71,13 +86,43 @@ def confirm_trials(config: BisectConfig, cases: int) -> int:
     return n
 
 
-def _culprit(pair: PairJudgement, observations: Mapping[int, Observation],
+def _culprit(pair: PairJudgement, observations: Mapping[int, Observation], ok: Sequence[int],
              config: BisectConfig) -> CulpritReport:
+    """The culprit's effect on every case: a t interval on the per-trial noise pooled over all
+    measured revisions (trials as units), or a bootstrap while no revision has two trials."""
     before, after = observations[pair.a].values, observations[pair.b].values
-    effects = {case: bootstrap_effect(before[case], after[case], confidence=config.confidence,
-                                      resamples=config.bootstrap, seed=config.seed)
-               for case in sorted(pair.raw)}
+    noise = case_noise_df(observations, ok, sorted(pair.raw))
+    effects = {}
+    for case in sorted(pair.raw):
+        pooled = noise[case]
+        if pooled is None:
+            effects[case] = bootstrap_effect(before[case], after[case], confidence=config.confidence,
+                                             resamples=config.bootstrap, seed=config.seed)
+        else:
+            effects[case] = t_effect(before[case], after[case], noise=pooled[0], df=pooled[1],
+                                     confidence=config.confidence)
     return CulpritReport(first=pair.a + 1, last=pair.b, effects=effects)
+
+
+def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig,
+            requests: _Requests) -> bool:
+    """A closed DIFFERENT pair: True when it is confirmed on its own trials (a culprit), else
+    the trials it needs. The sequential t route confirms with `replicates` trials a side; when
+    that is not enough, both sides go to `confirm_trials` at once (one round, as the rank tests
+    need), then a block more while the confirmation stays ambiguous."""
+    fewest = min(counts[pair.a], counts[pair.b])
+    confirm = min(confirm_trials(config, len(pair.raw)), config.max_trials)
+    confirmed = pair.confirmed(config.alpha, config.sequential_alpha, config.replicates,
+                               rank_ready=fewest >= confirm)
+    if confirmed == Verdict.DIFFERENT:
+        return True
+    if fewest < confirm:
+        target = config.replicates if fewest < config.replicates else confirm
+        requests.up_to(pair.a, target)
+        requests.up_to(pair.b, target)
+    elif confirmed == Verdict.UNKNOWN and fewest < config.max_trials:
+        _escalate(pair, counts, config, requests)
+    return False
 
 
 def plan_next(n_revisions: int, observations: Mapping[int, Observation], config: BisectConfig) -> Plan:
@@ -115,16 +160,8 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
             _escalate(pair, counts, config, requests)
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
             open_pairs.append((pair.a, pair.b))
-        elif pair.verdict == Verdict.DIFFERENT:
-            confirm = min(confirm_trials(config, len(pair.raw)), config.max_trials)
-            confirmed = pair.confirmed(config.alpha)
-            if min(counts[pair.a], counts[pair.b]) < confirm:
-                requests.up_to(pair.a, confirm)
-                requests.up_to(pair.b, confirm)
-            elif confirmed == Verdict.DIFFERENT:
-                culprits.append(_culprit(pair, observations, config))
-            elif confirmed == Verdict.UNKNOWN and min(counts[pair.a], counts[pair.b]) < config.max_trials:
-                _escalate(pair, counts, config, requests)
+        elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests):
+            culprits.append(_culprit(pair, observations, ok, config))
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
     wanted = requests.as_tuple()

@@ -1,7 +1,12 @@
 """Three-way verdicts for two revisions on one case (Chromium Pinpoint's rule, made effect aware).
 
-- DIFFERENT: the significance test's p is below `alpha` AND the relative step of the medians
-  is at least the minimum effect.
+- DIFFERENT: the relative step of the medians is at least the minimum effect AND either the
+  significance test's p is below `alpha`, or (sequential route) the step is many noise widths
+  wide: a t-test of the mean log values against the case's pooled per-trial noise, whose p is
+  below `sequential_alpha`. The rank tests need 5 trials a side to reach p < 0.01; the t-test
+  decides one trial against a neighbour's pooled level when the gap is overwhelming. Its noise
+  is estimated from other revisions' trials, so its quantile is Student's t with the pooled
+  degrees of freedom (few trials at the ends: a larger quantile, i.e. a wider gap needed).
 - SAME: an equivalence bound: |step| + `same_z` standard errors is below the minimum effect.
   The standard error comes from the case's per-trial noise and both sample sizes, so this is
   Pinpoint's "sample-size-aware high threshold": with few trials or much noise SAME is out of
@@ -30,6 +35,18 @@ from service.bisect.model import Verdict
 
 # Standard error of a median relative to that of a mean, for normal data: sqrt(pi/2).
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+
+
+def median_variance_factor(n: int) -> float:
+    """Variance of a sample median over that of the mean, for normal data: 1 up to two values
+    (the median is the mean), the large-sample pi/2 beyond (an upper bound for small n: 1.35 at
+    three values), so standard errors err on the wide side."""
+    return 1.0 if n <= 2 else MEDIAN_SE_FACTOR ** 2
+
+
+def median_step_se(noise: float, n_a: int, n_b: int) -> float:
+    """Standard error of the log step between two medians of `n_a` and `n_b` trials."""
+    return noise * math.sqrt(median_variance_factor(n_a) / n_a + median_variance_factor(n_b) / n_b)
 
 
 class SignificanceTest(Protocol):
@@ -83,6 +100,8 @@ class Comparison:
     pvalue: float
     se: float | None
     min_effect: float
+    seq_pvalue: float = 1.0  # the sequential t-test's p (1.0 without a noise estimate)
+    trials: tuple[int, int] = (0, 0)  # values on side a and side b
 
 
 def pooled_noise(groups: Iterable[Sequence[float]]) -> tuple[float, int] | None:
@@ -101,12 +120,15 @@ def pooled_noise(groups: Iterable[Sequence[float]]) -> tuple[float, int] | None:
 
 def assess(a: Sequence[float], b: Sequence[float], *, min_effect: float, noise: float | None = None,
            alpha: float = 0.01, same_z: float = 1.28, at_cap: bool = False,
-           test: SignificanceTest = RankTest()) -> Comparison:
+           test: SignificanceTest = RankTest(), noise_df: int | None = None,
+           sequential_alpha: float | None = None) -> Comparison:
     """Compare revision a's per-trial values with revision b's on one case.
 
     `noise` is the standard deviation of one trial's log value (pooled over many revisions by
-    the planner); without it the two samples' own pooled spread is used. Raises ValueError on a
-    non-positive value (decision values are ratios or rates)."""
+    the planner); without it the two samples' own pooled spread is used. With `noise_df` (the
+    degrees of freedom of that estimate) and `sequential_alpha`, the sequential t route may
+    also call the pair DIFFERENT. Raises ValueError on a non-positive value (decision values
+    are ratios or rates)."""
     if len(a) == 0 or len(b) == 0:
         return Comparison(Verdict.UNKNOWN, 0.0, 1.0, None, min_effect)
     if min(min(a), min(b)) <= 0:
@@ -114,23 +136,37 @@ def assess(a: Sequence[float], b: Sequence[float], *, min_effect: float, noise: 
     step = math.log(float(np.median(b))) - math.log(float(np.median(a)))
     threshold = math.log1p(min_effect)
     p = test.pvalue(a, b)
+    seq_p = sequential_pvalue(a, b, noise, noise_df) if sequential_alpha is not None else 1.0
     if noise is None:
         own = pooled_noise([a, b])
         noise = own[0] if own else None
-    se = None if noise is None else MEDIAN_SE_FACTOR * noise * math.sqrt(1 / len(a) + 1 / len(b))
+    se = None if noise is None else median_step_se(noise, len(a), len(b))
     rel = math.expm1(step)
-    if p < alpha and abs(step) >= threshold:
+    if (p < alpha or seq_p < (sequential_alpha or 0.0)) and abs(step) >= threshold:
         verdict = Verdict.DIFFERENT
     elif se is not None and abs(step) + same_z * se < threshold:
         verdict = Verdict.SAME
     else:
         verdict = Verdict.SAME if at_cap else Verdict.UNKNOWN
-    return Comparison(verdict, rel, p, se, min_effect)
+    return Comparison(verdict, rel, p, se, min_effect, seq_p, (len(a), len(b)))
+
+
+def sequential_pvalue(a: Sequence[float], b: Sequence[float], noise: float | None,
+                      noise_df: int | None) -> float:
+    """Two-sided p of the difference of mean log values, in units of the pooled per-trial noise
+    `noise` (estimated with `noise_df` degrees of freedom): Student's t, not the normal, so a
+    noise estimate from few trials asks for a wider gap. 1.0 without a usable estimate."""
+    if noise is None or not noise_df or noise <= 0 or not len(a) or not len(b):
+        return 1.0
+    gap = float(np.mean(np.log(b)) - np.mean(np.log(a)))
+    t = abs(gap) / (noise * math.sqrt(1 / len(a) + 1 / len(b)))
+    return float(2 * stats.t.sf(t, noise_df))
 
 
 def compare(a: Sequence[float], b: Sequence[float], *, min_effect: float = 0.02,
             noise: float | None = None, alpha: float = 0.01, same_z: float = 1.28,
-            at_cap: bool = False, test: SignificanceTest = RankTest()) -> Verdict:
+            at_cap: bool = False, test: SignificanceTest = RankTest(), noise_df: int | None = None,
+            sequential_alpha: float | None = None) -> Verdict:
     """The verdict alone of `assess` (same arguments, same errors)."""
     return assess(a, b, min_effect=min_effect, noise=noise, alpha=alpha, same_z=same_z,
-                  at_cap=at_cap, test=test).verdict
+                  at_cap=at_cap, test=test, noise_df=noise_df, sequential_alpha=sequential_alpha).verdict
