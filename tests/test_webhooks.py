@@ -49,7 +49,7 @@ def pr_event(base: str, head: str, *, action: str = "opened", number: int = 7, c
 def deliver(client, payload: dict, *, event: str = "pull_request", secret: str | None = SECRET,
             signature: str | None = None):
     body = json.dumps(payload).encode()
-    headers = {"X-GitHub-Event": event, "Content-Type": "application/json"}
+    headers = {"X-GitHub-Event": event, "Content-Type": "application/json", "X-GitHub-Delivery": str(uuid.uuid4())}
     if signature is not None:
         headers["X-Hub-Signature-256"] = signature
     elif secret is not None:
@@ -126,13 +126,16 @@ def test_form_encoded_deliveries_are_read_from_the_payload_field(client, setting
     body = urlencode({"payload": json.dumps(pr_event("a" * 40, "b" * 40, action="labeled"))}).encode()
     response = client.post(URL, content=body, headers={
         "X-GitHub-Event": "pull_request", "Content-Type": "application/x-www-form-urlencoded",
-        "X-Hub-Signature-256": sign(SECRET, body)})
+        "X-Hub-Signature-256": sign(SECRET, body), "X-GitHub-Delivery": str(uuid.uuid4())})
     assert response.status_code == 202 and "action 'labeled' is not handled" in response.json()["message"]
 
 
-def test_without_a_secret_configured_deliveries_are_not_checked(client, settings, monkeypatch) -> None:
+def test_without_a_secret_configured_the_webhook_is_off(client, settings, monkeypatch, session) -> None:
     monkeypatch.setattr(settings, "webhook_secret", None)
-    assert deliver(client, {"ref": "x"}, event="push", secret=None).status_code == 202
+    response = deliver(client, pr_event("a" * 40, "b" * 40), secret=None)
+    assert response.status_code == 404
+    assert "PERFBISECT_WEBHOOK_SECRET" in response.json()["detail"]
+    assert job_count(session) == 0
 
 
 def test_unmapped_repository_is_404_naming_it(client, settings, lib, session) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
-from service.errors import PerfbisectError
+from service.api.errors import install_error_handler
 
 
 def create_app() -> FastAPI:
@@ -23,9 +22,7 @@ def create_app() -> FastAPI:
         "performance, with the step per shape and its confidence interval.",
     )
 
-    @app.exception_handler(PerfbisectError)
-    def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content={"detail": exc.message})
+    install_error_handler(app)
 
     for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router):
         app.include_router(router)

@@ -29,15 +29,24 @@ def job_read(session: Session, job: Job) -> JobRead:
     )
 
 
-def trial_reads(session: Session, job_id: int) -> list[TrialRead]:
+LOGS_HIDDEN = "hidden: build and harness logs need a token with the read scope"
+
+
+def trial_reads(session: Session, job_id: int, *, with_logs: bool = True) -> list[TrialRead]:
+    """The job's trials; without `with_logs`, the output of the repository's code (build log,
+    harness error, a case's traceback) is replaced by LOGS_HIDDEN where there was any."""
+
+    def log(text: str | None) -> str | None:
+        return text if with_logs or text is None else LOGS_HIDDEN
+
     return [
         TrialRead(
             id=t.id, sha=t.revision.sha, status=t.status.value, device=t.device, fingerprint=t.fingerprint,
-            failure_reason=t.failure_reason, worker_host=t.worker_host, attempts=t.attempts,
+            failure_reason=log(t.failure_reason), worker_host=t.worker_host, attempts=t.attempts,
             build_s=t.build_s, run_s=t.run_s,
             measurements={m.case.name: {"status": m.status, "ratio": m.ratio, "value": m.value,
                                         "control_value": m.control_value, "unit": m.unit,
-                                        "accuracy_error": m.accuracy_error, "error": m.error,
+                                        "accuracy_error": m.accuracy_error, "error": log(m.error),
                                         "samples": m.samples} for m in t.measurements},
         )
         for t in repository.trials_of(session, job_id)

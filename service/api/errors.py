@@ -1,0 +1,45 @@
+"""How errors look on the wire, and their place in the OpenAPI schema.
+
+Domain errors (service.errors) render as `{"detail": "<message>"}` with their status and headers.
+FastAPI's own validation errors render as `{"detail": [{"loc", "msg", "type"}, ...]}`. Both can
+answer 422 (a shape that does not parse vs. a ref that does not resolve), so the schema declares
+422 as either form, and the other error statuses as the message form.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from service.errors import PerfbisectError
+
+
+class ErrorMessage(BaseModel):
+    detail: str
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrors(BaseModel):
+    detail: list[ValidationIssue]
+
+
+ERROR_RESPONSES: dict[int | str, dict] = {
+    401: {"model": ErrorMessage, "description": "no token, or an unknown or revoked one"},
+    403: {"model": ErrorMessage, "description": "the token lacks the scope, or the job is not the caller's"},
+    404: {"model": ErrorMessage, "description": "no such job, repository or endpoint"},
+    409: {"model": ErrorMessage, "description": "conflicts with the current state"},
+    422: {"model": ValidationErrors | ErrorMessage,
+          "description": "the request does not parse (a list of issues) or names something unusable (a message)"},
+}
+
+
+def install_error_handler(app: FastAPI) -> None:
+    @app.exception_handler(PerfbisectError)
+    def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
+        return JSONResponse(status_code=exc.status_code, content={"detail": exc.message}, headers=exc.headers)
