@@ -30,6 +30,7 @@ class ValidationErrors(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict] = {
+    400: {"model": ErrorMessage, "description": "a body that cannot be read (not UTF-8, not JSON)"},
     401: {"model": ErrorMessage, "description": "no token, or an unknown or revoked one"},
     403: {"model": ErrorMessage, "description": "the token lacks the scope, or the job is not the caller's"},
     404: {"model": ErrorMessage, "description": "no such job, repository or endpoint"},

@@ -73,9 +73,14 @@ def list_trials(session: SessionDep, viewer: ViewerDep, job_id: JobId) -> list[T
     return views.trial_reads(session, job_id, with_logs=viewer is not None)
 
 
-@router.get("/{job_id}/report", response_class=PlainTextResponse)
+# Declared by hand: with response_class=PlainTextResponse FastAPI would document the JSON error
+# bodies as text/plain too.
+REPORT_RESPONSES = {200: {"description": "the report", "content": {"text/plain": {"schema": {"type": "string"}}}}}
+
+
+@router.get("/{job_id}/report", response_model=None, responses=REPORT_RESPONSES)
 def job_report(session: SessionDep, viewer: ViewerDep, job_id: JobId,
-               format: str = Query("text", pattern="^(text|markdown)$")) -> str:
+               format: str = Query("text", pattern="^(text|markdown)$")) -> PlainTextResponse:
     """The culprit table as text (what the CLI prints) or Markdown (what the PR bot posts)."""
     job = views.job_read(session, service.get(session, job_id))
-    return culprit_table(job) if format == "text" else markdown_report(job)
+    return PlainTextResponse(culprit_table(job) if format == "text" else markdown_report(job))
