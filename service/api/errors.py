@@ -9,6 +9,7 @@ answer 422 (a shape that does not parse vs. a ref that does not resolve), so the
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
@@ -40,7 +41,24 @@ ERROR_RESPONSES: dict[int | str, dict] = {
 }
 
 
+def _printable(value: str | int) -> str | int:
+    """A location part that JSON can carry: a lone surrogate (from "\ud800" in the request) is
+    escaped instead of failing the response's UTF-8 encoding."""
+    return value.encode("utf-8", "backslashreplace").decode() if isinstance(value, str) else value
+
+
+def validation_issues(exc: RequestValidationError) -> list[dict]:
+    """FastAPI's issues without the offending `input` (and `ctx`): echoing hostile input back is
+    no help, and NaN or a lone surrogate in it would make the error itself fail to render."""
+    return [{"loc": [_printable(part) for part in error["loc"]], "msg": _printable(error["msg"]),
+             "type": error["type"]} for error in exc.errors()]
+
+
 def install_error_handler(app: FastAPI) -> None:
     @app.exception_handler(PerfbisectError)
     def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
         return JSONResponse(status_code=exc.status_code, content={"detail": exc.message}, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": validation_issues(exc)})
