@@ -3,14 +3,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from service.bounds import Id, ShapeKey, ShapeValue, text
 
 # A shape: 'M=512,N=512,K=512,dtype=fp32' or the same as an object; sizes fit the case columns.
 ShapeText = text(500, min_length=1)
 ShapeDict = Annotated[dict[ShapeKey, ShapeValue], Field(min_length=1, max_length=32)]
-Shape = ShapeText | ShapeDict
+# Tagged by the JSON type, so an error names the one form that was meant ("shapes.0.object.N").
+Shape = Annotated[Annotated[ShapeText, Tag("text")] | Annotated[ShapeDict, Tag("object")],
+                  Discriminator(lambda value: "text" if isinstance(value, str) else "object")]
 Shapes = Annotated[list[Shape], Field(min_length=1, max_length=256)]
 Target = text(300, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 Ref = text(255, min_length=1)  # validated as a git ref (never an option) before git sees it
