@@ -1,8 +1,8 @@
 """Request dependencies. The session dependency owns the request's transaction: commit when the
 route returned, roll back when it raised, then (and only then) send the tasks it queued.
 
-Access: `Authorization: Bearer <token>` names a Principal. Writes need a scope (ReaderDep,
-SubmitterDep, AdminDep: 401 without a token, 403 without the scope); reads take ViewerDep, which
+Access: `Authorization: Bearer <token>` names a Principal. Writes need a scope (SubmitterDep,
+AdminDep: 401 without a token, 403 without the scope); reads take ViewerDep, which
 is None for an anonymous caller while PERFBISECT_PUBLIC_READS is on, and a 401 when it is off.
 """
 
@@ -80,6 +80,5 @@ def require(scope: Scope) -> Callable[[Principal | None], Principal]:
 
 
 ViewerDep = Annotated[Principal | None, Depends(get_viewer)]
-ReaderDep = Annotated[Principal, Depends(require(Scope.read))]
 SubmitterDep = Annotated[Principal, Depends(require(Scope.submit))]
 AdminDep = Annotated[Principal, Depends(require(Scope.admin))]

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from fastapi.responses import PlainTextResponse
 
-from service.api.deps import SessionDep, SubmitterDep, ViewerDep
+from service.api.deps import SessionDep, SubmitterDep, ViewerDep, get_viewer
 from service.api.errors import ERROR_RESPONSES
 from service.bounds import MAX_ID
 from service.jobs import repository, service, views
@@ -16,6 +16,7 @@ from workers import dispatch
 from workers.tasks import advance_job
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
+READ = [Depends(get_viewer)]  # public, or a read token when PERFBISECT_PUBLIC_READS is off
 
 JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
 IdempotencyKey = Annotated[str | None, Header(
@@ -48,14 +49,14 @@ def submit_compare(session: SessionDep, submitter: SubmitterDep, response: Respo
     return _accepted(session, response, service.submit_compare(session, body, submitter, idempotency_key))
 
 
-@router.get("", response_model=list[JobRead])
-def list_jobs(session: SessionDep, viewer: ViewerDep, status: JobStatus | None = None,
+@router.get("", response_model=list[JobRead], dependencies=READ)
+def list_jobs(session: SessionDep, status: JobStatus | None = None,
               limit: int = Query(50, ge=1, le=500)) -> list[JobRead]:
     return [views.job_read(session, j) for j in repository.list_jobs(session, status=status, limit=limit)]
 
 
-@router.get("/{job_id}", response_model=JobRead)
-def get_job(session: SessionDep, viewer: ViewerDep, job_id: JobId) -> JobRead:
+@router.get("/{job_id}", response_model=JobRead, dependencies=READ)
+def get_job(session: SessionDep, job_id: JobId) -> JobRead:
     return views.job_read(session, service.get(session, job_id))
 
 
@@ -78,8 +79,8 @@ def list_trials(session: SessionDep, viewer: ViewerDep, job_id: JobId) -> list[T
 REPORT_RESPONSES = {200: {"description": "the report", "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
 
-@router.get("/{job_id}/report", response_model=None, responses=REPORT_RESPONSES)
-def job_report(session: SessionDep, viewer: ViewerDep, job_id: JobId,
+@router.get("/{job_id}/report", response_model=None, responses=REPORT_RESPONSES, dependencies=READ)
+def job_report(session: SessionDep, job_id: JobId,
                format: str = Query("text", pattern="^(text|markdown)$")) -> PlainTextResponse:
     """The culprit table as text (what the CLI prints) or Markdown (what the PR bot posts)."""
     job = views.job_read(session, service.get(session, job_id))

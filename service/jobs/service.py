@@ -181,11 +181,8 @@ def submit_compare(session: Session, data: CompareCreate, submitter: Principal,
 
 
 def create_bisect(session: Session, data: BisectCreate, submitter: Principal) -> Job:
+    """The job of `data`: a new one, or the open job of the same request."""
     return _bisect(session, data, submitter).job
-
-
-def create_compare(session: Session, data: CompareCreate, submitter: Principal) -> Job:
-    return _compare(session, data, submitter).job
 
 
 def _bisect(session: Session, data: BisectCreate, submitter: Principal) -> Submission:

@@ -74,7 +74,7 @@ def benchmarks_from_spec(spec: dict[str, Any]) -> list[Benchmark]:
 def fetch_pull_head(repo: Repository, number: int) -> None:
     """Best effort: fetch refs/pull/<n>/head into the mirror, since the mirror's regular fetch
     takes branches and tags only and a PR from a fork lives nowhere else. A remote without pull
-    refs (a plain path, another host) is left as it is; create_compare then names a head that
+    refs (a plain path, another host) is left as it is; submit_compare then names a head that
     still does not resolve."""
     try:
         mirror = repos.mirror_of(repo).ensure(fetch=False)
@@ -113,7 +113,10 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
         )
     except (ValidationError, KeyError) as exc:
         raise BadRequest(f"the latest bisect of {repo.name!r} has benchmarks the PR bot cannot reuse: {exc}") from exc
-    job = jobs.create_compare(session, request, SYSTEM)
+    submission = jobs.submit_compare(session, request, SYSTEM)
+    job = submission.job
+    if not submission.created:  # an identical delivery's job, created meanwhile
+        return CompareOutcome(job=job, created=False)
     stale = [j.id for j in repository.open_compares_of_pr(session, repo.id, pr.number) if j.id != job.id]
     for job_id in stale:
         jobs.cancel(session, job_id, SYSTEM)
