@@ -54,7 +54,7 @@ def service_env(home: Path, database_url: str | None, redis_url: str | None, **e
     return env
 
 
-def admin_token(env: dict[str, str]) -> dict[str, str]:
+def admin_headers(env: dict[str, str]) -> dict[str, str]:
     """`perfbisect token create` on the migrated database of `env`: headers for an admin."""
     done = subprocess.run([str(BIN / "perfbisect"), "token", "create", f"e2e-{os.getpid()}-{time.time_ns()}",
                            "--scope", "admin"], env=env, check=True, capture_output=True, text=True)

@@ -23,7 +23,7 @@ import pytest
 from kernels import demo
 from kernels.cases import case_name
 from service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE
-from tests.e2e_support import (BIN, admin_token, api_server, fresh_database, fresh_redis, perfbisect, service_env,
+from tests.e2e_support import (BIN, admin_headers, api_server, fresh_database, fresh_redis, perfbisect, service_env,
                                stop, wait_for_job)
 from tests.gitrepo import git
 
@@ -89,7 +89,7 @@ def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: 
     env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e"), fresh_redis(14),
                       PERFBISECT_VISIBILITY_TIMEOUT_S="15", PERFBISECT_LOCAL_REPO_ROOTS=str(demo_repo.parent))
     subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
-    admin = admin_token(env)
+    admin = admin_headers(env)
     log = tmp_path / "services.log"
     workers = [perfbisect("worker", "--device-class", "cpu", env=env, log=log) for _ in range(2)]
     try:
