@@ -130,6 +130,16 @@ def anonymous_client(make_client):
     return make_client()
 
 
+@pytest.fixture
+def read_client(make_client):
+    return make_client("read")
+
+
+@pytest.fixture
+def submit_client(make_client):
+    return make_client("submit")
+
+
 @pytest.fixture(scope="session")
 def demo_repo(tmp_path_factory) -> Path:
     """The demo kernel repository, written once per test session."""

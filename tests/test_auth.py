@@ -19,9 +19,8 @@ ROLES = ("anonymous", "read", "submit", "admin")
 
 
 @pytest.fixture
-def clients(make_client) -> dict:
-    return {"anonymous": make_client(), "read": make_client("read"), "submit": make_client("submit"),
-            "admin": make_client("admin")}
+def clients(anonymous_client, read_client, submit_client, client) -> dict:
+    return {"anonymous": anonymous_client, "read": read_client, "submit": submit_client, "admin": client}
 
 
 @pytest.fixture
