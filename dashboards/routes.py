@@ -5,19 +5,27 @@ API's domain-error handler."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from dashboards import repository, views
 from dashboards.charts import format_value
-from service.api.deps import SessionDep
+from service.api.deps import SessionDep, get_viewer
+from service.api.errors import ERROR_RESPONSES
+from service.bounds import MAX_ID, NO_NUL
 from service.models import JobStatus
+from service.repos.urls import public_url
 
-router = APIRouter(tags=["dashboard"])
+# Reads: public, or a token with the read scope when PERFBISECT_PUBLIC_READS is off.
+router = APIRouter(tags=["dashboard"], dependencies=[Depends(get_viewer)], responses=ERROR_RESPONSES)
+# Bounded like the columns they are compared with (a NUL byte would be a database error).
+RepoName = Annotated[str, PathParam(max_length=100, pattern=NO_NUL)]
+Filter = Annotated[str | None, Query(max_length=300, pattern=NO_NUL)]
+JobId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.filters["num"] = lambda v: "-" if v is None else format_value(v)
 templates.env.filters["svg"] = Markup  # charts.render_svg escapes every text it writes
@@ -38,14 +46,14 @@ def dashboard_jobs(request: Request, session: SessionDep, status: JobStatus | No
 
 
 @router.get("/dashboard/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
-def dashboard_job(request: Request, session: SessionDep, job_id: int) -> HTMLResponse:
+def dashboard_job(request: Request, session: SessionDep, job_id: JobId) -> HTMLResponse:
     page = views.job_page(session, job_id)
     return templates.TemplateResponse(request, "job.html", {"page": page, "job": page.job, "refresh": not page.finished})
 
 
 @router.get("/dashboard/repositories/{name}", response_class=HTMLResponse, include_in_schema=False)
-def dashboard_history(request: Request, session: SessionDep, name: str, suite: str | None = None,
-                      target: str | None = None, case: str | None = None,
+def dashboard_history(request: Request, session: SessionDep, name: RepoName, suite: Filter = None,
+                      target: Filter = None, case: Filter = None,
                       last: int | None = Query(None, ge=2, le=100_000)) -> HTMLResponse:
     filters = {"suite": suite, "target": target, "case": case, "last": last}
     if not (suite or target or case):  # every case: a summary row each, not every point
@@ -60,15 +68,15 @@ def dashboard_history(request: Request, session: SessionDep, name: str, suite: s
 @router.get("/api/history", tags=["history"])
 def history_index(session: SessionDep) -> list[dict[str, Any]]:
     """Every repository with its measured cases (suite, target, name): what /api/history/{name} can filter on."""
-    return [{"repository": r.name, "url": r.url,
+    return [{"repository": r.name, "url": public_url(r.url),
              "cases": [{"suite": c.suite, "target": c.target, "case": c.name}
                        for c in repository.measured_cases(session, r.id)]}
             for r in repository.list_repositories(session)]
 
 
 @router.get("/api/history/{name}", tags=["history"])
-def history(session: SessionDep, name: str, suite: str | None = None, target: str | None = None,
-            case: str | None = None, last: int | None = Query(None, ge=2, le=100_000)) -> dict[str, Any]:
+def history(session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
+            case: Filter = None, last: int | None = Query(None, ge=2, le=100_000)) -> dict[str, Any]:
     """Per case of repository `name`: one series per fingerprint (per-revision medians of the
     target metric and of the control, in first-parent commit order) and the culprit steps;
     `last` keeps only the newest N commits of that order."""

@@ -57,3 +57,16 @@ def session_scope() -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def insert_or_skip(session: Session, model: type, rows: list[dict], keys: list[str]) -> None:
+    """INSERT the rows, skipping those whose `keys` (a unique constraint) already exist, committed
+    or not: a concurrent transaction inserting the same keys makes this wait for it and then skip
+    them, where a plain INSERT would fail with a unique violation."""
+    if not rows:
+        return
+    from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    session.execute(insert(model).values(rows).on_conflict_do_nothing(index_elements=keys))

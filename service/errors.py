@@ -1,15 +1,29 @@
 """Domain errors carry their HTTP status; one handler in service.api renders them as
-`{"detail": message}`. The CLI prints the message and exits non-zero."""
+`{"detail": message}` (with the error's headers). The CLI prints the message and exits non-zero."""
 
 from __future__ import annotations
 
 
 class PerfbisectError(Exception):
     status_code = 500
+    headers: dict[str, str] | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class Unauthenticated(PerfbisectError):
+    """No token, or one that is unknown or revoked (RFC 6750: answer with a Bearer challenge)."""
+
+    status_code = 401
+    headers = {"WWW-Authenticate": 'Bearer realm="perfbisect"'}
+
+
+class Forbidden(PerfbisectError):
+    """A valid token without the scope (or ownership) the operation needs."""
+
+    status_code = 403
 
 
 class NotFound(PerfbisectError):

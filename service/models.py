@@ -13,7 +13,7 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -112,8 +112,17 @@ class Case(Base):
     params: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
+# Open jobs (queued, running) with the same normalized request are one job: a partial unique
+# index, so two identical concurrent submissions cannot both insert (migration 0002_security).
+OPEN_JOB = text("status IN ('queued', 'running')")
+
+
 class Job(Base):
     __tablename__ = "jobs"
+    __table_args__ = (
+        Index("uq_jobs_open_request_hash", "request_hash", unique=True,
+              postgresql_where=OPEN_JOB, sqlite_where=OPEN_JOB),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[JobKind] = mapped_column(_enum(JobKind))
@@ -127,6 +136,9 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    submitter_token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", ondelete="SET NULL"), index=True, doc="may cancel it besides admins")
+    request_hash: Mapped[str | None] = mapped_column(String(64), doc="sha256 of the normalized request")
 
     repository: Mapped[Repository] = relationship(lazy="raise")
     culprits: Mapped[list[Culprit]] = relationship(
@@ -231,3 +243,43 @@ class Culprit(Base):
 
     job: Mapped[Job] = relationship(back_populates="culprits", lazy="raise")
     revision: Mapped[Revision | None] = relationship(lazy="raise")
+
+
+class ApiToken(Base):
+    """A bearer token. Only the sha256 of the token is stored; the token itself is shown once."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16), doc="the token's first characters, to recognise it")
+    scopes: Mapped[list[Any]] = mapped_column(doc="read, submit, admin")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+
+
+class IdempotencyKey(Base):
+    """`Idempotency-Key` of a job submission: the same key from the same token gets the same job."""
+
+    __tablename__ = "idempotency_keys"
+
+    token_id: Mapped[int] = mapped_column(ForeignKey("api_tokens.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    body_hash: Mapped[str] = mapped_column(String(64), doc="a reused key with another body is refused")
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """A GitHub delivery already handled: a redelivery or a replay of the same body is ignored."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    delivery_id: Mapped[str] = mapped_column(String(100), unique=True, doc="X-GitHub-Delivery")
+    body_sha256: Mapped[str] = mapped_column(String(64), unique=True, doc="the signature covers the body only")
+    event: Mapped[str] = mapped_column(String(100))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -7,6 +7,7 @@ set, perfbisect runs embedded: SQLite in ``var/`` and the Celery tasks executed 
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -51,7 +52,15 @@ class Settings(BaseSettings):
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"
+    # The webhook endpoint is off (404) unless this is set; deliveries must be signed with it.
     webhook_secret: str | None = None
+    # Access (README "Deployment"): writes always need a token; reads need one unless public.
+    public_reads: bool = Field(default=True, description="anonymous GETs of jobs, reports and history")
+    local_repo_roots: str = Field(default="", description="os.pathsep-separated directories under which "
+                                  "local-path repositories may be registered; empty: none")
+    # Input bounds that depend on the deployment.
+    device_classes: str = Field(default="cpu,cuda", description="comma-separated device classes workers serve")
+    max_case_gib: float = Field(default=64.0, gt=0, description="largest memory one built-in case may need")
 
     @model_validator(mode="after")
     def _refuse_placeholders_in_production(self) -> Settings:
@@ -60,8 +69,9 @@ class Settings(BaseSettings):
                 raise ValueError("production needs DATABASE_URL pointing at PostgreSQL")
             if not self.redis_url:
                 raise ValueError("production needs REDIS_URL (Celery workers)")
-            if self.webhook_secret in (None, "", "changeme"):
-                raise ValueError("production needs PERFBISECT_WEBHOOK_SECRET set to a real secret")
+            # No secret leaves the webhook off; a placeholder would let anyone sign deliveries.
+            if self.webhook_secret is not None and self.webhook_secret.strip() in ("", "changeme"):
+                raise ValueError("PERFBISECT_WEBHOOK_SECRET is a placeholder: set a real secret or unset it")
         return self
 
     @property
@@ -79,6 +89,14 @@ class Settings(BaseSettings):
                     return "postgresql+psycopg://" + url[len(prefix) :]
             return url
         return f"sqlite:///{(self.home / 'perfbisect.sqlite').resolve()}"
+
+    @property
+    def served_device_classes(self) -> list[str]:
+        return [name.strip() for name in self.device_classes.split(",") if name.strip()]
+
+    @property
+    def allowed_local_roots(self) -> list[Path]:
+        return [Path(root).resolve() for root in self.local_repo_roots.split(os.pathsep) if root.strip()]
 
     @property
     def mirrors_dir(self) -> Path:

@@ -1,5 +1,6 @@
 """Test fixtures: the real PostgreSQL with the Alembic migrations applied (never create_all),
-one rolled-back transaction per test, and an API client bound to that transaction.
+one rolled-back transaction per test, and API clients bound to that transaction: `client` sends
+an admin token, `anonymous_client` none, and `make_client("submit")` one with the scopes given.
 
 PostgreSQL and Redis are the machine's own (127.0.0.1:5432 database `test`, 127.0.0.1:6379);
 `.ci/run` starts them when they are down. PERFBISECT_TEST_DATABASE_URL overrides the database.
@@ -27,6 +28,8 @@ _HOME = Path(tempfile.mkdtemp(prefix="perfbisect-test-home-"))
 os.environ["DATABASE_URL"] = TEST_DATABASE_URL
 os.environ.pop("REDIS_URL", None)
 os.environ["PERFBISECT_HOME"] = str(_HOME)
+# Tests register repositories from temporary directories (tmp_path, the demo repository).
+os.environ["PERFBISECT_LOCAL_REPO_ROOTS"] = tempfile.gettempdir()
 
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
@@ -72,11 +75,9 @@ def sent_tasks() -> list[tuple[str, tuple]]:
 
 
 @pytest.fixture
-def client(session: Session, sent_tasks):
-    """FastAPI TestClient whose requests use the test's transaction. Tasks the request would
-    send after its commit are recorded in `sent_tasks` instead of run."""
-    from fastapi.testclient import TestClient
-
+def app(session: Session, sent_tasks):
+    """The API whose requests use the test's transaction. Tasks a request would send after its
+    commit are recorded in `sent_tasks` instead of run."""
     from service.api import create_app
     from service.api.deps import get_session
 
@@ -95,8 +96,53 @@ def client(session: Session, sent_tasks):
             sent_tasks.append((task.name, args))
 
     app.dependency_overrides[get_session] = _session
-    with TestClient(app, raise_server_exceptions=True) as c:
-        yield c
+    return app
+
+
+@pytest.fixture
+def make_client(app, session: Session):
+    """make_client("submit") -> a TestClient sending a new token with those scopes (none: no
+    token). The token's principal is the client's `principal` attribute."""
+    from fastapi.testclient import TestClient
+
+    from service.auth import service as auth
+
+    clients = []
+
+    def make(*scopes: str):
+        headers, principal = {}, None
+        if scopes:
+            row, token = auth.create_token(session, f"test-{'-'.join(scopes)}-{len(clients)}", auth.parse_scopes(scopes))
+            headers, principal = {"Authorization": f"Bearer {token}"}, auth.principal_of(row)
+        client = TestClient(app, raise_server_exceptions=True, headers=headers)
+        client.principal = principal
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def client(make_client):
+    """An admin's client: every operation is allowed."""
+    return make_client("admin")
+
+
+@pytest.fixture
+def anonymous_client(make_client):
+    return make_client()
+
+
+@pytest.fixture
+def read_client(make_client):
+    return make_client("read")
+
+
+@pytest.fixture
+def submit_client(make_client):
+    return make_client("submit")
 
 
 @pytest.fixture(scope="session")

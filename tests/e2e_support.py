@@ -54,6 +54,13 @@ def service_env(home: Path, database_url: str | None, redis_url: str | None, **e
     return env
 
 
+def admin_headers(env: dict[str, str]) -> dict[str, str]:
+    """`perfbisect token create` on the migrated database of `env`: headers for an admin."""
+    done = subprocess.run([str(BIN / "perfbisect"), "token", "create", f"e2e-{os.getpid()}-{time.time_ns()}",
+                           "--scope", "admin"], env=env, check=True, capture_output=True, text=True)
+    return {"Authorization": f"Bearer {done.stdout.strip().splitlines()[-1]}"}
+
+
 def perfbisect(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen([str(BIN / "perfbisect"), *args], env=env, stdout=log.open("ab"),
                             stderr=subprocess.STDOUT, start_new_session=True)

@@ -23,8 +23,8 @@ import pytest
 from kernels import demo
 from kernels.cases import case_name
 from service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE
-from tests.e2e_support import (BIN, api_server, fresh_database, fresh_redis, perfbisect, service_env, stop,
-                               wait_for_job)
+from tests.e2e_support import (BIN, admin_headers, api_server, fresh_database, fresh_redis, perfbisect, service_env,
+                               stop, wait_for_job)
 from tests.gitrepo import git
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -87,18 +87,19 @@ def kill_worker_running_a_trial(base: str, job_id: int, after_trials: int, deadl
 
 def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: Path, tmp_path: Path) -> None:
     env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e"), fresh_redis(14),
-                      PERFBISECT_VISIBILITY_TIMEOUT_S="15")
+                      PERFBISECT_VISIBILITY_TIMEOUT_S="15", PERFBISECT_LOCAL_REPO_ROOTS=str(demo_repo.parent))
     subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
+    admin = admin_headers(env)
     log = tmp_path / "services.log"
     workers = [perfbisect("worker", "--device-class", "cpu", env=env, log=log) for _ in range(2)]
     try:
         with api_server(env, log) as base:
             assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "database": "ok", "broker": "ok"}
-            registered = httpx.post(f"{base}/api/repositories", json={
+            registered = httpx.post(f"{base}/api/repositories", headers=admin, json={
                 "name": "minikern", "url": str(demo_repo), "build_command": demo.DEMO_BUILD_COMMAND})
             assert registered.status_code == 201, registered.text
             truth = truth_of(demo_repo)
-            submitted = httpx.post(f"{base}/api/jobs/bisect", json={
+            submitted = httpx.post(f"{base}/api/jobs/bisect", headers=admin, json={
                 "repository": "minikern", "good": truth["first"], "bad": "HEAD",
                 "benchmarks": benchmarks(demo.DEMO_CPU_CASES), "device_class": "cpu",
                 "min_effect": DEMO_MIN_EFFECT["cpu"], "policy": demo.DEMO_CPU_POLICY, "workers": 2})

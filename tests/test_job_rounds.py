@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from service.auth.principal import SYSTEM
 from service.jobs import advance
 from service.jobs import service as jobs
 from service.jobs import views
@@ -70,7 +71,7 @@ def submit(session, **kw) -> int:
                         benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
                                      "shapes": ["M=256,N=256,K=256,dtype=fp32", "M=64,N=64,K=64,dtype=fp32"]}],
                         **kw)
-    return jobs.create_bisect(session, body).id
+    return jobs.create_bisect(session, body, SYSTEM).id
 
 
 def test_two_steps_one_shape_only_are_both_named(session, repo) -> None:
@@ -118,7 +119,7 @@ def test_cancel_stops_dispatch_and_late_results_are_ignored(session, repo) -> No
     job_id = submit(session)
     trial_ids = advance.advance(session, job_id).trial_ids
     assert trial_ids
-    jobs.cancel(session, job_id)
+    jobs.cancel(session, job_id, SYSTEM)
     assert advance.advance(session, job_id).trial_ids == []
     assert trials.start(session, trial_ids[0]) is None
     statuses = {t.status for t in session.scalars(select(Trial).where(Trial.job_id == job_id))}

@@ -47,9 +47,10 @@ def pr_event(base: str, head: str, *, action: str = "opened", number: int = 7, c
 
 
 def deliver(client, payload: dict, *, event: str = "pull_request", secret: str | None = SECRET,
-            signature: str | None = None):
+            signature: str | None = None, delivery: str | None = None):
     body = json.dumps(payload).encode()
-    headers = {"X-GitHub-Event": event, "Content-Type": "application/json"}
+    headers = {"X-GitHub-Event": event, "Content-Type": "application/json",
+               "X-GitHub-Delivery": delivery or str(uuid.uuid4())}
     if signature is not None:
         headers["X-Hub-Signature-256"] = signature
     elif secret is not None:
@@ -126,13 +127,16 @@ def test_form_encoded_deliveries_are_read_from_the_payload_field(client, setting
     body = urlencode({"payload": json.dumps(pr_event("a" * 40, "b" * 40, action="labeled"))}).encode()
     response = client.post(URL, content=body, headers={
         "X-GitHub-Event": "pull_request", "Content-Type": "application/x-www-form-urlencoded",
-        "X-Hub-Signature-256": sign(SECRET, body)})
+        "X-Hub-Signature-256": sign(SECRET, body), "X-GitHub-Delivery": str(uuid.uuid4())})
     assert response.status_code == 202 and "action 'labeled' is not handled" in response.json()["message"]
 
 
-def test_without_a_secret_configured_deliveries_are_not_checked(client, settings, monkeypatch) -> None:
+def test_without_a_secret_configured_the_webhook_is_off(client, settings, monkeypatch, session) -> None:
     monkeypatch.setattr(settings, "webhook_secret", None)
-    assert deliver(client, {"ref": "x"}, event="push", secret=None).status_code == 202
+    response = deliver(client, pr_event("a" * 40, "b" * 40), secret=None)
+    assert response.status_code == 404
+    assert "PERFBISECT_WEBHOOK_SECRET" in response.json()["detail"]
+    assert job_count(session) == 0
 
 
 def test_unmapped_repository_is_404_naming_it(client, settings, lib, session) -> None:
@@ -145,6 +149,33 @@ def test_unmapped_repository_is_404_naming_it(client, settings, lib, session) ->
 def test_malformed_pull_request_payload_is_422(client, settings) -> None:
     response = deliver(client, {"action": "opened", "pull_request": {"number": 3}, "repository": {}})
     assert response.status_code == 422 and "pull_request.head" in response.json()["detail"]
+
+
+def test_redelivered_or_replayed_deliveries_are_handled_once(client, settings, lib, session, sent_tasks) -> None:
+    event = pr_event(lib["base"], lib["head"], clone_url=str(lib["path"]))
+    first = deliver(client, event, delivery="d-1")
+    assert first.status_code == 202, first.text
+    job_id = first.json()["job_id"]
+    session.get(Job, job_id).status = JobStatus.cancelled  # closed: a replay must not reopen it
+    session.flush()
+    redelivered = deliver(client, event, delivery="d-1")
+    replayed = deliver(client, event, delivery="d-2")  # the signature covers the body, not the id
+    for response in (redelivered, replayed):
+        assert response.status_code == 200 and "handled before" in response.json()["message"]
+    assert job_count(session) == 2 and len(sent_tasks) == 1  # the lib fixture's bisect + the compare
+
+
+def test_delivery_without_an_id_is_422(client, settings) -> None:
+    body = json.dumps({"zen": "hi"}).encode()
+    response = client.post(URL, content=body, headers={"X-GitHub-Event": "ping", "X-Hub-Signature-256": sign(SECRET, body),
+                                                       "Content-Type": "application/json"})
+    assert response.status_code == 422 and "X-GitHub-Delivery" in response.json()["detail"]
+
+
+def test_a_failed_delivery_can_be_redelivered(client, settings, lib, session) -> None:
+    event = pr_event(lib["base"], lib["head"], full_name="acme/unknown")
+    assert deliver(client, event, delivery="d-9").status_code == 404
+    assert deliver(client, event, delivery="d-9").status_code == 404  # not "handled before": nothing was done
 
 
 def test_repository_without_a_bisect_has_no_benchmarks_422(client, settings, tmp_path, session) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.suites.base import Suite, randn, torch_dtype
+from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 # The reference covers at most this many (batch, head) pairs, in query blocks, so the
 # accuracy check of a 16k-long sequence does not need an S x S fp64 matrix per head.
@@ -36,6 +36,10 @@ class AttentionSuite(Suite):
     def work(self, params) -> float:
         flops = 4.0 * params["B"] * params["H"] * params["S"] ** 2 * params["D"]
         return flops / 2 if params["causal"] else flops
+
+    def footprint_bytes(self, params) -> int:
+        # q, k, v and the output, all [B, H, S, D]
+        return 4 * params["B"] * params["H"] * params["S"] * params["D"] * element_bytes(params)
 
     def call_target(self, fn, inputs, params):
         return fn(*inputs, params["causal"])

@@ -87,6 +87,11 @@ class Suite:
         """FLOPs (TFLOP/s suites) or bytes moved (GB/s suites) of one call."""
         raise NotImplementedError
 
+    def footprint_bytes(self, params) -> int | None:
+        """Bytes of the case's inputs and output on the device (the service refuses cases over
+        its memory limit before any trial runs); None when the suite cannot tell."""
+        return None
+
     def metric(self, params, ms: float) -> float:
         scale = 1e12 if self.metric_name == "TFLOP/s" else 1e9
         return self.work(params) / (ms * 1e-3) / scale if ms > 0 else float("nan")
@@ -109,6 +114,10 @@ class Suite:
 
     def resolve_target(self, target: str) -> Callable:
         return resolve_callable(target)
+
+
+def element_bytes(params: Mapping[str, Any]) -> int:
+    return torch_dtype(params).itemsize
 
 
 def randn(shape, dtype: torch.dtype, device: str, gen: torch.Generator, scale: float = 1.0):

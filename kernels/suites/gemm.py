@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.suites.base import Suite, randn, torch_dtype
+from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 
 class GemmSuite(Suite):
@@ -18,6 +18,10 @@ class GemmSuite(Suite):
 
     def work(self, params) -> float:
         return 2.0 * params["M"] * params["N"] * params["K"]
+
+    def footprint_bytes(self, params) -> int:
+        m, n, k = params["M"], params["N"], params["K"]
+        return (m * k + k * n + m * n) * element_bytes(params)
 
     def control(self, inputs, params):
         return torch.matmul(*inputs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.suites.base import Suite, randn, torch_dtype
+from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 EPS = 1e-6
 
@@ -35,6 +35,10 @@ class RmsNormSuite(Suite):
     def work(self, params) -> float:
         item = torch.empty((), dtype=torch_dtype(params)).element_size()
         return float(item * (2 * params["M"] * params["N"] + params["N"]))
+
+    def footprint_bytes(self, params) -> int:
+        # x and y [M, N], the weight [N]
+        return (2 * params["M"] * params["N"] + params["N"]) * element_bytes(params)
 
     def control(self, inputs, params):
         return torch_rms_norm(*inputs)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from sqlalchemy.exc import TimeoutError as PoolTimeout
+from fastapi import FastAPI
 
 from service.api.backpressure import InFlightLimit, size_thread_pool
-from service.errors import PerfbisectError
+from service.api.errors import install_error_handler
 from service.settings import get_settings
 
 
@@ -26,14 +24,7 @@ def create_app() -> FastAPI:
         "performance, with the step per shape and its confidence interval.",
     )
 
-    @app.exception_handler(PoolTimeout)
-    def _pool_exhausted(_request: Request, _exc: PoolTimeout) -> JSONResponse:
-        return JSONResponse(status_code=503, headers={"Retry-After": "2"},
-                            content={"detail": "the server is at capacity; retry shortly"})
-
-    @app.exception_handler(PerfbisectError)
-    def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content={"detail": exc.message})
+    install_error_handler(app)
 
     for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router):
         app.include_router(router)

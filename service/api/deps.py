@@ -1,15 +1,25 @@
 """Request dependencies. The session dependency owns the request's transaction: commit when the
-route returned, roll back when it raised, then (and only then) send the tasks it queued."""
+route returned, roll back when it raised, then (and only then) send the tasks it queued.
+
+Access: `Authorization: Bearer <token>` names a Principal. Writes need a scope (SubmitterDep,
+AdminDep: 401 without a token, 403 without the scope); reads take ViewerDep, which
+is None for an anonymous caller while PERFBISECT_PUBLIC_READS is on, and a 401 when it is off.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Header
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from service.auth import service as auth
+from service.auth.principal import Principal, Scope
 from service.db import session_scope
+from service.errors import Forbidden, Unauthenticated
+from service.settings import get_settings
 from workers import dispatch
 
 
@@ -22,3 +32,53 @@ def get_session() -> Iterator[Session]:
 # scope="function": the commit happens before the response is sent, so a client that reads the
 # job right after a 202 always finds it.
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+# auto_error=False: a missing header is anonymous (public reads), not FastAPI's bare 403.
+bearer = HTTPBearer(auto_error=False, description="an API token from `perfbisect token create NAME --scope S`")
+
+
+def get_principal(
+    session: SessionDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> Principal | None:
+    """The token's principal, None without a token; a wrong or revoked token is a 401 even on
+    a public read, so a client never silently runs with less than it thinks it has."""
+    if credentials is None:
+        return None
+    return auth.authenticate(session, credentials.credentials)
+
+
+OptionalPrincipal = Annotated[Principal | None, Depends(get_principal)]
+
+
+def get_viewer(
+    session: SessionDep, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
+) -> Principal | None:
+    """A reader: anonymous (None) while reads are public, else a token with the read scope.
+    The header is read directly, not through `bearer`: the schema then says, as is true by
+    default, that reads need no credentials."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        principal = auth.authenticate(session, token.strip())
+        if not principal.allows(Scope.read):
+            raise Forbidden(f"the token {principal.name!r} lacks the read scope")
+        return principal
+    if not get_settings().public_reads:
+        raise Unauthenticated("reading needs a token with the read scope (PERFBISECT_PUBLIC_READS is off)")
+    return None
+
+
+def require(scope: Scope) -> Callable[[Principal | None], Principal]:
+    def dependency(principal: OptionalPrincipal) -> Principal:
+        if principal is None:
+            raise Unauthenticated(f"this needs a token with the {scope.value} scope: "
+                                  "send 'Authorization: Bearer <token>' (perfbisect token create)")
+        if not principal.allows(scope):
+            raise Forbidden(f"the token {principal.name!r} lacks the {scope.value} scope")
+        return principal
+
+    return dependency
+
+
+ViewerDep = Annotated[Principal | None, Depends(get_viewer)]
+SubmitterDep = Annotated[Principal, Depends(require(Scope.submit))]
+AdminDep = Annotated[Principal, Depends(require(Scope.admin))]

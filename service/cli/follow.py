@@ -1,8 +1,9 @@
 """Submitting a bisect from the CLI and following it with a live progress bar.
 
 Without --api the CLI talks to the configured database itself (the embedded default, or
-PostgreSQL + Celery workers when DATABASE_URL/REDIS_URL are set); with --api it uses the REST API.
-Both paths poll a JobRead and render the same progress and culprit table."""
+PostgreSQL + Celery workers when DATABASE_URL/REDIS_URL are set), as its local admin token
+(service.cli.tokens); with --api it uses the REST API with PERFBISECT_TOKEN. Both paths poll a
+JobRead and render the same progress and culprit table."""
 
 from __future__ import annotations
 
@@ -27,14 +28,25 @@ FINISHED = ("succeeded", "failed", "cancelled")
 
 
 def submit_local(request: BisectCreate) -> int:
-    """Create the job in one transaction, then (after commit) queue its first planning round."""
+    """Create the job in one transaction, then (after commit) queue its first planning round.
+    Embedded, an identical open job can only be one left by a CLI process that ended (tasks run
+    in the process that submitted them): it is cancelled and replaced."""
+    from service.cli.tokens import local_principal
+
+    principal = local_principal()
     try:
         with session_scope() as session:
-            job_id = jobs.create_bisect(session, request).id
+            submission = jobs.submit_bisect(session, request, principal)
+            if not submission.created and get_settings().embedded:
+                jobs.cancel(session, submission.job.id, principal)
+                session.flush()
+                submission = jobs.submit_bisect(session, request, principal)
+            job_id = submission.job.id
     except PerfbisectError as exc:
         raise CLIError(exc.message) from exc
-    dispatch.send(advance_job, job_id)
-    dispatch.drain_in_background()
+    if submission.created:
+        dispatch.send(advance_job, job_id)
+        dispatch.drain_in_background()
     return job_id
 
 
@@ -43,15 +55,26 @@ def read_local(job_id: int) -> JobRead:
         return views.job_read(session, jobs.get(session, job_id))
 
 
+def _auth_headers() -> dict[str, str]:
+    from service.cli.tokens import api_token
+
+    token = api_token()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def submit_remote(api: str, request: BisectCreate) -> int:
-    response = httpx.post(f"{api}/api/jobs/bisect", json=request.model_dump(exclude_none=True), timeout=120)
+    response = httpx.post(f"{api}/api/jobs/bisect", json=request.model_dump(exclude_none=True),
+                          headers=_auth_headers(), timeout=120)
+    if response.status_code in (401, 403):
+        raise CLIError(f"the API refused the job ({response.status_code}): {response.json().get('detail')}; "
+                       "set PERFBISECT_TOKEN to a token with the submit scope (perfbisect token create)")
     if response.status_code >= 400:
         raise CLIError(f"the API refused the job ({response.status_code}): {response.json().get('detail')}")
     return response.json()["id"]
 
 
 def read_remote(api: str, job_id: int) -> JobRead:
-    response = httpx.get(f"{api}/api/jobs/{job_id}", timeout=30)
+    response = httpx.get(f"{api}/api/jobs/{job_id}", headers=_auth_headers(), timeout=30)
     response.raise_for_status()
     return JobRead.model_validate(response.json())
 

@@ -32,7 +32,8 @@ def prepare_database() -> None:
 
 
 def register_path(path: Path, build: str | None, name: str | None = None, import_root: str = ".") -> str:
-    """Register a local repository by path (idempotent); returns its name."""
+    """Register a local repository by path (idempotent); returns its name. The CLI acts as the
+    operator on its own database, so the path it is given is an allowed root."""
     from service.repos import repository, service
     from service.repos.schemas import RepositoryCreate
 
@@ -46,7 +47,8 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
             existing.build_command = build if build is not None else existing.build_command
             return name
         try:
-            service.create(session, RepositoryCreate(name=name, url=url, build_command=build, import_root=import_root))
+            service.create(session, RepositoryCreate(name=name, url=url, build_command=build, import_root=import_root),
+                           local_roots=[*get_settings().allowed_local_roots, Path(url)])
         except PerfbisectError as exc:
             raise CLIError(exc.message) from exc
     return name

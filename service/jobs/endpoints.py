@@ -1,66 +1,94 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, status
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from fastapi.responses import PlainTextResponse
 
-from service.api.deps import SessionDep
+from service.api.deps import SessionDep, SubmitterDep, ViewerDep, get_viewer
+from service.api.errors import ERROR_RESPONSES
+from service.bounds import MAX_ID
 from service.jobs import repository, service, views
 from service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, JobSummary, TrialRead
-from service.models import Job, JobStatus
+from service.models import JobStatus
 from service.reports.culprits import culprit_table, markdown_report
 from workers import dispatch
 from workers.tasks import advance_job
 
-router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
+READ = [Depends(get_viewer)]  # public, or a read token when PERFBISECT_PUBLIC_READS is off
+
+JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
+IdempotencyKey = Annotated[str | None, Header(
+    min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+    description="a client-chosen key (printable ASCII): the same key from the same token returns the same job")]
+SUBMIT_RESPONSES = {200: {"model": JobAccepted, "description": "the same job as an identical open request, "
+                                                               "or as an earlier request with this Idempotency-Key"}}
 
 
-def _accepted(session: SessionDep, job: Job) -> JobAccepted:
-    dispatch.after_commit(session, advance_job, job.id)
+def _accepted(session: SessionDep, response: Response, submission: service.Submission) -> JobAccepted:
+    job = submission.job
+    if submission.created:
+        dispatch.after_commit(session, advance_job, job.id)
+    else:
+        response.status_code = status.HTTP_200_OK
     return JobAccepted(id=job.id, status=job.status.value, revisions=len(job.revision_shas), url=f"/api/jobs/{job.id}")
 
 
-@router.post("/bisect", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted)
-def submit_bisect(session: SessionDep, body: BisectCreate) -> JobAccepted:
+@router.post("/bisect", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=SUBMIT_RESPONSES)
+def submit_bisect(session: SessionDep, submitter: SubmitterDep, response: Response, body: BisectCreate,
+                  idempotency_key: IdempotencyKey = None) -> JobAccepted:
     """Bisect good..bad for every case; poll the returned URL for progress and culprits."""
-    return _accepted(session, service.create_bisect(session, body))
+    return _accepted(session, response, service.submit_bisect(session, body, submitter, idempotency_key))
 
 
-@router.post("/compare", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted)
-def submit_compare(session: SessionDep, body: CompareCreate) -> JobAccepted:
+@router.post("/compare", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=SUBMIT_RESPONSES)
+def submit_compare(session: SessionDep, submitter: SubmitterDep, response: Response, body: CompareCreate,
+                   idempotency_key: IdempotencyKey = None) -> JobAccepted:
     """Compare a pull request's head against its base on every case."""
-    return _accepted(session, service.create_compare(session, body))
+    return _accepted(session, response, service.submit_compare(session, body, submitter, idempotency_key))
 
 
-@router.get("", response_model=list[JobSummary])
+@router.get("", response_model=list[JobSummary], dependencies=READ)
 def list_jobs(session: SessionDep, status: JobStatus | None = None,
-              before: int | None = Query(None, ge=1, description="only jobs with a smaller id (keyset paging)"),
+              before: int | None = Query(None, ge=1, le=MAX_ID, description="only jobs with a smaller id (keyset paging)"),
               limit: int = Query(50, ge=1, le=500)) -> list[JobSummary]:
     """Newest first, a page at a time (pass the last id you got as `before`); read a job for its
     range, spec and culprits."""
     return views.job_summaries(session, status=status, before=before, limit=limit)
 
 
-@router.get("/{job_id}", response_model=JobRead)
-def get_job(session: SessionDep, job_id: int) -> JobRead:
+@router.get("/{job_id}", response_model=JobRead, dependencies=READ)
+def get_job(session: SessionDep, job_id: JobId) -> JobRead:
     return views.job_read(session, service.get(session, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead)
-def cancel_job(session: SessionDep, job_id: int) -> JobRead:
-    return views.job_read(session, service.cancel(session, job_id))
+def cancel_job(session: SessionDep, submitter: SubmitterDep, job_id: JobId) -> JobRead:
+    """Its submitter or an admin may cancel a job."""
+    return views.job_read(session, service.cancel(session, job_id, submitter))
 
 
 @router.get("/{job_id}/trials", response_model=list[TrialRead])
-def list_trials(session: SessionDep, job_id: int, samples: bool = Query(False, description="include raw samples"),
-                after: int | None = Query(None, ge=0, description="only trials with a larger id (keyset paging)"),
+def list_trials(session: SessionDep, viewer: ViewerDep, job_id: JobId,
+                samples: bool = Query(False, description="include raw samples"),
+                after: int | None = Query(None, ge=0, le=MAX_ID, description="only trials with a larger id (keyset paging)"),
                 limit: int = Query(200, ge=1, le=1000)) -> list[TrialRead]:
-    """The job's trials in id order, a page at a time: pass the last id you got as `after`."""
+    """The job's trials in id order, a page at a time (pass the last id you got as `after`); raw
+    samples on request; build and harness logs (failure_reason, a case's error) only for a token
+    with the read scope, since they are the repository code's output."""
     service.get(session, job_id)
-    return views.trial_reads(session, job_id, samples=samples, after=after, limit=limit)
+    return views.trial_reads(session, job_id, with_logs=viewer is not None, samples=samples, after=after, limit=limit)
 
 
-@router.get("/{job_id}/report", response_class=PlainTextResponse)
-def job_report(session: SessionDep, job_id: int, format: str = Query("text", pattern="^(text|markdown)$")) -> str:
+# Declared by hand: with response_class=PlainTextResponse FastAPI would document the JSON error
+# bodies as text/plain too.
+REPORT_RESPONSES = {200: {"description": "the report", "content": {"text/plain": {"schema": {"type": "string"}}}}}
+
+
+@router.get("/{job_id}/report", response_model=None, responses=REPORT_RESPONSES, dependencies=READ)
+def job_report(session: SessionDep, job_id: JobId,
+               format: str = Query("text", pattern="^(text|markdown)$")) -> PlainTextResponse:
     """The culprit table as text (what the CLI prints) or Markdown (what the PR bot posts)."""
     job = views.job_read(session, service.get(session, job_id))
-    return culprit_table(job) if format == "text" else markdown_report(job)
+    return PlainTextResponse(culprit_table(job) if format == "text" else markdown_report(job))

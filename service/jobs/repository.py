@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from service.models import Case, Culprit, Job, JobStatus, Measurement, Repository, Trial, TrialStatus
+from service.models import Case, Culprit, IdempotencyKey, Job, JobStatus, Measurement, Repository, Trial, TrialStatus
 
 IN_FLIGHT = (TrialStatus.pending, TrialStatus.running)
+OPEN = (JobStatus.queued, JobStatus.running)
 
 
 def get_job(session: Session, job_id: int, *, lock: bool = False) -> Job | None:
@@ -17,6 +18,17 @@ def get_job(session: Session, job_id: int, *, lock: bool = False) -> Job | None:
     if lock:
         stmt = stmt.with_for_update(of=Job)
     return session.scalars(stmt).one_or_none()
+
+
+def open_job_by_request(session: Session, request_hash: str) -> Job | None:
+    """The queued or running job of this normalized request (at most one: a partial unique index)."""
+    stmt = (select(Job).where(Job.request_hash == request_hash, Job.status.in_(OPEN))
+            .options(selectinload(Job.repository), selectinload(Job.culprits)))
+    return session.scalars(stmt).first()
+
+
+def idempotency_key(session: Session, token_id: int, key: str) -> IdempotencyKey | None:
+    return session.get(IdempotencyKey, (token_id, key))
 
 
 def list_jobs(session: Session, *, status: JobStatus | None = None, repository_id: int | None = None,

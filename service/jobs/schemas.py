@@ -1,35 +1,70 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-Shape = dict[str, Any] | str
+from service.bounds import Id, ShapeKey, ShapeValue, text
+
+# A shape: 'M=512,N=512,K=512,dtype=fp32' or the same as an object; sizes fit the case columns.
+ShapeText = text(500, min_length=1)
+ShapeDict = Annotated[dict[ShapeKey, ShapeValue], Field(min_length=1, max_length=32)]
+# Tagged by the JSON type, so an error names the one form that was meant ("shapes.0.object.N").
+Shape = Annotated[Annotated[ShapeText, Tag("text")] | Annotated[ShapeDict, Tag("object")],
+                  Discriminator(lambda value: "text" if isinstance(value, str) else "object")]
+Shapes = Annotated[list[Shape], Field(min_length=1, max_length=256)]
+Target = text(300, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+Ref = text(255, min_length=1)  # validated as a git ref (never an option) before git sees it
+RepositoryName = text(100, min_length=1)
+DeviceClass = text(40, pattern=r"^[a-z0-9_-]{1,40}$")
 
 
 class Benchmark(BaseModel):
     """One suite and target, with the shapes that matter."""
 
-    suite: str = Field(examples=["gemm"], description="gemm, attention, rmsnorm or file:path/in/repo.py")
-    target: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", examples=["minikern.gemm:matmul"])
-    shapes: list[Shape] = Field(min_length=1, examples=[["M=512,N=512,K=512,dtype=fp32"]])
+    suite: text(200, min_length=1) = Field(examples=["gemm"], description="gemm, attention, rmsnorm or file:path/in/repo.py")
+    target: Target = Field(examples=["minikern.gemm:matmul"])
+    shapes: Shapes = Field(examples=[["M=512,N=512,K=512,dtype=fp32"]])
+
+
+class HarnessPolicy(BaseModel):
+    """Overrides of the harness's sample policy (kernels/harness/trial.py DEFAULT_POLICY and the
+    CPU `threads`); an unknown key is refused, and every value is bounded so a trial ends."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_samples: int | None = Field(default=None, ge=1, le=10_000, description="samples before the noise rule")
+    max_samples: int | None = Field(default=None, ge=1, le=10_000)
+    max_time_s: float | None = Field(default=None, gt=0, le=60, description="per case, once min_samples are in")
+    rel_noise: float | None = Field(default=None, gt=0, lt=1, description="stop when the median's noise is under")
+    warmup: int | None = Field(default=None, ge=0, le=1000)
+    throttle_fraction: float | None = Field(default=None, ge=0, le=1, description="of the max SM clock")
+    threads: int | None = Field(default=None, ge=1, le=256, description="CPU threads")
+
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> HarnessPolicy:
+        if self.min_samples is not None and self.max_samples is not None and self.min_samples > self.max_samples:
+            raise ValueError("min_samples is above max_samples")
+        return self
 
 
 class BisectCreate(BaseModel):
-    repository: str = Field(description="name of a registered repository")
-    good: str = Field(examples=["v1.0"], description="a ref where performance was good")
-    bad: str = Field(examples=["main"], description="a later ref where it is bad")
-    suite: str | None = None
-    target: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-    shapes: list[Shape] | None = Field(default=None, min_length=1)
-    benchmarks: list[Benchmark] | None = Field(default=None, description="several suites in one job")
-    device_class: str = Field(default="cpu", pattern=r"^[a-z0-9_-]{1,40}$", examples=["cpu", "cuda", "h200"])
+    repository: RepositoryName = Field(description="name of a registered repository")
+    good: Ref = Field(examples=["v1.0"], description="a ref where performance was good")
+    bad: Ref = Field(examples=["main"], description="a later ref where it is bad")
+    suite: text(200, min_length=1) | None = None
+    target: Target | None = None
+    shapes: Shapes | None = None
+    benchmarks: list[Benchmark] | None = Field(default=None, min_length=1, max_length=32,
+                                               description="several suites in one job")
+    device_class: DeviceClass = Field(default="cpu", examples=["cpu", "cuda"],
+                                      description="one of the classes workers serve (PERFBISECT_DEVICE_CLASSES)")
     min_effect: float = Field(default=0.02, gt=0, lt=1, description="smallest relative step that counts")
     metric: Literal["ratio", "raw"] = Field(default="ratio", description="control ratio (default) or raw metric")
     workers: int = Field(default=1, ge=1, le=64, description="revisions measured per round")
     max_trials: int | None = Field(default=None, ge=5, le=100, description="5 is the fewest that can reach p < 0.01")
-    policy: dict[str, Any] | None = Field(default=None, description="harness sample policy override")
+    policy: HarnessPolicy | None = Field(default=None, description="harness sample policy override")
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:
@@ -47,14 +82,14 @@ class BisectCreate(BaseModel):
 class CompareCreate(BaseModel):
     """A pull request: its base against its head."""
 
-    repository: str
-    base: str
-    head: str
-    benchmarks: list[Benchmark] = Field(min_length=1)
-    device_class: str = Field(default="cpu", pattern=r"^[a-z0-9_-]{1,40}$")
+    repository: RepositoryName
+    base: Ref
+    head: Ref
+    benchmarks: list[Benchmark] = Field(min_length=1, max_length=32)
+    device_class: DeviceClass = "cpu"
     min_effect: float = Field(default=0.02, gt=0, lt=1)
     metric: Literal["ratio", "raw"] = "ratio"
-    pr_number: int | None = None
+    pr_number: Id | None = None
 
 
 class CaseEffectRead(BaseModel):

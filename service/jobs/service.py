@@ -1,27 +1,59 @@
 """Creating, reading and cancelling jobs. Flushes, never commits: the request or task owns the
-transaction, so a request that fails validation leaves no half-written job."""
+transaction, so a request that fails validation leaves no half-written job.
+
+One open job per request: a job carries the sha256 of its normalized request (refs resolved to
+shas), unique among queued and running jobs, so identical submissions, concurrent or not, get
+the same job; an `Idempotency-Key` gives a caller the same job for the same key, open or not.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
+from pydantic import BaseModel
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from kernels.cases import case_name, parse_shape
-from kernels.suites import UnknownSuite, get_suite
-from service.errors import BadRequest, Conflict, NotFound
+from kernels.suites import Suite, UnknownSuite, get_suite
+from service.auth.principal import Principal
+from service.db import insert_or_skip
+from service.errors import BadRequest, Conflict, Forbidden, NotFound
 from service.jobs import repository
 from service.jobs.schemas import Benchmark, BisectCreate, CompareCreate
-from service.models import Case, Job, JobKind, JobStatus, Repository, utcnow
+from service.models import Case, IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
 from service.repos import service as repos
 from service.settings import get_settings
 from workers.checkout import GitError
 
 
+MAX_CASES = 256
+CASE_NAME_LENGTH = 300  # cases.name
+
+
+@dataclass(frozen=True)
+class Submission:
+    job: Job
+    created: bool  # False: an open job of the same request, or the job of the same Idempotency-Key
+
+
+def _check_footprint(suite: Suite, params: dict[str, Any], shape: Any) -> None:
+    """A case whose tensors cannot fit any device is refused now, not as a failed trial later."""
+    limit_gib = get_settings().max_case_gib
+    need = suite.footprint_bytes(params)
+    if need is not None and need > limit_gib * 2**30:
+        raise BadRequest(f"shape {shape!r} for suite {suite.name!r} needs {need / 2**30:.3g} GiB for its inputs "
+                         f"and output, over the limit of {limit_gib:g} GiB (PERFBISECT_MAX_CASE_GIB)")
+
+
 def resolve_cases(benchmarks: list[Benchmark]) -> list[dict[str, Any]]:
     """Validate suites and shapes; return the cases as {suite, target, params, name}.
-    Raises BadRequest naming the bad suite or shape."""
+    Raises BadRequest naming the bad suite or shape, a case too large for the memory limit, or
+    too many cases."""
     cases: list[dict[str, Any]] = []
     for bench in benchmarks:
         custom = bench.suite.startswith("file:")
@@ -37,14 +69,25 @@ def resolve_cases(benchmarks: list[Benchmark]) -> list[dict[str, Any]]:
             try:
                 params = parse_shape(shape) if isinstance(shape, str) else dict(shape)
                 if not custom:
-                    suite.validate(params)
+                    _check_footprint(suite, suite.validate(params), shape)
             except (ValueError, TypeError) as exc:
                 raise BadRequest(f"shape {shape!r} for suite {bench.suite!r}: {exc}") from exc
             name = case_name(bench.suite, params)
+            if len(name) > CASE_NAME_LENGTH:
+                raise BadRequest(f"case {name[:80]!r}... is longer than {CASE_NAME_LENGTH} characters")
             if any(c["name"] == name and c["target"] == bench.target for c in cases):
                 raise BadRequest(f"case {name!r} is listed twice")
             cases.append({"suite": bench.suite, "target": bench.target, "params": params, "name": name})
+    if len(cases) > MAX_CASES:
+        raise BadRequest(f"{len(cases)} cases in one job: at most {MAX_CASES}")
     return cases
+
+
+def check_device_class(name: str) -> None:
+    served = get_settings().served_device_classes
+    if name not in served:
+        raise BadRequest(f"no worker serves device class {name!r}: use one of {', '.join(served)} "
+                         "(PERFBISECT_DEVICE_CLASSES)")
 
 
 def _range(repo: Repository, good: str, bad: str) -> tuple[str, str, list]:
@@ -64,40 +107,104 @@ def _range(repo: Repository, good: str, bad: str) -> tuple[str, str, list]:
 
 def _store_cases(session: Session, repo: Repository, cases: list[dict[str, Any]]) -> None:
     known = repository.cases_by_name(session, repo.id, [c["name"] for c in cases])
-    for case in cases:
-        if (case["suite"], case["target"], case["name"]) not in known:
-            session.add(Case(repository_id=repo.id, suite=case["suite"], target=case["target"],
-                             name=case["name"], params=case["params"]))
+    missing = [{"repository_id": repo.id, "suite": c["suite"], "target": c["target"], "name": c["name"],
+                "params": c["params"]} for c in cases if (c["suite"], c["target"], c["name"]) not in known]
+    insert_or_skip(session, Case, missing, ["repository_id", "suite", "target", "name"])
 
 
-def _create(session: Session, kind: JobKind, repo: Repository, spec: dict[str, Any], commits: list) -> Job:
+def _request_hash(kind: JobKind, repo: Repository, spec: dict[str, Any]) -> str:
+    """What the job will measure, refs resolved: 'main' and its sha are one request."""
+    normalized = {k: v for k, v in spec.items() if k not in ("good", "bad")}
+    text = json.dumps({"kind": kind.value, "repository_id": repo.id, **normalized}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _create(session: Session, kind: JobKind, repo: Repository, spec: dict[str, Any], commits: list,
+            submitter: Principal) -> Submission:
+    request_hash = _request_hash(kind, repo, spec)
+    existing = repository.open_job_by_request(session, request_hash)
+    if existing is not None:
+        return Submission(existing, created=False)
     repos.record_revisions(session, repo, commits)
     _store_cases(session, repo, spec["cases"])
     job = Job(kind=kind, repository_id=repo.id, spec=spec, revision_shas=[c.sha for c in commits],
-              status=JobStatus.queued, progress={"revisions": len(commits), "measured": 0, "trials": 0})
-    session.add(job)
-    session.flush()
-    return job
+              status=JobStatus.queued, progress={"revisions": len(commits), "measured": 0, "trials": 0},
+              submitter_token_id=submitter.token_id, request_hash=request_hash)
+    try:
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+    except IntegrityError:
+        # An identical submission committed meanwhile: the unique index waited for it, and this
+        # statement (read committed) now sees its job.
+        existing = repository.open_job_by_request(session, request_hash)
+        if existing is None:
+            raise Conflict("an identical job was being created at the same time: submit again") from None
+        return Submission(existing, created=False)
+    return Submission(job, created=True)
 
 
-def create_bisect(session: Session, data: BisectCreate) -> Job:
-    """Validate everything first (repository, suites, shapes, refs, range), then write."""
+def _idempotent(session: Session, data: BaseModel, submitter: Principal, key: str | None,
+                create: Callable[[], Submission]) -> Submission:
+    """The job of `key` when this token used it before (a 422 when for another body), else a
+    new submission remembered under `key`."""
+    if key is None or submitter.token_id is None:
+        return create()
+    body_hash = hashlib.sha256(data.model_dump_json().encode()).hexdigest()
+    seen = repository.idempotency_key(session, submitter.token_id, key)
+    if seen is None:
+        submission = create()
+        try:
+            with session.begin_nested():
+                session.add(IdempotencyKey(token_id=submitter.token_id, key=key, body_hash=body_hash,
+                                           job_id=submission.job.id))
+                session.flush()
+            return submission
+        except IntegrityError:
+            seen = repository.idempotency_key(session, submitter.token_id, key)
+            if seen is None or (submission.created and seen.job_id != submission.job.id):
+                raise Conflict(f"another request with Idempotency-Key {key!r} was handled at the same time: "
+                               "send it again to get its job") from None
+    if seen.body_hash != body_hash:
+        raise BadRequest(f"Idempotency-Key {key!r} was used for a different request: use a new key")
+    return Submission(get(session, seen.job_id), created=False)
+
+
+def submit_bisect(session: Session, data: BisectCreate, submitter: Principal,
+                  idempotency_key: str | None = None) -> Submission:
+    return _idempotent(session, data, submitter, idempotency_key, lambda: _bisect(session, data, submitter))
+
+
+def submit_compare(session: Session, data: CompareCreate, submitter: Principal,
+                   idempotency_key: str | None = None) -> Submission:
+    return _idempotent(session, data, submitter, idempotency_key, lambda: _compare(session, data, submitter))
+
+
+def create_bisect(session: Session, data: BisectCreate, submitter: Principal) -> Job:
+    """The job of `data`: a new one, or the open job of the same request."""
+    return _bisect(session, data, submitter).job
+
+
+def _bisect(session: Session, data: BisectCreate, submitter: Principal) -> Submission:
+    """Validate everything first (repository, suites, shapes, device class, refs, range), then write."""
     repo = repos.get(session, data.repository)
     cases = resolve_cases(data.benchmarks or [])
+    check_device_class(data.device_class)
     good_sha, bad_sha, commits = _range(repo, data.good, data.bad)
     spec = {
         "good": data.good, "bad": data.bad, "good_sha": good_sha, "bad_sha": bad_sha, "cases": cases,
         "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
         "workers": data.workers, "max_trials": data.max_trials or get_settings().max_trials_per_revision,
-        "policy": data.policy,
+        "policy": data.policy.model_dump(exclude_none=True) if data.policy else None,
     }
-    return _create(session, JobKind.bisect, repo, spec, commits)
+    return _create(session, JobKind.bisect, repo, spec, commits, submitter)
 
 
-def create_compare(session: Session, data: CompareCreate) -> Job:
+def _compare(session: Session, data: CompareCreate, submitter: Principal) -> Submission:
     """A PR's head against its base: a two-revision job that the same planner decides."""
     repo = repos.get(session, data.repository)
     cases = resolve_cases(data.benchmarks)
+    check_device_class(data.device_class)
     mirror = repos.mirror_of(repo)
     try:
         mirror.ensure(fetch=True)
@@ -115,7 +222,7 @@ def create_compare(session: Session, data: CompareCreate) -> Job:
         "workers": 2, "max_trials": get_settings().max_trials_per_revision, "pr_number": data.pr_number,
         "policy": None,
     }
-    return _create(session, JobKind.compare, repo, spec, commits)
+    return _create(session, JobKind.compare, repo, spec, commits, submitter)
 
 
 def get(session: Session, job_id: int) -> Job:
@@ -125,11 +232,14 @@ def get(session: Session, job_id: int) -> Job:
     return job
 
 
-def cancel(session: Session, job_id: int) -> Job:
-    """Stop dispatching: pending trials are cancelled; a running one finishes and is ignored."""
+def cancel(session: Session, job_id: int, actor: Principal) -> Job:
+    """Stop dispatching: pending trials are cancelled; a running one finishes and is ignored.
+    Only the job's submitter or an admin may. Raises NotFound, Forbidden, Conflict."""
     job = repository.get_job(session, job_id, lock=True)
     if job is None:
         raise NotFound(f"no job {job_id}")
+    if not actor.may_cancel(job.submitter_token_id):
+        raise Forbidden(f"job {job_id} was submitted with another token: only its submitter or an admin may cancel it")
     if job.status.finished:
         raise Conflict(f"job {job_id} has already {job.status.value}")
     job.status = JobStatus.cancelled

@@ -54,20 +54,29 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
     )
 
 
-def trial_reads(session: Session, job_id: int, *, samples: bool = False, after: int | None = None,
-                limit: int | None = None) -> list[TrialRead]:
+LOGS_HIDDEN = "hidden: build and harness logs need a token with the read scope"
+
+
+def trial_reads(session: Session, job_id: int, *, with_logs: bool = True, samples: bool = False,
+                after: int | None = None, limit: int | None = None) -> list[TrialRead]:
     """The job's trials in id order (keyset: those with id > `after`, at most `limit`); the raw
-    samples of each measurement only when asked for (they are most of the bytes)."""
+    samples of each measurement only when asked for (they are most of the bytes). Without
+    `with_logs`, the output of the repository's code (build log, harness error, a case's
+    traceback) is replaced by LOGS_HIDDEN where there was any."""
+
+    def log(text: str | None) -> str | None:
+        return text if with_logs or text is None else LOGS_HIDDEN
+
     trials = repository.trials_of(session, job_id, after=after, limit=limit)
     raw = trials_repo.samples_of(session, [m.id for t in trials for m in t.measurements]) if samples else {}
     return [
         TrialRead(
             id=t.id, sha=t.revision.sha, status=t.status.value, device=t.device, fingerprint=t.fingerprint,
-            failure_reason=t.failure_reason, worker_host=t.worker_host, attempts=t.attempts,
+            failure_reason=log(t.failure_reason), worker_host=t.worker_host, attempts=t.attempts,
             build_s=t.build_s, run_s=t.run_s, phases=t.phases,
             measurements={m.case.name: {"status": m.status, "ratio": m.ratio, "value": m.value,
                                         "control_value": m.control_value, "unit": m.unit,
-                                        "accuracy_error": m.accuracy_error, "error": m.error,
+                                        "accuracy_error": m.accuracy_error, "error": log(m.error),
                                         **({"samples": raw.get(m.id)} if samples else {})}
                           for m in t.measurements},
         )

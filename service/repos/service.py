@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from service.bounds import MAX_ID
+from service.db import insert_or_skip
 from service.errors import BadRequest, Conflict, NotFound
 from service.models import Repository, Revision
 from service.repos import repository
 from service.repos.schemas import RepositoryCreate
+from service.repos.urls import checked_url
 from service.settings import get_settings
 from workers.checkout import CommitInfo, GitError, Mirror
 
@@ -18,12 +22,16 @@ def mirror_of(repo: Repository) -> Mirror:
     return Mirror(get_settings().mirrors_dir, repo.name, repo.url)
 
 
-def create(session: Session, data: RepositoryCreate, *, verify: bool = True) -> Repository:
-    """Register a repository; with `verify`, clone its mirror first so a bad URL is a 422 now,
-    not a failed job later. Raises Conflict for a taken name, BadRequest for an unusable URL."""
+def create(session: Session, data: RepositoryCreate, *, verify: bool = True,
+           local_roots: Sequence[Path] | None = None) -> Repository:
+    """Register a repository (the caller checked that an admin asks); with `verify`, clone its
+    mirror first so a bad URL is a 422 now, not a failed job later. A local path must lie under
+    `local_roots` (default: the configured PERFBISECT_LOCAL_REPO_ROOTS). Raises Conflict for a
+    taken name, BadRequest for a refused or unusable URL."""
     if repository.get_by_name(session, data.name) is not None:
         raise Conflict(f"a repository named {data.name!r} is already registered")
-    repo = Repository(**data.model_dump())
+    roots = get_settings().allowed_local_roots if local_roots is None else local_roots
+    repo = Repository(**{**data.model_dump(), "url": checked_url(data.url, roots)})
     if verify:
         try:
             mirror_of(repo).ensure()
@@ -35,37 +43,32 @@ def create(session: Session, data: RepositoryCreate, *, verify: bool = True) -> 
 
 
 def get(session: Session, name_or_id: str | int) -> Repository:
-    repo = (
-        session.get(Repository, int(name_or_id))
-        if str(name_or_id).isdigit()
-        else repository.get_by_name(session, str(name_or_id))
-    )
+    by_id = str(name_or_id).isdigit() and int(name_or_id) <= MAX_ID
+    repo = session.get(Repository, int(name_or_id)) if by_id else repository.get_by_name(session, str(name_or_id))
     if repo is None:
         raise NotFound(f"no repository {name_or_id!r} is registered (register it with POST /api/repositories)")
     return repo
 
 
 def record_revisions(session: Session, repo: Repository, commits: Sequence[CommitInfo]) -> list[Revision]:
-    """Insert the commits not stored yet; return the rows in the order given."""
+    """Insert the commits not stored yet (concurrent submissions of one range insert them once);
+    return the rows in the order given."""
     known = repository.revisions_by_sha(session, repo.id, [c.sha for c in commits])
-    rows = []
+    # Commit metadata is the repository's content: fit it to the columns, never fail on it.
+    missing = [
+        {"repository_id": repo.id, "sha": c.sha, "parent_sha": c.parent_sha, "author": c.author[:200],
+         "authored_at": c.authored_at, "subject": c.subject.replace("\x00", ""),
+         "pr_number": c.pr_number if c.pr_number is not None and c.pr_number <= MAX_ID else None,
+         "position": c.position}
+        for c in commits if c.sha not in known
+    ]
+    insert_or_skip(session, Revision, missing, ["repository_id", "sha"])
+    if missing:
+        known = repository.revisions_by_sha(session, repo.id, [c.sha for c in commits])
     for commit in commits:
-        row = known.get(commit.sha)
-        if row is None:
-            row = Revision(
-                repository_id=repo.id,
-                sha=commit.sha,
-                parent_sha=commit.parent_sha,
-                author=commit.author,
-                authored_at=commit.authored_at,
-                subject=commit.subject,
-                pr_number=commit.pr_number,
-                position=commit.position,
-            )
-            session.add(row)
-        elif row.position is None and commit.position is not None:
+        row = known[commit.sha]
+        if row.position is None and commit.position is not None:
             row.position = commit.position  # first seen as a PR head, now on the branch
             repository.set_case_point_positions(session, row)
-        rows.append(row)
     session.flush()
-    return rows
+    return [known[c.sha] for c in commits]

@@ -1,8 +1,11 @@
 """POST /api/webhooks/github: GitHub's pull_request deliveries start a compare job.
 
-Order of checks: signature (401), event and action (202, ignored), payload shape (422),
-repository (404), benchmarks (422); then the job is created and its first planning round
-queued after the request's commit, as POST /api/jobs/compare does.
+Off (404) unless PERFBISECT_WEBHOOK_SECRET is set. Order of checks: signature (401), delivery id
+(422 when missing; 200 and nothing done when this delivery id or this exact body was handled
+before: the signature covers the body only, so a replay with a new id is caught by the body),
+event and action (202, ignored), payload shape (422), repository (404), benchmarks (422); then
+the job is created and its first planning round queued after the request's commit, as POST
+/api/jobs/compare does.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ import json
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Depends, Header, Request, status
+from fastapi import APIRouter, Depends, Header, Request, Response, status
 from pydantic import ValidationError
 
 from service.api.deps import SessionDep
-from service.errors import BadRequest
+from service.api.errors import ERROR_RESPONSES
+from service.errors import BadRequest, NotFound
 from service.settings import get_settings
 from service.webhooks import service
 from service.webhooks.schemas import HANDLED_ACTIONS, PullRequestEvent, WebhookReply
@@ -23,7 +27,8 @@ from service.webhooks.signature import verify_signature
 from workers import dispatch
 from workers.tasks import advance_job
 
-router = APIRouter(prefix="/api/webhooks", tags=["webhooks"])
+router = APIRouter(prefix="/api/webhooks", tags=["webhooks"], responses=ERROR_RESPONSES)
+DUPLICATE = {200: {"model": WebhookReply, "description": "a delivery handled before: nothing is done again"}}
 
 
 async def raw_body(request: Request) -> bytes:
@@ -44,18 +49,30 @@ def _payload(body: bytes, content_type: str | None) -> dict[str, Any]:
     return payload
 
 
-@router.post("/github", status_code=status.HTTP_202_ACCEPTED, response_model=WebhookReply)
+@router.post("/github", status_code=status.HTTP_202_ACCEPTED, response_model=WebhookReply, responses=DUPLICATE)
 def github_webhook(
     session: SessionDep,
+    response: Response,
     body: Annotated[bytes, Depends(raw_body)],
-    x_github_event: Annotated[str | None, Header()] = None,
-    x_hub_signature_256: Annotated[str | None, Header()] = None,
-    content_type: Annotated[str | None, Header()] = None,
+    x_github_event: Annotated[str | None, Header(max_length=100)] = None,
+    x_hub_signature_256: Annotated[str | None, Header(max_length=200)] = None,
+    x_github_delivery: Annotated[str | None, Header(max_length=100, pattern=r"^[\x21-\x7e]+$")] = None,
+    content_type: Annotated[str | None, Header(max_length=200)] = None,
 ) -> WebhookReply:
     """A pull_request event (opened, synchronize, reopened) creates a compare job of the PR's
     base sha against its head sha on the cases of the repository's latest bisect; any other
     event or action is acknowledged and ignored."""
-    verify_signature(get_settings().webhook_secret, body, x_hub_signature_256)
+    secret = get_settings().webhook_secret
+    if not secret:
+        raise NotFound("the GitHub webhook is off: set PERFBISECT_WEBHOOK_SECRET (and the same secret in the "
+                       "repository's webhook settings) to turn it on")
+    verify_signature(secret, body, x_hub_signature_256)
+    if not x_github_delivery:
+        raise BadRequest("missing X-GitHub-Delivery: deliveries are de-duplicated by their id")
+    delivery = service.record_delivery(session, x_github_delivery, body, x_github_event or "")
+    if delivery is None:
+        response.status_code = status.HTTP_200_OK
+        return WebhookReply(message=f"ignored: delivery {x_github_delivery} (or the same body) was handled before")
     if x_github_event == "ping":
         return WebhookReply(message="pong")
     if x_github_event != "pull_request":
@@ -74,6 +91,7 @@ def github_webhook(
         raise BadRequest(f"pull_request payload: {where}: {first['msg']}") from exc
     outcome = service.compare_pull_request(session, event)
     job = outcome.job
+    delivery.job_id = job.id
     if outcome.created:
         dispatch.after_commit(session, advance_job, job.id)
     pr = event.pull_request

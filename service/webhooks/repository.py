@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from service.models import Job, JobKind, JobStatus, Repository
+from service.models import Job, JobKind, JobStatus, Repository, WebhookDelivery
 
 
 def all_repositories(session: Session) -> Sequence[Repository]:
@@ -45,3 +45,8 @@ def open_compares_of_pr(session: Session, repository_id: int, pr_number: int) ->
             .order_by(Job.id))
     return session.scalars(stmt).all()
 
+
+def delivery_seen(session: Session, delivery_id: str, body_sha256: str) -> bool:
+    stmt = select(WebhookDelivery.id).where(or_(WebhookDelivery.delivery_id == delivery_id,
+                                                WebhookDelivery.body_sha256 == body_sha256))
+    return session.scalars(stmt.limit(1)).first() is not None

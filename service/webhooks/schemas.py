@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.bounds import Id
+
 HANDLED_ACTIONS = ("opened", "synchronize", "reopened")
 
 
@@ -20,7 +22,7 @@ class GitRef(_Lenient):
 
 
 class PullRequest(_Lenient):
-    number: int
+    number: Id
     head: GitRef
     base: GitRef
     html_url: str | None = None
@@ -28,8 +30,8 @@ class PullRequest(_Lenient):
 
 
 class PullRequestEvent(_Lenient):
-    action: str
-    number: int | None = None
+    action: str = Field(max_length=100)
+    number: Id | None = None
     pull_request: PullRequest
     repository: dict[str, Any] = Field(description="full_name, clone_url, ssh_url, html_url")
 

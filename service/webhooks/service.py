@@ -8,18 +8,21 @@ effect and metric.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import git
 from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.auth.principal import SYSTEM
 from service.errors import BadRequest, NotFound
 from service.jobs import service as jobs
 from service.jobs.schemas import Benchmark, CompareCreate
-from service.models import Job, Repository
+from service.models import Job, Repository, WebhookDelivery
 from service.repos import service as repos
 from service.webhooks import repository
 from service.webhooks.repo_urls import event_urls, normalized_url
@@ -27,6 +30,24 @@ from service.webhooks.schemas import PullRequestEvent
 from workers.checkout import GitError
 
 log = logging.getLogger(__name__)
+
+
+def record_delivery(session: Session, delivery_id: str, body: bytes, event: str) -> WebhookDelivery | None:
+    """Remember a verified delivery; None when its id or its exact body was seen before (GitHub's
+    redelivery, or a captured delivery replayed). Concurrent copies: the unique constraints make
+    the second wait for the first and then count as seen. Rolled back with the request, so a
+    delivery that failed (a 4xx) may be redelivered."""
+    digest = hashlib.sha256(body).hexdigest()
+    if repository.delivery_seen(session, delivery_id, digest):
+        return None
+    delivery = WebhookDelivery(delivery_id=delivery_id, body_sha256=digest, event=event[:100])
+    try:
+        with session.begin_nested():
+            session.add(delivery)
+            session.flush()
+    except IntegrityError:
+        return None
+    return delivery
 
 
 def match_repository(session: Session, event_repository: dict[str, Any]) -> Repository:
@@ -53,7 +74,7 @@ def benchmarks_from_spec(spec: dict[str, Any]) -> list[Benchmark]:
 def fetch_pull_head(repo: Repository, number: int) -> None:
     """Best effort: fetch refs/pull/<n>/head into the mirror, since the mirror's regular fetch
     takes branches and tags only and a PR from a fork lives nowhere else. A remote without pull
-    refs (a plain path, another host) is left as it is; create_compare then names a head that
+    refs (a plain path, another host) is left as it is; submit_compare then names a head that
     still does not resolve."""
     try:
         mirror = repos.mirror_of(repo).ensure(fetch=False)
@@ -92,8 +113,11 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
         )
     except (ValidationError, KeyError) as exc:
         raise BadRequest(f"the latest bisect of {repo.name!r} has benchmarks the PR bot cannot reuse: {exc}") from exc
-    job = jobs.create_compare(session, request)
+    submission = jobs.submit_compare(session, request, SYSTEM)
+    job = submission.job
+    if not submission.created:  # an identical delivery's job, created meanwhile
+        return CompareOutcome(job=job, created=False)
     stale = [j.id for j in repository.open_compares_of_pr(session, repo.id, pr.number) if j.id != job.id]
     for job_id in stale:
-        jobs.cancel(session, job_id)
+        jobs.cancel(session, job_id, SYSTEM)
     return CompareOutcome(job=job, created=True, superseded=tuple(stale))

@@ -21,11 +21,11 @@ def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def verify_signature(secret: str | None, body: bytes, header: str | None) -> None:
-    """Accept the delivery when no secret is configured (development) or when `header` is the
-    HMAC of `body` under `secret` (constant-time compare). Raises Unauthorized otherwise."""
+def verify_signature(secret: str, body: bytes, header: str | None) -> None:
+    """Accept the delivery when `header` is the HMAC of `body` under `secret` (constant-time
+    compare). Raises Unauthorized otherwise, and always without a secret."""
     if not secret:
-        return
+        raise Unauthorized("no webhook secret is configured: deliveries cannot be verified")
     if not header:
         raise Unauthorized(f"missing {SIGNATURE_HEADER}: this endpoint needs deliveries signed with the webhook secret")
     if not header.startswith("sha256="):

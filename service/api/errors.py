@@ -1,0 +1,70 @@
+"""How errors look on the wire, and their place in the OpenAPI schema.
+
+Domain errors (service.errors) render as `{"detail": "<message>"}` with their status and headers.
+FastAPI's own validation errors render as `{"detail": [{"loc", "msg", "type"}, ...]}`. Both can
+answer 422 (a shape that does not parse vs. a ref that does not resolve), so the schema declares
+422 as either form, and the other error statuses as the message form.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from service.errors import PerfbisectError
+
+
+class ErrorMessage(BaseModel):
+    detail: str
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrors(BaseModel):
+    detail: list[ValidationIssue]
+
+
+ERROR_RESPONSES: dict[int | str, dict] = {
+    400: {"model": ErrorMessage, "description": "a body that cannot be read (not UTF-8, not JSON)"},
+    401: {"model": ErrorMessage, "description": "no token, or an unknown or revoked one"},
+    403: {"model": ErrorMessage, "description": "the token lacks the scope, or the job is not the caller's"},
+    404: {"model": ErrorMessage, "description": "no such job, repository or endpoint"},
+    409: {"model": ErrorMessage, "description": "conflicts with the current state"},
+    422: {"model": ValidationErrors | ErrorMessage,
+          "description": "the request does not parse (a list of issues) or names something unusable (a message)"},
+}
+
+
+def _printable(value: str | int) -> str | int:
+    """A location part that JSON can carry: a lone surrogate (from "\ud800" in the request) is
+    escaped instead of failing the response's UTF-8 encoding."""
+    return value.encode("utf-8", "backslashreplace").decode() if isinstance(value, str) else value
+
+
+def validation_issues(exc: RequestValidationError) -> list[dict]:
+    """FastAPI's issues without the offending `input` (and `ctx`): echoing hostile input back is
+    no help, and NaN or a lone surrogate in it would make the error itself fail to render."""
+    return [{"loc": [_printable(part) for part in error["loc"]], "msg": _printable(error["msg"]),
+             "type": error["type"]} for error in exc.errors()]
+
+
+def install_error_handler(app: FastAPI) -> None:
+    @app.exception_handler(PerfbisectError)
+    def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
+        return JSONResponse(status_code=exc.status_code, content={"detail": exc.message}, headers=exc.headers)
+
+    @app.exception_handler(PoolTimeout)
+    def _pool_exhausted(_request: Request, _exc: PoolTimeout) -> JSONResponse:
+        return JSONResponse(status_code=503, headers={"Retry-After": "2"},
+                            content={"detail": "the server is at capacity; retry shortly"})
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": validation_issues(exc)})

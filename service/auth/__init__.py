@@ -1,0 +1,1 @@
+"""API tokens and what each scope may do (issue 9: writes always need a token)."""
