@@ -9,6 +9,7 @@ import pytest
 
 from service.jobs import advance
 from service.jobs import service as jobs
+from service.auth.principal import SYSTEM
 from service.jobs.schemas import BisectCreate
 from service.models import Trial
 from service.trials import service as trials
@@ -49,7 +50,7 @@ def recorded(session, tmp_path: Path) -> Trial:
     create_repository(session, tmp_path / "lib", name="lib")
     job = jobs.create_bisect(session, BisectCreate(
         repository="lib", good="HEAD~2", bad="main",
-        benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": [CASE.split(" ", 1)[1]]}]))
+        benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": [CASE.split(" ", 1)[1]]}]), SYSTEM)
     trial_id = advance.advance(session, job.id).trial_ids[0]
     trials.start(session, trial_id, worker_host="test")
     trial = trials.record(session, trial_id, result_with_phases(), build_s=0.07)
