@@ -1,28 +1,48 @@
-"""Change points over a case's branch history: E-Divisive, with a significance test and a
-minimum magnitude instead of permutations, as Apache Otava does.
+"""Change points over a case's branch history: steps of the level, not trends or noise.
 
-Binary segmentation: in a segment, the split that maximises the energy statistic (Matteson &
-James's E-Divisive with alpha = 1) is a candidate; it is kept when the two sides differ
-significantly (Welch's t-test by default; the test is a strategy object), and both sides are
-searched again. A last pass re-tests every kept point against its neighbouring points only and
-drops, one at a time, those that are no longer significant or whose relative change of the means
-is below `min_magnitude` (the least significant first, then the smallest). Pure. The distance
-matrix is held whole (n x n floats), which suits histories of up to a few thousand points.
+Apache Otava's recipe (E-Divisive split search, a significance test instead of permutations, a
+minimum magnitude, re-testing each point against its neighbours only), made robust for the
+histories perfbisect sees, which drift, curve, alternate between two modes and carry outliers:
+
+1. Candidates by wild binary segmentation over seeded intervals (Kovacs et al. 2020): in a
+   segment, the best split of the interval with the largest E-Divisive statistic for alpha = 2
+   (for alpha = 2 the energy distance is twice the squared difference of the means, so the
+   statistic is the mean-shift CUSUM, O(n) per interval). Short intervals find a short
+   excursion (a drop fixed a few commits later) that the best split of the whole averages away.
+   Each point is then moved to the best split between its neighbours, within `min_size`.
+2. A point stands only if three tests pass (`_assess`):
+   - level: Student's t-test of the two sides (pooled deviation, never below the robust noise),
+     Bonferroni-corrected for the split positions between the neighbours (the split is the
+     best of many, so its raw p-value is optimistic);
+   - jump: a line fitted to each side (up to `window` points) must leave a significant gap
+     where the two lines meet, its standard error inflated for autocorrelated residuals. A
+     trend, however steep, a smooth curve and a bend of slope leave none, so a split that one
+     trend explains is rejected;
+   - size: the step is at least `min_sigmas` robust noise units (MAD of first differences,
+     which a step or a slow trend barely moves) and at least `min_magnitude` of the level.
+3. Re-test: every kept point against its neighbouring points only; the weakest failure is
+   dropped and its neighbours re-tested, until all stand (Otava's "weak change points" pass).
+
+Pure: numpy and scipy only; nothing is read or written.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
-from service.bisect.verdict import SignificanceTest, WelchTest
+# Normal consistency of the MAD, and sqrt(2) because a first difference holds two noises.
+_MAD_TO_SIGMA = 1.4826 / math.sqrt(2.0)
 
 
 @dataclass(frozen=True)
 class ChangePoint:
-    """The series changes level at `index` (the first point of the new level)."""
+    """The series changes level at `index` (the first point of the new level). `pvalue` is the
+    larger of the level test's (corrected for the split positions searched) and the jump test's."""
 
     index: int
     mean_before: float
@@ -31,71 +51,233 @@ class ChangePoint:
 
     @property
     def rel(self) -> float:
-        """Relative change of the means: after/before - 1."""
-        return self.mean_after / self.mean_before - 1.0
+        """Relative change of the means: after/before - 1 (sign of the step over |before| when
+        the level before is not positive; nan when it is 0)."""
+        if self.mean_before == 0:
+            return math.nan
+        return (self.mean_after - self.mean_before) / abs(self.mean_before)
 
 
-def _block_sums(x: np.ndarray) -> np.ndarray:
-    """2-D prefix sums of the distance matrix |x_i - x_j|, so any block sum is O(1)."""
-    d = np.abs(x[:, None] - x[None, :])
-    p = np.zeros((x.size + 1, x.size + 1))
-    p[1:, 1:] = d.cumsum(0).cumsum(1)
-    return p
+@dataclass(frozen=True)
+class _Settings:
+    pvalue: float
+    trend_pvalue: float
+    min_magnitude: float
+    min_size: int
+    min_sigmas: float
+    window: int
+    noise: float
 
 
-def _block(p: np.ndarray, r0: int, r1: int, c0: int, c1: int) -> float:
-    return float(p[r1, c1] - p[r0, c1] - p[r1, c0] + p[r0, c0])
-
-
-def _best_split(p: np.ndarray, lo: int, hi: int, min_size: int) -> int | None:
-    """The split of x[lo:hi] with the largest E-Divisive statistic, or None if it is too short."""
-    best, best_q = None, -np.inf
-    for tau in range(lo + min_size, hi - min_size + 1):
-        m, n = tau - lo, hi - tau
-        between = 2.0 * _block(p, lo, tau, tau, hi) / (m * n)
-        within_l = _block(p, lo, tau, lo, tau) / (m * (m - 1)) if m > 1 else 0.0
-        within_r = _block(p, tau, hi, tau, hi) / (n * (n - 1)) if n > 1 else 0.0
-        q = m * n / (m + n) * (between - within_l - within_r)
-        if q > best_q:
-            best, best_q = tau, q
-    return best
-
-
-def _candidate(x: np.ndarray, lo: int, tau: int, hi: int, test: SignificanceTest) -> ChangePoint:
-    left, right = x[lo:tau], x[tau:hi]
-    return ChangePoint(tau, float(left.mean()), float(right.mean()), test.pvalue(left, right))
-
-
-def _strong(point: ChangePoint, pvalue: float, min_magnitude: float) -> bool:
-    return point.pvalue < pvalue and abs(point.rel) >= min_magnitude
-
-
-def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0, pvalue: float = 0.001,
-                          min_size: int = 3, test: SignificanceTest = WelchTest()) -> list[ChangePoint]:
-    """Change points of `series` (oldest first), sorted by index. `min_size` is the fewest points
-    a level must have. Raises ValueError on a non-positive mean where a magnitude is needed
-    (relative change is undefined), or on `min_size` < 2. Touches nothing."""
-    if min_size < 2:
-        raise ValueError("min_size must be at least 2")
+def robust_noise(series: Sequence[float] | np.ndarray) -> float:
+    """The noise of one point, from the MAD of first differences: a step is one outlying
+    difference and a slow trend shifts all of them alike, so neither inflates it. Falls back to
+    the mean absolute difference when over half the differences are equal (integer counts)."""
     x = np.asarray(series, dtype=float)
-    if x.size < 2 * min_size:
-        return []
-    p = _block_sums(x)
+    if x.size < 3:
+        return 0.0
+    d = np.diff(x)
+    mad = float(np.median(np.abs(d - np.median(d))))
+    if mad == 0.0:
+        mad = float(np.mean(np.abs(d - np.median(d)))) / 1.2533  # mean |dev| = 1.2533 MAD-sigma
+    return mad * _MAD_TO_SIGMA
+
+
+def _best_split(x: np.ndarray, lo: int, hi: int, min_size: int) -> tuple[float, int] | None:
+    """The split of x[lo:hi] with the largest mean-shift CUSUM (E-Divisive, alpha = 2) and that
+    statistic, or None if the segment is too short for two levels."""
+    taus = np.arange(lo + min_size, hi - min_size + 1)
+    if taus.size == 0:
+        return None
+    seg = x[lo:hi]
+    csum = np.concatenate([[0.0], np.cumsum(seg - seg.mean())])
+    m = (taus - lo).astype(float)
+    n = hi - lo - m
+    left = csum[taus - lo]  # sum of centred values before the split; those after sum to -left
+    stat = np.abs(left / m + left / n) * np.sqrt(m * n / (m + n))
+    best = int(np.argmax(stat))
+    return float(stat[best]), int(taus[best])
+
+
+def _seeded_intervals(n: int, min_size: int) -> list[tuple[int, int]]:
+    """Seeded intervals (Kovacs et al. 2020): at each length n, n/sqrt2, n/2, ... down to
+    2 * min_size, overlapping intervals shifted by half their length. Searching them, not only
+    the whole segment, finds a short excursion (a drop and its recovery) that the best single
+    split of the whole segment averages away."""
+    out, length = {(0, n)}, float(n)
+    while length >= 2 * min_size:
+        width = int(length)
+        count = 2 * math.ceil(n / length) - 1
+        shift = (n - width) / max(count - 1, 1)
+        out.update((round(i * shift), round(i * shift) + width) for i in range(count))
+        length /= math.sqrt(2.0)
+    return sorted(out)
+
+
+def _level_pvalue(a: np.ndarray, b: np.ndarray, noise: float) -> float:
+    """Two-sided p-value of a level change between the sides: Student's t with the pooled
+    within-side deviation, never below the robust noise (two short, quiet sides would otherwise
+    make any wobble significant). Pooled rather than Welch: a short new level (a few points) keeps
+    its degrees of freedom."""
+    m, n = a.size, b.size
+    pooled = math.sqrt((float(np.sum((a - a.mean()) ** 2)) + float(np.sum((b - b.mean()) ** 2))) / (m + n - 2))
+    scale = max(pooled, noise) * math.sqrt(1.0 / m + 1.0 / n)
+    step = abs(float(b.mean() - a.mean()))
+    if scale == 0.0:
+        return 0.0 if step > 0 else 1.0
+    return float(2.0 * stats.t.sf(step / scale, m + n - 2))
+
+
+def _ar1_inflation(*sides: np.ndarray) -> float:
+    """Variance inflation (1 + rho) / (1 - rho) for residuals with lag-1 autocorrelation rho
+    (clipped to [0, 0.95]): residuals that wander smoothly (a curve the lines do not follow, a
+    random walk) hold fewer independent points than they count, and a test that took them for
+    independent would find a jump in any smooth series with little noise."""
+    num = sum(float(r[1:] @ r[:-1]) for r in sides if r.size > 1)
+    den = sum(float(r @ r) for r in sides)
+    rho = min(max(num / den, 0.0), 0.95) if den > 0 else 0.0
+    return (1.0 + rho) / (1.0 - rho)
+
+
+def _jump_pvalue(x: np.ndarray, lo: int, tau: int, hi: int, window: int) -> float:
+    """Two-sided p-value of a jump at `tau`: a line is fitted to up to `window` points on each
+    side and the jump is the gap between the two lines where they meet (between tau - 1 and
+    tau), over its standard error. A smooth curve has no gap (the two fitted lines are biased
+    alike at the boundary, to second order), nor has a bend of slope; a step has one."""
+    a, b = max(lo, tau - window), min(hi, tau + window)
+    y = x[a:b]
+    t = np.arange(a, b, dtype=float) - (tau - 0.5)
+    right = (t > 0).astype(float)
+    design = np.column_stack([1 - right, right, t * (1 - right), t * right])
+    dof = y.size - 4
+    if dof < 1:
+        return 1.0
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    residuals = y - design @ coef
+    jump = coef[1] - coef[0]
+    cov = np.linalg.pinv(design.T @ design)
+    inflation = _ar1_inflation(residuals[: tau - a], residuals[tau - a:])
+    se = math.sqrt(float(residuals @ residuals) / dof * inflation * (cov[0, 0] + cov[1, 1] - 2 * cov[0, 1]))
+    if se == 0.0:
+        return 0.0 if jump != 0 else 1.0
+    return float(2 * stats.t.sf(abs(jump) / se, dof))
+
+
+def _searched(lo: int, hi: int, min_size: int) -> int:
+    """How many split positions a segment offers: the Bonferroni factor of its best split."""
+    return max(1, hi - lo - 2 * min_size + 1)
+
+
+def _level_passes(x: np.ndarray, lo: int, tau: int, hi: int, cfg: _Settings) -> bool:
+    """Size and level tests only: is the split worth keeping as a candidate?"""
+    left, right = x[lo:tau], x[tau:hi]
+    before, step = float(left.mean()), abs(float(right.mean() - left.mean()))
+    if step == 0.0 or step < cfg.min_sigmas * cfg.noise:
+        return False
+    if cfg.min_magnitude > 0 and (before == 0 or step / abs(before) < cfg.min_magnitude):
+        return False
+    return _level_pvalue(left, right, cfg.noise) * _searched(lo, hi, cfg.min_size) < cfg.pvalue
+
+
+def _assess(x: np.ndarray, lo: int, tau: int, hi: int, cfg: _Settings) -> tuple[ChangePoint, float | None]:
+    """The change point at `tau` between its neighbours `lo` and `hi`, and None if it stands or
+    else how weak it is (larger = weaker: a failed test ranks above a too small step)."""
+    left, right = x[lo:tau], x[tau:hi]
+    p_level = min(1.0, _level_pvalue(left, right, cfg.noise) * _searched(lo, hi, cfg.min_size))
+    p_jump = _jump_pvalue(x, lo, tau, hi, cfg.window)
+    point = ChangePoint(tau, float(left.mean()), float(right.mean()), max(p_level, p_jump))
+    if p_level >= cfg.pvalue or p_jump >= cfg.trend_pvalue:
+        return point, 1.0 + max(p_level / cfg.pvalue, p_jump / cfg.trend_pvalue)
+    if not _level_passes(x, lo, tau, hi, cfg):
+        return point, 1.0 / (1.0 + abs(point.mean_after - point.mean_before) / max(cfg.noise, 1e-300))
+    return point, None
+
+
+def _segment_candidates(x: np.ndarray, cfg: _Settings) -> list[int]:
+    """Wild binary segmentation over seeded intervals, on the level test alone: in a segment,
+    the candidate is the best split of the interval inside it with the largest CUSUM among those
+    that pass (a long interval over two steps may fail where a short one over one passes); a
+    staircase looks like a trend until it is cut at its steps, so the trend test waits for the
+    re-test between neighbours."""
+    splits = []
+    for a, b in _seeded_intervals(x.size, cfg.min_size):
+        best = _best_split(x, a, b, cfg.min_size)
+        if best is not None:
+            splits.append((best[0], a, best[1], b))
+    splits.sort(reverse=True)
     found: list[int] = []
     segments = [(0, x.size)]
     while segments:
         lo, hi = segments.pop()
-        tau = _best_split(p, lo, hi, min_size)
-        if tau is None or not _strong(_candidate(x, lo, tau, hi, test), pvalue, 0.0):
+        whole = _best_split(x, lo, hi, cfg.min_size)
+        inside = [(stat, a, tau, b) for stat, a, tau, b in splits if lo <= a and b <= hi]
+        if whole is not None:
+            inside.append((whole[0], lo, whole[1], hi))
+        inside.sort(reverse=True)
+        tau = next((tau for _, a, tau, b in inside if _level_passes(x, a, tau, b, cfg)), None)
+        if tau is None:
             continue
         found.append(tau)
         segments += [(lo, tau), (tau, hi)]
-    if found and np.any(x <= 0):
-        raise ValueError("relative magnitudes need a positive series")
-    while True:  # re-test each point between its neighbours; drop the weakest failure, repeat
-        bounds = [0, *sorted(found), x.size]
-        points = [_candidate(x, bounds[i - 1], bounds[i], bounds[i + 1], test) for i in range(1, len(bounds) - 1)]
-        weak = [pt for pt in points if not _strong(pt, pvalue, min_magnitude)]
+    return _refine(x, sorted(found), cfg.min_size)
+
+
+def _refine(x: np.ndarray, found: list[int], min_size: int) -> list[int]:
+    """Move each point to the best split between its neighbours, within `min_size` of where it
+    was: an interval's split is placed by that interval's points alone and may sit a point off."""
+    points = list(found)
+    for i, tau in enumerate(points):
+        lo = points[i - 1] if i else 0
+        hi = points[i + 1] if i + 1 < len(points) else x.size
+        near_lo, near_hi = max(lo, tau - 2 * min_size), min(hi, tau + 2 * min_size)
+        best = _best_split(x, near_lo, near_hi, min_size)
+        if best is not None:
+            points[i] = best[1]
+    return points
+
+
+def _retest(x: np.ndarray, found: list[int], cfg: _Settings) -> list[ChangePoint]:
+    """Re-test each point between its neighbours; drop the weakest failure, repeat. Dropping a
+    point changes only its two neighbours' tests, so results are cached by (lo, tau, hi)."""
+    cache: dict[tuple[int, int, int], tuple[ChangePoint, float | None]] = {}
+    points = list(found)
+    while True:
+        bounds = [0, *points, x.size]
+        results = []
+        for i in range(1, len(bounds) - 1):
+            key = (bounds[i - 1], bounds[i], bounds[i + 1])
+            if key not in cache:
+                cache[key] = _assess(x, *key, cfg)
+            results.append(cache[key])
+        weak = [(weakness, point.index) for point, weakness in results if weakness is not None]
         if not weak:
-            return points
-        found.remove(max(weak, key=lambda pt: (pt.pvalue >= pvalue, pt.pvalue if pt.pvalue >= pvalue else -abs(pt.rel))).index)
+            return [point for point, _ in results]
+        points.remove(max(weak)[1])
+
+
+def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0, pvalue: float = 0.001,
+                          trend_pvalue: float = 0.001, min_size: int = 5, min_sigmas: float = 2.0,
+                          window: int = 30) -> list[ChangePoint]:
+    """Change points of `series` (oldest first), sorted by index.
+
+    `pvalue`: the largest p-value of the level test, Bonferroni-corrected for the split positions
+    between the neighbours; `trend_pvalue`: the largest p-value of the jump test (the gap
+    between lines fitted to either side, which rejects trends and curves); `min_magnitude`:
+    the smallest |after - before| / |before| kept (0 keeps any size); `min_size`: the fewest
+    points a level must have; `min_sigmas`: the smallest step in robust noise units; `window`:
+    points on either side of a split in the jump test. The defaults were chosen on TCPD and on
+    perf-like histories (bench/changepoint_accuracy.py). Raises ValueError on `min_size` < 2,
+    `window` < 2, or a series that is not one-dimensional and finite. Pure."""
+    if min_size < 2:
+        raise ValueError("min_size must be at least 2")
+    if window < 2:
+        raise ValueError("window must be at least 2")
+    x = np.asarray(series, dtype=float)
+    if x.ndim != 1:
+        raise ValueError("a series is one-dimensional")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("a series must hold finite numbers only")
+    if x.size < 2 * min_size:
+        return []
+    cfg = _Settings(pvalue, trend_pvalue, min_magnitude, min_size, min_sigmas, max(window, min_size), robust_noise(x))
+    return _retest(x, _segment_candidates(x, cfg), cfg)

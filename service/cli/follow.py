@@ -13,6 +13,7 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from service.cli.errors import CLIError  # noqa: F401  (re-exported: runs.py imports it from here)
 from service.db import session_scope
 from service.errors import PerfbisectError
 from service.jobs import service as jobs
@@ -23,10 +24,6 @@ from workers import dispatch
 from workers.tasks import advance_job
 
 FINISHED = ("succeeded", "failed", "cancelled")
-
-
-class CLIError(Exception):
-    """A message for the user; the CLI prints it and exits 2."""
 
 
 def submit_local(request: BisectCreate) -> int:

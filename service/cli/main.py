@@ -11,12 +11,14 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from service.cli.follow import CLIError
+from service.cli.changepoints import changepoints
+from service.cli.errors import CLIError
 
 app = typer.Typer(help="Automated performance-regression bisection for GPU kernel libraries.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.command("changepoints")(changepoints)
 console = Console(stderr=True)
 
 

@@ -1,39 +1,139 @@
-"""E-Divisive change points on short literal series."""
+"""Change points on short literal series: steps found where they happen, trends and noise not."""
+
+import math
 
 import pytest
 
-from service.bisect.changepoints import compute_change_points
+import numpy as np
 
-NOISE = [0.3, -0.2, 0.1, -0.4, 0.2, 0.0, -0.1, 0.4, -0.3, 0.1]
+from service.bisect.changepoints import ChangePoint, compute_change_points, robust_noise
+
+# One fixed draw of 23 normal values (mean 0, sd 1, no lag-1 correlation): the noise of a level.
+NOISE = [0.17, 1.17, -1.69, 1.32, -0.18, -0.84, -0.84, -1.08, -0.34, 0.58, 0.36, 0.41, -1.62, -1.51, 1.21,
+         0.7, 1.75, 0.91, -1.03, 0.97, 0.4, 0.04, -0.86]
 
 
-def level(value, count, offset=0):
-    return [value + NOISE[(i + offset) % len(NOISE)] for i in range(count)]
+def level(value, count, offset=0, sd=0.25):
+    return [value + sd * NOISE[(i + offset) % len(NOISE)] for i in range(count)]
 
 
-def test_one_drop_is_found_where_it_happens():
+def indices(series, **kwargs):
+    return [p.index for p in compute_change_points(series, **kwargs)]
+
+
+def test_one_drop_is_found_at_its_first_point():
     series = level(100, 12) + level(90, 12, 3)
     points = compute_change_points(series, min_magnitude=0.02)
     assert [p.index for p in points] == [12]
     assert points[0].rel == pytest.approx(-0.1, abs=0.01)
+    assert points[0].mean_before == pytest.approx(100, abs=0.1)
+    assert points[0].pvalue < 0.001
+
+
+@pytest.mark.parametrize(("step", "sd"), [(0.05, 1.0), (0.07, 1.5), (0.10, 2.0), (-0.05, 1.0), (-0.08, 2.0)])
+def test_steps_of_5_to_10_percent_in_1_to_2_percent_noise_are_found_exactly(step, sd):
+    series = level(100, 25, sd=sd) + level(100 * (1 + step), 25, 5, sd=sd)
+    points = compute_change_points(series, min_magnitude=0.02)
+    assert [p.index for p in points] == [25]
+    assert points[0].rel == pytest.approx(step, abs=0.01)
 
 
 def test_drop_then_partial_recovery_gives_two_points():
     series = level(100, 10) + level(88, 10, 2) + level(95, 10, 5)
-    assert [p.index for p in compute_change_points(series, min_magnitude=0.02)] == [10, 20]
+    assert indices(series, min_magnitude=0.02) == [10, 20]
+
+
+def test_two_nearby_steps_are_both_found():
+    # a drop fixed 6 commits later: the best single split of the whole history averages it away
+    excursion = level(100, 20, sd=1.0) + level(92, 6, 4, sd=1.0) + level(100, 20, 7, sd=1.0)
+    assert indices(excursion, min_magnitude=0.02) == [20, 26]
+    staircase = level(100, 15, sd=1.0) + level(93, 6, 2, sd=1.0) + level(86, 15, 9, sd=1.0)
+    assert indices(staircase, min_magnitude=0.02) == [15, 21]
+
+
+def test_a_clean_step_without_noise_is_found():
+    assert indices([5.0] * 10 + [6.0] * 10) == [10]
+    assert compute_change_points([5.0] * 30) == []
 
 
 def test_flat_noisy_series_has_none():
-    assert compute_change_points(level(100, 40)) == []
+    assert compute_change_points(level(100, 60, sd=2.0)) == []
+
+
+@pytest.mark.parametrize("growth", [0.002, 0.01, 0.03])
+def test_a_smooth_linear_trend_has_none(growth):
+    series = [100 * (1 + growth * i) + n for i, n in enumerate(level(0, 80, sd=1.0))]
+    assert compute_change_points(series) == []
+
+
+def test_a_smooth_curve_has_none():
+    # slow saturation (a warming cache, a drifting clock): steep at first, flat later
+    series = [100 + 20 * (1 - math.exp(-i / 30)) + n for i, n in enumerate(level(0, 90, sd=1.0))]
+    assert compute_change_points(series) == []
+    exponential = [100 * 1.01 ** i + n for i, n in enumerate(level(0, 90, sd=1.0))]
+    assert compute_change_points(exponential) == []
+
+
+def test_seasonal_noise_has_none():
+    series = [100 + 3 * math.sin(2 * math.pi * i / 7) + n for i, n in enumerate(level(0, 84, sd=1.0))]
+    assert compute_change_points(series) == []
+
+
+def test_bimodal_noise_has_none():
+    # a case that lands in a slow mode (+8%) now and then, unevenly: clusters of slow trials
+    slow = {3, 4, 11, 17, 18, 19, 26, 33, 41, 42, 50, 57, 58, 66, 67, 68, 75}
+    series = [v + (8 if i in slow else 0) for i, v in enumerate(level(100, 80))]
+    assert compute_change_points(series) == []
+
+
+def test_a_step_on_a_trend_is_found():
+    trend = [100 + 0.2 * i + n for i, n in enumerate(level(0, 60, sd=1.0))]
+    series = trend[:30] + [v - 10 for v in trend[30:]]
+    assert indices(series) == [30]
 
 
 def test_minimum_magnitude_drops_small_steps():
     series = level(100, 15) + level(101.5, 15, 4)
-    assert [p.index for p in compute_change_points(series, min_magnitude=0.0)] == [15]
+    assert indices(series, min_magnitude=0.0) == [15]
     assert compute_change_points(series, min_magnitude=0.02) == []
+
+
+def test_thresholds_decide_a_borderline_step():
+    series = level(100, 10, sd=1.0) + level(96, 10, 3, sd=1.0)  # 4% in 1% noise, 10 vs 10 points
+    assert compute_change_points(series) == []
+    assert indices(series, pvalue=0.05, trend_pvalue=0.05) == [10]
+    clear = level(100, 10, sd=1.0) + level(94, 10, 3, sd=1.0)
+    assert indices(clear) == [10]
+    assert compute_change_points(clear, pvalue=1e-30) == []
+    assert compute_change_points(clear, trend_pvalue=1e-9) == []
+
+
+def test_rel_is_signed_over_the_size_of_the_level_before():
+    assert ChangePoint(3, 100.0, 90.0, 0.0).rel == pytest.approx(-0.1)
+    assert ChangePoint(3, -2.0, -1.0, 0.0).rel == pytest.approx(0.5)
+    assert math.isnan(ChangePoint(3, 0.0, 1.0, 0.0).rel)
+
+
+def test_robust_noise_ignores_steps_and_trends():
+    flat = np.array(level(100, 40, sd=1.0))  # arrays or lists alike
+    assert robust_noise(flat + 20 * (np.arange(40) >= 20)) == pytest.approx(robust_noise(flat), rel=0.1)
+    assert robust_noise(flat + 3 * np.arange(40)) == pytest.approx(robust_noise(flat), rel=0.1)
 
 
 def test_short_series_and_bad_arguments():
     assert compute_change_points([1.0, 2.0, 3.0]) == []
-    with pytest.raises(ValueError):
+    assert compute_change_points([]) == []
+    with pytest.raises(ValueError, match="min_size"):
         compute_change_points(level(100, 10), min_size=1)
+    with pytest.raises(ValueError, match="finite"):
+        compute_change_points(level(100, 10) + [math.nan])
+    with pytest.raises(ValueError, match="one-dimensional"):
+        compute_change_points([[1.0, 2.0]] * 10)
+
+
+def test_outliers_are_not_levels():
+    flat = level(100, 60, sd=1.0)
+    spike = flat[:30] + [300.0] + flat[31:]
+    burst = flat[:30] + [130.0] * 3 + flat[33:]  # shorter than a level (min_size 5)
+    assert compute_change_points(spike) == []
+    assert compute_change_points(burst) == []

@@ -1,0 +1,301 @@
+"""Change-point accuracy (issue 10): perfbisect's detector on the Turing Change Point Dataset,
+beside three baselines, plus false alarms and exact hits on perf-like synthetic histories.
+
+    python bench/changepoint_accuracy.py TCPD_DIR [--synthetic N] [--published]
+
+TCPD_DIR is a checkout of github.com/alan-turing-institute/TCPD (nothing from it is committed
+here): annotations.json and datasets/NAME/NAME.json. Datasets whose JSON is absent (those the
+repository builds by downloading) and multivariate ones are listed and skipped; missing values
+are filled by linear interpolation so indices stay those the annotators saw.
+
+Score: TCPDBench's F1 with a 5-point margin: the start (index 0) counts as a change point in
+every annotation and every prediction; precision is against the union of the annotators' points,
+recall is averaged over annotators, a true point is matched at most once. Methods:
+- zero: predicts only the start;
+- binseg: plain binary segmentation of the mean (L2 cost, a split kept while it lowers the cost
+  by more than 3 log(n) sigma^2 with sigma from the MAD of first differences, at most 5 points,
+  as R changepoint's BinSeg defaults: Q = 5, MBIC-like penalty);
+- old: perfbisect's previous detector (E-Divisive alpha = 1 + Welch p < 0.001, commit 700129e);
+- perfbisect: service.bisect.changepoints.compute_change_points with its defaults;
+- with --published, where installed: otava (apache-otava's compute_change_points, defaults:
+  window 50, p 0.001) and e_divisive (MongoDB signal-processing-algorithms, p 0.05, 100
+  permutations).
+
+Synthetic histories (perf-like, positive levels near 100): noise only (Gaussian 1-2%, bimodal
+noise p 0.1-0.5 shift 3-8%, seasonal period 7 amplitude 3%, a smooth trend of 10-40% over the
+history) for false change points per 100 points; and 1-3 steps of 5-10% with 1-2% noise,
+levels of 6-40 points, for steps found at the exact index and within 2 points; and a step in
+the last 3-15 points of 40 (the detection delay of a tracked branch), found at its index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.bisect.changepoints import compute_change_points  # noqa: E402
+
+MARGIN = 5
+
+
+# ---- scoring (TCPDBench's definition) -----------------------------------------------------------
+
+def matched(truth: set[int], predicted: set[int], margin: int = MARGIN) -> int:
+    """True points with a prediction within `margin`, each prediction used at most once."""
+    free, hits = set(predicted), 0
+    for tau in sorted(truth):
+        near = sorted((abs(tau - x), x) for x in free if abs(tau - x) <= margin)
+        if near:
+            free.remove(near[0][1])
+            hits += 1
+    return hits
+
+
+def f1_score(annotations: dict[str, list[int]], predicted: list[int]) -> tuple[float, float, float]:
+    per_annotator = [set(points) | {0} for points in annotations.values()]
+    union = set().union(*per_annotator)
+    x = set(predicted) | {0}
+    precision = matched(union, x) / len(x)
+    recall = sum(matched(t, x) / len(t) for t in per_annotator) / len(per_annotator)
+    return 2 * precision * recall / (precision + recall), precision, recall
+
+
+# ---- methods --------------------------------------------------------------------------------------
+
+def zero(_: np.ndarray) -> list[int]:
+    return []
+
+
+def binseg(x: np.ndarray, max_points: int = 5) -> list[int]:
+    """Plain binary segmentation of the mean with a BIC-like penalty (see the module doc)."""
+    d = np.diff(x)
+    sigma = 1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2) or np.std(d) / math.sqrt(2) or 1.0
+    penalty = 3 * math.log(x.size) * sigma ** 2
+    found, segments = [], [(0, x.size)]
+    while segments and len(found) < max_points:
+        gains = []
+        for lo, hi in segments:
+            seg = x[lo:hi]
+            if seg.size < 4:
+                continue
+            c = np.cumsum(seg - seg.mean())[:-1]
+            m = np.arange(1, seg.size, dtype=float)
+            gain = c ** 2 * seg.size / (m * (seg.size - m))  # RSS drop of the best single split
+            k = int(np.argmax(gain[1:-1])) + 1
+            gains.append((gain[k], lo, hi, lo + k + 1))
+        if not gains:
+            break
+        gain, lo, hi, tau = max(gains)
+        if gain <= penalty:
+            break
+        found.append(tau)
+        segments.remove((lo, hi))
+        segments += [(lo, tau), (tau, hi)]
+    return sorted(found)
+
+
+def old_detector(x: np.ndarray) -> list[int]:
+    """The detector this issue replaced (E-Divisive alpha = 1, Welch p < 0.001, min size 3)."""
+    from scipy import stats
+
+    def welch(a, b):
+        if np.ptp(np.concatenate([a, b])) == 0:
+            return 1.0
+        p = stats.ttest_ind(a, b, equal_var=False).pvalue
+        return 1.0 if math.isnan(p) else p
+
+    n, min_size = x.size, 3
+    if n < 2 * min_size:
+        return []
+    p = np.zeros((n + 1, n + 1))
+    p[1:, 1:] = np.abs(x[:, None] - x[None, :]).cumsum(0).cumsum(1)
+
+    def block(r0, r1, c0, c1):
+        return p[r1, c1] - p[r0, c1] - p[r1, c0] + p[r0, c0]
+
+    def best(lo, hi):
+        out, best_q = None, -np.inf
+        for tau in range(lo + min_size, hi - min_size + 1):
+            m, k = tau - lo, hi - tau
+            q = m * k / (m + k) * (2 * block(lo, tau, tau, hi) / (m * k) - block(lo, tau, lo, tau) / (m * (m - 1))
+                                   - block(tau, hi, tau, hi) / (k * (k - 1)))
+            if q > best_q:
+                out, best_q = tau, q
+        return out
+
+    found, segments = [], [(0, n)]
+    while segments:
+        lo, hi = segments.pop()
+        tau = best(lo, hi)
+        if tau is None or welch(x[lo:tau], x[tau:hi]) >= 0.001:
+            continue
+        found.append(tau)
+        segments += [(lo, tau), (tau, hi)]
+    while True:
+        bounds = [0, *sorted(found), n]
+        weak = [(welch(x[bounds[i - 1]:bounds[i]], x[bounds[i]:bounds[i + 1]]), bounds[i]) for i in range(1, len(bounds) - 1)]
+        weak = [w for w in weak if w[0] >= 0.001]
+        if not weak:
+            return sorted(found)
+        found.remove(max(weak)[1])
+
+
+def perfbisect(x: np.ndarray) -> list[int]:
+    return [p.index for p in compute_change_points(x)]
+
+
+METHODS = {"zero": zero, "binseg": binseg, "old": old_detector, "perfbisect": perfbisect}
+
+
+def add_published_detectors() -> None:
+    """Apache Otava's and MongoDB's detectors, when installed (they are not perfbisect's
+    dependencies: otava pulls in BigQuery and Slack clients, signal-processing-algorithms pins
+    numpy < 2). Run in a venv that has them to compare."""
+    try:
+        from otava.analysis import compute_change_points as otava_change_points
+    except ImportError:
+        print("(apache-otava not installed: its row is left out)")
+    else:
+        METHODS["otava"] = lambda x: sorted(int(c.index) for c in otava_change_points(list(x))[0])
+    try:
+        from signal_processing_algorithms.energy_statistics.energy_statistics import e_divisive
+    except ImportError:
+        print("(signal-processing-algorithms not installed: its row is left out)")
+    else:
+        def mongodb(x: np.ndarray) -> list[int]:
+            np.random.seed(0)  # its permutation test draws from numpy's global generator
+            return sorted(int(i) for i in e_divisive(x, pvalue=0.05, permutations=100))
+        METHODS["e_divisive"] = mongodb
+
+
+# ---- TCPD -----------------------------------------------------------------------------------------
+
+def load_tcpd(root: Path) -> tuple[dict[str, tuple[np.ndarray, dict]], list[str]]:
+    annotations = json.loads((root / "annotations.json").read_text())
+    series, skipped = {}, []
+    for name in sorted(annotations):
+        path = root / "datasets" / name / f"{name}.json"
+        if not path.is_file():
+            skipped.append(f"{name} (not in the checkout)")
+            continue
+        data = json.loads(path.read_text())
+        if data["n_dim"] != 1:
+            skipped.append(f"{name} ({data['n_dim']} dimensions)")
+            continue
+        raw = np.array([np.nan if v is None else v for v in data["series"][0]["raw"]], dtype=float)
+        known = ~np.isnan(raw)
+        raw[~known] = np.interp(np.flatnonzero(~known), np.flatnonzero(known), raw[known])
+        series[name] = (raw, annotations[name])
+    return series, skipped
+
+
+def tcpd_table(root: Path) -> None:
+    series, skipped = load_tcpd(root)
+    print(f"TCPD: {len(series)} univariate series; skipped: {', '.join(skipped) or 'none'}")
+    rows = {}
+    for method, detect in METHODS.items():
+        start = time.perf_counter()
+        predicted = {name: detect(x) for name, (x, _) in series.items()}
+        scores = [(name, *f1_score(ann, predicted[name]), len(predicted[name])) for name, (_, ann) in series.items()]
+        rows[method] = scores
+        f1 = np.mean([s[1] for s in scores])
+        print(f"{method:11s} F1 {f1:.3f}  precision {np.mean([s[2] for s in scores]):.3f}  recall "
+              f"{np.mean([s[3] for s in scores]):.3f}  points/series {np.mean([s[4] for s in scores]):5.2f}  "
+              f"({time.perf_counter() - start:.1f} s)")
+    print("\nper series F1 (points predicted):")
+    print(f"{'series':20s}" + "".join(f"{m:>16s}" for m in METHODS))
+    for i, name in enumerate(series):
+        print(f"{name:20s}" + "".join(f"{rows[m][i][1]:10.3f} ({rows[m][i][4]:2d})" for m in METHODS))
+
+
+# ---- synthetic perf-like histories ----------------------------------------------------------------
+
+def noise_only(rng: np.random.Generator, n: int, kind: str) -> np.ndarray:
+    base = 100 + rng.normal(0, rng.uniform(1, 2), n)
+    if kind == "bimodal":
+        base += 100 * rng.uniform(0.03, 0.08) * (rng.random(n) < rng.uniform(0.1, 0.5))
+    elif kind == "seasonal":
+        base += 3 * np.sin(2 * np.pi * np.arange(n) / 7 + rng.uniform(0, 7))
+    elif kind == "trend":
+        base *= 1 + rng.uniform(0.1, 0.4) * np.sin(np.linspace(0, rng.uniform(0.5, 1.5) * np.pi / 2, n))
+    return base
+
+
+def stepped(rng: np.random.Generator) -> tuple[np.ndarray, list[int]]:
+    lengths = rng.integers(6, 41, size=rng.integers(2, 5))
+    level, values, steps = 100.0, [], []
+    for i, length in enumerate(lengths):
+        if i:
+            level *= 1 + rng.choice([-1, 1]) * rng.uniform(0.05, 0.10)
+            steps.append(len(values))
+        values += list(level + rng.normal(0, level * rng.uniform(0.01, 0.02), length))
+    return np.array(values), steps
+
+
+def synthetic_table(count: int) -> None:
+    rng = np.random.default_rng(10)
+    methods = [m for m in METHODS if m != "zero"]
+    print(f"\nsynthetic, {count} histories per row (n 40-200):")
+    print(f"{'history':22s}" + "".join(f"{m:>12s}" for m in methods))
+    for kind in ("gaussian", "bimodal", "seasonal", "trend"):
+        histories = [noise_only(rng, int(rng.integers(40, 201)), kind) for _ in range(count)]
+        total = sum(h.size for h in histories)
+        cells = [100 * sum(len(METHODS[m](h)) for h in histories) / total for m in methods]
+        print(f"{kind + ' false/100pts':22s}" + "".join(f"{c:12.2f}" for c in cells))
+    cases = [stepped(rng) for _ in range(count)]
+    true_steps = sum(len(s) for _, s in cases)
+    predicted = {m: [set(METHODS[m](x)) for x, _ in cases] for m in methods}
+    for label, tol in (("steps exact", 0), ("steps within 2", 2)):
+        cells = [sum(matched(set(s), got, tol) for (_, s), got in zip(cases, predicted[m])) / true_steps
+                 for m in methods]
+        print(f"{label:22s}" + "".join(f"{c:12.3f}" for c in cells))
+    extra = [sum(len(got) - matched(set(s), got, 2) for (_, s), got in zip(cases, predicted[m])) / true_steps
+             for m in methods]
+    print(f"{'extra points per step':22s}" + "".join(f"{c:12.3f}" for c in extra))
+    newest_step_table(rng, count)
+
+
+def newest_step_table(rng: np.random.Generator, count: int) -> None:
+    """How soon a step at the end of a history is seen: a tracked branch runs the detector at
+    every new head, so the points after the newest step are the detection delay."""
+    print(f"\nnewest step (5-10%, 1-2% noise, 40 points) found at its index, {count} histories per column:")
+    afters = (3, 4, 5, 6, 8, 10, 15)
+    print(f"{'points after it':22s}" + "".join(f"{k:>7d}" for k in afters))
+    for min_size in (3, 5):
+        cells = []
+        for after in afters:
+            found = 0
+            for _ in range(count):
+                x = 100 + rng.normal(0, rng.uniform(1, 2), 40)
+                x[40 - after:] += rng.choice([-1, 1]) * rng.uniform(5, 10)
+                found += (40 - after) in {p.index for p in compute_change_points(x, min_size=min_size)}
+            cells.append(found / count)
+        print(f"{f'min_size={min_size}':22s}" + "".join(f"{c:7.2f}" for c in cells))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("tcpd", type=Path, help="a TCPD checkout (annotations.json, datasets/)")
+    parser.add_argument("--synthetic", type=int, default=100, help="histories per synthetic row (0: none)")
+    parser.add_argument("--published", action="store_true",
+                        help="also run apache-otava and signal-processing-algorithms if installed (slow)")
+    args = parser.parse_args()
+    if args.published:
+        add_published_detectors()
+    if not (args.tcpd / "annotations.json").is_file():
+        parser.error(f"{args.tcpd} holds no annotations.json: pass a TCPD checkout")
+    tcpd_table(args.tcpd)
+    if args.synthetic:
+        synthetic_table(args.synthetic)
+
+
+if __name__ == "__main__":
+    main()
