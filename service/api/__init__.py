@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.backpressure import InFlightLimit, size_thread_pool
 from service.errors import PerfbisectError
@@ -12,6 +15,7 @@ from service.settings import get_settings
 
 
 def create_app() -> FastAPI:
+    from dashboards import pages
     from dashboards.routes import router as dashboard_router
     from service.api.health import router as health_router
     from service.jobs.endpoints import router as jobs_router
@@ -24,16 +28,31 @@ def create_app() -> FastAPI:
         description="Automated performance-regression bisection for GPU kernel libraries: give it a "
         "repository, a commit range and the shapes that matter; it names every commit that moved "
         "performance, with the step per shape and its confidence interval.",
+        docs_url=None, redoc_url=None,  # served by dashboards.pages from the package's own assets
     )
 
+    # Every error answers JSON to API clients and an HTML page to a browser (dashboards.pages).
     @app.exception_handler(PoolTimeout)
-    def _pool_exhausted(_request: Request, _exc: PoolTimeout) -> JSONResponse:
-        return JSONResponse(status_code=503, headers={"Retry-After": "2"},
-                            content={"detail": "the server is at capacity; retry shortly"})
+    def _pool_exhausted(request: Request, _exc: PoolTimeout) -> Response:
+        return pages.error_response(request, 503, "the server is at capacity; retry shortly", {"Retry-After": "2"})
 
     @app.exception_handler(PerfbisectError)
-    def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content={"detail": exc.message})
+    def _domain_error(request: Request, exc: PerfbisectError) -> Response:
+        return pages.error_response(request, exc.status_code, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return pages.error_response(request, exc.status_code, exc.detail, getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        return pages.error_response(request, 422, jsonable_encoder(exc.errors()))
+
+    @app.exception_handler(Exception)
+    def _unexpected(request: Request, _exc: Exception) -> Response:
+        return pages.error_response(request, 500, "internal error; the server log has the details")
+
+    pages.mount(app)
 
     for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router):
         app.include_router(router)
