@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"
+    # Where the dashboard is reachable from outside (links of the PR check; None: no links).
+    public_url: str | None = None
     webhook_secret: str | None = None
 
     @model_validator(mode="after")
