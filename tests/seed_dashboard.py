@@ -64,8 +64,10 @@ def seed(session: Session) -> dict:
     session.flush()
     for trial in trials:
         refresh_case_points(session, trial, [c.id for c in cases.values()])
-    effects = {STEPPED: {"rel": -0.2, "ci": [-0.23, -0.17], "before": 0.95, "after": 0.76, "unit": "TFLOP/s"},
-               NORM_CASE: {"rel": 0.018, "ci": [-0.012, 0.047], "before": 1.0, "after": 1.018, "unit": "GB/s"}}
+    effects = {STEPPED: {"rel": -0.2, "ci": [-0.23, -0.17], "before": 0.95, "after": 0.76, "unit": "TFLOP/s",
+                         "before_value": 380.0, "after_value": 304.0},
+               NORM_CASE: {"rel": 0.018, "ci": [-0.012, 0.047], "before": 1.0, "after": 1.018, "unit": "GB/s",
+                           "before_value": 900.0, "after_value": 916.0}}
     session.add(Culprit(job_id=bisect.id, kind=CulpritKind.performance, first_sha=revs[STEP_AT].sha,
                         last_sha=revs[STEP_AT].sha, revision_id=revs[STEP_AT].id, effects=effects))
     session.add(Culprit(job_id=bisect.id, kind=CulpritKind.correctness, first_sha=revs[WRONG_AT].sha,

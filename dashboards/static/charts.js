@@ -158,7 +158,7 @@
       var width = Math.max(320, plot.clientWidth || 760);
       u = new uPlot({
         width: width, height: 280, series: al.series, bands: al.bands,
-        legend: {show: false}, cursor: {drag: {x: true, y: false}, focus: {prox: 16}},
+        legend: {show: false}, cursor: {drag: {x: true, y: false}},
         scales: {x: {time: false}},
         axes: [{splits: shaSplits(al.xs), values: function (u, vals) {
                   return vals.map(function (x) {
