@@ -206,6 +206,9 @@ def test_history_json_orders_commits_and_separates_fingerprints(client, measured
     assert lines == {"f" * 64: [(SHAS[0], 605.0, 2), (SHAS[2], 605.0, 1), (SHAS[3], 556.0, 1), (SHAS[4], 560.0, 1)],
                      "e" * 64: [(SHAS[1], 300.0, 1)]}
     assert case["failed"] == [{"sha": SHAS[1], "index": 1, "statuses": ["build_error"]}]
+    first = next(s for s in case["series"] if s["fingerprint"] == "f" * 64)["points"][0]  # the trials' spread, kept in case_points as trials are stored
+    assert (first["value_min"], first["value_max"]) == (600.0, 610.0)
+    assert first["ratio_min"] == pytest.approx(600 / 700) and first["ratio_max"] == pytest.approx(610 / 700)
     [step] = case["steps"]
     assert (step["last_sha"], step["exact"], step["rel"], step["pr_number"]) == (SHAS[3], True, -0.08, 13)
     assert client.get("/api/history/kern", params={"case": "gemm M=1,N=1,K=1,dtype=fp32"}).json()["cases"] == []
