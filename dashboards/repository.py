@@ -267,3 +267,13 @@ def finished_culprits(session: Session, *, repository_id: int | None = None, lim
     if repository_id is not None:
         stmt = stmt.where(Job.repository_id == repository_id)
     return session.execute(stmt).all()
+
+
+def last_activity(session: Session, job_ids: Sequence[int]) -> dict[int, datetime]:
+    """job id -> when one of its trials last started or finished (jobs without trials are left
+    out): what tells a slow job from a stalled one. One grouped query over the given jobs."""
+    if not job_ids:
+        return {}
+    latest = func.max(func.coalesce(Trial.finished_at, Trial.started_at, Trial.created_at))
+    stmt = select(Trial.job_id, latest).where(Trial.job_id.in_(list(job_ids))).group_by(Trial.job_id)
+    return {job_id: when for job_id, when in session.execute(stmt) if when is not None}

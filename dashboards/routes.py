@@ -23,20 +23,24 @@ templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.filters["num"] = lambda v: "-" if v is None else format_value(v)
 templates.env.filters["svg"] = Markup  # overview.sparkline escapes every text it writes
 templates.env.filters["pct"] = lambda v: "-" if v is None else f"{v * 100:+.1f}%"
-STALLED_AFTER = timedelta(minutes=30)  # a running job whose trials have not moved for this long
+STALLED_AFTER = timedelta(minutes=30)  # a job in flight none of whose trials moved for this long
 
 
-def _refresh(jobs: list) -> str | None:
-    """Why the page should reload itself, or None: a job in flight that is not stalled. The
-    page's script also stops after a few reloads that changed nothing (base.html)."""
-    now = datetime.now(timezone.utc)
+def _refresh(session, jobs: list) -> str | None:
+    """Why the page should reload itself: "live" while a job in flight has had trial activity
+    in the last STALLED_AFTER, "stalled" when none has, None when nothing is in flight. The
+    page's script also stops after a few reloads that changed nothing (static/refresh.js)."""
     live = [j for j in jobs if not JobStatus(j.status).finished]
     if not live:
         return None
-    started = [j.started_at or j.created_at for j in live]
-    if all(now - (t if t.tzinfo else t.replace(tzinfo=timezone.utc)) > STALLED_AFTER for t in started):
-        return "stalled"
-    return "live"
+    activity = repository.last_activity(session, [j.id for j in live])
+    now = datetime.now(timezone.utc)
+
+    def utc(t: datetime) -> datetime:
+        return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+    latest = [max(utc(j.started_at or j.created_at), utc(activity.get(j.id, j.created_at))) for j in live]
+    return "live" if any(now - t <= STALLED_AFTER for t in latest) else "stalled"
 
 
 @router.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
@@ -49,14 +53,14 @@ def dashboard_index(request: Request, session: SessionDep) -> HTMLResponse:
 def dashboard_jobs(request: Request, session: SessionDep, status: JobStatus | None = None,
                    limit: int = Query(100, ge=1, le=500)) -> HTMLResponse:
     jobs = views.jobs_list(session, status=status, limit=limit)
-    return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "status": status, "refresh": _refresh(jobs)})
+    return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "status": status, "refresh": _refresh(session, jobs)})
 
 
 @router.get("/dashboard/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
 def dashboard_job(request: Request, session: SessionDep, job_id: int) -> HTMLResponse:
     page = views.job_page(session, job_id)
     return templates.TemplateResponse(request, "job.html", {"page": page, "job": page.job,
-                                                            "refresh": _refresh([page.job])})
+                                                            "refresh": _refresh(session, [page.job])})
 
 
 @router.get("/dashboard/repositories/{name}", response_class=HTMLResponse, include_in_schema=False)

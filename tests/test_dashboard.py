@@ -253,10 +253,17 @@ def test_history_page_embeds_the_chart_with_the_culprit_and_links(client, measur
 
 def test_stalled_job_stops_the_reload_and_says_so(client, measured, session) -> None:
     running = measured["running"]
-    running.started_at = datetime.now(timezone.utc) - timedelta(hours=2)
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=2)
+    running.created_at = running.started_at = long_ago
+    trial = Trial(job_id=running.id, revision_id=session.scalars(select(Revision.id)).first(), status=TrialStatus.ok,
+                  started_at=long_ago, finished_at=long_ago + timedelta(minutes=5))
+    session.add(trial)
     session.flush()
     html = client.get(f"/dashboard/jobs/{running.id}").text
     assert 'data-refresh="stalled"' in html and "may be stalled" in html
+    trial.finished_at = datetime.now(timezone.utc) - timedelta(minutes=1)  # a slow job, not a stalled one
+    session.flush()
+    assert 'data-refresh="live"' in client.get(f"/dashboard/jobs/{running.id}").text
 
 
 def test_errors_are_html_for_browsers_and_json_for_api_clients(client, measured) -> None:
@@ -270,6 +277,18 @@ def test_errors_are_html_for_browsers_and_json_for_api_clients(client, measured)
     assert invalid.status_code == 422 and "text/html" in invalid.headers["content-type"]
     assert client.get("/no/such/page").json() == {"detail": "Not Found"}
     assert client.get("/dashboard/jobs/abc").json()["detail"][0]["loc"] == ["path", "job_id"]
+
+
+@pytest.mark.parametrize("accept, html", [
+    ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", True),  # a browser's navigation
+    ("*/*", False), ("", False), ("application/json", False),
+    ("application/json, text/html;q=0.5", False), ("text/html;q=0.9, application/json;q=0.2", True)])
+def test_html_only_when_the_client_prefers_it(accept: str, html: bool) -> None:
+    from starlette.requests import Request
+
+    from dashboards.pages import prefers_html
+    request = Request({"type": "http", "headers": [(b"accept", accept.encode())] if accept else []})
+    assert prefers_html(request) is html
 
 
 def test_api_docs_are_served_from_the_package(client) -> None:
