@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from dashboards import repository
-from dashboards.charts import case_chart, commit_info, describe_device
-from dashboards.links import RepoLinks, repo_links
 from dashboards.alerts import AlertRow, culprit_alerts
+from dashboards.charts import case_chart, commit_info, describe_device
 from dashboards.compare import CompareRow, compare_rows
+from dashboards.links import RepoLinks, repo_links
 from dashboards.overview import OverviewRow, overview_row
 from dashboards.history import (CaseHistory, Order, RevisionPoint, assemble_histories, build_histories, index_of,
                                 series_from_points)
@@ -105,7 +105,15 @@ def _devices(session: Session, histories: list[CaseHistory]) -> dict[str, str]:
 
 
 def _panels(histories: list[CaseHistory], order: Order, revisions: dict[str, RevisionMeta], links: RepoLinks,
-            devices: dict[str, str], overlay: bool = False) -> list[CasePanel]:
+            devices: dict[str, str], repository_name: str, overlay: bool = False) -> list[CasePanel]:
+    panels = _build_panels(histories, order, revisions, links, devices, overlay)
+    for panel in panels:  # the read-out links a point to the compare view with the previous one
+        panel.chart["compare_url"] = f"/dashboard/repositories/{repository_name}/compare"
+    return panels
+
+
+def _build_panels(histories: list[CaseHistory], order: Order, revisions: dict[str, RevisionMeta], links: RepoLinks,
+                  devices: dict[str, str], overlay: bool) -> list[CasePanel]:
     commits = commit_info(revisions, links)
     if overlay and len(histories) > 1:  # several shapes of a kernel in one chart
         groups: dict[tuple[str, str], list[CaseHistory]] = {}
@@ -146,7 +154,7 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
     revisions = repository.revision_meta(session, repo.id, list(positions))
     links, devices = repo_links(repo.url), _devices(session, histories)
     return RepositoryHistory(repository=repo, positions=positions, revisions=revisions,
-                             panels=_panels(histories, positions, revisions, links, devices, overlay),
+                             panels=_panels(histories, positions, revisions, links, devices, repo.name, overlay),
                              cases=repository.measured_cases(session, repo.id), links=links, devices=devices,
                              shapes={k: sorted(v, key=_natural) for k, v in shapes.items()})
 
@@ -233,7 +241,8 @@ def job_page(session: Session, job_id: int) -> JobPage:
     histories = build_histories(rows, repository.culprit_rows(session, job.repository_id, job_id=job.id), order,
                                 repository.failed_trials(session, job.repository_id, job_id=job.id))
     links, devices = repo_links(job.repository.url), _devices(session, histories)
-    return JobPage(job=read, culprit_rows=culprit_rows(read), panels=_panels(histories, order, revisions, links, devices),
+    return JobPage(job=read, culprit_rows=culprit_rows(read), panels=_panels(histories, order, revisions, links, devices,
+                                                                          job.repository.name),
                    trial_counts=repository.trial_counts(session, job.id), links=links, devices=devices)
 
 
@@ -253,10 +262,10 @@ def alerts_page(session: Session, *, repository_name: str | None = None, kind: s
     steps of culprits of finished jobs; alerts with a triage state will be read here instead."""
     repo_id = _repository(session, repository_name).id if repository_name else None
     loaded = repository.finished_culprits(session, repository_id=repo_id, limit=limit)
-    metas: dict[int, dict[str, RevisionMeta]] = {}
-    for culprit, job, repo in loaded:
-        metas.setdefault(repo.id, {})[culprit.last_sha] = None  # type: ignore[assignment]
-    metas = {rid: repository.revision_meta(session, rid, list(shas)) for rid, shas in metas.items()}
+    shas: dict[int, set[str]] = {}
+    for culprit, _job, repo in loaded:
+        shas.setdefault(repo.id, set()).add(culprit.last_sha)
+    metas = {rid: repository.revision_meta(session, rid, sorted(found)) for rid, found in shas.items()}
     rows = [row for culprit, job, repo in loaded
             for row in culprit_alerts(culprit, job, repo, metas[repo.id].get(culprit.last_sha), repo_links(repo.url))]
     if kind:

@@ -169,6 +169,10 @@ def test_links_lead_to_the_commit_the_job_and_the_compare_view(page, seeded) -> 
     culprit = sha(STEP_AT)
     assert page.locator(f"a[href='https://github.com/acme/minikern/commit/{culprit}']").count() >= 1
     assert page.locator(f"a[href='https://github.com/acme/minikern/pull/{900 + STEP_AT}']").count() >= 1
+    page.click("figure.perf-chart .readout a.compare-link")  # the read-out starts on the newest point
+    assert page.url.endswith(f"/compare?base={sha(38)}&head={sha(39)}")
+    assert page.locator("tr", has_text=STEPPED).count() == 1
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)
     page.click(f"a[href='/dashboard/jobs/{seeded['job'].id}']")
     assert page.locator("h1").inner_text().startswith(f"Job #{seeded['job'].id}")
     page.goto("/dashboard/repositories/minikern")

@@ -118,6 +118,14 @@
                           (view === "value" && p.control !== null ? ", control " + fmt(p.control) : "")));
     });
     frag.appendChild(list);
+    var i = al.xs.indexOf(x), prev = null;
+    if (spec.compare_url && i > 0) al.meta.forEach(function (m) { if (!prev && m.byX[al.xs[i - 1]]) prev = m.byX[al.xs[i - 1]].sha; });
+    if (prev) {
+      var more = el("p");
+      more.appendChild(el("a", {href: spec.compare_url + "?base=" + prev + "&head=" + sha, "class": "compare-link"},
+                          "compare with the previous measured commit " + prev.slice(0, 7)));
+      frag.appendChild(more);
+    }
     return frag;
   }
 
