@@ -52,6 +52,10 @@ class PointRow:
     ratio: float | None
     unit: str | None
     higher_is_better: bool = True
+    value_min: float | None = None
+    value_max: float | None = None
+    ratio_min: float | None = None
+    ratio_max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class CulpritRow:
     targets_by_case: Mapping[str, frozenset[str]]
     subject: str | None = None
     pr_number: int | None = None
+    min_effect: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,10 @@ class RevisionPoint:
     control_value: float | None
     ratio: float | None
     trials: int
+    value_min: float | None = None
+    value_max: float | None = None
+    ratio_min: float | None = None
+    ratio_max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -226,7 +235,9 @@ def series_from_points(points: Iterable[PointRow]) -> dict[tuple[str, str, str],
         result[(suite, target, case)].append(Series(
             fingerprint=fingerprint, unit=rows[0].unit, higher_is_better=rows[0].higher_is_better,
             points=tuple(RevisionPoint(sha=r.sha, index=r.position, value=r.value, control_value=r.control_value,
-                                       ratio=r.ratio, trials=r.trials) for r in rows)))
+                                       ratio=r.ratio, trials=r.trials, value_min=r.value_min,
+                                       value_max=r.value_max, ratio_min=r.ratio_min, ratio_max=r.ratio_max)
+                         for r in rows)))
     return dict(result)
 
 
@@ -243,10 +254,13 @@ def series_of(rows: Iterable[MeasurementRow], order: Order) -> dict[tuple[str, s
         points = []
         for sha in sorted(by_sha, key=index.__getitem__):
             trial_rows = by_sha[sha]
+            values = [r.value for r in trial_rows]
+            ratios = [r.ratio for r in trial_rows if r.ratio is not None]
             points.append(RevisionPoint(
-                sha=sha, index=index[sha], value=_median(r.value for r in trial_rows),
+                sha=sha, index=index[sha], value=_median(values),
                 control_value=_median(r.control_value for r in trial_rows),
-                ratio=_median(r.ratio for r in trial_rows), trials=len(trial_rows)))
+                ratio=_median(ratios), trials=len(trial_rows), value_min=min(values), value_max=max(values),
+                ratio_min=min(ratios, default=None), ratio_max=max(ratios, default=None)))
         first = next(iter(by_sha.values()))[0]
         result[(suite, target, case)].append(
             Series(fingerprint=fingerprint, unit=first.unit, higher_is_better=first.higher_is_better,
@@ -254,9 +268,21 @@ def series_of(rows: Iterable[MeasurementRow], order: Order) -> dict[tuple[str, s
     return dict(result)
 
 
+def step_passed(effect: Mapping[str, object], min_effect: float) -> bool:
+    """A case moved at a culprit when its step's 95% interval lies wholly on one side of zero
+    and the step is at least the job's minimum effect; a culprit's other cases (their interval
+    spans zero, or the step is below the threshold) are not marked on their charts."""
+    rel, ci = effect.get("rel"), effect.get("ci")
+    if rel is None or not ci:
+        return False
+    lo, hi = float(ci[0]), float(ci[1])
+    return (lo > 0 or hi < 0) and abs(float(rel)) >= min_effect
+
+
 def steps_of(culprits: Iterable[CulpritRow], order: Order) -> dict[tuple[str, str], list[StepMark]]:
     """Per (target, case name), a StepMark for each culprit touching it: a performance culprit
-    marks the cases of its effects, a correctness culprit every case of its job. Effects name
+    marks the cases of its effects that passed (step_passed), a correctness culprit every case
+    of its job. Effects name
     cases only, so the culprit's job says which target each name belongs to. Culprits whose
     commits are outside `order` (a PR head off the branch) are left out."""
     index = index_of(order)
@@ -264,7 +290,8 @@ def steps_of(culprits: Iterable[CulpritRow], order: Order) -> dict[tuple[str, st
     for c in culprits:
         if c.first_sha not in index or c.last_sha not in index:
             continue
-        names = list(c.effects) if c.kind == "performance" else list(c.targets_by_case)
+        names = ([n for n, e in c.effects.items() if step_passed(e, c.min_effect)] if c.kind == "performance"
+                 else list(c.targets_by_case))
         for name in names:
             effect = c.effects.get(name, {})
             ci = effect.get("ci")

@@ -19,6 +19,7 @@ from dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow, Point
 from service.models import (Case, CasePoint, Culprit, Job, JobStatus, Measurement, Repository, Revision,
                             Trial, TrialStatus)
 
+SPREAD = (CasePoint.value_min, CasePoint.value_max, CasePoint.ratio_min, CasePoint.ratio_max)
 FAILED_TRIALS = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
 
 
@@ -79,7 +80,7 @@ def point_rows(session: Session, repository_id: int, *, suite: str | None = None
     over case_points (case_id, position)."""
     stmt = (select(Case.suite, Case.target, Case.name, CasePoint.fingerprint, Revision.sha, CasePoint.position,
                    CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio, CasePoint.unit,
-                   CasePoint.higher_is_better)
+                   CasePoint.higher_is_better, *SPREAD)
             .join(Case, CasePoint.case_id == Case.id).join(Revision, CasePoint.revision_id == Revision.id)
             .where(Case.repository_id == repository_id, CasePoint.position.is_not(None))
             .order_by(Case.suite, Case.target, Case.name, CasePoint.fingerprint, CasePoint.position))
@@ -90,10 +91,14 @@ def point_rows(session: Session, repository_id: int, *, suite: str | None = None
         stmt = stmt.where(CasePoint.position >= min_position)
     if case_ids is not None:
         stmt = stmt.where(CasePoint.case_id.in_(list(case_ids)))
-    return [PointRow(suite=r.suite, target=r.target, case=r.name, fingerprint=r.fingerprint or None, sha=r.sha,
-                     position=r.position, trials=r.trials, value=r.value, control_value=r.control_value,
-                     ratio=r.ratio, unit=r.unit, higher_is_better=r.higher_is_better)
-            for r in session.execute(stmt)]
+    return [_point_row(r) for r in session.execute(stmt)]
+
+
+def _point_row(r) -> PointRow:
+    return PointRow(suite=r.suite, target=r.target, case=r.name, fingerprint=r.fingerprint or None, sha=r.sha,
+                    position=r.position, trials=r.trials, value=r.value, control_value=r.control_value,
+                    ratio=r.ratio, unit=r.unit, higher_is_better=r.higher_is_better, value_min=r.value_min,
+                    value_max=r.value_max, ratio_min=r.ratio_min, ratio_max=r.ratio_max)
 
 
 def latest_points(session: Session, repository_id: int, per_case: int) -> list[PointRow]:
@@ -105,15 +110,12 @@ def latest_points(session: Session, repository_id: int, per_case: int) -> list[P
               .where(Case.repository_id == repository_id, CasePoint.position.is_not(None))).subquery()
     stmt = (select(Case.suite, Case.target, Case.name, CasePoint.fingerprint, Revision.sha, CasePoint.position,
                    CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio, CasePoint.unit,
-                   CasePoint.higher_is_better)
+                   CasePoint.higher_is_better, *SPREAD)
             .join(ranked, ranked.c.id == CasePoint.id).join(Case, CasePoint.case_id == Case.id)
             .join(Revision, CasePoint.revision_id == Revision.id)
             .where(ranked.c.n <= per_case)
             .order_by(Case.suite, Case.target, Case.name, CasePoint.fingerprint, CasePoint.position))
-    return [PointRow(suite=r.suite, target=r.target, case=r.name, fingerprint=r.fingerprint or None, sha=r.sha,
-                     position=r.position, trials=r.trials, value=r.value, control_value=r.control_value,
-                     ratio=r.ratio, unit=r.unit, higher_is_better=r.higher_is_better)
-            for r in session.execute(stmt)]
+    return [_point_row(r) for r in session.execute(stmt)]
 
 
 def revision_meta(session: Session, repository_id: int, shas: Sequence[str] | None = None) -> dict[str, RevisionMeta]:
@@ -190,7 +192,8 @@ def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = N
         rows.append(CulpritRow(
             job_id=culprit.job_id, kind=culprit.kind.value, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
             effects=culprit.effects or {}, targets_by_case=_targets_by_case(spec),
-            subject=rev.subject if rev else None, pr_number=rev.pr_number if rev else None))
+            subject=rev.subject if rev else None, pr_number=rev.pr_number if rev else None,
+            min_effect=float((spec or {}).get("min_effect") or 0.0)))
     return rows
 
 
@@ -219,3 +222,62 @@ def trial_counts(session: Session, job_id: int) -> dict[str, int]:
 def trial_phases(session: Session, job_id: int) -> list[dict[str, Any] | None]:
     """The recorded phases of every trial of one job (None where a trial recorded none)."""
     return list(session.scalars(select(Trial.phases).where(Trial.job_id == job_id)))
+def devices_of(session: Session, fingerprints: Sequence[str]) -> dict[str, dict]:
+    """fingerprint -> the provenance (device, driver, CUDA, torch, triton) of its newest trial:
+    one indexed probe per fingerprint shown, never a scan of the trials."""
+    wanted = [f for f in set(fingerprints) if f]
+    if not wanted:
+        return {}
+    newest = (select(func.max(Trial.id)).where(Trial.fingerprint.in_(wanted), Trial.provenance.is_not(None))
+              .group_by(Trial.fingerprint))
+    stmt = select(Trial.fingerprint, Trial.provenance).where(Trial.id.in_(newest))
+    return {fp: prov for fp, prov in session.execute(stmt) if prov}
+
+
+def revision_points(session: Session, repository_id: int, revision_ids: Sequence[int]) -> list[tuple[int, PointRow]]:
+    """(revision id, point) of every case at the given revisions, from case_points (what the
+    compare view reads: no measurement is loaded)."""
+    stmt = (select(CasePoint.revision_id, Case.suite, Case.target, Case.name, CasePoint.fingerprint, Revision.sha,
+                   CasePoint.position, CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio,
+                   CasePoint.unit, CasePoint.higher_is_better, *SPREAD)
+            .join(Case, CasePoint.case_id == Case.id).join(Revision, CasePoint.revision_id == Revision.id)
+            .where(Case.repository_id == repository_id, CasePoint.revision_id.in_(list(revision_ids)))
+            .order_by(Case.suite, Case.target, Case.name, CasePoint.fingerprint))
+    return [(r.revision_id, _point_row(r)) for r in session.execute(stmt)]
+
+
+def revision_by_ref(session: Session, repository_id: int, ref: str) -> Revision | None:
+    """The stored revision whose sha is `ref` or starts with it (7+ characters)."""
+    stmt = select(Revision).where(Revision.repository_id == repository_id, Revision.sha.startswith(ref))
+    found = session.scalars(stmt.limit(2)).all()
+    return found[0] if len(found) == 1 else None
+
+
+def measured_revisions(session: Session, repository_id: int, limit: int = 200) -> list[Revision]:
+    """The newest revisions that have case points (what the compare form offers)."""
+    stmt = (select(Revision).where(Revision.repository_id == repository_id,
+                                   exists().where(CasePoint.revision_id == Revision.id))
+            .order_by(Revision.position.desc().nulls_last(), Revision.id.desc()).limit(limit))
+    return list(session.scalars(stmt))
+
+
+def finished_culprits(session: Session, *, repository_id: int | None = None, limit: int = 200):
+    """(culprit, job, repository) of finished jobs, newest first: the regressions list until
+    alerts from tracking land."""
+    stmt = (select(Culprit, Job, Repository).join(Job, Culprit.job_id == Job.id)
+            .join(Repository, Job.repository_id == Repository.id)
+            .where(Job.status.in_([JobStatus.succeeded, JobStatus.failed]))
+            .order_by(Culprit.id.desc()).limit(limit))
+    if repository_id is not None:
+        stmt = stmt.where(Job.repository_id == repository_id)
+    return session.execute(stmt).all()
+
+
+def last_activity(session: Session, job_ids: Sequence[int]) -> dict[int, datetime]:
+    """job id -> when one of its trials last started or finished (jobs without trials are left
+    out): what tells a slow job from a stalled one. One grouped query over the given jobs."""
+    if not job_ids:
+        return {}
+    latest = func.max(func.coalesce(Trial.finished_at, Trial.started_at, Trial.created_at))
+    stmt = select(Trial.job_id, latest).where(Trial.job_id.in_(list(job_ids))).group_by(Trial.job_id)
+    return {job_id: when for job_id, when in session.execute(stmt) if when is not None}

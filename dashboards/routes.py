@@ -4,6 +4,7 @@ API's domain-error handler."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,7 +29,26 @@ Filter = Annotated[str | None, Query(max_length=300, pattern=NO_NUL)]
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.filters["num"] = lambda v: "-" if v is None else format_value(v)
-templates.env.filters["svg"] = Markup  # charts.render_svg escapes every text it writes
+templates.env.filters["svg"] = Markup  # overview.sparkline escapes every text it writes
+templates.env.filters["pct"] = lambda v: "-" if v is None else f"{v * 100:+.1f}%"
+STALLED_AFTER = timedelta(minutes=30)  # a job in flight none of whose trials moved for this long
+
+
+def _refresh(session, jobs: list) -> str | None:
+    """Why the page should reload itself: "live" while a job in flight has had trial activity
+    in the last STALLED_AFTER, "stalled" when none has, None when nothing is in flight. The
+    page's script also stops after a few reloads that changed nothing (static/refresh.js)."""
+    live = [j for j in jobs if not JobStatus(j.status).finished]
+    if not live:
+        return None
+    activity = repository.last_activity(session, [j.id for j in live])
+    now = datetime.now(timezone.utc)
+
+    def utc(t: datetime) -> datetime:
+        return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+    latest = [max(utc(j.started_at or j.created_at), utc(activity.get(j.id, j.created_at))) for j in live]
+    return "live" if any(now - t <= STALLED_AFTER for t in latest) else "stalled"
 
 
 @router.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
@@ -41,28 +61,46 @@ def dashboard_index(request: Request, session: SessionDep) -> HTMLResponse:
 def dashboard_jobs(request: Request, session: SessionDep, status: JobStatus | None = None,
                    limit: int = Query(100, ge=1, le=500)) -> HTMLResponse:
     jobs = views.jobs_list(session, status=status, limit=limit)
-    running = any(not JobStatus(j.status).finished for j in jobs)
-    return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "status": status, "refresh": running})
+    return templates.TemplateResponse(request, "jobs.html", {"jobs": jobs, "status": status, "refresh": _refresh(session, jobs)})
 
 
 @router.get("/dashboard/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
 def dashboard_job(request: Request, session: SessionDep, job_id: JobId) -> HTMLResponse:
     page = views.job_page(session, job_id)
-    return templates.TemplateResponse(request, "job.html", {"page": page, "job": page.job, "refresh": not page.finished})
+    return templates.TemplateResponse(request, "job.html", {"page": page, "job": page.job,
+                                                            "refresh": _refresh(session, [page.job])})
 
 
 @router.get("/dashboard/repositories/{name}", response_class=HTMLResponse, include_in_schema=False)
 def dashboard_history(request: Request, session: SessionDep, name: RepoName, suite: Filter = None,
                       target: Filter = None, case: Filter = None,
-                      last: int | None = Query(None, ge=2, le=100_000)) -> HTMLResponse:
-    filters = {"suite": suite, "target": target, "case": case, "last": last}
-    if not (suite or target or case):  # every case: a summary row each, not every point
+                      last: int | None = Query(None, ge=2, le=100_000),
+                      shape: Filter = Query(None, description="shape parameters, e.g. K=512,dtype=bf16"),
+                      overlay: bool = False) -> HTMLResponse:
+    filters = {"suite": suite, "target": target, "case": case, "last": last, "shape": shape, "overlay": overlay}
+    if not (suite or target or case or shape):  # every case: a summary row each, not every point
         overview = views.repository_overview(session, name)
         cases = repository.measured_cases(session, overview.repository.id)
         return templates.TemplateResponse(request, "overview.html", {"overview": overview, "cases": cases,
                                                                      "filters": filters})
-    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last)
-    return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters})
+    wanted = views.parse_shape(shape)
+    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last,
+                                    shape=wanted, overlay=overlay)
+    return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters, "shape": wanted})
+
+
+@router.get("/dashboard/alerts", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_alerts(request: Request, session: SessionDep, repository: str | None = None,
+                     kind: str | None = Query(None, pattern="^(regression|improvement|wrong results)$")) -> HTMLResponse:
+    page = views.alerts_page(session, repository_name=repository, kind=kind)
+    return templates.TemplateResponse(request, "alerts.html", {"page": page, "kind": kind, "repository": repository})
+
+
+@router.get("/dashboard/repositories/{name}/compare", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_compare(request: Request, session: SessionDep, name: str, base: str | None = None,
+                      head: str | None = None) -> HTMLResponse:
+    page = views.compare_page(session, name, base, head)
+    return templates.TemplateResponse(request, "compare.html", {"page": page})
 
 
 @router.get("/api/history", tags=["history"])

@@ -10,7 +10,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from dashboards import repository
-from dashboards.charts import case_chart, render_svg
+from dashboards.alerts import AlertRow, culprit_alerts
+from dashboards.charts import case_chart, commit_info, describe_device
+from dashboards.compare import CompareRow, compare_rows
+from dashboards.links import RepoLinks, repo_links
 from dashboards.overview import OverviewRow, overview_row
 from dashboards.history import (CaseHistory, Order, RevisionPoint, assemble_histories, build_histories, index_of,
                                 series_from_points)
@@ -25,11 +28,13 @@ from service.trials.phases import PhaseRow, phase_table
 
 @dataclass
 class CasePanel:
-    """One case: its history, the chart's SVG, and the per-revision medians table."""
+    """One chart: a case's history (or several shapes overlaid), the chart's data for the
+    browser, and the per-revision medians table (the chart's text alternative)."""
 
     history: CaseHistory
-    svg: str
+    chart: dict[str, Any]
     table: list[dict[str, Any]] = field(default_factory=list)
+    histories: list[CaseHistory] = field(default_factory=list)
 
 
 @dataclass
@@ -39,6 +44,9 @@ class RepositoryHistory:
     revisions: dict[str, RevisionMeta]
     panels: list[CasePanel]
     cases: list[CaseKey]
+    links: RepoLinks
+    devices: dict[str, str] = field(default_factory=dict)
+    shapes: dict[str, list[str]] = field(default_factory=dict)  # shape parameter -> values seen
 
 
 @dataclass
@@ -53,15 +61,13 @@ class JobPage:
     culprit_rows: list[list[str]]
     panels: list[CasePanel]
     trial_counts: dict[str, int]
+    links: RepoLinks
+    devices: dict[str, str] = field(default_factory=dict)
     phase_rows: list[PhaseRow] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
         return JobStatus(self.job.status).finished
-
-
-def _labels(revisions: dict[str, RevisionMeta]) -> dict[str, str]:
-    return {sha: meta.label for sha, meta in revisions.items()}
 
 
 def median_table(history: CaseHistory, order: Order, revisions: dict[str, RevisionMeta]) -> list[dict[str, Any]]:
@@ -79,21 +85,66 @@ def median_table(history: CaseHistory, order: Order, revisions: dict[str, Revisi
     return rows
 
 
-def _panels(histories: list[CaseHistory], order: Order, revisions: dict[str, RevisionMeta]) -> list[CasePanel]:
-    labels = _labels(revisions)
-    return [CasePanel(history=h, svg=render_svg(case_chart(h, labels)), table=median_table(h, order, revisions))
-            for h in histories]
+def shape_params(case_name: str) -> dict[str, str]:
+    """'gemm M=512,N=512,dtype=bf16' -> {'M': '512', 'N': '512', 'dtype': 'bf16'}."""
+    _, _, params = case_name.partition(" ")
+    return dict(part.split("=", 1) for part in params.split(",") if "=" in part)
+
+
+def shape_matches(case_name: str, wanted: dict[str, str]) -> bool:
+    params = shape_params(case_name)
+    return all(params.get(k) == v for k, v in wanted.items())
+
+
+def parse_shape(text: str | None) -> dict[str, str]:
+    """'K=64,dtype=fp32' -> {'K': '64', 'dtype': 'fp32'}; empty parts are ignored."""
+    return dict(p.strip().split("=", 1) for p in (text or "").split(",") if "=" in p and p.split("=", 1)[1].strip())
+
+
+def _devices(session: Session, histories: list[CaseHistory]) -> dict[str, str]:
+    fingerprints = [s.fingerprint for h in histories for s in h.series if s.fingerprint]
+    return {fp: describe_device(prov) for fp, prov in repository.devices_of(session, fingerprints).items()}
+
+
+def _panels(histories: list[CaseHistory], order: Order, revisions: dict[str, RevisionMeta], links: RepoLinks,
+            devices: dict[str, str], repository_name: str, overlay: bool = False) -> list[CasePanel]:
+    panels = _build_panels(histories, order, revisions, links, devices, overlay)
+    for panel in panels:  # the read-out links a point to the compare view with the previous one
+        panel.chart["compare_url"] = f"/dashboard/repositories/{repository_name}/compare"
+    return panels
+
+
+def _build_panels(histories: list[CaseHistory], order: Order, revisions: dict[str, RevisionMeta], links: RepoLinks,
+                  devices: dict[str, str], overlay: bool) -> list[CasePanel]:
+    commits = commit_info(revisions, links)
+    if overlay and len(histories) > 1:  # several shapes of a kernel in one chart
+        groups: dict[tuple[str, str], list[CaseHistory]] = {}
+        for h in histories:
+            groups.setdefault((h.suite, h.target), []).append(h)
+        return [CasePanel(history=hs[0], histories=hs, table=[],
+                          chart=case_chart(hs, commits, devices, title=f"{len(hs)} shapes of {target}"))
+                for (_, target), hs in groups.items()]
+    return [CasePanel(history=h, histories=[h], chart=case_chart([h], commits, devices),
+                      table=median_table(h, order, revisions)) for h in histories]
 
 
 def repository_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
-                       case: str | None = None, last: int | None = None) -> RepositoryHistory:
+                       case: str | None = None, last: int | None = None, shape: dict[str, str] | None = None,
+                       overlay: bool = False) -> RepositoryHistory:
     """The history of every measured case of repository `name` (optionally one suite, target
-    or case; optionally only the `last` commits) in first-parent order, from the stored
-    per-revision medians. Raises NotFound."""
+    or case, or the cases whose shape parameters match `shape`; optionally only the `last`
+    commits) in first-parent order, from the stored per-revision medians; `overlay` draws the
+    shapes of each kernel in one chart. Raises NotFound."""
     repo = _repository(session, name)
     newest = repository.max_position(session, repo.id)
     since = newest - last + 1 if last and newest is not None else None
     points = repository.point_rows(session, repo.id, suite=suite, target=target, case=case, min_position=since)
+    shapes: dict[str, set[str]] = {}
+    for p in points:
+        for k, v in shape_params(p.case).items():
+            shapes.setdefault(k, set()).add(v)
+    if shape:
+        points = [p for p in points if shape_matches(p.case, shape)]
     culprits = repository.culprit_rows(session, repo.id)
     failed = repository.failed_trials(session, repo.id)
     positions = {p.sha: p.position for p in points}
@@ -103,9 +154,15 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
         positions = {sha: p for sha, p in positions.items() if p >= since}
     histories = assemble_histories(series_from_points(points), culprits, positions, failed)
     revisions = repository.revision_meta(session, repo.id, list(positions))
+    links, devices = repo_links(repo.url), _devices(session, histories)
     return RepositoryHistory(repository=repo, positions=positions, revisions=revisions,
-                             panels=_panels(histories, positions, revisions),
-                             cases=repository.measured_cases(session, repo.id))
+                             panels=_panels(histories, positions, revisions, links, devices, repo.name, overlay),
+                             cases=repository.measured_cases(session, repo.id), links=links, devices=devices,
+                             shapes={k: sorted(v, key=_natural) for k, v in shapes.items()})
+
+
+def _natural(text: str) -> tuple:
+    return (0, float(text), "") if text.replace(".", "", 1).isdigit() else (1, 0.0, text)
 
 
 def _repository(session: Session, name: str) -> Repository:
@@ -133,8 +190,11 @@ def history_json(view: RepositoryHistory) -> dict[str, Any]:
         cases.append({
             "suite": h.suite, "target": h.target, "case": h.case, "units": h.units,
             "series": [{"fingerprint": s.fingerprint, "unit": s.unit, "higher_is_better": s.higher_is_better,
+                        "device": view.devices.get(s.fingerprint or ""),
                         "points": [{"sha": p.sha, "index": p.index, "value": p.value, "control_value": p.control_value,
-                                    "ratio": p.ratio, "trials": p.trials} for p in s.points]}
+                                    "ratio": p.ratio, "trials": p.trials, "value_min": p.value_min,
+                                    "value_max": p.value_max, "ratio_min": p.ratio_min, "ratio_max": p.ratio_max}
+                                   for p in s.points]}
                        for s in h.series],
             "steps": [{"kind": m.kind, "first_sha": m.first_sha, "last_sha": m.last_sha, "exact": m.exact,
                        "rel": m.rel, "ci": list(m.ci) if m.ci else None, "job_id": m.job_id,
@@ -182,10 +242,74 @@ def job_page(session: Session, job_id: int) -> JobPage:
     rows = repository.measurement_rows(session, job.repository_id, job_id=job.id)
     histories = build_histories(rows, repository.culprit_rows(session, job.repository_id, job_id=job.id), order,
                                 repository.failed_trials(session, job.repository_id, job_id=job.id))
-    return JobPage(job=read, culprit_rows=culprit_rows(read), panels=_panels(histories, order, revisions),
-                   trial_counts=repository.trial_counts(session, job.id),
+    links, devices = repo_links(job.repository.url), _devices(session, histories)
+    return JobPage(job=read, culprit_rows=culprit_rows(read), panels=_panels(histories, order, revisions, links, devices,
+                                                                          job.repository.name),
+                   trial_counts=repository.trial_counts(session, job.id), links=links, devices=devices,
                    phase_rows=phase_table(repository.trial_phases(session, job.id)))
 
 
 def jobs_list(session: Session, *, status: JobStatus | None = None, limit: int = 50) -> list[JobRead]:
     return job_views.job_reads(session, repository.recent_jobs(session, status=status, limit=limit))
+
+
+@dataclass
+class AlertsPage:
+    rows: list[AlertRow]
+    source: str  # where the rows come from, said on the page
+
+
+def alerts_page(session: Session, *, repository_name: str | None = None, kind: str | None = None,
+                limit: int = 200) -> AlertsPage:
+    """The regressions list. The seam for tracking's alerts: today the rows are the passed
+    steps of culprits of finished jobs; alerts with a triage state will be read here instead."""
+    repo_id = _repository(session, repository_name).id if repository_name else None
+    loaded = repository.finished_culprits(session, repository_id=repo_id, limit=limit)
+    shas: dict[int, set[str]] = {}
+    for culprit, _job, repo in loaded:
+        shas.setdefault(repo.id, set()).add(culprit.last_sha)
+    metas = {rid: repository.revision_meta(session, rid, sorted(found)) for rid, found in shas.items()}
+    rows = [row for culprit, job, repo in loaded
+            for row in culprit_alerts(culprit, job, repo, metas[repo.id].get(culprit.last_sha), repo_links(repo.url))]
+    if kind:
+        rows = [r for r in rows if r.kind == kind]
+    return AlertsPage(rows=rows, source="culprits of finished jobs")
+
+
+@dataclass
+class ComparePage:
+    repository: Repository
+    base: RevisionMeta | None
+    head: RevisionMeta | None
+    rows: list[CompareRow]
+    choices: list[RevisionMeta]
+    links: RepoLinks
+    devices: dict[str, str] = field(default_factory=dict)
+
+
+def compare_page(session: Session, name: str, base: str | None, head: str | None) -> ComparePage:
+    """Two stored revisions of repository `name` (sha or a unique prefix) compared from their
+    per-revision medians. Without both refs, only the revisions to choose from. Raises NotFound
+    for an unknown repository or a ref that names no single stored revision."""
+    repo = _repository(session, name)
+    revs = []
+    for ref in (base, head):
+        if not ref:
+            revs.append(None)
+            continue
+        rev = repository.revision_by_ref(session, repo.id, ref.strip())
+        if rev is None:
+            raise NotFound(f"no single stored revision of {name!r} starts with {ref!r}")
+        revs.append(rev)
+    rows: list[CompareRow] = []
+    if revs[0] and revs[1]:
+        points = repository.revision_points(session, repo.id, [revs[0].id, revs[1].id])
+        rows = compare_rows([p for rid, p in points if rid == revs[0].id], [p for rid, p in points if rid == revs[1].id])
+    meta = repository.revision_meta(session, repo.id, [r.sha for r in revs if r])
+    fps = [r.fingerprint for r in rows if r.fingerprint]
+    devices = {fp: describe_device(p) for fp, p in repository.devices_of(session, fps).items()}
+    choices = [RevisionMeta(r.sha, r.subject or "", r.pr_number, r.authored_at)
+               for r in repository.measured_revisions(session, repo.id)]
+    return ComparePage(repository=repo, base=meta.get(revs[0].sha) if revs[0] else None,
+                       head=meta.get(revs[1].sha) if revs[1] else None, rows=rows, choices=choices,
+                       links=repo_links(repo.url), devices=devices)

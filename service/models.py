@@ -226,6 +226,11 @@ class CasePoint(Base):
     ratio: Mapped[float | None] = mapped_column(Float)
     unit: Mapped[str | None] = mapped_column(String(20))
     higher_is_better: Mapped[bool] = mapped_column(default=True)
+    # The spread over the ok trials (drawn as a band around the median).
+    value_min: Mapped[float | None] = mapped_column(Float)
+    value_max: Mapped[float | None] = mapped_column(Float)
+    ratio_min: Mapped[float | None] = mapped_column(Float)
+    ratio_max: Mapped[float | None] = mapped_column(Float)
 
 
 class Culprit(Base):

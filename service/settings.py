@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"
     # The webhook endpoint is off (404) unless this is set; deliveries must be signed with it.
+    # Where the dashboard is reachable from outside (links of the PR check; None: no links).
+    public_url: str | None = None
     webhook_secret: str | None = None
     # Access (README "Deployment"): writes always need a token; reads need one unless public.
     public_reads: bool = Field(default=True, description="anonymous GETs of jobs, reports and history")

@@ -3,14 +3,18 @@ JSON through the API on rows inserted directly into the test database."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import select
 
-from dashboards.charts import Chart, ChartLine, ChartMark, ChartPoint, case_chart, nice_ticks, render_svg
-from dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow, build_histories, merge_commit_orders
+from dashboards.charts import case_chart
+from dashboards.compare import compare_rows
+from dashboards.history import (CulpritRow, FailedTrialRow, MeasurementRow, PointRow, build_histories,
+                                merge_commit_orders, step_passed)
+from dashboards.links import repo_links
 from service.trials.repository import refresh_case_points
 from service.models import (Case, Culprit, CulpritKind, Job, JobKind, JobStatus, Measurement, Repository, Revision,
                             Trial, TrialStatus)
@@ -88,60 +92,64 @@ def test_failed_trials_flag_the_commits_of_their_jobs_cases() -> None:
               FailedTrialRow(1, SHAS[2], "error", {GEMM: frozenset({"other.kernel:fn"})})]
     [history] = build_histories([row(SHAS[0], 10.0)], [], SHAS, failed)
     assert [(f.index, f.statuses) for f in history.failed] == [(1, ("build_error", "timeout"))]
-    svg = render_svg(case_chart(history))
-    assert svg.count('class="flag"') == 1 and "build_error, timeout" in svg
+    chart = case_chart([history], {})
+    assert chart["failed"] == [{"x": 1, "sha": SHAS[1], "statuses": ["build_error", "timeout"]}]
 
 
-# --- pure: SVG --------------------------------------------------------------------------------
+# --- pure: chart data, links, compare --------------------------------------------------------
 
-def test_nice_ticks_cover_the_range_with_round_steps() -> None:
-    assert nice_ticks(558, 641) == [550, 575, 600, 625, 650]
-    assert nice_ticks(0.92, 1.04) == [0.9, 0.95, 1.0, 1.05]
-    flat = nice_ticks(5.0, 5.0)
-    assert flat[0] < 5.0 < flat[-1]
-
-
-def _polylines(svg: str) -> list[list[tuple[float, float]]]:
-    found = re.findall(r'<polyline[^>]*points="([^"]+)"', svg)
-    return [[tuple(map(float, xy.split(","))) for xy in pts.split()] for pts in found]
-
-
-def test_render_svg_places_points_marks_and_escapes_text() -> None:
-    chart = Chart(
-        title="gemm <8192>",
-        lines=(ChartLine("target", (ChartPoint(0, 600, "abc & <b>"), ChartPoint(10, 650, "x"))),
-               ChartLine("control", (ChartPoint(0, 700, "c"), ChartPoint(10, 700, "c")), dashed=True)),
-        marks=(ChartMark(5, 5, "-8.0%", "culprit", "step"), ChartMark(6, 8, "-10.4%", "range", "range")),
-        x_labels={0: "aaaa", 10: "bbbb"}, y_label="TFLOP/s", width=500, height=200)
-    svg = render_svg(chart)
-    assert svg.startswith("<svg") and svg.endswith("</svg>")
-    assert "abc &amp; &lt;b&gt;" in svg and "gemm &lt;8192&gt;" in svg and "<b>" not in svg
-    target, control = _polylines(svg)
-    # x spans the plot area (64 .. 500-16); higher value = smaller y; control is dashed
-    assert target[0][0] == 64 and target[1][0] == 484
-    assert target[1][1] < target[0][1] and control[0][1] < target[1][1]
-    assert svg.count('stroke-dasharray="5 4"') == 2  # the control line and its legend swatch
-    assert re.search(r'<line class="mark step" x1="274.0"', svg)  # halfway: 64 + 0.5 * 420
-    assert re.search(r'<rect class="mark range" x="316.0" y="\d+" width="84.0"', svg)
-    assert ">-10.4%<" in svg and ">aaaa<" in svg and ">TFLOP/s<" in svg
-
-
-def test_render_svg_without_points_says_so() -> None:
-    svg = render_svg(Chart(title="empty", lines=()))
-    assert "no measurements" in svg and "<polyline" not in svg
-
-
-def test_case_chart_draws_each_fingerprint_with_its_control_and_never_joins_them() -> None:
-    rows = [row(SHAS[0], 600.0, control=700.0), row(SHAS[2], 550.0, control=700.0),
+def test_case_chart_carries_each_fingerprint_with_its_spread_device_and_commit_links() -> None:
+    rows = [row(SHAS[0], 600.0, control=700.0), row(SHAS[0], 620.0, control=700.0), row(SHAS[2], 550.0, control=700.0),
             row(SHAS[1], 640.0, fp="fpB", control=None)]
     [history] = build_histories(rows, [], SHAS[:3])
-    chart = case_chart(history, {SHAS[0]: "tune tiles (#3)"})
-    assert [(line.label, line.dashed, len(line.points)) for line in chart.lines] == [
-        ("fp fpA", False, 2), ("fp fpA control", True, 2), ("fp fpB", False, 1)]
-    assert chart.lines[0].color == chart.lines[1].color != chart.lines[2].color
-    assert "tune tiles (#3)" in chart.lines[0].points[0].title and "600 TFLOP/s" in chart.lines[0].points[0].title
-    assert chart.y_label == "TFLOP/s" and chart.x_labels[0] == SHAS[0][:7]
-    assert len(_polylines(render_svg(chart))) == 3
+    links = repo_links("git@github.com:acme/kern.git")
+    commits = {SHAS[0]: {"subject": "tune tiles", "pr_number": 3, "commit_url": links.commit(SHAS[0]),
+                         "pr_url": links.pull(3)}}
+    chart = case_chart([history], commits, {"fpA": "NVIDIA H200 · torch 2.11"})
+    assert [(s["label"], len(s["points"])) for s in chart["series"]] == [
+        ("NVIDIA H200 · torch 2.11 (fp fpA)", 2), ("fp fpB", 1)]
+    first = chart["series"][0]["points"][0]
+    assert (first["value"], first["value_min"], first["value_max"], first["trials"]) == (610.0, 600.0, 620.0, 2)
+    assert first["ratio_min"] == pytest.approx(600 / 700) and first["control"] == 700.0
+    assert chart["commits"][SHAS[0]]["pr_url"] == "https://github.com/acme/kern/pull/3"
+    assert chart["unit"] == "TFLOP/s" and chart["title"] == f"{GEMM} ({TARGET})"
+
+
+@pytest.mark.parametrize("url, commit, pull", [
+    ("https://github.com/acme/kern.git", "https://github.com/acme/kern/commit/abc", "https://github.com/acme/kern/pull/7"),
+    ("git@gitlab.com:grp/sub/kern.git", "https://gitlab.com/grp/sub/kern/-/commit/abc",
+     "https://gitlab.com/grp/sub/kern/-/merge_requests/7"),
+    ("/srv/git/kern", None, None)])
+def test_repo_links_follow_the_hosts_url_forms(url: str, commit, pull) -> None:
+    links = repo_links(url)
+    assert (links.commit("abc"), links.pull(7)) == (commit, pull)
+
+
+def test_only_steps_whose_interval_passed_are_marked() -> None:
+    assert step_passed({"rel": -0.54, "ci": [-0.6, -0.5]}, 0.02)
+    assert not step_passed({"rel": 0.018, "ci": [-0.01, 0.05]}, 0.02)  # interval spans zero
+    assert not step_passed({"rel": 0.015, "ci": [0.01, 0.02]}, 0.02)   # below the minimum effect
+    other = "rmsnorm N=4096"
+    effects = {GEMM: {"rel": -0.3, "ci": [-0.35, -0.25]}, other: {"rel": 0.018, "ci": [-0.01, 0.05]}}
+    targets = {GEMM: frozenset({TARGET}), other: frozenset({TARGET})}
+    culprit = CulpritRow(job_id=1, kind="performance", first_sha=SHAS[2], last_sha=SHAS[2], effects=effects,
+                         targets_by_case=targets, min_effect=0.02)
+    histories = build_histories([row(s, 10.0) for s in SHAS] + [row(s, 5.0, case=other) for s in SHAS], [culprit], SHAS)
+    assert {h.case: len(h.steps) for h in histories} == {GEMM: 1, other: 0}
+
+
+def test_compare_rows_say_better_worse_or_within_noise() -> None:
+    def point(sha, ratio, lo, hi, case=GEMM, fp="a"):
+        return PointRow(suite="gemm", target=TARGET, case=case, fingerprint=fp, sha=sha, position=0, trials=3,
+                        value=ratio * 100, control_value=100.0, ratio=ratio, unit="TFLOP/s", ratio_min=lo, ratio_max=hi)
+    base = [point(SHAS[0], 1.0, 0.98, 1.02), point(SHAS[0], 1.0, 0.98, 1.02, case="b"),
+            point(SHAS[0], 1.0, 0.9, 1.1, case="c")]
+    head = [point(SHAS[1], 0.8, 0.79, 0.81), point(SHAS[1], 1.2, 1.19, 1.21, case="b"),
+            point(SHAS[1], 1.05, 1.0, 1.1, case="c"), point(SHAS[1], 1.0, 1.0, 1.0, case="d")]
+    rows = {r.case: r for r in compare_rows(base, head)}
+    assert rows[GEMM].change == pytest.approx(-0.2) and rows[GEMM].direction == "worse"
+    assert rows["b"].direction == "better" and rows["c"].direction == "within noise"
+    assert rows["d"].direction == "missing" and rows["d"].base is None
 
 
 # --- pages through the API --------------------------------------------------------------------
@@ -198,6 +206,9 @@ def test_history_json_orders_commits_and_separates_fingerprints(client, measured
     assert lines == {"f" * 64: [(SHAS[0], 605.0, 2), (SHAS[2], 605.0, 1), (SHAS[3], 556.0, 1), (SHAS[4], 560.0, 1)],
                      "e" * 64: [(SHAS[1], 300.0, 1)]}
     assert case["failed"] == [{"sha": SHAS[1], "index": 1, "statuses": ["build_error"]}]
+    first = next(s for s in case["series"] if s["fingerprint"] == "f" * 64)["points"][0]  # the trials' spread, kept in case_points as trials are stored
+    assert (first["value_min"], first["value_max"]) == (600.0, 610.0)
+    assert first["ratio_min"] == pytest.approx(600 / 700) and first["ratio_max"] == pytest.approx(610 / 700)
     [step] = case["steps"]
     assert (step["last_sha"], step["exact"], step["rel"], step["pr_number"]) == (SHAS[3], True, -0.08, 13)
     assert client.get("/api/history/kern", params={"case": "gemm M=1,N=1,K=1,dtype=fp32"}).json()["cases"] == []
@@ -222,15 +233,90 @@ def test_overview_page_summarises_each_case_without_every_point(client, measured
     assert row["latest_step"]["last_sha"] == SHAS[3] and row["latest_step"]["rel"] == -0.08
 
 
-def test_history_page_draws_the_chart_with_the_culprit(client, measured) -> None:
+def _chart_specs(html: str) -> list[dict]:
+    return [json.loads(m) for m in re.findall(r'<script type="application/json">(.*?)</script>', html, re.S)]
+
+
+def test_history_page_embeds_the_chart_with_the_culprit_and_links(client, measured) -> None:
     response = client.get("/dashboard/repositories/kern", params={"case": GEMM})
     assert response.status_code == 200
     html = response.text
-    assert html.count("<svg") == 1 and html.count("<polyline") == 4  # two fingerprints, each with its control
-    assert '<line class="mark step"' in html and ">-8.0%<" in html
-    assert html.count('class="flag"') == 1  # the build_error trial at commit 1
-    assert "commit 3 &lt;b&gt;" in html and "<b>" not in html.replace("<b>perfbisect</b>", "")
-    assert "cdn" not in html.lower() and "<script src" not in html
+    [spec] = _chart_specs(html)
+    assert len(spec["series"]) == 2  # two fingerprints
+    assert [(m["label"], m["sha"]) for m in spec["steps"]] == [("-8.0%", SHAS[3])]
+    assert [f["sha"] for f in spec["failed"]] == [SHAS[1]]  # the build_error trial at commit 1
+    assert spec["commits"][SHAS[3]]["subject"] == "commit 3 <b>"  # escaped by tojson inside the script
+    assert "commit 3 <b>" not in html and f"https://github.com/acme/kern/commit/{SHAS[3]}" in html
+    assert "https://github.com/acme/kern/pull/13" in html
+    assert "cdn" not in html.lower() and all(src.startswith("/static/") for src in re.findall(r'<script src="([^"]+)"', html))
+
+
+def test_stalled_job_stops_the_reload_and_says_so(client, measured, session) -> None:
+    running = measured["running"]
+    long_ago = datetime.now(timezone.utc) - timedelta(hours=2)
+    running.created_at = running.started_at = long_ago
+    trial = Trial(job_id=running.id, revision_id=session.scalars(select(Revision.id)).first(), status=TrialStatus.ok,
+                  started_at=long_ago, finished_at=long_ago + timedelta(minutes=5))
+    session.add(trial)
+    session.flush()
+    html = client.get(f"/dashboard/jobs/{running.id}").text
+    assert 'data-refresh="stalled"' in html and "may be stalled" in html
+    trial.finished_at = datetime.now(timezone.utc) - timedelta(minutes=1)  # a slow job, not a stalled one
+    session.flush()
+    assert 'data-refresh="live"' in client.get(f"/dashboard/jobs/{running.id}").text
+
+
+def test_errors_are_html_for_browsers_and_json_for_api_clients(client, measured) -> None:
+    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    page = client.get("/dashboard/repositories/nope", headers=browser)
+    assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
+    assert "<main" in page.text and "no repository &#39;nope&#39; is registered" in page.text
+    missing = client.get("/no/such/page", headers=browser)
+    assert missing.status_code == 404 and "<h1>404" in missing.text
+    invalid = client.get("/dashboard/jobs/abc", headers=browser)
+    assert invalid.status_code == 422 and "text/html" in invalid.headers["content-type"]
+    assert client.get("/no/such/page").json() == {"detail": "Not Found"}
+    assert client.get("/dashboard/jobs/abc").json()["detail"][0]["loc"] == ["path", "job_id"]
+
+
+@pytest.mark.parametrize("accept, html", [
+    ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", True),  # a browser's navigation
+    ("*/*", False), ("", False), ("application/json", False),
+    ("application/json, text/html;q=0.5", False), ("text/html;q=0.9, application/json;q=0.2", True)])
+def test_html_only_when_the_client_prefers_it(accept: str, html: bool) -> None:
+    from starlette.requests import Request
+
+    from dashboards.pages import prefers_html
+    request = Request({"type": "http", "headers": [(b"accept", accept.encode())] if accept else []})
+    assert prefers_html(request) is html
+
+
+def test_api_docs_are_served_from_the_package(client) -> None:
+    for path in ("/docs", "/redoc"):
+        html = client.get(path).text
+        assert "/static/vendor/" in html and "cdn" not in html.lower() and "fonts.googleapis" not in html
+    assert client.get("/static/vendor/swagger-ui/swagger-ui-bundle.js").status_code == 200
+    assert client.get("/static/vendor/redoc/redoc.standalone.js").status_code == 200
+    assert client.get("/static/vendor/uplot/uPlot.iife.min.js").status_code == 200
+
+
+def test_alerts_list_only_passed_steps_with_links(client, measured, session) -> None:
+    job = measured["job"]
+    session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=SHAS[1], last_sha=SHAS[1],
+                        effects={GEMM: {"rel": 0.018, "ci": [-0.01, 0.05]}}))  # spans zero: no alert
+    session.flush()
+    html = client.get("/dashboard/alerts").text
+    assert html.count("<tr>") == 2  # header + the -8% step
+    assert "regression" in html and "-8.0% [-10.0%, -6.0%]" in html and "https://github.com/acme/kern/pull/13" in html
+    assert "No regressions" in client.get("/dashboard/alerts", params={"kind": "improvement"}).text
+
+
+def test_compare_view_reads_two_stored_revisions(client, measured) -> None:
+    html = client.get("/dashboard/repositories/kern/compare", params={"base": SHAS[2][:8], "head": SHAS[3]}).text
+    assert "0.864" in html and "0.794" in html and "-8.1%" in html and "worse" in html  # ratios to the control
+    assert client.get("/dashboard/repositories/kern/compare", params={"base": "zzzz", "head": SHAS[3]}).status_code == 404
+    chooser = client.get("/dashboard/repositories/kern/compare").text
+    assert chooser.count(f'<option value="{SHAS[0]}"') == 2  # base and head selects
 
 
 def test_unknown_repository_or_job_is_404(client, measured) -> None:
@@ -249,15 +335,15 @@ def test_job_page_shows_culprit_table_and_per_revision_medians(client, measured)
     medians = re.search(r"per-revision medians \((\d+) revisions\)", html)
     assert medians and medians.group(1) == "5"
     assert "build_error 1" in html and "ok 6" in html
-    assert "setTimeout" not in html  # finished: no auto-refresh
+    assert "data-refresh" not in html  # finished: no auto-refresh
 
 
 def test_jobs_list_shows_progress_and_refreshes_while_running(client, measured) -> None:
     html = client.get("/dashboard/jobs").text
     for job in (measured["job"], measured["running"]):
         assert f'href="/dashboard/jobs/{job.id}"' in html
-    assert '<progress value="3" max="5">' in html and "(PR #7)" in html
-    assert "setTimeout" in html
+    assert '<progress value="3" max="5"' in html and "(PR #7)" in html
+    assert 'data-refresh="live"' in html  # static/refresh.js reloads it (and gives up when nothing changes)
     running_only = client.get("/dashboard/jobs", params={"status": "succeeded"}).text
     assert f'/dashboard/jobs/{measured["running"].id}"' not in running_only
     index = client.get("/dashboard").text

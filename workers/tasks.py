@@ -36,11 +36,14 @@ def advance_job(job_id: int) -> int:
 
 @celery_app.task(name="perfbisect.notify_job")
 def notify_job(job_id: int) -> int:
-    """Comment on the pull requests a finished job concerns (a no-op without a GitHub token)."""
-    from service.webhooks.github import post_job_comments
+    """Comment on the pull requests a finished job concerns and set a compare job's check on its
+    head commit (both no-ops without a GitHub token)."""
+    from service.webhooks.github import post_check, post_job_comments
 
     with session_scope() as session:
-        return len(post_job_comments(session, job_id))
+        posted = len(post_job_comments(session, job_id))
+        post_check(session, job_id)
+        return posted
 
 
 @celery_app.task(name="perfbisect.run_trial")

@@ -10,6 +10,7 @@ from service.settings import get_settings
 
 
 def create_app() -> FastAPI:
+    from dashboards import pages
     from dashboards.routes import router as dashboard_router
     from service.api.health import router as health_router
     from service.jobs.endpoints import router as jobs_router
@@ -22,9 +23,11 @@ def create_app() -> FastAPI:
         description="Automated performance-regression bisection for GPU kernel libraries: give it a "
         "repository, a commit range and the shapes that matter; it names every commit that moved "
         "performance, with the step per shape and its confidence interval.",
+        docs_url=None, redoc_url=None,  # served by dashboards.pages from the package's own assets
     )
 
     install_error_handler(app)
+    pages.mount(app)
 
     for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router):
         app.include_router(router)

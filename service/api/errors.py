@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -56,15 +57,25 @@ def validation_issues(exc: RequestValidationError) -> list[dict]:
 
 
 def install_error_handler(app: FastAPI) -> None:
-    @app.exception_handler(PerfbisectError)
-    def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content={"detail": exc.message}, headers=exc.headers)
+    """Every error answers JSON to API clients and an HTML page to a browser (dashboards.pages)."""
+    from dashboards.pages import error_response
 
-    @app.exception_handler(PoolTimeout)
-    def _pool_exhausted(_request: Request, _exc: PoolTimeout) -> JSONResponse:
-        return JSONResponse(status_code=503, headers={"Retry-After": "2"},
-                            content={"detail": "the server is at capacity; retry shortly"})
+    @app.exception_handler(PerfbisectError)
+    def _domain_error(request: Request, exc: PerfbisectError) -> Response:
+        return error_response(request, exc.status_code, exc.message, exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": validation_issues(exc)})
+    def _invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(request, 422, validation_issues(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return error_response(request, exc.status_code, exc.detail, getattr(exc, "headers", None))
+
+    @app.exception_handler(PoolTimeout)
+    def _pool_exhausted(request: Request, _exc: PoolTimeout) -> Response:
+        return error_response(request, 503, "the server is at capacity; retry shortly", {"Retry-After": "2"})
+
+    @app.exception_handler(Exception)
+    def _unexpected(request: Request, _exc: Exception) -> Response:
+        return error_response(request, 500, "internal error; the server log has the details")

@@ -44,8 +44,15 @@ def refresh_case_points(session: Session, trial: Trial, case_ids: Sequence[int])
         point.value = _median(r.value for r in rows)
         point.control_value = _median(r.control_value for r in rows)
         point.ratio = _median(r.ratio for r in rows)
+        point.value_min, point.value_max = _spread(r.value for r in rows)
+        point.ratio_min, point.ratio_max = _spread(r.ratio for r in rows)
         point.unit, point.higher_is_better = rows[0].unit, rows[0].higher_is_better
         session.add(point)
+
+
+def _spread(values) -> tuple[float | None, float | None]:
+    present = [v for v in values if v is not None]
+    return (min(present), max(present)) if present else (None, None)
 
 
 def samples_of(session: Session, measurement_ids: Sequence[int]) -> dict[int, dict]:

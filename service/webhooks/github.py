@@ -22,11 +22,12 @@ from service.jobs import views
 from service.jobs.schemas import CulpritRead, JobRead
 from service.reports.culprits import culprit_rows, markdown_report
 from service.settings import get_settings
+from service.webhooks.check import CHECK_NAME, STATUS_STATE, check_verdict
+from service.webhooks.github_client import GitHubClient
 from service.webhooks.repo_urls import github_slug
 
 log = logging.getLogger(__name__)
 
-API_VERSION = "2022-11-28"
 TABLE_HEADER = ["| revision | PR | subject | case | before → after | step [95% CI] |", "|---|---|---|---|---|---|"]
 
 
@@ -69,27 +70,9 @@ def render_comments(job: JobRead) -> list[tuple[int, str]]:
     return [(pr, f"{body}\n{marker(job.id, pr)}") for pr, body in comments]
 
 
-def _headers(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
-            "X-GitHub-Api-Version": API_VERSION, "User-Agent": "perfbisect"}
-
-
-def _upsert_comment(client: httpx.Client, repo_api: str, pr: int, body: str, mark: str,
-                    token: str) -> tuple[str, str | None]:
-    """Edit this job's earlier comment on the PR if there is one (first 100 comments), else post
-    one. Returns ("created" | "updated", its html_url). Raises httpx.HTTPError."""
-    listed = client.get(f"{repo_api}/issues/{pr}/comments", params={"per_page": 100}, headers=_headers(token))
-    listed.raise_for_status()
-    earlier = next((c for c in listed.json() if mark in (c.get("body") or "")), None)
-    if earlier is not None:
-        response = client.patch(f"{repo_api}/issues/comments/{earlier['id']}", json={"body": body},
-                                headers=_headers(token))
-        action = "updated"
-    else:
-        response = client.post(f"{repo_api}/issues/{pr}/comments", json={"body": body}, headers=_headers(token))
-        action = "created"
-    response.raise_for_status()
-    return action, response.json().get("html_url")
+def _client(http: httpx.Client, slug: tuple[str, str]) -> GitHubClient:
+    settings = get_settings()
+    return GitHubClient(http, settings.github_api_url, slug[0], slug[1], settings.github_token or "")
 
 
 def post_job_comments(session: Session, job_id: int, client: httpx.Client | None = None) -> list[dict[str, Any]]:
@@ -113,15 +96,14 @@ def post_job_comments(session: Session, job_id: int, client: httpx.Client | None
                 "action": None, "url": None, "error": None} for pr, body in render_comments(read)]
     if not settings.github_token or not results:
         return results
-    repo_api = f"{settings.github_api_url.rstrip('/')}/repos/{slug[0]}/{slug[1]}"
     owned = client is None
     client = client or httpx.Client(timeout=30)
+    github = _client(client, slug)
     try:
         for result in results:
             pr = result["issue_number"]
             try:
-                result["action"], result["url"] = _upsert_comment(
-                    client, repo_api, pr, result["body"], marker(job_id, pr), settings.github_token)
+                result["action"], result["url"] = github.upsert_comment(pr, result["body"], marker(job_id, pr))
                 result["posted"] = True
             except httpx.HTTPError as exc:
                 result["error"] = str(exc)
@@ -130,3 +112,46 @@ def post_job_comments(session: Session, job_id: int, client: httpx.Client | None
         if owned:
             client.close()
     return results
+
+
+def post_check(session: Session, job_id: int, client: httpx.Client | None = None) -> dict[str, Any] | None:
+    """Set the merge gate of a finished compare job on its head commit: a check run named
+    'perfbisect' (failure on a regression or wrong results, success otherwise, neutral when the
+    job failed), or, where the token cannot create check runs (403/404: not a GitHub App), a
+    commit status with the same verdict. None for a bisect job or a repository off GitHub.
+    Returns {head_sha, conclusion, title, via ("check_run" | "status" | None), posted, error};
+    an HTTP failure is reported in `error`, not raised."""
+    job = jobs.get(session, job_id)
+    if not job.status.finished:
+        raise Conflict(f"job {job_id} is {job.status.value}: its check is set once it has finished")
+    slug = github_slug(job.repository.url)
+    if job.kind.value != "compare" or slug is None or not job.revision_shas:
+        return None
+    verdict = check_verdict(views.job_read(session, job))
+    settings = get_settings()
+    result: dict[str, Any] = {"head_sha": job.revision_shas[-1], "conclusion": verdict.conclusion,
+                              "title": verdict.title, "via": None, "posted": False, "error": None}
+    if not settings.github_token:
+        return result
+    details = f"{settings.public_url.rstrip('/')}/dashboard/jobs/{job_id}" if settings.public_url else None
+    owned = client is None
+    client = client or httpx.Client(timeout=30)
+    github = _client(client, slug)
+    try:
+        try:
+            github.check_run(result["head_sha"], CHECK_NAME, verdict.conclusion, verdict.title, verdict.summary, details)
+            result["via"] = "check_run"
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code not in (403, 404):
+                raise
+            description = ("inconclusive: " if verdict.conclusion == "neutral" else "") + verdict.title
+            github.commit_status(result["head_sha"], CHECK_NAME, STATUS_STATE[verdict.conclusion], description, details)
+            result["via"] = "status"
+        result["posted"] = True
+    except httpx.HTTPError as exc:
+        result["error"] = str(exc)
+        log.warning("setting the check of job %s on %s failed: %s", job_id, result["head_sha"][:10], exc)
+    finally:
+        if owned:
+            client.close()
+    return result

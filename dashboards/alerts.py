@@ -1,0 +1,54 @@
+"""The regressions list: one row per case that moved at a culprit of a finished job, newest
+first. Pure: `culprit_alerts` turns loaded culprits into rows. When alerts from tracking land
+(with a triage state), `dashboards.views.alerts_page` is the one seam to feed them through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dashboards.history import step_passed
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    repository: str
+    job_id: int
+    kind: str  # "regression" | "improvement" | "wrong results"
+    first_sha: str
+    last_sha: str
+    subject: str | None
+    pr_number: int | None
+    case: str | None
+    rel: float | None
+    ci: tuple[float, float] | None
+    triage: str = "untriaged"  # tracking's alerts bring acknowledged / ignored / fixed
+    commit_url: str | None = None
+    pr_url: str | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.first_sha == self.last_sha
+
+
+def direction(rel: float, higher_is_better: bool = True) -> str:
+    return "improvement" if (rel > 0) == higher_is_better else "regression"
+
+
+def culprit_alerts(culprit, job, repo, meta, links) -> list[AlertRow]:
+    """The rows of one culprit: a performance culprit gives one per case whose step passed the
+    job's threshold, a correctness culprit one 'wrong results' row. `meta` is the culprit
+    commit's RevisionMeta (or None), `links` the repository's RepoLinks."""
+    min_effect = float((job.spec or {}).get("min_effect") or 0.0)
+    common = dict(repository=repo.name, job_id=job.id, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
+                  subject=meta.subject if meta else None, pr_number=meta.pr_number if meta else None,
+                  commit_url=links.commit(culprit.last_sha),
+                  pr_url=links.pull(meta.pr_number) if meta and meta.pr_number else None)
+    if culprit.kind.value == "correctness":
+        return [AlertRow(kind="wrong results", case=None, rel=None, ci=None, **common)]
+    rows = []
+    for case, effect in sorted((culprit.effects or {}).items()):
+        if step_passed(effect, min_effect):
+            ci = effect["ci"]
+            rows.append(AlertRow(kind=direction(float(effect["rel"]), effect.get("higher_is_better", True)),
+                                 case=case, rel=float(effect["rel"]), ci=(float(ci[0]), float(ci[1])), **common))
+    return rows

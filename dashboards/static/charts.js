@@ -1,0 +1,205 @@
+/* perfbisect charts: draws each <figure class="perf-chart"> with uPlot from the JSON the server
+   embedded (dashboards/charts.py). Ratio to the control or value, the trials' min..max as a band,
+   steps that passed as red lines/bands, failed trials as crosses on the axis. Zoom by dragging,
+   by the buttons or by the keyboard (+, -, 0); arrow keys walk the commits and the read-out
+   below the chart (an aria-live region) says commit, PR, value with its range and trials. */
+(function () {
+  "use strict";
+  var fmt = function (v) {
+    if (v === null || v === undefined) return "-";
+    var a = Math.abs(v);
+    return a >= 100 ? v.toFixed(0) : Number(v.toPrecision(3)).toString();
+  };
+  var pct = function (v) { return (v >= 0 ? "+" : "") + (v * 100).toFixed(1) + "%"; };
+  var el = function (tag, attrs, text) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
+
+  function hasRatio(spec) {
+    return spec.series.some(function (s) { return s.points.some(function (p) { return p.ratio !== null; }); });
+  }
+
+  function aligned(spec, view) {
+    var xs = [];
+    spec.series.forEach(function (s) { s.points.forEach(function (p) { xs.push(p.x); }); });
+    xs = Array.from(new Set(xs)).sort(function (a, b) { return a - b; });
+    var at = {}; xs.forEach(function (x, i) { at[x] = i; });
+    var data = [xs], series = [{}], bands = [], meta = [];
+    var key = view === "ratio" ? "ratio" : "value";
+    spec.series.forEach(function (s) {
+      var mid = xs.map(function () { return null; }), lo = mid.slice(), hi = mid.slice(), ctl = mid.slice();
+      var byX = {};
+      s.points.forEach(function (p) {
+        var i = at[p.x]; byX[p.x] = p;
+        mid[i] = p[key]; lo[i] = p[key + "_min"]; hi[i] = p[key + "_max"];
+        ctl[i] = p.control;
+      });
+      var base = data.length;
+      data.push(mid, hi, lo);
+      series.push({label: s.label, stroke: s.color, width: 2, spanGaps: true, points: {show: true, size: 6}},
+                  {label: s.label + " max", stroke: "transparent", points: {show: false}, spanGaps: true},
+                  {label: s.label + " min", stroke: "transparent", points: {show: false}, spanGaps: true});
+      bands.push({series: [base + 1, base + 2], fill: s.color + "33"});
+      meta.push({spec: s, index: base, byX: byX});
+      if (view === "value" && ctl.some(function (v) { return v !== null; })) {
+        data.push(ctl);
+        series.push({label: s.label + " control", stroke: s.color, dash: [6, 4], width: 1.5, spanGaps: true,
+                     points: {show: false}});
+      }
+    });
+    return {data: data, series: series, bands: bands, meta: meta, xs: xs};
+  }
+
+  function drawMarks(spec) {
+    return function (u) {
+      var ctx = u.ctx, top = u.bbox.top, height = u.bbox.height, dpr = devicePixelRatio || 1;
+      ctx.save();
+      spec.steps.forEach(function (m) {
+        var x0 = u.valToPos(m.x0 - (m.x0 === m.x1 ? 0 : 0.5), "x", true);
+        var x1 = u.valToPos(m.x1, "x", true);
+        var color = m.kind === "correctness" ? "#7a00b0" : "#b00020";
+        if (m.x1 > m.x0) { ctx.fillStyle = color + "22"; ctx.fillRect(x0, top, x1 - x0, height); }
+        ctx.strokeStyle = color; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([4 * dpr, 3 * dpr]);
+        ctx.beginPath(); ctx.moveTo(x1, top); ctx.lineTo(x1, top + height); ctx.stroke();
+        ctx.setLineDash([]); ctx.fillStyle = color; ctx.font = (11 * dpr) + "px system-ui, sans-serif";
+        ctx.textAlign = "center"; ctx.fillText(m.label, x1, top + 12 * dpr);
+      });
+      ctx.strokeStyle = "#444"; ctx.lineWidth = 2 * dpr;
+      spec.failed.forEach(function (f) {
+        var x = u.valToPos(f.x, "x", true), y = top + height - 6 * dpr, r = 4 * dpr;
+        ctx.beginPath(); ctx.moveTo(x - r, y - r); ctx.lineTo(x + r, y + r);
+        ctx.moveTo(x + r, y - r); ctx.lineTo(x - r, y + r); ctx.stroke();
+      });
+      ctx.restore();
+    };
+  }
+
+  function shaSplits(xs) {  // ticks only at measured commits, at least 80 px apart: labels never overlap
+    return function (u, axisIdx, min, max) {
+      var out = [], last = -Infinity;
+      xs.forEach(function (x) {
+        if (x < min || x > max) return;
+        var px = u.valToPos(x, "x");
+        if (px - last >= 80) { out.push(x); last = px; }
+      });
+      return out;
+    };
+  }
+
+  function readout(spec, al, view, x) {
+    var c = null, sha = null;
+    al.meta.forEach(function (m) { if (m.byX[x] && !sha) sha = m.byX[x].sha; });
+    if (!sha) return null;
+    c = spec.commits[sha] || {};
+    var frag = document.createDocumentFragment();
+    var head = el("p");
+    var code = c.commit_url ? el("a", {href: c.commit_url}) : el("span");
+    code.appendChild(el("code", {}, sha.slice(0, 10)));
+    head.appendChild(code);
+    if (c.pr_number) {
+      head.appendChild(document.createTextNode(" "));
+      head.appendChild(c.pr_url ? el("a", {href: c.pr_url}, "#" + c.pr_number) : el("span", {}, "#" + c.pr_number));
+    }
+    head.appendChild(document.createTextNode(" " + (c.subject || "") + (c.date ? " (" + c.date + ")" : "") +
+                                             " · commit " + x));
+    frag.appendChild(head);
+    var list = el("ul");
+    al.meta.forEach(function (m) {
+      var p = m.byX[x]; if (!p) return;
+      var key = view === "ratio" ? "ratio" : "value";
+      var range = p[key + "_min"] !== null && p[key + "_max"] !== null && p.trials > 1
+        ? " [" + fmt(p[key + "_min"]) + " – " + fmt(p[key + "_max"]) + "]" : "";
+      var unit = view === "ratio" ? " × control" : " " + (m.spec.unit || "");
+      list.appendChild(el("li", {}, m.spec.label + ": " + fmt(p[key]) + range + unit + ", median of " + p.trials +
+                          " trial" + (p.trials === 1 ? "" : "s") +
+                          (view === "value" && p.control !== null ? ", control " + fmt(p.control) : "")));
+    });
+    frag.appendChild(list);
+    var i = al.xs.indexOf(x), prev = null;
+    if (spec.compare_url && i > 0) al.meta.forEach(function (m) { if (!prev && m.byX[al.xs[i - 1]]) prev = m.byX[al.xs[i - 1]].sha; });
+    if (prev) {
+      var more = el("p");
+      more.appendChild(el("a", {href: spec.compare_url + "?base=" + prev + "&head=" + sha, "class": "compare-link"},
+                          "compare with the previous measured commit " + prev.slice(0, 7)));
+      frag.appendChild(more);
+    }
+    return frag;
+  }
+
+  function legend(spec, box) {
+    box.textContent = "";
+    spec.series.forEach(function (s) {
+      var item = el("li"); var sw = el("span", {"class": "swatch", "aria-hidden": "true"});
+      sw.style.background = s.color; item.appendChild(sw); item.appendChild(document.createTextNode(s.label));
+      box.appendChild(item);
+    });
+    var steps = spec.steps.filter(function (m) { return m.kind !== "correctness"; });
+    var wrong = spec.steps.filter(function (m) { return m.kind === "correctness"; });
+    if (steps.length) box.appendChild(el("li", {"class": "legend-step"}, "┆ step (" + steps.map(function (m) { return m.label; }).join(", ") + ")"));
+    if (wrong.length) box.appendChild(el("li", {"class": "legend-wrong"}, "┆ wrong results (" + wrong.length + ")"));
+    if (spec.failed.length) box.appendChild(el("li", {"class": "legend-failed"}, "× failed trial at " + spec.failed.length +
+      " commit" + (spec.failed.length === 1 ? "" : "s") + " (" + spec.failed.map(function (f) { return f.statuses.join("/"); }).join(", ") + ")"));
+  }
+
+  function mount(fig) {
+    var spec = JSON.parse(fig.querySelector("script[type='application/json']").textContent);
+    var plot = fig.querySelector(".plot"), out = fig.querySelector(".readout"), box = fig.querySelector(".legend");
+    var view = hasRatio(spec) ? "ratio" : "value", u = null, al = null, cursor = -1;
+    fig.querySelectorAll("input[name$='-view']").forEach(function (r) {
+      if (r.value === "ratio" && !hasRatio(spec)) { r.disabled = true; }
+      r.checked = r.value === view;
+      r.addEventListener("change", function () { if (r.checked) { view = r.value; draw(); } });
+    });
+    legend(spec, box);
+    function show(idx) {
+      if (!al || idx === null || idx === undefined || idx < 0) return;
+      var content = readout(spec, al, view, al.xs[idx]);
+      if (content) { out.textContent = ""; out.appendChild(content); }
+    }
+    function draw() {
+      var keep = u ? [u.scales.x.min, u.scales.x.max] : null;
+      if (u) u.destroy();
+      al = aligned(spec, view);
+      var width = Math.max(320, plot.clientWidth || 760);
+      u = new uPlot({
+        width: width, height: 280, series: al.series, bands: al.bands,
+        legend: {show: false}, cursor: {drag: {x: true, y: false}},
+        scales: {x: {time: false}},
+        axes: [{splits: shaSplits(al.xs), values: function (u, vals) {
+                  return vals.map(function (x) {
+                    var m = al.meta.find(function (m) { return m.byX[x]; }); return m ? m.byX[x].sha.slice(0, 7) : String(x);
+                  }); }, stroke: "#333"},
+               {label: view === "ratio" ? "ratio to the control" : spec.unit, stroke: "#333", size: 60}],
+        hooks: {draw: [drawMarks(spec)], setCursor: [function (u) { show(u.cursor.idx); }],
+                setScale: [function (u, key) { if (key === "x") fig.dataset.zoomed = String(u.scales.x.min > al.xs[0] || u.scales.x.max < al.xs[al.xs.length - 1]); }]}
+      }, al.data, plot);
+      if (keep && keep[0] !== null) u.setScale("x", {min: keep[0], max: keep[1]});
+      fig.dataset.ready = "true";
+    }
+    function zoom(factor) {
+      var min = u.scales.x.min, max = u.scales.x.max, mid = (min + max) / 2, half = Math.max((max - min) * factor / 2, 1);
+      u.setScale("x", {min: mid - half, max: mid + half});
+    }
+    function reset() { u.setScale("x", {min: al.xs[0], max: al.xs[al.xs.length - 1]}); }
+    fig.querySelector(".zoom-in").addEventListener("click", function () { zoom(0.5); });
+    fig.querySelector(".zoom-out").addEventListener("click", function () { zoom(2); });
+    fig.querySelector(".zoom-reset").addEventListener("click", reset);
+    plot.addEventListener("keydown", function (e) {
+      if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
+        cursor = Math.min(al.xs.length - 1, Math.max(0, cursor + (e.key === "ArrowRight" ? 1 : -1)));
+        var x = al.xs[cursor];
+        u.setCursor({left: u.valToPos(x, "x"), top: u.bbox.height / (2 * (devicePixelRatio || 1))});
+        show(cursor); e.preventDefault();
+      } else if (e.key === "+" || e.key === "=") { zoom(0.5); e.preventDefault(); }
+      else if (e.key === "-") { zoom(2); e.preventDefault(); }
+      else if (e.key === "0") { reset(); e.preventDefault(); }
+    });
+    draw();
+    show(al.xs.length - 1);
+  }
+
+  document.querySelectorAll("figure.perf-chart").forEach(mount);
+})();

@@ -1,0 +1,209 @@
+"""The dashboard in a real browser: Playwright driving Debian's Chromium (/usr/bin/chromium,
+`apt-get install chromium`; never `playwright install`) against one uvicorn server on a seeded
+database (tests/seed_dashboard.py), one browser for the whole module. Charts render with data,
+zoom by drag, buttons and keyboard, the read-out names the commit, filters and links work, and
+axe-core (the copy axe-playwright-python ships) finds no violation on any dashboard page."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("PERFBISECT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install '.[test]')")
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+
+from tests.seed_dashboard import NORM_CASE, SHAPES, STEP_AT, STEPPED, sha  # noqa: E402
+
+pytestmark = pytest.mark.browser
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def seeded(migrated_engine) -> Iterator[dict]:
+    """The seeded history in one transaction rolled back at the end; every request of the
+    server runs in a savepoint of it, one at a time."""
+    from sqlalchemy.orm import Session
+
+    from tests.seed_dashboard import seed
+
+    connection = migrated_engine.connect()
+    outer = connection.begin()
+    session = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
+    try:
+        yield {"session": session, **seed(session)}
+    finally:
+        session.close()
+        outer.rollback()
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def server(seeded) -> Iterator[str]:
+    import uvicorn
+
+    from service.api import create_app
+    from service.api.deps import get_session
+
+    app = create_app()
+    lock = threading.Lock()
+
+    def _session():
+        with lock:  # one connection shared by the server's threads
+            savepoint = seeded["session"].begin_nested()
+            try:
+                yield seeded["session"]
+            finally:
+                savepoint.rollback()
+
+    app.dependency_overrides[get_session] = _session
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport={"width": 1200, "height": 900}, base_url=server)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    context.close()
+    assert errors == [], f"JavaScript errors: {errors}"
+
+
+def _history(page, **query) -> None:
+    from urllib.parse import urlencode
+    page.goto(f"/dashboard/repositories/minikern?{urlencode(query)}")
+    page.wait_for_selector("figure.perf-chart[data-ready='true'] canvas")
+
+
+def test_chart_renders_the_series_with_the_step_only_where_it_passed(page) -> None:
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)
+    fig = page.locator("figure.perf-chart")
+    assert fig.count() == 1
+    legend = fig.locator("ul.legend").inner_text()
+    assert "NVIDIA H200" in legend and "step (-20.0%)" in legend and "failed trial" in legend
+    assert "wrong results" in legend
+    box = fig.locator("canvas").first.bounding_box()
+    assert box and box["width"] > 300 and box["height"] > 200
+    _history(page, target="minikern.rmsnorm:rmsnorm", case=NORM_CASE)  # +1.8% with an interval spanning 0
+    assert "step (" not in page.locator("ul.legend").inner_text()
+
+
+def test_zoom_by_drag_buttons_and_keyboard_and_the_readout(page) -> None:
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)
+    fig = page.locator("figure.perf-chart")
+    over = fig.locator(".u-over")
+    box = over.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.up()
+    assert fig.get_attribute("data-zoomed") == "true"
+    fig.locator("button.zoom-reset").click()
+    assert fig.get_attribute("data-zoomed") == "false"
+    fig.locator(".plot").focus()
+    page.keyboard.press("+")
+    assert fig.get_attribute("data-zoomed") == "true"
+    page.keyboard.press("0")
+    page.keyboard.press("ArrowRight")
+    readout = fig.locator(".readout").inner_text()
+    assert sha(0)[:10] in readout and "#900" in readout and "median of 3 trials" in readout
+    assert "[" in readout and "× control" in readout  # the trials' range, in the ratio view
+    fig.locator("input[value='value']").check()
+    fig.locator(".plot").focus()
+    page.keyboard.press("ArrowRight")
+    assert "TFLOP/s" in fig.locator(".readout").inner_text()
+
+
+def test_shape_filter_and_overlay(page) -> None:
+    _history(page, target="minikern.gemm:matmul")
+    assert page.locator("figure.perf-chart").count() == len(SHAPES)
+    page.select_option("select.shape-param[data-param='dtype']", "bf16")
+    page.click("form.filters button[type='submit']")
+    page.wait_for_selector("figure.perf-chart[data-ready='true']")
+    assert "shape=dtype%3Dbf16" in page.url
+    assert page.locator("figure.perf-chart").count() == 2
+    page.check("input[name='overlay']")
+    page.click("form.filters button[type='submit']")
+    page.wait_for_selector("figure.perf-chart[data-ready='true']")
+    assert page.locator("figure.perf-chart").count() == 1
+    assert page.locator("ul.legend li .swatch").count() == 2  # one line per shape
+
+
+def test_links_lead_to_the_commit_the_job_and_the_compare_view(page, seeded) -> None:
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)
+    culprit = sha(STEP_AT)
+    assert page.locator(f"a[href='https://github.com/acme/minikern/commit/{culprit}']").count() >= 1
+    assert page.locator(f"a[href='https://github.com/acme/minikern/pull/{900 + STEP_AT}']").count() >= 1
+    page.click("figure.perf-chart .readout a.compare-link")  # the read-out starts on the newest point
+    assert page.url.endswith(f"/compare?base={sha(38)}&head={sha(39)}")
+    assert page.locator("tr", has_text=STEPPED).count() == 1
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)
+    page.click(f"a[href='/dashboard/jobs/{seeded['job'].id}']")
+    assert page.locator("h1").inner_text().startswith(f"Job #{seeded['job'].id}")
+    page.goto("/dashboard/repositories/minikern")
+    page.click("text=compare two revisions")
+    page.select_option("select[name='base']", sha(STEP_AT - 1))
+    page.select_option("select[name='head']", sha(STEP_AT))
+    page.click("form.filters button[type='submit']")
+    row = page.locator("tr", has_text=STEPPED)
+    assert "worse" in row.inner_text()
+
+
+def _axe(page) -> list[dict]:
+    import axe_playwright_python
+    page.add_script_tag(path=str(Path(axe_playwright_python.__file__).parent / "axe.min.js"))
+    result = page.evaluate("axe.run(document).then(r => r.violations.map(v => ({id: v.id, nodes: v.nodes.map(n => n.target)})))")
+    return result
+
+
+def test_axe_finds_no_violations_on_any_page(page, seeded) -> None:
+    paths = ["/dashboard", "/dashboard/jobs", f"/dashboard/jobs/{seeded['job'].id}",
+             f"/dashboard/jobs/{seeded['running'].id}", "/dashboard/repositories/minikern",
+             f"/dashboard/repositories/minikern?target=minikern.gemm:matmul&case={STEPPED}",
+             "/dashboard/repositories/minikern?target=minikern.gemm:matmul&shape=dtype%3Dbf16&overlay=true",
+             "/dashboard/alerts", f"/dashboard/repositories/minikern/compare?base={sha(24)}&head={sha(25)}",
+             "/dashboard/repositories/nope"]
+    found = {}
+    for path in paths:
+        page.goto(path)
+        if page.locator("figure.perf-chart").count():
+            page.wait_for_selector("figure.perf-chart[data-ready='true']")
+        violations = _axe(page)
+        if violations:
+            found[path] = violations
+    assert found == {}, json.dumps(found, indent=1)[:4000]

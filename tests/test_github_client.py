@@ -1,0 +1,153 @@
+"""The PR bot's transport and merge gate, with GitHub's servers mocked at the edge
+(httpx.MockTransport): rate-limit answers are waited out as GitHub asks, 5xx are retried,
+permission errors are not, the bot's comment is found on any page, and a compare job sets a
+check run (or a commit status where the token cannot) whose conclusion gates the merge."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from service.jobs.schemas import JobRead
+from service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository
+from service.settings import get_settings
+from service.webhooks.check import check_verdict
+from service.webhooks.github import post_check
+from service.webhooks.github_client import GitHubClient, rate_limit_wait
+
+API = "https://github.test/api/v3"
+CASE = "gemm M=64,N=64,K=64,dtype=fp32"
+
+
+class Script:
+    """Answers requests from a list of (method, path-suffix) -> response rules, in order of use."""
+
+    def __init__(self, *answers: httpx.Response | dict) -> None:
+        self.answers, self.requests = list(answers), []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.answers.pop(0)
+        return answer if isinstance(answer, httpx.Response) else httpx.Response(200, json=answer)
+
+
+def client_for(script: Script, sleeps: list[float]) -> GitHubClient:
+    return GitHubClient(httpx.Client(transport=httpx.MockTransport(script)), API, "acme", "kern", "tok",
+                        sleep=sleeps.append)
+
+
+def test_a_rate_limit_answer_is_waited_out_as_github_asks() -> None:
+    limited = httpx.Response(403, headers={"Retry-After": "7"}, json={"message": "secondary rate limit"})
+    script, sleeps = Script(limited, {"id": 1, "html_url": "u"}), []
+    assert client_for(script, sleeps).request("POST", f"{API}/repos/acme/kern/issues/1/comments").json()["id"] == 1
+    assert sleeps == [7.0] and len(script.requests) == 2
+
+
+def test_rate_limit_reset_and_caps() -> None:
+    reset = httpx.Response(403, headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1030"})
+    assert rate_limit_wait(reset, now=1000.0) == 30.0
+    assert rate_limit_wait(httpx.Response(429)) == 60.0
+    assert rate_limit_wait(httpx.Response(403, json={"message": "Resource not accessible"})) is None
+    script, sleeps = Script(httpx.Response(429, headers={"Retry-After": "3600"}), {}), []
+    client_for(script, sleeps).request("GET", f"{API}/x")
+    assert sleeps == [120.0]  # never longer than max_wait
+
+
+def test_server_errors_back_off_and_permission_errors_are_raised_at_once() -> None:
+    script, sleeps = Script(httpx.Response(502), httpx.Response(503), {"ok": True}), []
+    assert client_for(script, sleeps).request("GET", f"{API}/x").json() == {"ok": True}
+    assert sleeps == [1.0, 2.0]
+    script, sleeps = Script(httpx.Response(403, json={"message": "Resource not accessible by integration"})), []
+    with pytest.raises(httpx.HTTPStatusError):
+        client_for(script, sleeps).request("POST", f"{API}/x")
+    assert sleeps == [] and len(script.requests) == 1
+    script, sleeps = Script(*[httpx.Response(500)] * 4), []
+    with pytest.raises(httpx.HTTPStatusError):
+        client_for(script, sleeps).request("GET", f"{API}/x")
+    assert len(script.requests) == 4  # attempts
+
+
+def test_the_bots_comment_is_found_on_a_later_page() -> None:
+    page2 = f"{API}/repositories/1/issues/7/comments?per_page=100&page=2"
+    first = httpx.Response(200, json=[{"id": i, "body": "someone else"} for i in range(100)],
+                           headers={"Link": f'<{page2}>; rel="next", <{page2}>; rel="last"'})
+    second = httpx.Response(200, json=[{"id": 555, "body": "old report\n<!-- mark -->"}])
+    script, sleeps = Script(first, second, {"id": 555, "html_url": "https://github.com/c/555"}), []
+    action, url = client_for(script, sleeps).upsert_comment(7, "new report\n<!-- mark -->", "<!-- mark -->")
+    assert (action, url) == ("updated", "https://github.com/c/555")
+    get1, get2, patch = script.requests
+    assert get1.url.params["per_page"] == "100" and str(get2.url) == page2
+    assert patch.method == "PATCH" and patch.url.path.endswith("/issues/comments/555")
+
+
+def _job(kind: str, status: str, effects: dict | None = None, wrong: bool = False) -> JobRead:
+    culprits = []
+    if effects:
+        culprits.append({"kind": "performance", "first_sha": "b" * 40, "last_sha": "b" * 40, "fixed_sha": None,
+                         "exact": True, "effects": {c: {"rel": r, "ci": ci, "before": 1, "after": 1 + r}
+                                                    for c, (r, ci) in effects.items()}})
+    if wrong:
+        culprits.append({"kind": "correctness", "first_sha": "c" * 40, "last_sha": "c" * 40, "fixed_sha": None,
+                         "exact": True})
+    return JobRead.model_validate({"id": 3, "kind": kind, "status": status, "repository": "kern",
+                                   "spec": {"min_effect": 0.02}, "progress": {}, "revision_shas": ["a" * 40, "b" * 40],
+                                   "error": None, "created_at": "2026-12-01T00:00:00Z", "started_at": None,
+                                   "finished_at": None, "culprits": culprits})
+
+
+def test_check_verdict_fails_on_a_passed_regression_only() -> None:
+    assert check_verdict(_job("compare", "succeeded", {CASE: (-0.2, (-0.25, -0.15))})).conclusion == "failure"
+    noisy = check_verdict(_job("compare", "succeeded", {CASE: (-0.018, (-0.05, 0.01))}))
+    assert noisy.conclusion == "success" and "No case moved" in noisy.summary
+    better = check_verdict(_job("compare", "succeeded", {CASE: (1.31, (1.2, 1.4))}))
+    assert better.conclusion == "success" and better.title.startswith("1 improved")
+    assert check_verdict(_job("compare", "succeeded", wrong=True)).conclusion == "failure"
+    assert check_verdict(_job("compare", "failed")).conclusion == "neutral"
+
+
+@pytest.fixture
+def github_settings(monkeypatch):
+    current = get_settings()
+    monkeypatch.setattr(current, "github_token", "tok")
+    monkeypatch.setattr(current, "github_api_url", API)
+    monkeypatch.setattr(current, "public_url", "https://perf.example")
+    return current
+
+
+def _compare_job(session, status=JobStatus.succeeded) -> Job:
+    repo = Repository(name="kern", url="https://github.com/acme/kern", env={})
+    session.add(repo)
+    session.flush()
+    job = Job(kind=JobKind.compare, repository_id=repo.id, status=status, revision_shas=["a" * 40, "b" * 40],
+              spec={"good": "a" * 40, "bad": "b" * 40, "cases": [], "min_effect": 0.02, "pr_number": 7},
+              progress={})
+    session.add(job)
+    session.flush()
+    session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha="b" * 40, last_sha="b" * 40,
+                        effects={CASE: {"rel": -0.2, "ci": [-0.25, -0.15], "before": 1.0, "after": 0.8}}))
+    session.flush()
+    return job
+
+
+def test_compare_job_sets_a_failing_check_run_on_its_head(session, github_settings) -> None:
+    job = _compare_job(session)
+    script = Script(httpx.Response(201, json={"id": 1}))
+    result = post_check(session, job.id, client=httpx.Client(transport=httpx.MockTransport(script)))
+    [request] = script.requests
+    body = json.loads(request.content)
+    assert request.url.path == "/api/v3/repos/acme/kern/check-runs"
+    assert (body["head_sha"], body["conclusion"], body["status"]) == ("b" * 40, "failure", "completed")
+    assert body["details_url"] == f"https://perf.example/dashboard/jobs/{job.id}"
+    assert result["via"] == "check_run" and result["posted"] and result["error"] is None
+
+
+def test_without_check_permission_a_commit_status_is_set(session, github_settings) -> None:
+    job = _compare_job(session)
+    script = Script(httpx.Response(403, json={"message": "Resource not accessible by personal access token"}),
+                    httpx.Response(201, json={"id": 2}))
+    result = post_check(session, job.id, client=httpx.Client(transport=httpx.MockTransport(script)))
+    status = script.requests[1]
+    assert status.url.path == f"/api/v3/repos/acme/kern/statuses/{'b' * 40}"
+    assert json.loads(status.content)["state"] == "failure" and result["via"] == "status"
