@@ -75,7 +75,7 @@ def dashboard_job(request: Request, session: SessionDep, job_id: JobId) -> HTMLR
 def dashboard_history(request: Request, session: SessionDep, name: RepoName, suite: Filter = None,
                       target: Filter = None, case: Filter = None,
                       last: int | None = Query(None, ge=2, le=100_000),
-                      shape: Filter = Query(None, description="shape parameters, e.g. K=512,dtype=bf16"),
+                      shape: Filter = None,  # shape parameters, e.g. K=512,dtype=bf16
                       overlay: bool = False) -> HTMLResponse:
     filters = {"suite": suite, "target": target, "case": case, "last": last, "shape": shape, "overlay": overlay}
     if not (suite or target or case or shape):  # every case: a summary row each, not every point
