@@ -39,6 +39,19 @@ class Settings(BaseSettings):
     device_class: str = "cpu"
     visibility_timeout_s: int = 3600
     embedded_workers: int = Field(default=1, ge=1, le=64, description="trials run at once without a broker")
+    # Containment of repository code (workers/sandbox.py). As root, builds and trials run as this
+    # user ("" keeps root: only for a worker that is itself an unprivileged account).
+    sandbox_user: str = "nobody"
+    trial_memory_mb: int = Field(default=65536, ge=0, description="address space (CPU) or data (GPU) cap; 0 = none")
+    max_file_mb: int = Field(default=16384, ge=0, description="largest file a build or trial may write; 0 = none")
+    # Self-healing (service/trials/reconcile.py): a running trial whose worker stopped beating
+    # for heartbeat_timeout_s is run again; a pending one whose message is gone is re-sent.
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    heartbeat_timeout_s: int = Field(default=60, ge=5)
+    redispatch_after_s: int = Field(default=30, ge=1)
+    reconcile_interval_s: float = Field(default=15.0, gt=0)
+    cancel_poll_s: float = Field(default=1.0, gt=0, description="how often a running trial checks for a cancel")
+    store_retry_s: int = Field(default=900, ge=0, description="how long a worker keeps retrying to store a result")
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"
