@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.settings import get_settings
@@ -26,7 +27,15 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    # pre_ping: a connection the database dropped (a restart, a network cut) is replaced before
+    # use, so the service recovers by itself; connect_timeout: an unreachable server fails a
+    # request in seconds (503) instead of hanging it.
+    return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """A lost or refused connection (retry later), not a bug in the statement."""
+    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
 
 
 @lru_cache

@@ -5,7 +5,12 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from sqlalchemy.exc import DBAPIError
+
+from service.db import database_unreachable
 from service.errors import PerfbisectError
+
+RETRY_AFTER_S = 5
 
 
 def create_app() -> FastAPI:
@@ -26,6 +31,15 @@ def create_app() -> FastAPI:
     @app.exception_handler(PerfbisectError)
     def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
         return JSONResponse(status_code=exc.status_code, content={"detail": exc.message})
+
+    @app.exception_handler(DBAPIError)
+    def _database_unavailable(_request: Request, exc: DBAPIError) -> JSONResponse:
+        # An outage is the client's to retry, and the driver's text (host, user) is not theirs to
+        # read. The pool pings connections before use, so the API recovers by itself.
+        if not database_unreachable(exc):
+            raise exc
+        return JSONResponse(status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)},
+                            content={"detail": "database unavailable, retry later"})
 
     for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router):
         app.include_router(router)

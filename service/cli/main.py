@@ -55,6 +55,12 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True) -> No
         from service.migrate import upgrade
 
         upgrade()
+    from service.settings import get_settings
+
+    if get_settings().embedded:  # no beat without a broker: this process repairs its own jobs
+        from workers.dispatch import start_embedded_reconciler
+
+        start_embedded_reconciler()
     uvicorn.run("service.api:create_app", factory=True, host=host, port=port, log_level="info")
 
 
@@ -63,6 +69,7 @@ def worker(
     device_class: Annotated[str, typer.Option(help="queue to serve: cpu, cuda, or a GPU model")] = "cpu",
     gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES)")] = None,
     control: Annotated[bool, typer.Option(help="also serve the control queue (job planning)")] = True,
+    beat: Annotated[bool, typer.Option(help="also run the periodic reconciler (one per deployment)")] = False,
     concurrency: int = 1,
 ) -> None:
     """Run a Celery worker on REDIS_URL: one process per GPU, one trial at a time."""
@@ -79,7 +86,21 @@ def worker(
     # prefork even for one process: a trial child that dies is reported (WorkerLostError) and,
     # with acks_late + reject_on_worker_lost, its message goes back to the queue.
     celery_app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-n", name,
-                            "--pool", "prefork", "-l", "INFO"])
+                            "--pool", "prefork", "-l", "INFO", *(["--beat"] if beat else [])])
+
+
+@app.command("beat")
+def beat_command() -> None:
+    """Run the periodic reconciler alone (Celery beat): it re-sends trials the broker lost,
+    re-runs those of dead workers and re-advances stalled jobs. Run one per deployment."""
+    from service.settings import get_settings
+
+    if get_settings().embedded:
+        fail("REDIS_URL is not set: the embedded server reconciles by itself")
+    get_settings().home.mkdir(parents=True, exist_ok=True)
+    from workers.celery_app import celery_app
+
+    celery_app.start(["beat", "-l", "INFO"])
 
 
 @app.command()
