@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     # Containment of repository code (workers/sandbox.py). As root, builds and trials run as this
     # user ("" keeps root: only for a worker that is itself an unprivileged account).
     sandbox_user: str = "nobody"
+    sandbox_dir: Path | None = Field(default=None, description="slots for trials; default HOME/sandbox, must be "
+                                     "traversable by the sandbox user")
     trial_memory_mb: int = Field(default=65536, ge=0, description="address space (CPU) or data (GPU) cap; 0 = none")
     max_file_mb: int = Field(default=16384, ge=0, description="largest file a build or trial may write; 0 = none")
     # Self-healing (service/trials/reconcile.py): a running trial whose worker stopped beating

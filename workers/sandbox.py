@@ -97,8 +97,9 @@ def sandbox_user() -> SandboxUser | None:
     problem = _probe(user)
     if problem is None:
         return user
-    message = (f"the sandbox user {user.name} cannot run {sys.executable} with the harness ({problem}); "
-               "install perfbisect where that user can read it (see the README)")
+    message = (f"the sandbox user {user.name} cannot run {sys.executable} with the harness in {slots_root()} "
+               f"({problem}); install perfbisect where that user can read it and make the sandbox directory "
+               "traversable by it (see the README)")
     if settings.environment == "production":
         raise SandboxError(message)
     log.warning("%s; running repository code as root", message)
@@ -111,8 +112,11 @@ def lookup_user(name: str) -> SandboxUser:
 
 
 def _probe(user: SandboxUser) -> str | None:
+    """Why `user` cannot run the harness from a slot, or None."""
+    root = slots_root()
+    root.mkdir(parents=True, exist_ok=True)
     try:
-        done = subprocess.run([sys.executable, "-c", "import kernels.harness"], cwd="/", capture_output=True,
+        done = subprocess.run([sys.executable, "-c", "import kernels.harness"], cwd=root, capture_output=True,
                               env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(HARNESS_ROOT)},
                               user=user.uid, group=user.gid, extra_groups=[], timeout=120, text=True)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -216,7 +220,8 @@ def _wait(proc: subprocess.Popen, deadline: float, should_stop: Callable[[], boo
 
 
 def slots_root() -> Path:
-    return (get_settings().home / "sandbox" / socket.gethostname()).resolve()
+    settings = get_settings()
+    return ((settings.sandbox_dir or settings.home / "sandbox") / socket.gethostname()).resolve()
 
 
 def _marker_prefix(path: Path) -> str:
