@@ -18,13 +18,52 @@ from pathlib import Path
 import httpx
 import redis
 
-from kernels import demo
-from service.cli.runs import DEMO_MIN_EFFECT
 from tests.e2e_support import BIN, api_server, free_port, fresh_database, perfbisect, service_env, stop
+from tests.gitrepo import git
 
-# A small range of the demo history: commits 4..12, one planted gemm bf16 step at index 8.
-GOOD_INDEX, BAD_INDEX, PLANTED_INDEX = 4, 12, 8
-CASE = {"suite": "gemm", "target": demo.GEMM_TARGET, "params": {"M": 512, "N": 512, "K": 512, "dtype": "bf16"}}
+# A five-commit repository whose kernel becomes 40 passes slower at commit 2: a step no load on
+# a shared CI machine can hide, so the fault, not the noise, is what these tests exercise.
+GOOD_INDEX, BAD_INDEX, PLANTED_INDEX = 0, 4, 2
+CASE = {"suite": "file:bench/scale.py", "target": "stepkern.ops:scale", "params": {"N": 1 << 18}}
+BUILD_COMMAND = "python -m compileall -q stepkern"
+POLICY = {"min_samples": 5, "max_samples": 9, "max_time_s": 0.2, "rel_noise": 0.02, "warmup": 1, "threads": 1}
+SUITE = """
+import torch
+
+METRIC = "GB/s"
+
+def make_inputs(params, device, generator):
+    return (torch.randn(params["N"], generator=generator, device=device),)
+
+def bytes_moved(params):
+    return 2 * 4 * params["N"]
+
+def reference(inputs, params):
+    return inputs[0].double() * 2.0
+
+def control(inputs, params):
+    return inputs[0] * 2.0
+"""
+FAST = "def scale(x):\n    return x * 2.0\n"
+SLOW = "def scale(x):\n    for _ in range(40):  # a pass per tile, left in by a refactor\n        x = x + 0.0\n    return x * 2.0\n"
+
+
+def make_step_repo(path: Path) -> list[str]:
+    """The fault tests' repository; returns its shas, oldest first."""
+    path.mkdir(parents=True)
+    (path / "bench").mkdir()
+    (path / "stepkern").mkdir()
+    (path / "bench" / "scale.py").write_text(SUITE)
+    (path / "stepkern" / "__init__.py").write_text("")
+    git(path, "init", "-q", "-b", "main")
+    shas = []
+    for index in range(BAD_INDEX + 1):
+        (path / "stepkern" / "ops.py").write_text(SLOW if index >= PLANTED_INDEX else FAST)
+        (path / "CHANGES").write_text(f"change {index}\n")
+        git(path, "add", "-A")
+        git(path, "commit", "-q", "-m", f"change {index} (#{100 + index})")
+        shas.append(git(path, "rev-parse", "HEAD"))
+    return shas
 # Fast healing for tests; production defaults are in service/settings.py.
 HEALING = {"PERFBISECT_HEARTBEAT_S": "1", "PERFBISECT_HEARTBEAT_TIMEOUT_S": "10",
            "PERFBISECT_RECONCILE_INTERVAL_S": "2", "PERFBISECT_REDISPATCH_AFTER_S": "5",
@@ -147,7 +186,7 @@ class Stack:
         return self.get(f"/api/jobs/{job_id}/trials").json()
 
     def start_worker(self) -> subprocess.Popen:
-        worker = perfbisect("worker", "--device-class", "cpu", env=self.env, log=self.log)
+        worker = perfbisect("worker", "--device-class", "cpu", "--no-control", env=self.env, log=self.log)
         self.workers.append(worker)
         return worker
 
@@ -155,15 +194,16 @@ class Stack:
 @contextmanager
 def service_stack(tmp_path: Path, name: str, redis_url: str, *, database_url: str | None = None,
                   workers: int = 2, **extra: str):
-    """Migrated database, the beat reconciler, `workers` CPU workers and the API server."""
+    """Migrated database, a control worker running the beat reconciler, `workers` CPU workers
+    and the API server."""
     migrate_url = fresh_database(f"perfbisect_fault_{name}")
     env = service_env(tmp_path / "home", database_url or migrate_url, redis_url, **{**HEALING, **extra})
     subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env={**env, "DATABASE_URL": migrate_url},
                    check=True, capture_output=True)
     log = tmp_path / "services.log"
     with ExitStack() as stack:
-        beat = perfbisect("beat", env=env, log=log)
-        stack.callback(stop, beat)
+        control = perfbisect("worker", "--no-trials", "--beat", env=env, log=log)
+        stack.callback(stop, control)
         services = Stack("", env, tmp_path / "home", log)
         for _ in range(workers):
             services.start_worker()
@@ -172,24 +212,19 @@ def service_stack(tmp_path: Path, name: str, redis_url: str, *, database_url: st
         yield services
 
 
-def register_and_submit(stack: Stack, repo: Path, build_command: str = demo.DEMO_BUILD_COMMAND) -> int:
-    truth = json.loads((repo / "GROUND_TRUTH.json").read_text())
-    events = {e["index"]: e for e in truth["events"]}
-    assert events[PLANTED_INDEX]["event"] == "swizzle_off_bf16"
-    registered = stack.post("/api/repositories", {"name": "minikern", "url": str(repo), "build_command": build_command})
+def register_and_submit(stack: Stack, repo: Path, build_command: str = BUILD_COMMAND) -> int:
+    registered = stack.post("/api/repositories", {"name": "stepkern", "url": str(repo), "build_command": build_command})
     assert registered.status_code in (201, 409), registered.text
-    shas = subprocess.run(["git", "rev-list", "--first-parent", "--reverse", "HEAD"], cwd=repo, check=True,
-                          capture_output=True, text=True).stdout.split()
-    assert shas[PLANTED_INDEX] == events[PLANTED_INDEX]["sha"]
+    shas = git(repo, "rev-list", "--first-parent", "--reverse", "HEAD").split()
     response = stack.post("/api/jobs/bisect", bisect_body(shas[GOOD_INDEX], shas[BAD_INDEX]))
     assert response.status_code == 202, response.text
     return response.json()["id"]
 
 
 def bisect_body(good: str, bad: str) -> dict:
-    return {"repository": "minikern", "good": good, "bad": bad,
+    return {"repository": "stepkern", "good": good, "bad": bad,
             "benchmarks": [{"suite": CASE["suite"], "target": CASE["target"], "shapes": [CASE["params"]]}],
-            "device_class": "cpu", "min_effect": DEMO_MIN_EFFECT["cpu"], "policy": demo.DEMO_CPU_POLICY, "workers": 2}
+            "device_class": "cpu", "min_effect": 0.15, "policy": POLICY, "workers": 2, "max_trials": 5}
 
 
 def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.2):

@@ -69,7 +69,9 @@ def worker(
     device_class: Annotated[str, typer.Option(help="queue to serve: cpu, cuda, or a GPU model")] = "cpu",
     gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES)")] = None,
     control: Annotated[bool, typer.Option(help="also serve the control queue (job planning)")] = True,
-    beat: Annotated[bool, typer.Option(help="also run the periodic reconciler (one per deployment)")] = False,
+    trials: Annotated[bool, typer.Option(help="serve the device queue (--no-trials: a control-only worker)")] = True,
+    beat: Annotated[bool, typer.Option(help="also run the periodic reconciler (one per deployment, best on a "
+                                           "control-only worker so it never waits behind a trial)")] = False,
     concurrency: int = 1,
 ) -> None:
     """Run a Celery worker on REDIS_URL: one process per GPU, one trial at a time."""
@@ -79,28 +81,23 @@ def worker(
         fail("REDIS_URL is not set: a worker needs a broker (the embedded default runs tasks in-process)")
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if trials:
+        from workers.sandbox import SandboxError, sandbox_user
+
+        try:
+            sandbox_user()  # refuse to start rather than fail every trial (production), or warn
+        except SandboxError as exc:
+            fail(str(exc))
     from workers.celery_app import CONTROL_QUEUE, celery_app
 
-    queues = [device_class] + ([CONTROL_QUEUE] if control else [])
+    queues = ([device_class] if trials else []) + ([CONTROL_QUEUE] if control else [])
+    if not queues:
+        fail("--no-trials and --no-control leave this worker nothing to do")
     name = f"{device_class}{'' if gpu is None else gpu}-{os.getpid()}@%h"
     # prefork even for one process: a trial child that dies is reported (WorkerLostError) and,
     # with acks_late + reject_on_worker_lost, its message goes back to the queue.
     celery_app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-n", name,
                             "--pool", "prefork", "-l", "INFO", *(["--beat"] if beat else [])])
-
-
-@app.command("beat")
-def beat_command() -> None:
-    """Run the periodic reconciler alone (Celery beat): it re-sends trials the broker lost,
-    re-runs those of dead workers and re-advances stalled jobs. Run one per deployment."""
-    from service.settings import get_settings
-
-    if get_settings().embedded:
-        fail("REDIS_URL is not set: the embedded server reconciles by itself")
-    get_settings().home.mkdir(parents=True, exist_ok=True)
-    from workers.celery_app import celery_app
-
-    celery_app.start(["beat", "-l", "INFO"])
 
 
 @app.command()
