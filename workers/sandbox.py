@@ -38,7 +38,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from kernels.harness.runner import HARNESS_ROOT, Launched, read_tail
+from kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
 from service.settings import get_settings
 from workers import proctree
 
@@ -197,7 +197,7 @@ class Slot:
             proc.wait()
         return Launched(None if stopped else proc.returncode, read_tail(self.log_path), stopped)
 
-    def launcher(self, memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None):
+    def launcher(self, memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None) -> Launcher:
         """A `kernels.harness.runner.Launcher` that runs the harness in this slot."""
         def launch(cmd: list[str], cwd: Path, env: dict, timeout_s: float, scratch: Path) -> Launched:
             self.give(scratch)
