@@ -148,6 +148,7 @@ class Job(Base):
 
 class Trial(Base):
     __tablename__ = "trials"
+    __table_args__ = (Index("ix_trials_status_dispatched_at", "status", "dispatched_at"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -163,6 +164,8 @@ class Trial(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    dispatched_at: Mapped[datetime | None] = mapped_column(doc="last time its message was sent (the reconciler re-sends lost ones)")
+    heartbeat_at: Mapped[datetime | None] = mapped_column(doc="a running trial's worker says it is alive every few seconds")
     build_s: Mapped[float | None] = mapped_column(Float)
     run_s: Mapped[float | None] = mapped_column(Float)
     phases: Mapped[dict[str, Any] | None] = mapped_column(

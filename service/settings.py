@@ -47,8 +47,24 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
     db_pool_timeout_s: float = Field(default=10.0, gt=0)
     trial_launcher: Literal["auto", "fork-server", "subprocess"] = Field(
-        default="auto", description="fork trials from a server that has imported torch, or start a subprocess")
+        default="auto", description="workers: fork-server trusts the repositories (forked trials, no sandbox user, "
+        "memory cap or cancel polling; seconds faster); otherwise trials run contained in a subprocess")
     trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a worker keeps")
+    # Containment of repository code (workers/sandbox.py). As root, builds and trials run as this
+    # user ("" keeps root: only for a worker that is itself an unprivileged account).
+    sandbox_user: str = "nobody"
+    sandbox_dir: Path | None = Field(default=None, description="slots for trials; default HOME/sandbox, must be "
+                                     "traversable by the sandbox user")
+    trial_memory_mb: int = Field(default=65536, ge=0, description="address space (CPU) or data (GPU) cap; 0 = none")
+    max_file_mb: int = Field(default=16384, ge=0, description="largest file a build or trial may write; 0 = none")
+    # Self-healing (service/trials/reconcile.py): a running trial whose worker stopped beating
+    # for heartbeat_timeout_s is run again; a pending one whose message is gone is re-sent.
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    heartbeat_timeout_s: int = Field(default=60, ge=5)
+    redispatch_after_s: int = Field(default=30, ge=1)
+    reconcile_interval_s: float = Field(default=15.0, gt=0)
+    cancel_poll_s: float = Field(default=1.0, gt=0, description="how often a running trial checks for a cancel")
+    store_retry_s: int = Field(default=900, ge=0, description="how long a worker keeps retrying to store a result")
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"

@@ -5,6 +5,7 @@ subprocesses. The numbers are a literal step history, not a model of a kernel.""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from service.jobs import advance
 from service.jobs import service as jobs
 from service.jobs import views
 from service.jobs.schemas import BisectCreate
-from service.models import JobStatus, Trial, TrialStatus
+from service.models import JobStatus, Trial, TrialStatus, utcnow
 from service.trials import service as trials
 from tests.factories import create_repository
 from tests.gitrepo import make_repo
@@ -143,7 +144,10 @@ def test_trial_left_running_by_a_dead_worker_runs_again(session, repo) -> None:
     job_id = submit(session)
     trial_id = advance.advance(session, job_id).trial_ids[0]
     first = trials.start(session, trial_id, worker_host="dead-node")
+    assert trials.start(session, trial_id, worker_host="other-node") is None  # it still beats: a duplicate
+    trial = session.get(Trial, trial_id)
+    trial.heartbeat_at = trial.started_at = utcnow() - timedelta(minutes=5)  # it stopped beating
     again = trials.start(session, trial_id, worker_host="live-node")
-    assert first is not None and again is not None
+    assert first is not None and again is not None and again.attempt == 2
     trial = session.get(Trial, trial_id)
     assert trial.attempts == 2 and trial.worker_host == "live-node"

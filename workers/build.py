@@ -1,13 +1,16 @@
-"""Run a repository's registered build command in a checked-out revision."""
+"""Run a repository's registered build command in a checked-out revision, contained in the
+trial's sandbox slot (workers/sandbox.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from workers.sandbox import Slot
+
+LOG_TAIL = 2000
 
 
 @dataclass(frozen=True)
@@ -15,26 +18,25 @@ class BuildResult:
     ok: bool
     seconds: float
     log_tail: str
+    stopped: str | None = None
 
 
-def run_build(command: str | None, worktree: Path, env: dict[str, str], timeout_s: float) -> BuildResult:
-    """Run `command` with a shell in `worktree` (it is the registered repository's own command,
-    never text from a job). A non-zero exit or the timeout is a failed build, not an exception."""
+def run_build(command: str | None, slot: Slot, env: dict[str, str], timeout_s: float,
+              should_stop: Callable[[], bool] | None = None) -> BuildResult:
+    """Run `command` with a shell in the slot's worktree (it is the registered repository's own
+    command, never text from a job), with the slot's scrubbed environment plus `env`. A non-zero
+    exit, the timeout or a stop is a failed build, not an exception."""
     if not command:
         return BuildResult(True, 0.0, "")
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        command, shell=True, cwd=worktree, env={**os.environ, **env}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return BuildResult(False, time.perf_counter() - start, f"build timed out after {timeout_s:.0f}s\n{out[-2000:]}")
-    ok = proc.returncode == 0
-    tail = out[-2000:] if not ok else out[-500:]
-    if not ok:
-        tail = f"build command exited {proc.returncode}\n{tail}"
-    return BuildResult(ok, time.perf_counter() - start, tail)
+    done = slot.run(command, cwd=slot.worktree, env=slot.env(env), timeout_s=timeout_s, memory="data",
+                    should_stop=should_stop)
+    seconds = time.perf_counter() - start
+    tail = done.output_tail[-LOG_TAIL:]
+    if done.stopped == "timeout":
+        return BuildResult(False, seconds, f"build timed out after {timeout_s:.0f}s\n{tail}", done.stopped)
+    if done.stopped:
+        return BuildResult(False, seconds, f"build stopped: {done.stopped}\n{tail}", done.stopped)
+    if done.returncode != 0:
+        return BuildResult(False, seconds, f"build command exited {done.returncode}\n{tail}")
+    return BuildResult(True, seconds, tail[-500:])

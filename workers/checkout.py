@@ -100,6 +100,7 @@ class Mirror:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             return git.Repo.clone_from(self.url, self.path, mirror=True)
         except git.GitCommandError as exc:
+            shutil.rmtree(self.path, ignore_errors=True)  # a rejected URL leaves no partial mirror
             raise GitError(f"cannot clone {self.url}: {exc.stderr.strip() or exc}") from exc
 
     def resolve(self, ref: str) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -32,6 +34,31 @@ def send(task: Task, *args: Any, queue: str | None = None) -> None:
             _pending.append((task, args, queue))
     else:
         task.apply_async(args=args, queue=queue)
+
+
+def queued_probe() -> Callable[[int, str], bool]:
+    """For the reconciler: may a message for this trial still be waiting? Embedded: whether it
+    is in this process's queue. With a broker: whether its queue holds any message (a worker
+    takes one trial at a time and acks late, so a trial whose queue is empty and which no worker
+    runs has lost its message). When the broker cannot be asked, assume it is queued."""
+    if get_settings().embedded:
+        with _lock:
+            queued = {args[0] for task, args, _q in _pending if task.name == "perfbisect.run_trial"}
+        return lambda trial_id, _queue: trial_id in queued
+    from workers.celery_app import celery_app
+
+    sizes: dict[str, int | None] = {}
+
+    def size(queue: str) -> int | None:
+        if queue not in sizes:
+            try:
+                with celery_app.connection_for_read() as conn:
+                    sizes[queue] = conn.default_channel.queue_declare(queue=queue, passive=True).message_count
+            except Exception as exc:  # a queue never declared is empty; a broker that is down is unknown
+                sizes[queue] = 0 if "NOT_FOUND" in str(exc) or "404" in str(exc) else None
+        return sizes[queue]
+
+    return lambda _trial_id, queue: size(queue) != 0
 
 
 def _take(limit: int) -> list[tuple[Task, tuple[Any, ...]]]:
@@ -103,9 +130,14 @@ def after_commit(session: Any, task: Task, *args: Any, queue: str | None = None)
 
 
 def send_committed(session: Any) -> None:
-    """Called by the transaction owner after a successful commit; a rolled-back unit sends none."""
+    """Called by the transaction owner after a successful commit; a rolled-back unit sends none.
+    A send that fails (the broker is down) is logged, not raised: what was committed stands, and
+    the reconciler sends it once the broker is back (a submit returns its job, and the job runs)."""
     for task, args, queue in session.info.pop("after_commit", []):
-        send(task, *args, queue=queue)
+        try:
+            send(task, *args, queue=queue)
+        except Exception:
+            log.exception("could not send %s%r after commit; the reconciler will", task.name, args)
     if get_settings().embedded:
         drain_in_background()
 
@@ -114,3 +146,22 @@ def idle() -> bool:
     """Embedded mode: nothing queued and no thread running the queue."""
     with _lock:
         return not _pending and _drainer is None
+
+
+def start_embedded_reconciler() -> threading.Thread:
+    """Embedded server: reconcile at start (jobs a previous process left in flight) and every
+    reconcile_interval_s, running what it re-sends on the embedded queue."""
+    from workers.tasks import reconcile
+
+    def loop() -> None:
+        while True:
+            try:
+                reconcile()
+                drain_in_background()
+            except Exception:
+                log.exception("embedded reconciler failed")
+            time.sleep(get_settings().reconcile_interval_s)
+
+    thread = threading.Thread(target=loop, name="perfbisect-reconciler", daemon=True)
+    thread.start()
+    return thread

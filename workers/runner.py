@@ -1,13 +1,13 @@
-"""What a worker does for one trial, outside any database session: check out the revision,
-build it, run the harness in a fresh process. Every failure comes back as a result dict."""
+"""What a worker does for one trial, outside any database session: take a sandbox slot, check
+out the revision in it, build it, run the harness in a fresh process, all contained (see
+workers/sandbox.py). Every failure comes back as a result dict, redacted of the service's secrets."""
 
 from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from kernels.harness.phases import add_worker_phases
@@ -16,18 +16,16 @@ from service.settings import get_settings
 from service.trials.service import TrialWork
 from workers.build import run_build
 from workers.checkout import GitError, Mirror
+from workers.redact import redact_tree
+from workers.sandbox import SandboxError, Slot, slot
 from workers.trialcache import caches_for, revision_seed
+
+StopCheck = Callable[[], bool]
 
 
 def worker_slot() -> str:
     """Who runs the trial: host and process id (shown with the trial; the pid finds the process)."""
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def worktree_slot() -> str:
-    """One worktree per worker process and thread: two trials never share a checkout (the
-    embedded mode runs several trials in one process)."""
-    return f"{worker_slot()}-{threading.get_native_id()}"
 
 
 def failure(status: str, message: str) -> dict[str, Any]:
@@ -38,28 +36,63 @@ def device_of(device_class: str) -> str:
     return "cpu" if device_class == "cpu" else "cuda"
 
 
-def execute(work: TrialWork) -> tuple[dict[str, Any], float | None]:
-    """Run one trial; returns (harness result, build seconds)."""
+def harness_spec(cases: list[dict[str, Any]], device_class: str, policy: dict[str, Any] | None,
+                 sha: str | None = None) -> dict[str, Any]:
+    """The trial spec; every trial of one revision gets the same seed (from its sha), so the
+    revision's accuracy reference is computed once."""
+    spec: dict[str, Any] = {"cases": [{k: c[k] for k in ("suite", "target", "params")} for c in cases],
+                            "device": device_of(device_class), "cold": True}
+    if sha is not None:
+        spec["seed"] = revision_seed(sha)
+    if policy:
+        spec["policy"] = policy
+    return spec
+
+
+def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | None, env: dict[str, str],
+                spec: dict[str, Any], import_root: str,
+                should_stop: StopCheck | None = None) -> tuple[dict[str, Any], float | None]:
+    """Check out `sha` into the slot, build and measure it; returns (result, build seconds), the
+    result carrying the checkout and build phases too."""
     settings = get_settings()
-    mirror = Mirror(settings.mirrors_dir, work.repo_name, work.repo_url)
-    worktree = settings.worktrees_dir.resolve() / work.repo_name / worktree_slot()
     started = time.perf_counter()
     try:
         mirror.ensure(fetch=False)
-        mirror.checkout(worktree, work.sha)
+        mirror.checkout(box.worktree, sha)
     except GitError as exc:
-        checkout_s = time.perf_counter() - started
-        return add_worker_phases(failure("error", f"checkout failed: {exc}"), checkout_s, None), None
+        return add_worker_phases(failure("error", f"checkout failed: {exc}"), time.perf_counter() - started, None), None
     checkout_s = time.perf_counter() - started
-    build = run_build(work.build_command, worktree, work.env, settings.build_timeout_s)
+    box.give(box.worktree)
+    build = run_build(build_command, box, env, settings.build_timeout_s, should_stop)
     if not build.ok:
-        return add_worker_phases(failure("build_error", build.log_tail), checkout_s, build.seconds), build.seconds
-    spec: dict[str, Any] = {"cases": [{k: c[k] for k in ("suite", "target", "params")} for c in work.cases],
-                            "device": device_of(work.device_class), "cold": True,
-                            "seed": revision_seed(work.sha)}
-    if work.policy:
-        spec["policy"] = work.policy
-    result = run_harness(spec, Path(worktree), import_root=work.import_root, env=work.env,
-                         timeout_s=settings.trial_timeout_s, launcher=settings.trial_launcher,
-                         caches=caches_for(settings, work.sha, work.env))
+        status = "cancelled" if build.stopped == "cancelled" else "build_error"
+        return add_worker_phases(failure(status, build.log_tail), checkout_s, build.seconds), build.seconds
+    caches = caches_for(settings, sha, env)
+    if settings.trial_launcher == "fork-server":
+        # Trusted repositories only: forked from a server that has imported torch (seconds saved
+        # per trial), with the slot's scrubbed environment but not the sandbox's user switch,
+        # memory cap or cancel polling.
+        result = run_harness(spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
+                             base_env=box.env({}), scratch_root=box.scratch, caches=caches, launcher="fork-server")
+    else:
+        # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
+        memory = "as" if spec["device"] == "cpu" else "data"
+        result = run_harness(spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
+                             base_env=box.env({}), scratch_root=box.scratch, caches=caches,
+                             launch=box.launcher(memory, should_stop))
     return add_worker_phases(result, checkout_s, build.seconds), build.seconds
+
+
+def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict[str, Any], float | None]:
+    """Run one trial; returns (harness result, build seconds). `should_stop` is polled while
+    repository code runs; when it says so, everything the trial started is killed."""
+    settings = get_settings()
+    mirror = Mirror(settings.mirrors_dir.resolve(), work.repo_name, work.repo_url)
+    spec = harness_spec(work.cases, work.device_class, work.policy, work.sha)
+    try:
+        with slot() as box:
+            result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,
+                                          spec=spec, import_root=work.import_root, should_stop=should_stop)
+    except SandboxError as exc:
+        result, build_s = failure("error", f"sandbox: {exc}"), None
+    return redact_tree(result), build_s

@@ -1,16 +1,22 @@
 """Celery tasks. They take ids, open their own transaction, re-read their rows, and enqueue
-follow-ups only after that transaction has committed. Both are idempotent: a redelivered
-message (acks_late after a worker died) finds the work done, or does it again."""
+follow-ups only after that transaction has committed. All are idempotent: a redelivered or
+re-sent message finds the work done (or owned by a live worker), or does it again.
+
+Database work is retried while the database is unreachable (workers/retrying.py): with acks_late
+the message stays unacknowledged meanwhile, so a result is stored late, never lost."""
 
 from __future__ import annotations
 
 import logging
 
-from service.db import session_scope
+from service.db import database_unreachable, session_scope
 from service.jobs import advance
+from service.trials import reconcile as reconciler
 from service.trials import service as trials
 from workers import dispatch
 from workers.celery_app import CONTROL_QUEUE, celery_app
+from workers.heartbeat import Heartbeat
+from workers.retrying import with_database
 from workers.runner import execute, worker_slot
 
 log = logging.getLogger(__name__)
@@ -19,10 +25,16 @@ log = logging.getLogger(__name__)
 @celery_app.task(name="perfbisect.advance_job")
 def advance_job(job_id: int) -> int:
     """Plan the next round of `job_id` and enqueue its trials on the job's device queue."""
-    try:
+
+    def plan() -> advance.Round:
         with session_scope() as session:
-            planned = advance.advance(session, job_id)
+            return advance.advance(session, job_id)
+
+    try:
+        planned = with_database(plan)
     except Exception as exc:
+        if database_unreachable(exc):
+            raise  # the reconciler advances the job once the database is back
         log.exception("advancing job %s failed", job_id)
         with session_scope() as session:
             advance.fail(session, job_id, f"planning failed: {exc}")
@@ -49,17 +61,46 @@ def notify_job(job_id: int) -> int:
 @celery_app.task(name="perfbisect.run_trial")
 def run_trial(trial_id: int) -> str:
     """Run one trial: mark it running (committed, so progress shows it), do the work with no
-    session open, store the result in a second transaction, then ask the job to advance."""
-    with session_scope() as session:
-        work = trials.start(session, trial_id, worker_host=worker_slot())
+    session open while a heartbeat thread reports it alive and watches for a cancel, store the
+    result in a second transaction, then ask the job to advance."""
+
+    def start() -> trials.TrialWork | None:
+        with session_scope() as session:
+            return trials.start(session, trial_id, worker_host=worker_slot())
+
+    work = with_database(start)
     if work is None:
         return "skipped"
-    try:
-        result, build_s = execute(work)
-    except Exception as exc:  # a bug in the worker: store it as the trial's failure, not a lost trial
-        log.exception("trial %s crashed", trial_id)
-        result, build_s = {"status": "error", "error": f"worker error: {exc!r}", "cases": []}, None
-    with session_scope() as session:
-        trials.record(session, trial_id, result, build_s=build_s)
+    with Heartbeat(trial_id, work.attempt) as heartbeat:
+        try:
+            result, build_s = execute(work, should_stop=heartbeat.stopped)
+        except Exception as exc:  # a bug in the worker: store it as the trial's failure, not a lost trial
+            log.exception("trial %s crashed", trial_id)
+            result, build_s = {"status": "error", "error": f"worker error: {exc!r}", "cases": []}, None
+    if heartbeat.stopped():
+        result = {**result, "status": "cancelled"}
+
+    def store() -> None:
+        with session_scope() as session:
+            trials.record(session, trial_id, result, build_s=build_s, attempt=work.attempt)
+
+    with_database(store)
     dispatch.send(advance_job, work.job_id, queue=CONTROL_QUEUE)
     return result.get("status", "error")
+
+
+@celery_app.task(name="perfbisect.reconcile")
+def reconcile() -> dict[str, int]:
+    """Re-send what the broker lost and re-advance stalled jobs (see service/trials/reconcile.py).
+    Runs periodically (Celery beat in distributed mode, a thread in the embedded server)."""
+    is_queued = dispatch.queued_probe()
+    with session_scope() as session:
+        repairs = reconciler.reconcile(session, is_queued)
+    for trial_id, queue in repairs.trials:
+        dispatch.send(run_trial, trial_id, queue=queue)
+    for job_id in repairs.jobs:
+        dispatch.send(advance_job, job_id, queue=CONTROL_QUEUE)
+    if repairs:
+        log.warning("reconciler: re-sent %d trial(s) (%d of dead workers), re-advanced %d job(s)",
+                    len(repairs.trials), len(repairs.revived), len(repairs.jobs))
+    return {"trials": len(repairs.trials), "revived": len(repairs.revived), "jobs": len(repairs.jobs)}

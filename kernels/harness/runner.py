@@ -1,14 +1,18 @@
 """Parent side: run one trial in a fresh process and always return a result dict.
 
-    run_harness(spec, worktree, *, import_root=".", env=None, timeout_s=900,
-                caches=None, launcher="auto") -> dict
+    run_harness(spec, worktree, *, import_root=".", env=None, timeout_s=900, caches=None,
+                launcher="auto", base_env=None, scratch_root=None, launch=None) -> dict
 
 The child runs `kernels.harness` with cwd = worktree, the worktree's import root first on
 PYTHONPATH and the directory holding this `kernels` package after it (so the harness stays
-importable from a worker's install), and the repository's extra env merged last. It is forked
-from a fork server that has already imported torch (launch.py), or started as a plain
-subprocess where that is unavailable; either way one fresh process per trial, in its own
-process group so a timeout kills it and anything it started.
+importable from a worker's install), and the repository's extra env merged last. Two ways to
+start it, one fresh process per trial either way:
+- `launch` given (a worker's sandbox, workers/sandbox.py): `python -m kernels.harness` started
+  and contained by it (scrubbed env, unprivileged user, memory cap, the whole process tree
+  killed at the timeout or on cancel);
+- otherwise (`perfbisect measure`, tests, a worker told to trust its repositories): forked from a
+  fork server that has already imported torch (launch.py), or a plain subprocess, in its own
+  process group.
 
 JIT cache: `caches` (a caches.RevisionCaches) shares Triton's cache and the accuracy references
 between the trials of one revision and toolchain; without it every trial gets a fresh empty
@@ -18,8 +22,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import kernels
@@ -33,8 +40,8 @@ HARNESS_ROOT = Path(kernels.__file__).resolve().parent.parent
 STDERR_TAIL = 4000
 
 
-def _child_env(import_dir: Path, cache_env: dict[str, str], env: dict | None) -> dict:
-    child = dict(os.environ)
+def _child_env(import_dir: Path, cache_env: dict[str, str], env: dict | None, base_env: dict | None = None) -> dict:
+    child = dict(os.environ if base_env is None else base_env)
     paths = [str(import_dir), str(HARNESS_ROOT)]
     if child.get("PYTHONPATH"):
         paths.append(child["PYTHONPATH"])
@@ -45,31 +52,64 @@ def _child_env(import_dir: Path, cache_env: dict[str, str], env: dict | None) ->
     return child
 
 
-def _log_tail(path: Path) -> str:
+@dataclass(frozen=True)
+class Launched:
+    """How the child ended: its exit code (None when it was killed), the tail of its output,
+    and why it was stopped early ("timeout" or another reason such as "cancelled")."""
+
+    returncode: int | None
+    output_tail: str
+    stopped: str | None = None
+
+
+# launch(cmd, cwd, env, timeout_s, scratch) -> Launched. A worker passes its sandbox here.
+Launcher = Callable[[list[str], Path, dict, float, Path], Launched]
+
+
+def read_tail(path: Path, limit: int = STDERR_TAIL) -> str:
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - limit))
+        return handle.read().decode(errors="replace")
+
+
+def _launch_forked(request: LaunchRequest, launcher: str, timeout_s: float) -> tuple[Launched, str]:
+    """The fork server (or a plain subprocess), its process group killed when it is done."""
+    process = start_trial(request, launcher)
+    stopped = None
     try:
-        with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - STDERR_TAIL))
-            return log.read().decode(errors="replace")
+        process.wait(timeout_s)
+    except TimeoutError:
+        stopped = "timeout"
+    finally:
+        process.kill()  # whatever the child left running in its group
+    try:
+        tail = read_tail(request.log)
     except OSError:
-        return ""
+        tail = ""
+    return Launched(None, tail, stopped), process.launcher
 
 
 def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
                 env: dict[str, str] | None = None, timeout_s: float = 900,
-                caches: RevisionCaches | None = None, launcher: str = "auto") -> dict:
+                caches: RevisionCaches | None = None, launcher: str = "auto",
+                base_env: dict[str, str] | None = None, scratch_root: Path | None = None,
+                launch: Launcher | None = None) -> dict:
     """Run one trial of `spec` at the checked-out `worktree`. Never raises: failures
-    come back as a result with status import_error, timeout or error."""
+    come back as a result with status import_error, timeout or error.
+
+    `base_env` replaces os.environ as the child's starting environment, `scratch_root` is where
+    its temporary directory goes, and `launch` starts, contains and waits for it (a worker's
+    sandbox); without `launch`, `launcher` picks the fork server or a subprocess."""
     started = time.perf_counter()
     worktree = Path(worktree).resolve()
+    cold = spec.get("cold", True)
     try:
-        with tempfile.TemporaryDirectory(prefix="perfbisect-trial-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="perfbisect-trial-", dir=scratch_root) as tmp:
             tmp_path = Path(tmp)
-            spec_path, out_path, log_path = (tmp_path / name for name in
-                                             ("spec.json", "result.json", "log.txt"))
+            spec_path, out_path, log_path = (tmp_path / name for name in ("spec.json", "result.json", "log.txt"))
             if caches is not None:
                 cache_env = caches.env()
-                spec = {**spec, "reference_cache": {"dir": str(caches.reference_dir),
-                                                    "revision": caches.revision}}
+                spec = {**spec, "reference_cache": {"dir": str(caches.reference_dir), "revision": caches.revision}}
             else:  # a cold JIT cache of this trial alone
                 (tmp_path / "triton-cache").mkdir()
                 cache_env = {"TRITON_CACHE_DIR": str(tmp_path / "triton-cache")}
@@ -78,34 +118,32 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
             import_dir = (worktree / import_root).resolve()
             launched_at = time.time()
             spec_path.write_text(json.dumps({**spec, "launched_at": launched_at}))
-            request = LaunchRequest(
-                args=["--spec", str(spec_path), "--out", str(out_path), "--repo-root", str(worktree)],
-                cwd=worktree, env=_child_env(import_dir, cache_env, env), import_dir=import_dir,
-                log=log_path)
-            process = start_trial(request, launcher)
-            try:
-                process.wait(timeout_s)
-            except TimeoutError:
-                process.kill()
-                return failure_result("timeout", f"trial killed after the {timeout_s:g} s timeout",
-                                      wall_s=time.perf_counter() - started,
-                                      cold=spec.get("cold", True))
-            finally:
-                process.kill()  # whatever the child left running in its group
+            args = ["--spec", str(spec_path), "--out", str(out_path), "--repo-root", str(worktree)]
+            child_env = _child_env(import_dir, cache_env, env, base_env)
+            if launch is not None:
+                launched = launch([sys.executable, "-m", "kernels.harness", *args], worktree, child_env,
+                                  timeout_s, tmp_path)
+                how = "sandbox"
+            else:
+                request = LaunchRequest(args=args, cwd=worktree, env=child_env, import_dir=import_dir, log=log_path)
+                launched, how = _launch_forked(request, launcher, timeout_s)
             exited_at = time.time()
-            tail = _log_tail(log_path)
+            wall_s = time.perf_counter() - started
+            if launched.stopped == "timeout":
+                return failure_result("timeout", f"trial killed after the {timeout_s:g} s timeout",
+                                      wall_s=wall_s, cold=cold)
+            if launched.stopped:
+                return failure_result("error", f"trial stopped: {launched.stopped}", wall_s=wall_s, cold=cold)
+            tail = launched.output_tail
             if out_path.is_file():
                 result = json.loads(out_path.read_text())
                 result["log_tail"] = tail or None
-                result["launcher"] = process.launcher
+                result["launcher"] = how
                 timeline = result.pop("timeline", None) or {}
-                result["phases"] = close_phases(result.get("phases"), launched_at,
-                                                timeline.get("entered_at"),
+                result["phases"] = close_phases(result.get("phases"), launched_at, timeline.get("entered_at"),
                                                 timeline.get("first_sample_at"), exited_at)
                 return result
-            return failure_result("error", f"harness exited without a result:\n{tail}",
-                                  wall_s=time.perf_counter() - started,
-                                  cold=spec.get("cold", True))
+            code = "" if launched.returncode is None else f" with code {launched.returncode}"
+            return failure_result("error", f"harness exited{code} without a result:\n{tail}", wall_s=wall_s, cold=cold)
     except Exception as exc:  # e.g. the worktree vanished, or a broken result file
-        return failure_result("error", f"{type(exc).__name__}: {exc}",
-                              wall_s=time.perf_counter() - started)
+        return failure_result("error", f"{type(exc).__name__}: {exc}", wall_s=time.perf_counter() - started)

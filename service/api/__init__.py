@@ -9,6 +9,7 @@ from service.api.errors import install_error_handler
 from service.settings import get_settings
 
 
+
 def create_app() -> FastAPI:
     from dashboards import pages
     from dashboards.routes import router as dashboard_router
@@ -28,6 +29,7 @@ def create_app() -> FastAPI:
 
     install_error_handler(app)
     pages.mount(app)
+
 
     for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router):
         app.include_router(router)

@@ -13,9 +13,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from service.db import database_unreachable
 from service.errors import PerfbisectError
+
+RETRY_AFTER_S = 5
 
 
 class ErrorMessage(BaseModel):
@@ -75,6 +79,14 @@ def install_error_handler(app: FastAPI) -> None:
     @app.exception_handler(PoolTimeout)
     def _pool_exhausted(request: Request, _exc: PoolTimeout) -> Response:
         return error_response(request, 503, "the server is at capacity; retry shortly", {"Retry-After": "2"})
+
+    @app.exception_handler(DBAPIError)
+    def _database_unavailable(request: Request, exc: DBAPIError) -> Response:
+        # An outage is the client's to retry, and the driver's text (host, user) is not theirs to
+        # read. The pool pings connections before use, so the API recovers by itself.
+        if not database_unreachable(exc):
+            return error_response(request, 500, "internal error; the server log has the details")
+        return error_response(request, 503, "database unavailable, retry later", {"Retry-After": str(RETRY_AFTER_S)})
 
     @app.exception_handler(Exception)
     def _unexpected(request: Request, _exc: Exception) -> Response:

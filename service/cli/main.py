@@ -64,6 +64,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
 
         upgrade()
     settings = get_settings()
+    if settings.embedded:  # no beat without a broker: this process repairs its own jobs
+        from workers.dispatch import start_embedded_reconciler
+
+        start_embedded_reconciler()
     # Embedded, tasks run inside the server process: one process keeps them in one place.
     processes = workers or settings.web_workers or (1 if settings.embedded else os.cpu_count() or 1)
     uvicorn.run("service.api:create_app", factory=True, host=host, port=port, log_level="info",
@@ -76,6 +80,9 @@ def worker(
     device_class: Annotated[str, typer.Option(help="queue to serve: cpu, cuda, or a GPU model")] = "cpu",
     gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES)")] = None,
     control: Annotated[bool, typer.Option(help="also serve the control queue (job planning)")] = True,
+    trials: Annotated[bool, typer.Option(help="serve the device queue (--no-trials: a control-only worker)")] = True,
+    beat: Annotated[bool, typer.Option(help="also run the periodic reconciler (one per deployment, best on a "
+                                           "control-only worker so it never waits behind a trial)")] = False,
     concurrency: int = 1,
 ) -> None:
     """Run a Celery worker on REDIS_URL: one process per GPU, one trial at a time."""
@@ -85,14 +92,23 @@ def worker(
         fail("REDIS_URL is not set: a worker needs a broker (the embedded default runs tasks in-process)")
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if trials:
+        from workers.sandbox import SandboxError, sandbox_user
+
+        try:
+            sandbox_user()  # refuse to start rather than fail every trial (production), or warn
+        except SandboxError as exc:
+            fail(str(exc))
     from workers.celery_app import CONTROL_QUEUE, celery_app
 
-    queues = [device_class] + ([CONTROL_QUEUE] if control else [])
+    queues = ([device_class] if trials else []) + ([CONTROL_QUEUE] if control else [])
+    if not queues:
+        fail("--no-trials and --no-control leave this worker nothing to do")
     name = f"{device_class}{'' if gpu is None else gpu}-{os.getpid()}@%h"
     # prefork even for one process: a trial child that dies is reported (WorkerLostError) and,
     # with acks_late + reject_on_worker_lost, its message goes back to the queue.
     celery_app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-n", name,
-                            "--pool", "prefork", "-l", "INFO"])
+                            "--pool", "prefork", "-l", "INFO", *(["--beat"] if beat else [])])
 
 
 @app.command()

@@ -150,12 +150,11 @@ def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str],
                 build: str | None, import_root: str) -> dict[str, Any]:
     from pydantic import ValidationError
 
-    from kernels.harness.runner import run_harness
     from service.jobs.schemas import Benchmark
     from service.jobs.service import resolve_cases
-    from service.settings import get_settings
-    from workers.build import run_build
     from workers.checkout import GitError, Mirror
+    from workers.runner import harness_spec, run_in_slot
+    from workers.sandbox import SandboxError, slot
 
     if not (repo / ".git").exists() and not (repo / "HEAD").exists():
         raise CLIError(f"{repo} is not a git repository")
@@ -170,15 +169,16 @@ def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str],
         try:
             mirror.ensure(fetch=False)
             sha = mirror.resolve(rev)
-            worktree = mirror.checkout(Path(tmp) / "tree", sha)
         except GitError as exc:
             raise CLIError(str(exc)) from exc
-        built = run_build(build, worktree, {}, get_settings().build_timeout_s)
-        if not built.ok:
-            return {"status": "build_error", "error": built.log_tail, "cases": [], "device": None}
-        spec = {"cases": [{k: c[k] for k in ("suite", "target", "params")} for c in resolved], "device": device,
-                "cold": True}
-        return run_harness(spec, worktree, import_root=import_root, timeout_s=get_settings().trial_timeout_s)
+        spec = harness_spec(resolved, device, None)
+        try:
+            with slot() as box:
+                result, _ = run_in_slot(box, mirror, sha, build_command=build, env={}, spec=spec,
+                                        import_root=import_root)
+        except SandboxError as exc:
+            raise CLIError(str(exc)) from exc
+        return result
 
 
 def first_parent_shas(path: str, good: str, bad: str) -> list[str]:

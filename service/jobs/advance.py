@@ -159,7 +159,7 @@ def advance(session: Session, job_id: int) -> Round:
     revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)
     new = [
         Trial(job_id=job.id, revision_id=revisions[job.revision_shas[r.revision]].id,
-              device_class=job.spec["device_class"])
+              device_class=job.spec["device_class"], dispatched_at=utcnow())
         for r in plan.requests for _ in range(r.trials)
     ]
     session.add_all(new)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import socket
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -14,6 +15,7 @@ from service.errors import NotFound
 from service.jobs import repository as jobs_repo
 from service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
+from service.settings import get_settings
 from service.trials import repository as trials_repo
 
 
@@ -36,11 +38,19 @@ class TrialWork:
     cases: list[dict[str, Any]]
     device_class: str
     policy: dict[str, Any] | None
+    attempt: int = 1
+
+
+def beating(trial: Trial, now: datetime, timeout_s: float) -> bool:
+    """Whether a running trial's worker has said it is alive within `timeout_s`."""
+    last = trial.heartbeat_at or trial.started_at
+    return last is not None and (now - last).total_seconds() < timeout_s
 
 
 def start(session: Session, trial_id: int, worker_host: str | None = None) -> TrialWork | None:
     """Mark the trial running and return its work; None when there is nothing to do (already
-    finished, or its job was cancelled). A trial left `running` by a dead worker is run again."""
+    finished, its job was cancelled, or another worker is running it and beating). A trial
+    left `running` by a dead worker (no heartbeat) is run again, as a new attempt."""
     trial = session.get(Trial, trial_id, with_for_update=True)
     if trial is None:
         raise TrialGone(f"trial {trial_id} no longer exists")
@@ -50,15 +60,33 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
     if job.status.finished:
         trial.status = TrialStatus.cancelled
         return None
+    now = utcnow()
+    if trial.status == TrialStatus.running and beating(trial, now, get_settings().heartbeat_timeout_s):
+        return None  # a duplicate message (re-sent, or restored by the broker): the live run owns it
     repo = session.get_one(Repository, job.repository_id)
-    trial.status, trial.started_at = TrialStatus.running, utcnow()
+    trial.status, trial.started_at, trial.heartbeat_at = TrialStatus.running, now, now
     trial.attempts += 1
     trial.worker_host = worker_host or socket.gethostname()
     return TrialWork(
         trial_id=trial.id, job_id=job.id, repo_name=repo.name, repo_url=repo.url,
         build_command=repo.build_command, import_root=repo.import_root, env=dict(repo.env),
         sha=session.get_one(Revision, trial.revision_id).sha, cases=job.spec["cases"], device_class=trial.device_class, policy=job.spec.get("policy"),
+        attempt=trial.attempts,
     )
+
+
+def check_in(session: Session, trial_id: int, attempt: int, *, beat: bool) -> bool:
+    """A running trial's worker, every second or so: record the heartbeat (when `beat`) and
+    learn whether to go on. False when the job was cancelled, the trial is finished or gone,
+    or a newer attempt took it over (its worker was presumed dead)."""
+    trial = session.get(Trial, trial_id)
+    if trial is None or trial.status != TrialStatus.running or trial.attempts != attempt:
+        return False
+    if session.get_one(Job, trial.job_id).status.finished:
+        return False
+    if beat:
+        trial.heartbeat_at = utcnow()
+    return True
 
 
 def fingerprint(repo_name: str, device: dict[str, Any]) -> str:
@@ -72,15 +100,19 @@ _TRIAL_STATUS = {s.value: s for s in TrialStatus}
 RAW_SAMPLE_KEYS = ("target_ms", "control_ms", "ratio", "clock_mhz", "dropped_throttled")
 
 
-def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: float | None = None) -> Trial | None:
+def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: float | None = None,
+           attempt: int | None = None) -> Trial | None:
     """Store a harness result (or a build failure shaped like one). The first result wins: a
-    duplicate delivery of the same trial does not overwrite it. Returns None if already stored."""
+    duplicate delivery of the same trial does not overwrite it, and a result of an attempt that
+    was superseded (its worker was presumed dead) is dropped. Returns None if nothing was stored."""
     trial = session.get(Trial, trial_id, with_for_update=True)
     if trial is None:
         raise TrialGone(f"trial {trial_id} no longer exists")
-    if trial.status.finished:
+    if trial.status.finished or (attempt is not None and trial.attempts != attempt):
         return None
     job = session.get_one(Job, trial.job_id)
+    if result.get("status") == "cancelled" and job.status != JobStatus.cancelled:
+        return None  # stopped because another attempt took over: that one stores the result
     repo = session.get_one(Repository, job.repository_id)
     device = result.get("device") or {}
     trial.status = _TRIAL_STATUS.get(result.get("status", "error"), TrialStatus.error)

@@ -1,0 +1,57 @@
+"""The database is the source of truth: find what the broker or a worker forgot and repair it.
+
+- a running trial whose worker stopped beating (killed, its node lost) goes back to pending and
+  is sent again: it re-runs within heartbeat_timeout_s + one reconcile interval;
+- a pending trial whose message is gone (the broker restarted without persistence, or the commit
+  succeeded and the send failed) is sent again once its queue holds nothing;
+- an open job with nothing in flight (its planning message was lost) is advanced again.
+
+Every repair is idempotent on the worker side (start() skips a trial that another worker runs
+and beats for; advance() skips a job with trials in flight), so a repair that races the normal
+flow costs at most a no-op message. Flushes only; the task owns the transaction and sends the
+messages after its commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from sqlalchemy.orm import Session
+
+from service.models import TrialStatus, utcnow
+from service.settings import get_settings
+from service.trials import repository
+from service.trials.service import beating
+
+# is_queued(trial_id, queue) -> whether a message for the trial may still be waiting in the broker.
+IsQueued = Callable[[int, str], bool]
+
+
+@dataclass
+class Repairs:
+    trials: list[tuple[int, str]] = field(default_factory=list)  # (trial id, queue) to send again
+    jobs: list[int] = field(default_factory=list)  # jobs to advance again
+    revived: list[int] = field(default_factory=list)  # of `trials`: running ones whose worker died
+
+    def __bool__(self) -> bool:
+        return bool(self.trials or self.jobs)
+
+
+def reconcile(session: Session, is_queued: IsQueued) -> Repairs:
+    settings = get_settings()
+    now = utcnow()
+    repairs = Repairs()
+    for trial in repository.running_trials(session):
+        if not beating(trial, now, settings.heartbeat_timeout_s):
+            trial.status, trial.dispatched_at, trial.heartbeat_at = TrialStatus.pending, now, None
+            repairs.trials.append((trial.id, trial.device_class))
+            repairs.revived.append(trial.id)
+    for trial in repository.pending_trials_sent_before(session, now - timedelta(seconds=settings.redispatch_after_s)):
+        if not is_queued(trial.id, trial.device_class):
+            trial.dispatched_at = now
+            repairs.trials.append((trial.id, trial.device_class))
+    repairs.jobs.extend(repository.stalled_jobs(session, now - timedelta(seconds=settings.redispatch_after_s)))
+    session.flush()
+    return repairs

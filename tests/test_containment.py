@@ -1,0 +1,120 @@
+"""Repository code stays contained, with real processes: a hostile build hunting for secrets,
+a build that forks an escaping `setsid` grandchild holding stdout, a memory hog, a cancel, and
+(as root) the unprivileged sandbox user."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from service.settings import get_settings
+from service.trials.service import TrialWork
+from tests.gitrepo import make_repo
+from workers import proctree, redact, sandbox
+from workers.build import run_build
+from workers.runner import execute
+
+SECRET_TOKEN = "ghp_containment0123456789secret"
+DB_PASSWORD = "s3cret-db-password"
+
+
+@pytest.fixture
+def secrets_in_env(monkeypatch):
+    """The worker's environment holds secrets, as a deployed worker's does."""
+    monkeypatch.setenv("PERFBISECT_GITHUB_TOKEN", SECRET_TOKEN)
+    monkeypatch.setenv("DATABASE_URL", f"postgresql://perfbisect:{DB_PASSWORD}@db.internal:5432/perfbisect")
+    redact.secrets.cache_clear()
+    yield
+    redact.secrets.cache_clear()
+
+
+def marked_processes(marker_prefix: str) -> list[int]:
+    return [p.pid for p in proctree.all_processes()
+            if not p.zombie and (proctree.marker_of(p.pid) or "").startswith(marker_prefix)]
+
+
+def trial_work(repo: Path, build_command: str) -> TrialWork:
+    return TrialWork(trial_id=1, job_id=1, repo_name="hostile", repo_url=str(repo), build_command=build_command,
+                     import_root=".", env={"REPO_SETTING": "kept"}, sha="HEAD", cases=[], device_class="cpu",
+                     policy=None)
+
+
+def test_a_hostile_build_finds_no_secret_and_stores_none(secrets_in_env, tmp_path: Path) -> None:
+    repo = tmp_path / "hostile"
+    sha = make_repo(repo, ["init"])[-1]
+    hunt = ("echo ENV; env; echo PARENT; cat /proc/$PPID/environ | tr '\\0' '\\n'; "
+            "echo INIT; cat /proc/1/environ | tr '\\0' '\\n'; echo DONE; exit 3")
+    work = trial_work(repo, hunt)
+    result, _ = execute(TrialWork(**{**work.__dict__, "sha": sha}))
+    stored = str(result)
+    assert result["status"] == "build_error" and "exited 3" in result["error"] and "DONE" in result["error"]
+    assert "REPO_SETTING=kept" in result["error"]  # the repository's own env is passed
+    for secret in (SECRET_TOKEN, DB_PASSWORD, "DATABASE_URL=postgresql", "REDIS_URL=redis"):
+        assert secret not in stored
+
+
+def test_the_environment_is_an_allow_list(secrets_in_env, tmp_path: Path) -> None:
+    env = sandbox.scrubbed_env({"TRITON_CACHE_DIR": "/x"}, tmp_path / "home", tmp_path / "tmp")
+    assert "DATABASE_URL" not in env and "PERFBISECT_GITHUB_TOKEN" not in env
+    assert not any(k.startswith("PERFBISECT_") for k in env)
+    assert env["HOME"] == str(tmp_path / "home") and env["TRITON_CACHE_DIR"] == "/x" and "PATH" in env
+
+
+def test_stored_text_is_redacted_of_configured_secrets(secrets_in_env) -> None:
+    text = f"token {SECRET_TOKEN} url redis://:other-pass@cache:6379/0 and {DB_PASSWORD}"
+    cleaned = redact.redact(text)
+    assert SECRET_TOKEN not in cleaned and DB_PASSWORD not in cleaned and "other-pass" not in cleaned
+
+
+def test_a_timeout_kills_a_grandchild_that_escaped_with_setsid(tmp_path: Path) -> None:
+    escape = "setsid sh -c 'sleep 300; echo late' & sleep 300"
+    started = time.monotonic()
+    with sandbox.slot() as box:
+        box.worktree.mkdir()
+        built = run_build(escape, box, {}, timeout_s=2)
+        prefix = box.marker.split("#")[0] + "#"
+        assert marked_processes(prefix) == []
+    assert time.monotonic() - started < 6  # the orphan holds stdout, but output goes to a file
+    assert not built.ok and built.stopped == "timeout"
+    assert not (box.path).exists()  # the slot is wiped: worktree, HOME, TMPDIR, log
+
+
+def test_a_stop_request_kills_the_tree_within_a_second(tmp_path: Path) -> None:
+    stop_at = time.monotonic() + 1.0
+    with sandbox.slot() as box:
+        box.worktree.mkdir()
+        started = time.monotonic()
+        done = box.run("setsid sleep 300 & sleep 300", cwd=box.worktree, env=box.env({}), timeout_s=60,
+                       memory=None, should_stop=lambda: time.monotonic() > stop_at)
+        assert done.stopped == "cancelled" and time.monotonic() - started < 2.5
+        assert marked_processes(box.marker) == []
+
+
+def test_the_memory_cap_fails_an_oversized_allocation(monkeypatch) -> None:
+    monkeypatch.setattr(get_settings(), "trial_memory_mb", 200)
+    hog = "python3 -c 'x = bytearray(1024 * 1024 * 1024); print(\"allocated\")'"
+    with sandbox.slot(user=None) as box:
+        box.worktree.mkdir()
+        capped = box.run(hog, cwd=box.worktree, env=box.env({}), timeout_s=60, memory="as")
+    assert capped.returncode != 0 and "MemoryError" in capped.output_tail and "allocated" not in capped.output_tail
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_as_root_repository_code_runs_as_the_sandbox_user(monkeypatch) -> None:
+    nobody = sandbox.lookup_user("nobody")
+    shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))  # pytest's tmp_path is root-only
+    shared.chmod(0o755)
+    monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
+    with sandbox.slot(user=nobody) as box:
+        box.worktree.mkdir()
+        box.give(box.worktree)
+        done = box.run(f"id -u; touch $HOME/ok && echo home-writable; cat /proc/{os.getpid()}/environ || echo denied",
+                       cwd=box.worktree, env=box.env({}), timeout_s=30, memory="data")
+    shutil.rmtree(shared)
+    lines = done.output_tail.split()
+    assert lines[0] == str(nobody.uid) and "home-writable" in lines and "denied" in lines

@@ -1,0 +1,155 @@
+"""Process trees of untrusted code: find and kill everything a build or a trial started, including
+processes that left its process group (`setsid`) and were orphaned.
+
+The worker process makes itself a child subreaper (prctl PR_SET_CHILD_SUBREAPER): an orphan of a
+trial is re-parented to the worker, not to init, so it stays among the worker's descendants and
+can be found by walking /proc. Every process of a trial carries the trial's marker in its
+environment (inherited across fork and exec unless a program clears it on purpose) and, unless it
+called setsid, the session of the trial's root. Linux only; elsewhere these are no-ops.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+MARKER = "PERFBISECT_SANDBOX"
+_PROC = Path("/proc")
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def harden_worker_process() -> None:
+    """Called once in every process that runs untrusted code: become the subreaper of its
+    orphans, and non-dumpable, so a child of the same uid cannot read this process's
+    /proc/<pid>/environ (the service's secrets) or ptrace it."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_DUMPABLE, 0)
+
+
+def die_with_parent() -> None:
+    """preexec: the trial's root gets SIGKILL when the worker dies (a killed worker leaves
+    no running harness behind; escaped descendants are swept by the slot janitor)."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    session: int
+    zombie: bool
+
+
+def _stat(pid: int) -> ProcInfo | None:
+    try:
+        raw = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: split after its closing one.
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return ProcInfo(pid=pid, ppid=int(fields[1]), session=int(fields[3]), zombie=fields[0] == "Z")
+
+
+def marker_of(pid: int) -> str | None:
+    try:
+        environ = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return None
+    prefix = f"{MARKER}=".encode()
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")
+    return None
+
+
+def all_processes() -> list[ProcInfo]:
+    if not _PROC.is_dir():
+        return []
+    infos = (_stat(int(p.name)) for p in _PROC.iterdir() if p.name.isdigit())
+    return [i for i in infos if i is not None]
+
+
+def descendants(of: int, processes: list[ProcInfo]) -> list[ProcInfo]:
+    children: dict[int, list[ProcInfo]] = {}
+    for info in processes:
+        children.setdefault(info.ppid, []).append(info)
+    found, todo = [], [of]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child.pid)
+    return found
+
+
+def _belongs(info: ProcInfo, marker: str, root_pid: int) -> bool:
+    """A descendant of the worker is the trial's when it is in the trial's session or carries
+    its marker. git and other children of the worker itself share the worker's session and
+    carry no marker, so they are never touched."""
+    if info.session == root_pid:
+        return True
+    found = marker_of(info.pid)
+    return found is not None and found.startswith(marker)
+
+
+def kill_tree(root_pid: int, marker: str, rounds: int = 50) -> int:
+    """SIGKILL every process of the trial rooted at `root_pid` until none is left (a process
+    may fork while its siblings are killed); reap the orphans re-parented to this worker.
+    Returns how many processes were killed."""
+    me, killed = os.getpid(), 0
+    for _ in range(rounds):
+        victims = [p for p in descendants(me, all_processes()) if _belongs(p, marker, root_pid)]
+        live = [p for p in victims if not p.zombie]
+        for info in live:
+            try:
+                os.kill(info.pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        # The root is the caller's Popen, which reaps it; orphans re-parented here are reaped now.
+        _reap(p.pid for p in victims if p.ppid == me and p.pid != root_pid)
+        if not live:
+            return killed
+        time.sleep(0.02)
+    log.warning("processes of sandbox %s survived %d kill rounds", marker, rounds)
+    return killed
+
+
+def kill_marked(marker: str) -> int:
+    """SIGKILL every process on this host that carries `marker` (the janitor's sweep after a
+    worker died: its orphans were re-parented to init and only the marker finds them)."""
+    killed = 0
+    for info in all_processes():
+        if info.pid != os.getpid() and not info.zombie:
+            found = marker_of(info.pid)
+            if found is not None and found.startswith(marker):
+                try:
+                    os.kill(info.pid, signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass
+    return killed
+
+
+def _reap(pids) -> None:
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass

@@ -1,0 +1,285 @@
+"""Containment of repository code: every build and trial runs in a *slot* of this host.
+
+A slot is a directory under PERFBISECT_HOME/sandbox/<host>/ held with an exclusive flock for as
+long as one trial runs in it; it holds the trial's worktree, HOME, TMPDIR, scratch files and
+output log. The number of slots is the number of trials running at once, so disk use is bounded
+by it; a slot is wiped (and every process still carrying its marker killed) when it is taken and
+when it is released, so nothing of a finished, cancelled or dead worker's trial stays behind.
+
+Inside a slot a command gets:
+- an environment built from an allow-list plus the repository's own env: never DATABASE_URL,
+  REDIS_URL, tokens or other PERFBISECT_* settings;
+- when the worker runs as root, the unprivileged PERFBISECT_SANDBOX_USER (default nobody);
+- resource limits: RLIMIT_AS (CPU trials) or RLIMIT_DATA (builds and GPU trials: the CUDA
+  driver reserves far more address space than it uses, so RLIMIT_AS would break it), a file
+  size cap, no core dumps;
+- its output in a file, never a pipe, and a deadline enforced on its whole process tree,
+  including processes that called setsid (workers/proctree.py), with a stop check (a cancel)
+  polled while it runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import pwd
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
+from service.settings import get_settings
+from workers import proctree
+
+log = logging.getLogger(__name__)
+
+MAX_SLOTS = 256
+ALLOWED_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "CUDA_HOME", "ROCM_PATH")
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "HSA_", "TRITON_", "OMP_", "MKL_")
+MemoryKind = Literal["as", "data"]
+
+
+class SandboxError(Exception):
+    """The sandbox cannot be set up (unknown user, an install the user cannot read)."""
+
+
+@dataclass(frozen=True)
+class SandboxUser:
+    name: str
+    uid: int
+    gid: int
+
+
+def _secret_like(name: str) -> bool:
+    from workers.redact import SECRET_NAME
+
+    return bool(SECRET_NAME.search(name))
+
+
+def scrubbed_env(extra: dict[str, str], home: Path, tmp: Path) -> dict[str, str]:
+    """The allow-listed part of this process's environment, a HOME and TMPDIR of the slot, then
+    the repository's own env (admin-registered) on top."""
+    env = {k: v for k, v in os.environ.items()
+           if (k in ALLOWED_NAMES or k.startswith(ALLOWED_PREFIXES)) and not _secret_like(k)}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(HOME=str(home), TMPDIR=str(tmp), USER="perfbisect-sandbox")
+    env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
+@lru_cache
+def sandbox_user() -> SandboxUser | None:
+    """Who runs repository code: PERFBISECT_SANDBOX_USER when this worker is root, else nobody
+    is switched to (a worker that is not root runs it as itself). Raises SandboxError when the
+    user does not exist or cannot run this interpreter and the harness (in production; elsewhere
+    that is logged and repository code runs as the worker's own user)."""
+    settings = get_settings()
+    if os.geteuid() != 0:
+        return None
+    if not settings.sandbox_user:
+        log.warning("running repository code as root: PERFBISECT_SANDBOX_USER is empty")
+        return None
+    try:
+        user = lookup_user(settings.sandbox_user)
+    except KeyError as exc:
+        raise SandboxError(f"PERFBISECT_SANDBOX_USER {settings.sandbox_user!r} does not exist") from exc
+    problem = _probe(user)
+    if problem is None:
+        return user
+    message = (f"the sandbox user {user.name} cannot run {sys.executable} with the harness in {slots_root()} "
+               f"({problem}); install perfbisect where that user can read it and make the sandbox directory "
+               "traversable by it (see the README)")
+    if settings.environment == "production":
+        raise SandboxError(message)
+    log.warning("%s; running repository code as root", message)
+    return None
+
+
+def lookup_user(name: str) -> SandboxUser:
+    entry = pwd.getpwnam(name)
+    return SandboxUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def _probe(user: SandboxUser) -> str | None:
+    """Why `user` cannot run the harness from a slot, or None."""
+    root = slots_root()
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run([sys.executable, "-c", "import kernels.harness"], cwd=root, capture_output=True,
+                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(HARNESS_ROOT)},
+                              user=user.uid, group=user.gid, extra_groups=[], timeout=120, text=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["exit code"])[-1]
+
+
+def _limits(memory_kind: MemoryKind | None) -> Callable[[], None]:
+    """preexec (after the user switch): resource limits and death with the worker."""
+    settings = get_settings()
+    memory = settings.trial_memory_mb * 2**20 if settings.trial_memory_mb and memory_kind else None
+    max_file = settings.max_file_mb * 2**20 if settings.max_file_mb else None
+
+    def apply() -> None:
+        if memory is not None:
+            which = resource.RLIMIT_AS if memory_kind == "as" else resource.RLIMIT_DATA
+            resource.setrlimit(which, (memory, memory))
+        if max_file is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (max_file, max_file))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        proctree.die_with_parent()
+
+    return apply
+
+
+@dataclass
+class Slot:
+    """A locked directory for one trial; see the module docstring."""
+
+    path: Path
+    user: SandboxUser | None
+    marker: str
+
+    @property
+    def worktree(self) -> Path:
+        return self.path / "worktree"
+
+    @property
+    def home(self) -> Path:
+        return self.path / "home"
+
+    @property
+    def tmp(self) -> Path:
+        return self.path / "tmp"
+
+    @property
+    def scratch(self) -> Path:
+        return self.path / "scratch"
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / "output.log"
+
+    def give(self, *paths: Path) -> None:
+        """Hand `paths` (recursively) to the sandbox user, so its code can write there."""
+        if self.user is None:
+            return
+        for top in paths:
+            os.lchown(top, self.user.uid, self.user.gid)
+            for root, dirs, files in os.walk(top):
+                for name in dirs + files:
+                    os.lchown(os.path.join(root, name), self.user.uid, self.user.gid)
+
+    def env(self, extra: dict[str, str]) -> dict[str, str]:
+        return scrubbed_env(extra, self.home, self.tmp)
+
+    def run(self, cmd: list[str] | str, *, cwd: Path, env: dict[str, str], timeout_s: float,
+            memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None) -> Launched:
+        """Run `cmd` (a shell string or argv) contained; returns how it ended. `should_stop`
+        is polled about every half second: when it says so, the whole tree is killed."""
+        user_args = {} if self.user is None else {"user": self.user.uid, "group": self.user.gid, "extra_groups": []}
+        with open(self.log_path, "wb") as out:
+            proc = subprocess.Popen(cmd, shell=isinstance(cmd, str), cwd=cwd, env={**env, proctree.MARKER: self.marker},
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, preexec_fn=_limits(memory), **user_args)
+            stopped = _wait(proc, time.monotonic() + timeout_s, should_stop)
+            proctree.kill_tree(proc.pid, self.marker)  # also after a clean exit: nothing outlives it
+            proc.wait()
+        return Launched(None if stopped else proc.returncode, read_tail(self.log_path), stopped)
+
+    def launcher(self, memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None) -> Launcher:
+        """A `kernels.harness.runner.Launcher` that runs the harness in this slot."""
+        def launch(cmd: list[str], cwd: Path, env: dict, timeout_s: float, scratch: Path) -> Launched:
+            self.give(scratch)
+            return self.run(cmd, cwd=cwd, env=env, timeout_s=timeout_s, memory=memory, should_stop=should_stop)
+
+        return launch
+
+
+def _wait(proc: subprocess.Popen, deadline: float, should_stop: Callable[[], bool] | None) -> str | None:
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+            return None
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() >= deadline:
+            return "timeout"
+        if should_stop is not None and should_stop():
+            return "cancelled"
+
+
+def slots_root() -> Path:
+    settings = get_settings()
+    return ((settings.sandbox_dir or settings.home / "sandbox") / socket.gethostname()).resolve()
+
+
+def _marker_prefix(path: Path) -> str:
+    return f"{path}/#"
+
+
+def _wipe(path: Path) -> None:
+    """Kill whatever still carries the slot's marker and remove its files."""
+    proctree.kill_marked(_marker_prefix(path))
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def slot(user: SandboxUser | None | Literal["configured"] = "configured") -> Iterator[Slot]:
+    """Take the first free slot of this host (a lock held by a dead process is free again),
+    wiped and ready; wipe and release it afterwards. `user` defaults to the configured sandbox
+    user. Raises SandboxError."""
+    proctree.harden_worker_process()
+    if user == "configured":
+        user = sandbox_user()
+    root = slots_root()
+    root.mkdir(parents=True, exist_ok=True)
+    for index in range(MAX_SLOTS):
+        path = root / f"slot-{index}"
+        handle = open(root / f"slot-{index}.lock", "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        try:
+            _wipe(path)
+            taken = Slot(path, user, f"{_marker_prefix(path)}{uuid.uuid4().hex}")
+            for directory in (path, taken.home, taken.tmp, taken.scratch):
+                directory.mkdir(mode=0o755)
+            taken.give(taken.home, taken.tmp, taken.scratch)
+            yield taken
+            return
+        finally:
+            _wipe(path)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+    raise SandboxError(f"all {MAX_SLOTS} sandbox slots of this host are in use")
+
+
+def sweep_idle_slots() -> int:
+    """At worker start: wipe every slot no live process holds (those of a worker that died)."""
+    root = slots_root()
+    swept = 0
+    for lock in root.glob("slot-*.lock") if root.is_dir() else []:
+        with open(lock, "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            path = lock.with_suffix("")
+            if path.exists():
+                _wipe(path)
+                swept += 1
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    return swept
