@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.isolation import isolate_xdist_worker  # noqa: E402
+from tests.isolation import isolate_xdist_worker, xdist_controller  # noqa: E402
 
 # Under pytest-xdist every worker gets its own database (made from the migrations) and its own
 # Redis server, so workers never drop each other's schema or flush each other's queues.
@@ -24,10 +24,13 @@ TEST_DATABASE_URL = os.environ.get("PERFBISECT_TEST_DATABASE_URL", "postgresql:/
 TEST_REDIS_URL = os.environ.get("PERFBISECT_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 _HOME = Path(tempfile.mkdtemp(prefix="perfbisect-test-home-"))
 
-# Settings are read once per process: pin them before any service module is imported.
-os.environ["DATABASE_URL"] = TEST_DATABASE_URL
-os.environ.pop("REDIS_URL", None)
-os.environ["PERFBISECT_HOME"] = str(_HOME)
+# Settings are read once per process: pin them before any service module is imported. The xdist
+# controller runs no test and keeps them out of its environment, so its workers start without
+# them, as a single pytest process does (the containment tests read their parent's environ).
+if not xdist_controller():
+    os.environ["DATABASE_URL"] = TEST_DATABASE_URL
+    os.environ.pop("REDIS_URL", None)
+    os.environ["PERFBISECT_HOME"] = str(_HOME)
 # Tests register repositories from temporary directories (tmp_path, the demo repository).
 os.environ["PERFBISECT_LOCAL_REPO_ROOTS"] = tempfile.gettempdir()
 

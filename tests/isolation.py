@@ -52,6 +52,14 @@ def _start_redis() -> str:
     raise RuntimeError("the worker's redis-server did not start")
 
 
+def xdist_controller() -> bool:
+    """This process hands tests to xdist workers (and runs none itself)."""
+    import sys
+
+    return not os.environ.get("PYTEST_XDIST_WORKER") and any(
+        arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in sys.argv[1:])
+
+
 def isolate_xdist_worker() -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if not worker:

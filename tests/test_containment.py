@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from service.db import get_engine
+from service.settings import get_settings
+
 from service.settings import get_settings
 from service.trials.service import TrialWork
 from tests.gitrepo import make_repo
@@ -29,8 +32,11 @@ def secrets_in_env(monkeypatch):
     monkeypatch.setenv("PERFBISECT_GITHUB_TOKEN", SECRET_TOKEN)
     monkeypatch.setenv("DATABASE_URL", f"postgresql://perfbisect:{DB_PASSWORD}@db.internal:5432/perfbisect")
     redact.secrets.cache_clear()
+    get_settings.cache_clear()
     yield
     redact.secrets.cache_clear()
+    get_settings.cache_clear()  # the next test reads the real settings again
+    get_engine.cache_clear()
 
 
 def marked_processes(marker_prefix: str) -> list[int]:
