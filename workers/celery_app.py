@@ -12,11 +12,12 @@ from celery import Celery
 from service.settings import get_settings
 
 CONTROL_QUEUE = "control"
+TRACK_POLL_S = 60.0  # how often beat looks for tracked branches that are due
 
 
 def make_celery() -> Celery:
     settings = get_settings()
-    app = Celery("perfbisect", broker=settings.redis_url or "memory://", include=["workers.tasks"])
+    app = Celery("perfbisect", broker=settings.redis_url or "memory://", include=["workers.tasks", "workers.track_tasks"])
     app.conf.update(
         task_always_eager=settings.embedded,
         task_eager_propagates=True,
@@ -35,6 +36,9 @@ def make_celery() -> Celery:
         broker_transport_options={"visibility_timeout": settings.visibility_timeout_s,
                                   "unacked_restore_interval": 5, "unacked_restore_throttle": 1},
         worker_hijack_root_logger=False,
+        # Tracked branches on a schedule or polled: `perfbisect worker --beat` runs this.
+        beat_schedule={"poll-tracked-branches": {"task": "perfbisect.poll_tracked_branches",
+                                                 "schedule": TRACK_POLL_S, "options": {"queue": CONTROL_QUEUE}}},
     )
     return app
 

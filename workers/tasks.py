@@ -36,9 +36,13 @@ def advance_job(job_id: int) -> int:
 
 @celery_app.task(name="perfbisect.notify_job")
 def notify_job(job_id: int) -> int:
-    """Comment on the pull requests a finished job concerns (a no-op without a GitHub token)."""
+    """Comment on the pull requests a finished job concerns (a no-op without a GitHub token).
+    A track job or an alert's bisect continues the tracking loop instead."""
     from service.webhooks.github import post_job_comments
+    from workers.track_tasks import continue_loop  # imports this module
 
+    if continue_loop(job_id):
+        return 0
     with session_scope() as session:
         return len(post_job_comments(session, job_id))
 

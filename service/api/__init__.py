@@ -10,9 +10,11 @@ from service.errors import PerfbisectError
 
 def create_app() -> FastAPI:
     from dashboards.routes import router as dashboard_router
+    from service.alerts.endpoints import router as alerts_router
     from service.api.health import router as health_router
     from service.jobs.endpoints import router as jobs_router
     from service.repos.endpoints import router as repos_router
+    from service.tracking.endpoints import router as tracking_router
     from service.webhooks.endpoints import router as webhooks_router
 
     app = FastAPI(
@@ -27,6 +29,7 @@ def create_app() -> FastAPI:
     def _domain_error(_request: Request, exc: PerfbisectError) -> JSONResponse:
         return JSONResponse(status_code=exc.status_code, content={"detail": exc.message})
 
-    for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router):
+    for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router, tracking_router,
+                   alerts_router):
         app.include_router(router)
     return app

@@ -115,6 +115,11 @@ def create_compare(session: Session, data: CompareCreate) -> Job:
     return _create(session, JobKind.compare, repo, spec, commits)
 
 
+def create_track(session: Session, repo: Repository, spec: dict[str, Any], commits: list) -> Job:
+    """A tracked branch's heads to measure (service.tracking decides which): no range to bisect."""
+    return _create(session, JobKind.track, repo, spec, commits)
+
+
 def get(session: Session, job_id: int) -> Job:
     job = repository.get_job(session, job_id)
     if job is None:
