@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from service.alerts.grouping import CaseHistory
-from service.models import TrackedBranch
+from service.models import Case, TrackedBranch
 from service.repos import service as repos
 from service.settings import get_settings
 from service.tracking import repository as tracking_repo
@@ -24,7 +24,7 @@ from workers.checkout import GitError
 class BranchHistory:
     shas: list[str]  # first-parent, oldest first
     cases: list[CaseHistory]
-    case_ids: dict[str, int]
+    case_rows: dict[str, Case]
 
     def position(self, sha: str | None) -> int | None:
         return self._index.get(sha) if sha else None
@@ -50,7 +50,7 @@ def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
     cases = tracking_repo.cases_of(session, tracked.repository_id, tracked.cases)
     fingerprint = tracking_repo.current_fingerprint(session, tracked.repository_id, tracked.device_class)
     if not shas or not cases or fingerprint is None:
-        return BranchHistory(shas, [], {name: c.id for name, c in cases.items()})
+        return BranchHistory(shas, [], cases)
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     wrong: dict[int, set[str]] = defaultdict(set)
     higher: dict[int, bool] = {}
@@ -71,4 +71,4 @@ def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
         histories.append(CaseHistory(
             case=name, positions=tuple(p for p, _ in ok), values=tuple(v for _, v in ok),
             wrong=tuple(sorted(index[sha] for sha in wrong[case.id])), higher_is_better=higher.get(case.id, True)))
-    return BranchHistory(shas, histories, {name: c.id for name, c in cases.items()})
+    return BranchHistory(shas, histories, cases)

@@ -67,10 +67,10 @@ def _store(session: Session, tracked: TrackedBranch, branch: history.BranchHisto
     alert.updated_at = utcnow()
     rows = {c.case_id: c for c in alert.cases}
     for step in group.steps:
-        case_id = branch.case_ids[step.case]
-        row = rows.get(case_id)
+        case = branch.case_rows[step.case]
+        row = rows.get(case.id)
         if row is None:
-            row = AlertCase(case_id=case_id)
+            row = AlertCase(case=case)
             alert.cases.append(row)
         row.kind = AlertKind.wrong_results if step.kind == grouping.WRONG_RESULTS else AlertKind(step.kind)
         row.rel, row.pvalue, row.mean_before, row.mean_after = step.rel, step.pvalue, step.mean_before, step.mean_after
