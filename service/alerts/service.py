@@ -27,6 +27,10 @@ from service.tracking import service as tracking
 from service.webhooks.service import benchmarks_from_spec
 
 BISECT_WORKERS = 2  # revisions measured per round of an alert's bisect
+# A level needs this many measured heads: an alert waits for 3 heads after a step (each head the
+# median of its trials), so one slow head is not an alert. Passed explicitly: the detector's own
+# default may be larger.
+MIN_HEADS = 3
 CLOSED = (AlertStatus.invalid, AlertStatus.expected)  # nobody wants their culprit
 
 
@@ -100,7 +104,7 @@ def detect(session: Session, tracked_id: int) -> Next:
     Raises NotFound for an unknown tracked branch."""
     tracked = tracking.get(session, tracked_id, lock=True)
     branch = history.load(session, tracked)
-    detector = partial(compute_change_points, min_magnitude=tracked.min_magnitude)
+    detector = partial(compute_change_points, min_magnitude=tracked.min_magnitude, min_size=MIN_HEADS)
     steps = grouping.detect_steps(branch.cases, detector)
     alerts = {a.id: a for a in repository.of_branch(session, tracked.id)}
     known = [_known(a, branch) for a in alerts.values()]

@@ -12,11 +12,13 @@ import typer
 from rich.console import Console
 
 from service.cli.follow import CLIError
+from service.cli.track import track_app
 
 app = typer.Typer(help="Automated performance-regression bisection for GPU kernel libraries.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(track_app, name="track")
 console = Console(stderr=True)
 
 
