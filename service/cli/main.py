@@ -131,12 +131,19 @@ def demo(
     workers: Annotated[Optional[int], typer.Option(
         help="revisions measured per round; default 2 on a CPU with 2+ cores, 1 on a GPU")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    track: Annotated[bool, typer.Option("--track", help="replay the history as pushes to a tracked branch")] = False,
 ) -> None:
     """Write the demo kernel repository, bisect its whole history on this machine, print the culprits.
 
-    Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s."""
+    Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s.
+    With --track: pushes to a tracked branch raise alerts, whose bisects name the culprits."""
     from service.cli import runs
 
+    if track:
+        from service.cli.track_demo import demo_track
+
+        demo_track(path, device, workers, as_json, console)
+        return
     try:
         job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console)
     except CLIError as exc:
