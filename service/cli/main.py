@@ -66,6 +66,7 @@ def worker(
     gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES)")] = None,
     control: Annotated[bool, typer.Option(help="also serve the control queue (job planning)")] = True,
     concurrency: int = 1,
+    beat: Annotated[bool, typer.Option(help="also run Celery beat (scheduled and polled tracked branches)")] = False,
 ) -> None:
     """Run a Celery worker on REDIS_URL: one process per GPU, one trial at a time."""
     from service.settings import get_settings
@@ -80,8 +81,9 @@ def worker(
     name = f"{device_class}{'' if gpu is None else gpu}-{os.getpid()}@%h"
     # prefork even for one process: a trial child that dies is reported (WorkerLostError) and,
     # with acks_late + reject_on_worker_lost, its message goes back to the queue.
+    schedule = ["-B", "-s", str(get_settings().home / "celerybeat-schedule")] if beat else []
     celery_app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-n", name,
-                            "--pool", "prefork", "-l", "INFO"])
+                            "--pool", "prefork", "-l", "INFO", *schedule])
 
 
 @app.command()
