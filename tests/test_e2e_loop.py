@@ -70,6 +70,17 @@ def deliver_push(base: str, sha: str) -> None:
     assert reply.status_code == 202 and "queued a run" in reply.json()["message"], reply.text
 
 
+def wait_for_jobs(base: str, kind: str, count: int, timeout_s: float) -> list[dict]:
+    """The first `count` jobs of `kind`, once they have all succeeded."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        jobs = [j for j in httpx.get(f"{base}/api/jobs", timeout=10).json() if j["kind"] == kind]
+        if len(jobs) >= count and all(j["status"] == "succeeded" for j in jobs):
+            return sorted(jobs, key=lambda j: j["id"])[:count]
+        time.sleep(1)
+    raise AssertionError(f"{count} {kind} job(s) did not succeed in {timeout_s}s")
+
+
 def wait_for_commented_alert(base: str, timeout_s: float) -> list[dict]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -108,6 +119,8 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
                 "backfill_every": 2, "backfill_depth": 6, "trials_per_head": 2, "min_magnitude": 0.15,
                 "policy": demo.DEMO_CPU_POLICY}, timeout=60)
             assert tracked.status_code == 201, tracked.text
+            [backfill] = wait_for_jobs(base, "track", 1, timeout_s=300)
+            assert [shas.index(sha) for sha in backfill["revision_shas"]] == [1, 3, 5]
             for index in (9, 10, 11):  # the step is at 8: three heads after it
                 subprocess.run(["git", "update-ref", "refs/heads/main", shas[index]], cwd=origin, check=True)
                 deliver_push(base, shas[index])

@@ -135,7 +135,7 @@ def _schedule(session: Session, tracked: TrackedBranch, branch: history.BranchHi
     largest first, while fewer than `max_bisects` of the branch run."""
     waiting = []
     for alert in alerts:
-        if alert.status not in (AlertStatus.new, AlertStatus.acknowledged) or alert.culprit_last_sha or alert.bisect_job_id:
+        if alert.status in CLOSED or alert.culprit_last_sha or alert.bisect_job_id:  # a fixed one is still bisected
             continue
         before, after = branch.position(alert.before_sha), branch.position(alert.last_sha)
         if before is None or after is None:
