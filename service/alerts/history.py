@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
@@ -25,13 +25,11 @@ class BranchHistory:
     shas: list[str]  # first-parent, oldest first
     cases: list[CaseHistory]
     case_rows: dict[str, Case]
+    index: dict[str, int] = field(default_factory=dict)  # sha -> position in shas
 
     def position(self, sha: str | None) -> int | None:
-        return self._index.get(sha) if sha else None
-
-    @property
-    def _index(self) -> dict[str, int]:
-        return {sha: i for i, sha in enumerate(self.shas)}
+        """The commit's position on the branch; None when it is not (or no longer) on it."""
+        return self.index.get(sha) if sha else None
 
 
 def branch_shas(tracked: TrackedBranch) -> list[str]:
@@ -50,7 +48,7 @@ def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
     cases = tracking_repo.cases_of(session, tracked.repository_id, tracked.cases)
     fingerprint = tracking_repo.current_fingerprint(session, tracked.repository_id, tracked.device_class)
     if not shas or not cases or fingerprint is None:
-        return BranchHistory(shas, [], cases)
+        return BranchHistory(shas, [], cases, {sha: i for i, sha in enumerate(shas)})
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     wrong: dict[int, set[str]] = defaultdict(set)
     higher: dict[int, bool] = {}
@@ -71,4 +69,4 @@ def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
         histories.append(CaseHistory(
             case=name, positions=tuple(p for p, _ in ok), values=tuple(v for _, v in ok),
             wrong=tuple(sorted(index[sha] for sha in wrong[case.id])), higher_is_better=higher.get(case.id, True)))
-    return BranchHistory(shas, histories, cases)
+    return BranchHistory(shas, histories, cases, index)

@@ -131,8 +131,9 @@ def _bisect_request(tracked: TrackedBranch, alert: Alert) -> BisectCreate:
 
 def _schedule(session: Session, tracked: TrackedBranch, branch: history.BranchHistory, alerts: list[Alert],
               out: Next) -> None:
-    """Name the culprit of open alerts whose range is one commit; start bisects for the others,
-    largest first, while fewer than `max_bisects` of the branch run."""
+    """For alerts not triaged away (invalid, expected) and without a culprit: name it when the
+    range is one commit; else start bisects, largest first, while fewer than `max_bisects` of the
+    branch run."""
     waiting = []
     for alert in alerts:
         if alert.status in CLOSED or alert.culprit_last_sha or alert.bisect_job_id:  # a fixed one is still bisected

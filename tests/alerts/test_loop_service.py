@@ -255,3 +255,22 @@ def test_push_webhook_queues_a_run_of_the_tracked_branch(client, session, lib, s
     assert bad.status_code == 422 and "after" in bad.json()["detail"]
     assert len(sent_tasks) == 1
     assert sign  # the signature path is the PR webhook's, tested in test_webhooks
+
+
+def test_beat_runs_scheduled_and_polled_branches_when_due_and_poll_only_when_moved(session, lib) -> None:
+    from datetime import timedelta
+
+    from service.models import utcnow
+
+    polled = track(session, lib, trigger="poll", interval_s=600)
+    pushed = track(session, lib, trigger="push", device_class="cuda")
+    assert tracking.due(session, utcnow()) == [(polled.id, True)]  # never run yet
+    measure(session, tracking.start_run(session, polled.id).job.id, lambda sha: {CASE_NAME: 1.0})
+    assert tracking.due(session, utcnow()) == []
+    assert tracking.due(session, utcnow() + timedelta(seconds=601)) == [(polled.id, True)]
+    unmoved = tracking.start_run(session, polled.id, only_if_moved=True)
+    assert unmoved.job is None and not unmoved.moved
+    git(lib["path"], "update-ref", "refs/heads/main", lib["shas"][9])
+    moved = tracking.start_run(session, polled.id, only_if_moved=True)
+    assert moved.moved and list(moved.heads) == [lib["shas"][9]]
+    assert pushed.trigger.value == "push"
