@@ -102,6 +102,16 @@ def bisect_exact(history: History, span: tuple[int, int], step: int, seed: int) 
     return any(c.first == c.last == step - span[0] for c in plan.culprits)
 
 
+def describe(history: History, steps: list[int], step: int) -> dict:
+    """Why a step may be missed: its largest size, the noise of one trial of that case, and the
+    commits to the nearest other step."""
+    sizes = {name: c.level_at(step) / c.level_at(step - 1) - 1 for name, c in history.cases.items()}
+    name = max(sizes, key=lambda n: abs(sizes[n]))
+    gap = min((abs(step - s) for s in steps if s != step), default=None)
+    return {"size": round(sizes[name], 3), "trial_noise": round(history.trial_noise(name), 4),
+            "bimodal": history.cases[name].bimodal_p > 0, "commits_to_next_step": gap}
+
+
 def simulated(histories: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     false_noise, heads_noise = 0, 0
@@ -109,7 +119,7 @@ def simulated(histories: int, seed: int) -> dict:
         history, _ = make_history(rng, 400, 0)
         false_noise += len(replay(history, rng))
         heads_noise += len(range(0, history.n_revisions, EVERY))
-    per_step, delays, exact, false_steps, n_steps = [], [], 0, 0, 0
+    per_step, delays, exact, false_steps, n_steps, missed = [], [], 0, 0, 0, []
     for i in range(histories):
         history, steps = make_history(rng, 200, int(rng.integers(1, 4)))
         alerts = replay(history, rng)
@@ -117,6 +127,8 @@ def simulated(histories: int, seed: int) -> dict:
         for step in steps:
             covering = [a for a in alerts.values() if a["span"][0] < step <= a["span"][1]]
             per_step.append(len(covering))
+            if not covering:
+                missed.append(describe(history, steps, step))
             if covering:
                 first = min(a["first_seen"] for a in covering)
                 delays.append(sum(step <= h <= first for h in range(0, history.n_revisions, EVERY)))
@@ -130,7 +142,7 @@ def simulated(histories: int, seed: int) -> dict:
                   "steps_with_one_alert": sum(c == 1 for c in per_step),
                   "delay_heads_median": float(np.median(delays)) if delays else None,
                   "delay_heads_max": max(delays) if delays else None,
-                  "culprits_exact": exact, "false_alerts": false_steps},
+                  "culprits_exact": exact, "false_alerts": false_steps, "missed": missed},
     }
 
 

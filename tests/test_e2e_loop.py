@@ -116,11 +116,11 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
             tracked = httpx.post(f"{base}/api/tracked-branches", json={
                 "repository": "minikern", "branch": "main", "device_class": "cpu",
                 "benchmarks": [{"suite": "gemm", "target": GEMM_BF16["target"], "shapes": [GEMM_BF16["params"]]}],
-                "backfill_every": 2, "backfill_depth": 6, "trials_per_head": 2, "min_magnitude": 0.15,
+                "backfill_every": 1, "backfill_depth": 4, "trials_per_head": 3, "min_magnitude": 0.15,
                 "policy": demo.DEMO_CPU_POLICY}, timeout=60)
             assert tracked.status_code == 201, tracked.text
             [backfill] = wait_for_jobs(base, "track", 1, timeout_s=300)
-            assert [shas.index(sha) for sha in backfill["revision_shas"]] == [1, 3, 5]
+            assert [shas.index(sha) for sha in backfill["revision_shas"]] == [2, 3, 4, 5]
             for index in (9, 10, 11):  # the step is at 8: three heads after it
                 subprocess.run(["git", "update-ref", "refs/heads/main", shas[index]], cwd=origin, check=True)
                 deliver_push(base, shas[index])
