@@ -87,7 +87,10 @@ def add(
         fail(str(exc))
     print(f"tracking {branch} of {name} on {device_class} as #{tracked_id}")
     if start:
-        run_loop(tracked_id)
+        try:
+            run_loop(tracked_id)
+        except PerfbisectError as exc:
+            fail(exc.message)
 
 
 @track_app.command("list")
