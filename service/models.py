@@ -291,3 +291,99 @@ class WebhookDelivery(Base):
     event: Mapped[str] = mapped_column(String(100))
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
+class TrackTrigger(str, enum.Enum):
+    push = "push"  # the GitHub push webhook
+    schedule = "schedule"  # Celery beat, every interval_s, whether the head moved or not
+    poll = "poll"  # Celery beat checks every interval_s and runs only when the head moved
+
+
+class AlertKind(str, enum.Enum):
+    regression = "regression"
+    improvement = "improvement"
+    wrong_results = "wrong_results"
+
+
+class AlertStatus(str, enum.Enum):
+    new = "new"
+    acknowledged = "acknowledged"
+    invalid = "invalid"
+    fixed = "fixed"
+    expected = "expected"
+
+
+class TrackedBranch(Base):
+    """A branch whose heads are measured on every push (or on a schedule) with one benchmark set
+    on one device class; each measured head is a trial of a `track` job like any other."""
+
+    __tablename__ = "tracked_branches"
+    __table_args__ = (UniqueConstraint("repository_id", "branch", "device_class"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    branch: Mapped[str] = mapped_column(String(200))
+    device_class: Mapped[str] = mapped_column(String(50), default="cpu")
+    cases: Mapped[list[Any]] = mapped_column(doc="resolved cases, as a job spec lists them")
+    metric: Mapped[str] = mapped_column(String(10), default="ratio")
+    policy: Mapped[dict[str, Any] | None]
+    trigger: Mapped[TrackTrigger] = mapped_column(_enum(TrackTrigger), default=TrackTrigger.push)
+    interval_s: Mapped[int] = mapped_column(default=3600)
+    backfill_every: Mapped[int] = mapped_column(default=1)
+    backfill_depth: Mapped[int] = mapped_column(default=1)
+    trials_per_head: Mapped[int] = mapped_column(default=3)
+    min_magnitude: Mapped[float] = mapped_column(Float, default=0.05)
+    max_bisects: Mapped[int] = mapped_column(default=2, doc="alert bisects running at once")
+    last_sha: Mapped[str | None] = mapped_column(String(64), doc="the head of the last run")
+    last_run_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    repository: Mapped[Repository] = relationship(lazy="raise")
+
+
+class Alert(Base):
+    """A step on a tracked branch: Perfherder's alert summary, one row per range, with the
+    cases that moved in it (AlertCase). `before_sha` is the last measured head before the step,
+    `last_sha` the first after it; the culprit is one of `first_sha..last_sha`."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tracked_branch_id: Mapped[int] = mapped_column(ForeignKey("tracked_branches.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[AlertKind] = mapped_column(_enum(AlertKind))
+    status: Mapped[AlertStatus] = mapped_column(_enum(AlertStatus), default=AlertStatus.new, index=True)
+    before_sha: Mapped[str] = mapped_column(String(64))
+    first_sha: Mapped[str] = mapped_column(String(64))
+    last_sha: Mapped[str] = mapped_column(String(64))
+    magnitude: Mapped[float] = mapped_column(Float, default=0.0, doc="largest |relative step| of its cases")
+    culprit_first_sha: Mapped[str | None] = mapped_column(String(64))
+    culprit_last_sha: Mapped[str | None] = mapped_column(String(64), doc="equal to first when exact")
+    culprit_pr: Mapped[int | None] = mapped_column(Integer)
+    bisect_job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    fixed_by_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id", ondelete="SET NULL"))
+    note: Mapped[str | None] = mapped_column(Text)
+    comments: Mapped[dict[str, Any]] = mapped_column(default=dict, doc="PR number -> comment URL")
+    detections: Mapped[int] = mapped_column(default=1)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    triaged_at: Mapped[datetime | None]
+
+    cases: Mapped[list[AlertCase]] = relationship(
+        back_populates="alert", lazy="raise", cascade="all, delete-orphan", order_by="AlertCase.id")
+
+
+class AlertCase(Base):
+    """One case's step inside an alert (Perfherder's alert)."""
+
+    __tablename__ = "alert_cases"
+    __table_args__ = (UniqueConstraint("alert_id", "case_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"), index=True)
+    case_id: Mapped[int] = mapped_column(ForeignKey("cases.id", ondelete="CASCADE"))
+    kind: Mapped[AlertKind] = mapped_column(_enum(AlertKind))
+    rel: Mapped[float | None] = mapped_column(Float)
+    pvalue: Mapped[float | None] = mapped_column(Float)
+    mean_before: Mapped[float | None] = mapped_column(Float)
+    mean_after: Mapped[float | None] = mapped_column(Float)
+
+    alert: Mapped[Alert] = relationship(back_populates="cases", lazy="raise")
+    case: Mapped[Case] = relationship(lazy="raise")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from service.auth.principal import SYSTEM
 from service.jobs import advance
 from service.jobs import service as jobs
 from service.jobs.schemas import BisectCreate
@@ -31,7 +32,7 @@ def job_id(session, tmp_path: Path) -> int:
     body = BisectCreate(repository="lib", good="HEAD~8", bad="main", workers=2,
                         benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
                                      "shapes": ["M=64,N=64,K=64,dtype=fp32"]}])
-    return jobs.create_bisect(session, body).id
+    return jobs.create_bisect(session, body, SYSTEM).id
 
 
 def first_round(session, job_id: int) -> list[Trial]:
@@ -85,7 +86,7 @@ def test_a_cancelled_job_stops_its_running_trial_and_is_not_repaired(session, jo
     trial, *_ = first_round(session, job_id)
     work = trials.start(session, trial.id)
     trial.heartbeat_at = utcnow() - LONG_AGO
-    jobs.cancel(session, job_id)
+    jobs.cancel(session, job_id, SYSTEM)
     assert trials.check_in(session, trial.id, work.attempt, beat=True) is False
     assert not reconciler.reconcile(session, nothing_queued)
     assert jobs.get(session, job_id).status == JobStatus.cancelled

@@ -13,11 +13,12 @@ from celery.signals import worker_init
 from service.settings import get_settings
 
 CONTROL_QUEUE = "control"
+TRACK_POLL_S = 60.0  # how often beat looks for tracked branches that are due
 
 
 def make_celery() -> Celery:
     settings = get_settings()
-    app = Celery("perfbisect", broker=settings.redis_url or "memory://", include=["workers.tasks"])
+    app = Celery("perfbisect", broker=settings.redis_url or "memory://", include=["workers.tasks", "workers.track_tasks"])
     app.conf.update(
         task_always_eager=settings.embedded,
         task_eager_propagates=True,
@@ -33,8 +34,12 @@ def make_celery() -> Celery:
         # The reconciler (service/trials/reconcile.py) re-sends what the broker lost; run by
         # `perfbisect worker --beat` (one per deployment) or `perfbisect beat`. A run that
         # waited longer than one interval is dropped: the next one does the same work.
+        # `perfbisect worker --beat` runs these: the reconciler, and tracked branches on a
+        # schedule or polled.
         beat_schedule={"reconcile": {"task": "perfbisect.reconcile", "schedule": settings.reconcile_interval_s,
-                                     "options": {"queue": CONTROL_QUEUE, "expires": settings.reconcile_interval_s}}},
+                                     "options": {"queue": CONTROL_QUEUE, "expires": settings.reconcile_interval_s}},
+                       "poll-tracked-branches": {"task": "perfbisect.poll_tracked_branches",
+                                                 "schedule": TRACK_POLL_S, "options": {"queue": CONTROL_QUEUE}}},
         beat_schedule_filename=str(settings.home / "celerybeat-schedule"),
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,

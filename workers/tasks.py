@@ -49,9 +49,13 @@ def advance_job(job_id: int) -> int:
 @celery_app.task(name="perfbisect.notify_job")
 def notify_job(job_id: int) -> int:
     """Comment on the pull requests a finished job concerns and set a compare job's check on its
-    head commit (both no-ops without a GitHub token)."""
+    head commit (both no-ops without a GitHub token). A track job or an alert's bisect continues
+    the tracking loop instead."""
     from service.webhooks.github import post_check, post_job_comments
+    from workers.track_tasks import continue_loop  # imports this module
 
+    if continue_loop(job_id):
+        return 0
     with session_scope() as session:
         posted = len(post_job_comments(session, job_id))
         post_check(session, job_id)

@@ -13,9 +13,11 @@ from service.settings import get_settings
 def create_app() -> FastAPI:
     from dashboards import pages
     from dashboards.routes import router as dashboard_router
+    from service.alerts.endpoints import router as alerts_router
     from service.api.health import router as health_router
     from service.jobs.endpoints import router as jobs_router
     from service.repos.endpoints import router as repos_router
+    from service.tracking.endpoints import router as tracking_router
     from service.webhooks.endpoints import router as webhooks_router
 
     app = FastAPI(
@@ -31,7 +33,8 @@ def create_app() -> FastAPI:
     pages.mount(app)
 
 
-    for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router):
+    for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router, tracking_router,
+                   alerts_router):
         app.include_router(router)
     settings = get_settings()
     app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight)

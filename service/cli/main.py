@@ -14,6 +14,7 @@ from rich.console import Console
 from service.cli.changepoints import changepoints
 from service.cli.errors import CLIError
 from service.cli.tokens import app as token_app
+from service.cli.track import track_app
 
 app = typer.Typer(help="Automated performance-regression bisection for GPU kernel libraries.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
@@ -21,6 +22,7 @@ db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_he
 app.add_typer(db_app, name="db")
 app.command("changepoints")(changepoints)
 app.add_typer(token_app, name="token")
+app.add_typer(track_app, name="track")
 console = Console(stderr=True)
 
 
@@ -81,8 +83,9 @@ def worker(
     gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES)")] = None,
     control: Annotated[bool, typer.Option(help="also serve the control queue (job planning)")] = True,
     trials: Annotated[bool, typer.Option(help="serve the device queue (--no-trials: a control-only worker)")] = True,
-    beat: Annotated[bool, typer.Option(help="also run the periodic reconciler (one per deployment, best on a "
-                                           "control-only worker so it never waits behind a trial)")] = False,
+    beat: Annotated[bool, typer.Option(help="also run Celery beat: the reconciler and the scheduled and polled "
+                                           "tracked branches (one per deployment, best on a control-only worker "
+                                           "so it never waits behind a trial)")] = False,
     concurrency: int = 1,
 ) -> None:
     """Run a Celery worker on REDIS_URL: one process per GPU, one trial at a time."""
@@ -107,8 +110,9 @@ def worker(
     name = f"{device_class}{'' if gpu is None else gpu}-{os.getpid()}@%h"
     # prefork even for one process: a trial child that dies is reported (WorkerLostError) and,
     # with acks_late + reject_on_worker_lost, its message goes back to the queue.
+    schedule = ["-B"] if beat else []  # its schedule file: beat_schedule_filename
     celery_app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-n", name,
-                            "--pool", "prefork", "-l", "INFO", *(["--beat"] if beat else [])])
+                            "--pool", "prefork", "-l", "INFO", *schedule])
 
 
 @app.command()
@@ -158,12 +162,19 @@ def demo(
     workers: Annotated[Optional[int], typer.Option(
         help="revisions measured per round; default 2 on a CPU with 2+ cores, 1 on a GPU")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    track: Annotated[bool, typer.Option("--track", help="replay the history as pushes to a tracked branch")] = False,
 ) -> None:
     """Write the demo kernel repository, bisect its whole history on this machine, print the culprits.
 
-    Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s."""
+    Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s.
+    With --track: pushes to a tracked branch raise alerts, whose bisects name the culprits."""
     from service.cli import runs
 
+    if track:
+        from service.cli.track_demo import demo_track
+
+        demo_track(path, device, workers, as_json, console)
+        return
     try:
         job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console)
     except CLIError as exc:

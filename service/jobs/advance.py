@@ -20,7 +20,7 @@ from service.bisect import BisectConfig, Observation, Plan, RevisionState, plan_
 from service.errors import NotFound
 from service.jobs import repository
 from service.repos.repository import revisions_by_sha
-from service.models import Culprit, CulpritKind, Job, JobStatus, Trial, TrialStatus, utcnow
+from service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
 
 UNBUILDABLE = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
 BROKEN_CASE = ("compile_error", "error")
@@ -144,6 +144,8 @@ def advance(session: Session, job_id: int) -> Round:
         raise NotFound(f"no job {job_id}")
     if job.status.finished or repository.count_in_flight(session, job.id):
         return Round([])
+    if job.kind == JobKind.track:  # a tracked branch's heads: measured, never bisected
+        return _measure_heads(session, job)
     trials = repository.trials_of(session, job.id)
     observations = observations_from(trials, job.revision_shas, job.spec.get("metric", "ratio"))
     plan = plan_next(len(job.revision_shas), observations, config_of(job, trials))
@@ -162,6 +164,24 @@ def advance(session: Session, job_id: int) -> Round:
               device_class=job.spec["device_class"], dispatched_at=utcnow())
         for r in plan.requests for _ in range(r.trials)
     ]
+    session.add_all(new)
+    session.flush()
+    return Round([t.id for t in new], queue=job.spec["device_class"])
+
+
+def _measure_heads(session: Session, job: Job) -> Round:
+    """A track job in one round: `trials_per_head` trials at every head; done once they are."""
+    trials = repository.trials_of(session, job.id)
+    if trials:
+        measured = {t.revision.sha for t in trials if t.status == TrialStatus.ok}
+        job.progress = {"revisions": len(job.revision_shas), "measured": len(measured),
+                        "trials": sum(t.status.finished for t in trials), "rounds": 1}
+        job.status, job.finished_at = JobStatus.succeeded, utcnow()
+        return Round([], finished=True)
+    revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)
+    new = [Trial(job_id=job.id, revision_id=revisions[sha].id, device_class=job.spec["device_class"])
+           for sha in job.revision_shas for _ in range(job.spec.get("trials_per_head", 3))]
+    job.status, job.started_at = JobStatus.running, utcnow()
     session.add_all(new)
     session.flush()
     return Round([t.id for t in new], queue=job.spec["device_class"])

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from kernels.cases import case_name, parse_shape
 from kernels.suites import Suite, UnknownSuite, get_suite
-from service.auth.principal import Principal
+from service.auth.principal import SYSTEM, Principal
 from service.db import insert_or_skip
 from service.errors import BadRequest, Conflict, Forbidden, NotFound
 from service.jobs import repository
@@ -223,6 +223,12 @@ def _compare(session: Session, data: CompareCreate, submitter: Principal) -> Sub
         "policy": None,
     }
     return _create(session, JobKind.compare, repo, spec, commits, submitter)
+
+
+def create_track(session: Session, repo: Repository, spec: dict[str, Any], commits: list) -> Job:
+    """A tracked branch's heads to measure (service.tracking decides which): no range to bisect.
+    A run of the same heads while one is open is that open job."""
+    return _create(session, JobKind.track, repo, spec, commits, SYSTEM).job
 
 
 def get(session: Session, job_id: int) -> Job:

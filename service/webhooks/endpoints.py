@@ -24,6 +24,7 @@ from service.settings import get_settings
 from service.webhooks import service
 from service.webhooks.schemas import HANDLED_ACTIONS, PullRequestEvent, WebhookReply
 from service.webhooks.signature import verify_signature
+from service.tracking.endpoints import push_reply
 from workers import dispatch
 from workers.tasks import advance_job
 
@@ -75,9 +76,11 @@ def github_webhook(
         return WebhookReply(message=f"ignored: delivery {x_github_delivery} (or the same body) was handled before")
     if x_github_event == "ping":
         return WebhookReply(message="pong")
+    if x_github_event == "push":
+        return push_reply(session, _payload(body, content_type))
     if x_github_event != "pull_request":
         return WebhookReply(message=f"ignored: event {x_github_event or '(none)'!r} is not handled "
-                                    "(only pull_request)")
+                                    "(only pull_request and push)")
     payload = _payload(body, content_type)
     action = payload.get("action")
     if action not in HANDLED_ACTIONS:

@@ -1,0 +1,177 @@
+"""The PR bot's side of the loop: once an alert has an exact culprit, comment on the pull
+request that merged it (GitHub's commit-to-PR lookup, else the `(#123)` of the subject); once
+the alert is fixed by a later step with an exact culprit, say so there and on the fixing PR.
+
+Three steps so no transaction stays open over HTTP: `comment_work` reads (a session),
+`post` talks to GitHub (no session), `record` stores the PR numbers and comment URLs (a
+session). Each comment carries a marker, so a second run edits it instead of posting again.
+Without a GitHub token the comments are rendered, not sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from sqlalchemy.orm import Session
+
+from service.alerts import repository
+from service.alerts.github import github_call
+from service.models import Alert, AlertStatus
+from service.repos.repository import revisions_by_sha
+from service.settings import get_settings
+from service.tracking import repository as tracking_repo
+from service.webhooks.repo_urls import github_slug
+from workers.checkout import pr_number
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+
+
+@dataclass(frozen=True)
+class CommentWork:
+    alert_id: int
+    slug: tuple[str, str]
+    headline: str
+    table: list[str]
+    culprit: Commit
+    fix: Commit | None = None
+    fix_alert_id: int | None = None
+    known_prs: dict[str, int] = field(default_factory=dict)  # sha -> PR found earlier
+
+
+def _table(alert: Alert) -> list[str]:
+    rows = ["| case | before → after | step |", "|---|---|---|"]
+    for c in alert.cases:
+        if c.rel is None:
+            rows.append(f"| {c.case.name} | passes → wrong results | – |")
+        else:
+            rows.append(f"| {c.case.name} | {c.mean_before:.4g} → {c.mean_after:.4g} | {c.rel:+.1%} |")
+    return rows
+
+
+def _commit(session: Session, repository_id: int, sha: str) -> Commit:
+    revision = revisions_by_sha(session, repository_id, [sha]).get(sha)
+    return Commit(sha, revision.subject if revision else "")
+
+
+def comment_work(session: Session, alert_id: int) -> CommentWork | None:
+    """What there is to say about the alert, or None (no exact culprit, triaged away, or a
+    repository that is not on GitHub). Reads only."""
+    alert = repository.get(session, alert_id)
+    if alert is None or alert.status in (AlertStatus.invalid, AlertStatus.expected):
+        return None
+    if alert.culprit_last_sha is None or alert.culprit_first_sha != alert.culprit_last_sha:
+        return None
+    tracked = tracking_repo.get(session, alert.tracked_branch_id)
+    slug = github_slug(tracked.repository.url)
+    if slug is None:
+        return None
+    fix_alert = repository.get(session, alert.fixed_by_id) if alert.fixed_by_id else None
+    fix = None
+    if fix_alert is not None and fix_alert.culprit_last_sha and fix_alert.culprit_first_sha == fix_alert.culprit_last_sha:
+        fix = _commit(session, tracked.repository_id, fix_alert.culprit_last_sha)
+    known = {alert.culprit_last_sha: alert.culprit_pr} if alert.culprit_pr else {}
+    if fix is not None and fix_alert.culprit_pr:
+        known[fix.sha] = fix_alert.culprit_pr
+    headline = (f"a {alert.kind.value.replace('_', ' ')} on `{tracked.branch}` of **{tracked.repository.name}** "
+                f"({tracked.device_class}), alert #{alert.id}")
+    return CommentWork(alert.id, slug, headline, _table(alert), _commit(session, tracked.repository_id,
+                       alert.culprit_last_sha), fix, fix_alert.id if fix_alert else None, known)
+
+
+def marker(alert_id: int, pr: int, role: str) -> str:
+    return f"<!-- perfbisect:alert={alert_id}:{role}:pr={pr} -->"
+
+
+def render(work: CommentWork, culprit_pr: int, fix_pr: int | None) -> list[tuple[int, str, str]]:
+    """(PR number, Markdown body, role) of each comment: on the culprit's PR and, once fixed by an
+    exact commit, on the fixing PR."""
+    fixed = ""
+    if work.fix is not None:
+        fixed = f"\n\n**Fixed**: the level came back at `{work.fix.sha[:10]}`" + (f" (#{fix_pr})." if fix_pr else ".")
+    body = "\n".join([f"### perfbisect: {work.headline} traced to this pull request", "",
+                      f"Tracking found the step and a bisect named `{work.culprit.sha[:10]}` "
+                      f"({work.culprit.subject}):", "", *work.table]) + fixed
+    comments = [(culprit_pr, f"{body}\n{marker(work.alert_id, culprit_pr, 'culprit')}", "culprit")]
+    if work.fix is not None and fix_pr:
+        fix_body = "\n".join([f"### perfbisect: this pull request restored the level lost in alert #{work.alert_id}",
+                              "", f"The step came from `{work.culprit.sha[:10]}` (#{culprit_pr}); "
+                              f"`{work.fix.sha[:10]}` brought it back:", "", *work.table])
+        comments.append((fix_pr, f"{fix_body}\n{marker(work.alert_id, fix_pr, 'fix')}", "fix"))
+    return comments
+
+
+def pull_request_of(client: httpx.Client | None, slug: tuple[str, str], commit: Commit) -> int | None:
+    """The PR that merged `commit`: GitHub's commit-to-PR lookup (the merged one first), else the
+    `(#123)` at the end of its subject (without a client, only the subject)."""
+    if client is not None:
+        try:
+            pulls = github_call(client, "GET", f"/repos/{slug[0]}/{slug[1]}/commits/{commit.sha}/pulls")
+            pulls = sorted(pulls, key=lambda p: p.get("merged_at") is None)
+            if pulls:
+                return int(pulls[0]["number"])
+        except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+            log.warning("commit-to-PR lookup of %s failed: %s", commit.sha[:10], exc)
+    return pr_number(commit.subject)
+
+
+def _upsert(client: httpx.Client, slug: tuple[str, str], pr: int, body: str, mark: str) -> str | None:
+    base = f"/repos/{slug[0]}/{slug[1]}/issues"
+    earlier = next((c for c in github_call(client, "GET", f"{base}/{pr}/comments", params={"per_page": 100})
+                    if mark in (c.get("body") or "")), None)
+    if earlier is not None:
+        return github_call(client, "PATCH", f"{base}/comments/{earlier['id']}", json={"body": body}).get("html_url")
+    return github_call(client, "POST", f"{base}/{pr}/comments", json={"body": body}).get("html_url")
+
+
+def post(work: CommentWork, client: httpx.Client | None = None) -> dict[str, Any]:
+    """Find the PRs and post (or, without a token, only render) the comments. Returns
+    {culprit_pr, comments: [{pr, body, posted, url, error}]}; an HTTP failure is reported, not raised."""
+    send = bool(get_settings().github_token)
+    owned = send and client is None
+    client = client or (httpx.Client(timeout=30) if send else None)
+    try:
+        culprit_pr = work.known_prs.get(work.culprit.sha) or pull_request_of(client if send else None, work.slug, work.culprit)
+        fix_pr = None
+        if work.fix is not None:
+            fix_pr = work.known_prs.get(work.fix.sha) or pull_request_of(client if send else None, work.slug, work.fix)
+        results = []
+        for pr, body, role in (render(work, culprit_pr, fix_pr) if culprit_pr else []):
+            result = {"pr": pr, "body": body, "posted": False, "url": None, "error": None}
+            if send:
+                try:
+                    result["url"] = _upsert(client, work.slug, pr, body, marker(work.alert_id, pr, role))
+                    result["posted"] = True
+                except httpx.HTTPError as exc:
+                    result["error"] = str(exc)
+                    log.warning("commenting alert %s on #%s failed: %s", work.alert_id, pr, exc)
+            results.append(result)
+        return {"culprit_pr": culprit_pr, "fix_pr": fix_pr, "comments": results}
+    finally:
+        if owned:
+            client.close()
+
+
+def record(session: Session, alert_id: int, outcome: dict[str, Any]) -> None:
+    """Store the culprit's PR and the posted comments' URLs on the alert (and the fixing PR on
+    the fixing alert)."""
+    alert = repository.get(session, alert_id, lock=True)
+    if alert is None:
+        return
+    alert.culprit_pr = outcome.get("culprit_pr") or alert.culprit_pr
+    posted = {str(c["pr"]): c["url"] for c in outcome.get("comments", []) if c["posted"]}
+    if posted:
+        alert.comments = {**alert.comments, **posted}
+    if alert.fixed_by_id and outcome.get("fix_pr"):
+        fixer = repository.get(session, alert.fixed_by_id)
+        if fixer is not None and fixer.culprit_pr is None:
+            fixer.culprit_pr = outcome["fix_pr"]
+    session.flush()

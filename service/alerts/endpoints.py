@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+
+from service.alerts import repository, service, views
+from service.alerts.schemas import AlertRead, AlertUpdate
+from service.api.deps import SessionDep
+from service.models import AlertStatus
+from workers import dispatch
+from workers.celery_app import CONTROL_QUEUE
+from workers.track_tasks import detect_alerts
+
+router = APIRouter(prefix="/api/alerts", tags=["alerts"])
+
+
+@router.get("", response_model=list[AlertRead])
+def list_alerts(session: SessionDep, status: AlertStatus | None = None, tracked_branch: int | None = None,
+                limit: int = Query(100, ge=1, le=1000)) -> list[AlertRead]:
+    """Alerts, newest first: steps found on tracked branches, with their cases and culprits."""
+    return views.alert_reads(session, repository.listing(session, status=status, tracked_id=tracked_branch,
+                                                         limit=limit))
+
+
+@router.get("/{alert_id}", response_model=AlertRead)
+def get_alert(session: SessionDep, alert_id: int) -> AlertRead:
+    return views.alert_reads(session, [service.get(session, alert_id)])[0]
+
+
+@router.patch("/{alert_id}", response_model=AlertRead)
+def triage_alert(session: SessionDep, alert_id: int, body: AlertUpdate) -> AlertRead:
+    """Triage: new, acknowledged, invalid, fixed or expected (and a note). A triaged alert is
+    not raised again; invalid or expected cancels its bisect, whose slot goes to the next alert."""
+    alert = service.triage(session, alert_id, body)
+    dispatch.after_commit(session, detect_alerts, alert.tracked_branch_id, queue=CONTROL_QUEUE)
+    return views.alert_reads(session, [alert])[0]

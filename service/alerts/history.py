@@ -1,0 +1,72 @@
+"""Loading a tracked branch's case histories for the pure detection (service/alerts/grouping):
+the branch's first-parent commits from the mirror, and per case the median decision value of
+every head measured with today's fingerprint on the branch's device class, whatever job
+(track, bisect or compare) measured it. Reads only."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from service.alerts.grouping import CaseHistory
+from service.models import Case, TrackedBranch
+from service.repos import service as repos
+from service.settings import get_settings
+from service.tracking import repository as tracking_repo
+from service.tracking.service import first_parent_shas
+from workers.checkout import GitError
+
+
+@dataclass(frozen=True)
+class BranchHistory:
+    shas: list[str]  # first-parent, oldest first
+    cases: list[CaseHistory]
+    case_rows: dict[str, Case]
+    index: dict[str, int] = field(default_factory=dict)  # sha -> position in shas
+
+    def position(self, sha: str | None) -> int | None:
+        """The commit's position on the branch; None when it is not (or no longer) on it."""
+        return self.index.get(sha) if sha else None
+
+
+def branch_shas(tracked: TrackedBranch) -> list[str]:
+    """The branch's first-parent history up to its last run's head (empty when it is gone)."""
+    if tracked.last_sha is None:
+        return []
+    mirror = repos.mirror_of(tracked.repository)
+    try:
+        return first_parent_shas(mirror, tracked.last_sha, get_settings().max_range)
+    except GitError:
+        return []
+
+
+def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
+    shas = branch_shas(tracked)
+    cases = tracking_repo.cases_of(session, tracked.repository_id, tracked.cases)
+    fingerprint = tracking_repo.current_fingerprint(session, tracked.repository_id, tracked.device_class)
+    if not shas or not cases or fingerprint is None:
+        return BranchHistory(shas, [], cases, {sha: i for i, sha in enumerate(shas)})
+    values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    wrong: dict[int, set[str]] = defaultdict(set)
+    higher: dict[int, bool] = {}
+    rows = tracking_repo.history_rows(session, tracked.repository_id, tracked.device_class, fingerprint,
+                                      [c.id for c in cases.values()], shas)
+    for sha, case_id, m in rows:
+        value = m.ratio if tracked.metric == "ratio" else m.value
+        if m.status == "wrong_results":
+            wrong[case_id].add(sha)
+        elif m.status == "ok" and value is not None and value > 0:
+            values[case_id][sha].append(value)
+            higher[case_id] = True if tracked.metric == "ratio" else m.higher_is_better
+    index = {sha: i for i, sha in enumerate(shas)}
+    histories = []
+    for name, case in cases.items():
+        # a head that returned wrong results in any trial is wrong, not a timing point
+        ok = sorted((index[sha], statistics.median(v)) for sha, v in values[case.id].items() if sha not in wrong[case.id])
+        histories.append(CaseHistory(
+            case=name, positions=tuple(p for p, _ in ok), values=tuple(v for _, v in ok),
+            wrong=tuple(sorted(index[sha] for sha in wrong[case.id])), higher_is_better=higher.get(case.id, True)))
+    return BranchHistory(shas, histories, cases, index)

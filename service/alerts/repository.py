@@ -1,0 +1,49 @@
+"""All SQL about alerts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from service.models import Alert, AlertCase, AlertStatus, Job, JobStatus, TrackedBranch
+
+_LOAD = (selectinload(Alert.cases).selectinload(AlertCase.case),)
+
+
+def get(session: Session, alert_id: int, *, lock: bool = False) -> Alert | None:
+    stmt = select(Alert).where(Alert.id == alert_id).options(*_LOAD)
+    if lock:
+        stmt = stmt.with_for_update(of=Alert)
+    return session.scalars(stmt).one_or_none()
+
+
+def of_branch(session: Session, tracked_id: int) -> Sequence[Alert]:
+    stmt = select(Alert).where(Alert.tracked_branch_id == tracked_id).options(*_LOAD).order_by(Alert.id)
+    return session.scalars(stmt).all()
+
+
+def listing(session: Session, *, status: AlertStatus | None = None, tracked_id: int | None = None,
+            limit: int = 100) -> Sequence[Alert]:
+    stmt = select(Alert).options(*_LOAD)
+    if status is not None:
+        stmt = stmt.where(Alert.status == status)
+    if tracked_id is not None:
+        stmt = stmt.where(Alert.tracked_branch_id == tracked_id)
+    return session.scalars(stmt.order_by(Alert.id.desc()).limit(limit)).all()
+
+
+def by_bisect_job(session: Session, job_id: int) -> Alert | None:
+    return session.scalars(select(Alert).where(Alert.bisect_job_id == job_id).options(*_LOAD)).first()
+
+
+def running_bisects(session: Session, tracked_id: int) -> int:
+    stmt = (select(func.count()).select_from(Alert).join(Job, Alert.bisect_job_id == Job.id)
+            .where(Alert.tracked_branch_id == tracked_id, Job.status.in_((JobStatus.queued, JobStatus.running))))
+    return session.scalar(stmt) or 0
+
+
+def branches(session: Session, ids: Sequence[int]) -> dict[int, TrackedBranch]:
+    stmt = select(TrackedBranch).where(TrackedBranch.id.in_(list(ids))).options(selectinload(TrackedBranch.repository))
+    return {t.id: t for t in session.scalars(stmt)}

@@ -1,0 +1,224 @@
+"""The loop after each measurement: change points on every case's history become alerts
+(grouped, matched with earlier detections, fixed when the level comes back), an alert whose
+range hides unmeasured commits gets a bisect job (at most `max_bisects` per branch at once,
+largest first), and a finished bisect names the alert's culprit. Triage through the API.
+
+Flushes, never commits: the task or request owns the transaction and, after its commit, sends
+what the returned `Next` lists (bisect jobs to advance, alerts to comment on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+from sqlalchemy.orm import Session
+
+from service.auth.principal import SYSTEM
+from service.alerts import grouping, history, repository
+from service.alerts.grouping import KnownAlert, StepGroup
+from service.alerts.schemas import AlertUpdate
+from service.bisect.changepoints import compute_change_points
+from service.errors import BadRequest, NotFound
+from service.jobs import service as jobs
+from service.jobs.schemas import BisectCreate
+from service.models import (Alert, AlertCase, AlertKind, AlertStatus, CulpritKind, Job, JobStatus, TrackedBranch,
+                            utcnow)
+from service.tracking import service as tracking
+from service.webhooks.service import benchmarks_from_spec
+
+BISECT_WORKERS = 2  # revisions measured per round of an alert's bisect
+# A level needs this many measured heads: an alert waits for 3 heads after a step (each head the
+# median of its trials), so one slow head is not an alert. Passed explicitly: the detector's own
+# default may be larger.
+MIN_HEADS = 3
+CLOSED = (AlertStatus.invalid, AlertStatus.expected)  # nobody wants their culprit
+
+
+@dataclass
+class Next:
+    """What to send once the transaction has committed."""
+
+    bisect_job_ids: list[int] = field(default_factory=list)
+    comment_alert_ids: list[int] = field(default_factory=list)
+    raised: list[int] = field(default_factory=list)
+
+
+def _known(alert: Alert, branch: history.BranchHistory) -> KnownAlert:
+    before, after = branch.position(alert.before_sha), branch.position(alert.last_sha)
+    bad = AlertKind.wrong_results if alert.kind == AlertKind.wrong_results else AlertKind.regression
+    levels = {c.case.name: (None if bad == AlertKind.wrong_results else c.mean_before)
+              for c in alert.cases if c.kind == bad}
+    span = (before, after) if before is not None and after is not None else None
+    return KnownAlert(alert.id, alert.status.value, alert.kind.value, span, levels)
+
+
+def _store(session: Session, tracked: TrackedBranch, branch: history.BranchHistory, group: StepGroup,
+           alert: Alert | None) -> Alert:
+    """Create the group's alert, or narrow and refresh the matched one (its status is kept)."""
+    span = (group.before, group.after)
+    if alert is None:
+        alert = Alert(tracked_branch_id=tracked.id, status=AlertStatus.new, comments={}, detections=0)
+        alert.cases = []
+        session.add(alert)
+    else:
+        known = _known(alert, branch).span
+        span = grouping.overlap(known, span) or span if known else span
+    alert.kind = AlertKind(group.kind)
+    alert.before_sha, alert.first_sha, alert.last_sha = (branch.shas[span[0]], branch.shas[span[0] + 1],
+                                                          branch.shas[span[1]])
+    alert.magnitude = group.magnitude
+    alert.detections += 1
+    alert.updated_at = utcnow()
+    rows = {c.case_id: c for c in alert.cases}
+    for step in group.steps:
+        case = branch.case_rows[step.case]
+        row = rows.get(case.id)
+        if row is None:
+            row = AlertCase(case=case)
+            alert.cases.append(row)
+        row.kind = AlertKind.wrong_results if step.kind == grouping.WRONG_RESULTS else AlertKind(step.kind)
+        row.rel, row.pvalue, row.mean_before, row.mean_after = step.rel, step.pvalue, step.mean_before, step.mean_after
+    session.flush()
+    return alert
+
+
+def _mark_fixed(tracked: TrackedBranch, branch: history.BranchHistory, steps: list[grouping.Step],
+                alerts: list[Alert]) -> list[int]:
+    """Move open alerts whose level came back to fixed; returns their ids."""
+    higher = {h.case: h.higher_is_better for h in branch.cases}
+    known = {a.id: _known(a, branch) for a in alerts}
+    fixed = []
+    for alert in alerts:
+        hit = grouping.restoring_step(known[alert.id], steps, higher, tracked.min_magnitude)
+        if hit is None:
+            continue
+        alert.status, alert.updated_at = AlertStatus.fixed, utcnow()
+        alert.fixed_by_id = next((a.id for a in alerts if a.id != alert.id and known[a.id].span
+                                  and grouping.overlap(known[a.id].span, (hit.before, hit.after))), None)
+        fixed.append(alert.id)
+    return fixed
+
+
+def detect(session: Session, tracked_id: int) -> Next:
+    """Run the change-point detection over the branch's histories and update its alerts.
+    Raises NotFound for an unknown tracked branch."""
+    tracked = tracking.get(session, tracked_id, lock=True)
+    branch = history.load(session, tracked)
+    detector = partial(compute_change_points, min_magnitude=tracked.min_magnitude, min_size=MIN_HEADS)
+    steps = grouping.detect_steps(branch.cases, detector)
+    alerts = {a.id: a for a in repository.of_branch(session, tracked.id)}
+    known = [_known(a, branch) for a in alerts.values()]
+    out = Next()
+    for match in grouping.reconcile(grouping.group_steps(steps), known):
+        alert = _store(session, tracked, branch, match.group, alerts.get(match.alert_id or -1))
+        alerts[alert.id] = alert
+        if match.raised:
+            out.raised.append(alert.id)
+    out.comment_alert_ids += _mark_fixed(tracked, branch, steps, list(alerts.values()))
+    session.flush()
+    _schedule(session, tracked, branch, list(alerts.values()), out)
+    return out
+
+
+def _bisect_request(tracked: TrackedBranch, alert: Alert) -> BisectCreate:
+    names = {c.case.name for c in alert.cases}
+    cases = [c for c in tracked.cases if c["name"] in names]
+    return BisectCreate(repository=tracked.repository.name, good=alert.before_sha, bad=alert.last_sha,
+                        benchmarks=benchmarks_from_spec({"cases": cases}), device_class=tracked.device_class,
+                        min_effect=tracked.min_magnitude, metric=tracked.metric, workers=BISECT_WORKERS,
+                        policy=tracked.policy)
+
+
+def _schedule(session: Session, tracked: TrackedBranch, branch: history.BranchHistory, alerts: list[Alert],
+              out: Next) -> None:
+    """For alerts not triaged away (invalid, expected) and without a culprit: name it when the
+    range is one commit; else start bisects, largest first, while fewer than `max_bisects` of the
+    branch run."""
+    waiting = []
+    for alert in alerts:
+        if alert.status in CLOSED or alert.culprit_last_sha or alert.bisect_job_id:  # a fixed one is still bisected
+            continue
+        before, after = branch.position(alert.before_sha), branch.position(alert.last_sha)
+        if before is None or after is None:
+            continue
+        if after - before == 1:  # nothing unmeasured in between: the measured head is the culprit
+            alert.culprit_first_sha = alert.culprit_last_sha = alert.last_sha
+            out.comment_alert_ids.append(alert.id)
+        else:
+            waiting.append(alert)
+    free = tracked.max_bisects - repository.running_bisects(session, tracked.id)
+    for alert in sorted(waiting, key=lambda a: -a.magnitude)[:max(free, 0)]:
+        try:
+            job = jobs.create_bisect(session, _bisect_request(tracked, alert), SYSTEM)
+        except BadRequest as exc:
+            alert.note = f"could not bisect: {exc.message}"
+            continue
+        job.spec = {**job.spec, "alert_id": alert.id}
+        alert.bisect_job_id = job.id
+        out.bisect_job_ids.append(job.id)
+    session.flush()
+
+
+def _culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
+    """The bisect's culprit for the alert: the correctness one for wrong results, else the
+    performance culprit with the largest step on the alert's cases."""
+    if alert.kind == AlertKind.wrong_results:
+        found = [c for c in job.culprits if c.kind == CulpritKind.correctness]
+        return (found[0].first_sha, found[0].last_sha) if found else None
+    names = {c.case.name for c in alert.cases}
+    scored = [(max((abs(e["rel"]) for n, e in c.effects.items() if n in names), default=0.0), c)
+              for c in job.culprits if c.kind == CulpritKind.performance]
+    if not scored:
+        return None
+    culprit = max(scored, key=lambda sc: sc[0])[1]
+    return culprit.first_sha, culprit.last_sha
+
+
+def job_finished(session: Session, job_id: int) -> Next | None:
+    """An alert's bisect finished: attach its culprit, then start the next bisects of the branch.
+    Returns None when the job is no alert's bisect."""
+    alert = repository.by_bisect_job(session, job_id)
+    if alert is None:
+        return None
+    job = jobs.get(session, job_id)
+    tracked = tracking.get(session, alert.tracked_branch_id, lock=True)
+    out = Next()
+    culprit = _culprit_of(job, alert) if job.status == JobStatus.succeeded else None
+    if culprit is not None:
+        alert.culprit_first_sha, alert.culprit_last_sha = culprit
+        out.comment_alert_ids.append(alert.id)
+        out.comment_alert_ids += [a.id for a in repository.of_branch(session, tracked.id) if a.fixed_by_id == alert.id]
+    else:
+        alert.note = f"bisect job {job.id} {job.status.value} without naming a culprit for this alert"
+    alert.updated_at = utcnow()
+    session.flush()
+    branch = history.load(session, tracked)
+    _schedule(session, tracked, branch, list(repository.of_branch(session, tracked.id)), out)
+    return out
+
+
+def get(session: Session, alert_id: int) -> Alert:
+    alert = repository.get(session, alert_id)
+    if alert is None:
+        raise NotFound(f"no alert {alert_id}")
+    return alert
+
+
+def triage(session: Session, alert_id: int, update: AlertUpdate) -> Alert:
+    """Set the triage status and note. Invalid or expected cancels the alert's running bisect.
+    Raises NotFound."""
+    alert = repository.get(session, alert_id, lock=True)
+    if alert is None:
+        raise NotFound(f"no alert {alert_id}")
+    if update.note is not None:
+        alert.note = update.note
+    if update.status is not None and update.status != alert.status.value:
+        alert.status, alert.triaged_at = AlertStatus(update.status), utcnow()
+        if alert.status in CLOSED and alert.bisect_job_id is not None:
+            job = jobs.get(session, alert.bisect_job_id)
+            if not job.status.finished:
+                jobs.cancel(session, job.id, SYSTEM)
+    alert.updated_at = utcnow()
+    session.flush()
+    return alert

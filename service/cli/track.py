@@ -1,0 +1,169 @@
+"""`perfbisect track add|list|run|remove|alerts`: tracked branches from the command line, on the
+configured database. Embedded (no REDIS_URL), a run is carried out here, bisects included,
+before the command returns; with a broker it is queued for the workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from service.cli.follow import CLIError
+from service.db import session_scope
+from service.errors import PerfbisectError
+from service.settings import get_settings
+from workers import dispatch
+from workers.celery_app import CONTROL_QUEUE
+
+track_app = typer.Typer(help="Track branches: measure every push, raise alerts, bisect them.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def run_loop(tracked_id: int, head: str | None = None) -> None:
+    """Queue a run of the tracked branch; embedded, carry it out (and what it starts) now."""
+    from workers.track_tasks import track_branch
+
+    dispatch.send(track_branch, tracked_id, head, queue=CONTROL_QUEUE)
+    if get_settings().embedded:
+        dispatch.drain()
+
+
+def _prepare() -> None:
+    from service.cli.main import prepare_database
+
+    prepare_database()
+
+
+@track_app.command("add")
+def add(
+    repo: Annotated[str, typer.Option(help="registered repository name, or a local path to register")],
+    suite: Annotated[str, typer.Option(help="gemm, attention, rmsnorm or file:path.py")],
+    target: Annotated[str, typer.Option(help="module:function inside the repository")],
+    shape: Annotated[list[str], typer.Option(help="repeatable, e.g. M=8192,N=8192,K=8192,dtype=bf16")],
+    branch: str = "main",
+    device_class: str = "cpu",
+    trigger: Annotated[str, typer.Option(help="push (webhook), schedule or poll (Celery beat)")] = "push",
+    interval: Annotated[int, typer.Option(help="seconds between scheduled or polled runs")] = 3600,
+    backfill_every: Annotated[int, typer.Option(help="measure every k-th commit ...")] = 1,
+    backfill_depth: Annotated[int, typer.Option(help="... of the last M first-parent commits")] = 1,
+    trials: Annotated[int, typer.Option(help="trials per measured head")] = 3,
+    min_magnitude: Annotated[float, typer.Option(help="smallest relative step that alerts")] = 0.05,
+    max_bisects: Annotated[int, typer.Option(help="alert bisects running at once")] = 2,
+    build: Annotated[Optional[str], typer.Option(help="build command, when registering a path")] = None,
+    policy: Annotated[Optional[str], typer.Option(help="harness sample policy as JSON")] = None,
+    start: Annotated[bool, typer.Option(help="run the backfill now")] = True,
+) -> None:
+    """Track a branch with one benchmark set on one device class."""
+    from service.cli.runs import register_path
+    from service.tracking import service
+    from service.tracking.schemas import TrackedBranchCreate
+
+    _prepare()
+    try:
+        name = register_path(Path(repo), build) if Path(repo).exists() else repo
+        data = TrackedBranchCreate(
+            repository=name, branch=branch, benchmarks=[{"suite": suite, "target": target, "shapes": shape}],
+            device_class=device_class, trigger=trigger, interval_s=interval, backfill_every=backfill_every,
+            backfill_depth=backfill_depth, trials_per_head=trials, min_magnitude=min_magnitude,
+            max_bisects=max_bisects, policy=json.loads(policy) if policy else None, start=start)
+        with session_scope() as session:
+            tracked_id = service.create(session, data).id
+    except json.JSONDecodeError as exc:
+        fail(f"--policy is not JSON: {exc}")
+    except ValidationError as exc:
+        fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    except PerfbisectError as exc:
+        fail(exc.message)
+    except CLIError as exc:
+        fail(str(exc))
+    print(f"tracking {branch} of {name} on {device_class} as #{tracked_id}")
+    if start:
+        try:
+            run_loop(tracked_id)
+        except PerfbisectError as exc:
+            fail(exc.message)
+
+
+@track_app.command("list")
+def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Tracked branches."""
+    from service.tracking import repository, service
+
+    _prepare()
+    with session_scope() as session:
+        rows = [service.read(t) for t in repository.list_all(session)]
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+        return
+    for r in rows:
+        print(f"#{r.id:<4} {r.repository:<24} {r.branch:<16} {r.device_class:<6} {r.trigger:<8} "
+              f"{len(r.cases)} case(s)  head {(r.last_sha or '-')[:10]}")
+
+
+@track_app.command("run")
+def run(tracked_id: int) -> None:
+    """Measure the branch's head now (embedded: also detect, bisect and comment before returning)."""
+    from service.tracking import service
+
+    _prepare()
+    try:
+        with session_scope() as session:
+            service.get(session, tracked_id)
+        run_loop(tracked_id)
+    except PerfbisectError as exc:
+        fail(exc.message)
+    print(f"ran #{tracked_id}" if get_settings().embedded else f"queued a run of #{tracked_id}")
+
+
+@track_app.command("remove")
+def remove(tracked_id: int) -> None:
+    """Stop tracking (the branch's alerts go too; measurements stay)."""
+    from service.tracking import service
+
+    _prepare()
+    try:
+        with session_scope() as session:
+            service.remove(session, tracked_id)
+    except PerfbisectError as exc:
+        fail(exc.message)
+    print(f"removed #{tracked_id}")
+
+
+def alert_lines(alerts: list) -> list[str]:
+    """One line per alert and one per case: what the CLI and the demo print."""
+    lines = []
+    for a in alerts:
+        culprit = (a.culprit_last_sha[:10] if a.culprit_exact else
+                   f"{a.culprit_first_sha[:10]}..{a.culprit_last_sha[:10]}" if a.culprit_last_sha else "bisecting"
+                   if a.bisect_job_id else "-")
+        pr = f"#{a.culprit_pr}" if a.culprit_pr else ""
+        lines.append(f"alert {a.id:<3} {a.kind:<13} {a.status:<12} {a.before_sha[:10]}..{a.last_sha[:10]}  "
+                     f"culprit {culprit} {pr} {a.culprit_subject or ''}".rstrip())
+        for c in a.cases:
+            step = "wrong results" if c.rel is None else f"{c.before:.4g} -> {c.after:.4g} ({c.rel:+.1%})"
+            lines.append(f"      {c.case:<52} {step}")
+    return lines
+
+
+@track_app.command("alerts")
+def list_alerts(tracked_id: Annotated[Optional[int], typer.Argument()] = None,
+                as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Alerts (of one tracked branch, or all), with their cases and culprits."""
+    from service.alerts import repository, views
+
+    _prepare()
+    with session_scope() as session:
+        alerts = views.alert_reads(session, repository.listing(session, tracked_id=tracked_id, limit=1000))
+    if as_json:
+        print(json.dumps([a.model_dump(mode="json") for a in alerts], indent=2))
+    else:
+        print("\n".join(alert_lines(sorted(alerts, key=lambda a: a.id))) or "no alerts")

@@ -1,0 +1,184 @@
+"""`perfbisect demo --track`: the demo repository's history replayed as a stream of pushes to a
+tracked branch, on this machine, embedded (SQLite, tasks in-process).
+
+Tracking starts with main at commit 5 (backfill: commits 1, 3, 5), then every push moves main 4
+commits on, so every 4th commit is measured. After the demo's last commit the branch goes on with
+a few commits that touch no kernel, so the last planted step also gets the three measured heads
+an alert waits for. Each planted step must raise one alert whose bisect names the exact commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from service.cli.follow import CLIError
+from service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE, register_path
+from service.db import session_scope
+from service.settings import get_settings
+
+START, BACKFILL_EVERY, PUSH_EVERY, QUIET_COMMITS = 5, 2, 4, 8
+EPOCH = 1767225600 + 7 * 3600 * 60  # after the demo's own commit dates
+
+
+def _git(repo: Path, *args: str, **env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    done = subprocess.run(["git", *args], cwd=repo, env={**base, "GIT_CONFIG_NOSYSTEM": "1",
+                                                          "GIT_CONFIG_GLOBAL": os.devnull, **env},
+                          check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def replay_repo(demo: Path, replay: Path) -> list[str]:
+    """A bare clone of the demo repository with QUIET_COMMITS kernel-free commits on top, its
+    main set back to START; returns every first-parent sha, oldest first (kept under
+    refs/replay/tip so pushes can move main forward)."""
+    shutil.rmtree(replay, ignore_errors=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(demo), str(replay)], check=True, capture_output=True)
+    tip = _git(replay, "rev-parse", "HEAD")
+    tree = _git(replay, "rev-parse", "HEAD^{tree}")
+    for i in range(QUIET_COMMITS):
+        date = f"@{EPOCH + 7 * 3600 * i} +0000"
+        tip = _git(replay, "commit-tree", tree, "-p", tip, "-m", f"docs: release notes, part {i + 1} (#{950 + i})",
+                   GIT_AUTHOR_NAME="Ada Kernel", GIT_AUTHOR_EMAIL="ada@minikern.dev", GIT_AUTHOR_DATE=date,
+                   GIT_COMMITTER_NAME="Ada Kernel", GIT_COMMITTER_EMAIL="ada@minikern.dev", GIT_COMMITTER_DATE=date)
+    _git(replay, "update-ref", "refs/replay/tip", tip)
+    shas = _git(replay, "rev-list", "--first-parent", "--reverse", tip).split()
+    _git(replay, "update-ref", "refs/heads/main", shas[START])
+    return shas
+
+
+def push_heads(n_commits: int) -> list[int]:
+    return list(range(START + PUSH_EVERY, n_commits, PUSH_EVERY))
+
+
+def _track(repo_name: str, device: str) -> int:
+    from kernels import demo
+    from service.repos import service as repos
+    from service.tracking import repository, service
+    from service.tracking.schemas import TrackedBranchCreate
+
+    cases = demo.DEMO_GPU_CASES if device == "cuda" else demo.DEMO_CPU_CASES
+    benchmarks: dict[tuple[str, str], list[dict]] = {}
+    for case in cases:
+        benchmarks.setdefault((case["suite"], case["target"]), []).append(case["params"])
+    with session_scope() as session:
+        repo = repos.get(session, repo_name)
+        for old in repository.find(session, repo.id, "main", device):  # a fresh start; measurements stay
+            service.remove(session, old.id)
+        tracked = service.create(session, TrackedBranchCreate(
+            repository=repo_name, branch="main", device_class=device,
+            benchmarks=[{"suite": s, "target": t, "shapes": p} for (s, t), p in benchmarks.items()],
+            backfill_every=BACKFILL_EVERY, backfill_depth=START + 1, trials_per_head=3,
+            min_magnitude=DEMO_MIN_EFFECT[device], max_bisects=2,
+            policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY))
+        return tracked.id
+
+
+def _alerts(tracked_id: int) -> list:
+    from service.alerts import repository, views
+
+    with session_scope() as session:
+        return sorted(views.alert_reads(session, repository.listing(session, tracked_id=tracked_id, limit=1000)),
+                      key=lambda a: a.id)
+
+
+def _covers(alert: Any, index: int, pos: dict[str, int]) -> bool:
+    return pos[alert.before_sha] < index <= pos[alert.last_sha]
+
+
+def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int], heads: list[int]) -> dict:
+    """Per planted step: alerts covering it, detection delay (measured heads from the step to the
+    head whose run raised its alert), exact culprit; and the alerts that cover no planted step."""
+    pos = {sha: i for i, sha in enumerate(shas)}
+    steps = [e for e in truth["events"] if e["kind"] in ("perf", "wrong_results")]
+    rows = []
+    for event in steps:
+        covering = [a for a in alerts if _covers(a, event["index"], pos)]
+        seen = min((first_seen[a.id] for a in covering), default=None)
+        rows.append({
+            "event": event["event"], "index": event["index"], "alerts": len(covering),
+            "delay_heads": None if seen is None else sum(event["index"] <= h <= seen for h in heads),
+            "culprit_exact": any(a.culprit_exact and a.culprit_last_sha == event["sha"] for a in covering),
+        })
+    false = [a.id for a in alerts if not any(_covers(a, e["index"], pos) for e in steps)]
+    return {"steps": rows, "false_alerts": false, "heads": len(heads)}
+
+
+def run_track_demo(path: Path, device: str, workers: int, console: Console) -> tuple[list, dict]:
+    """Replay the history; returns the alerts and the score against the planted ground truth."""
+    from kernels import demo
+    from service.cli.main import prepare_database
+    from service.cli.track import run_loop
+
+    if not get_settings().embedded:
+        raise CLIError("demo --track runs embedded: unset REDIS_URL")
+    if not (path / GROUND_TRUTH_FILE).exists():
+        if path.exists() and any(path.iterdir()):
+            raise CLIError(f"{path} exists and is not the demo repository; pass --path elsewhere")
+        console.print(f"writing the demo kernel repository at {path}")
+        demo.write_demo_repo(path)
+    truth = json.loads((path / GROUND_TRUTH_FILE).read_text())
+    prepare_database()
+    get_settings().embedded_workers = workers
+    shas = replay_repo(path, path.parent / f"{path.name}-replay.git")
+    name = register_path(path.parent / f"{path.name}-replay.git", demo.DEMO_BUILD_COMMAND, name=f"minikern-track-{device}")
+    tracked_id = _track(name, device)
+    heads = [START - i for i in range(0, START + 1, BACKFILL_EVERY)][::-1]
+    console.print(f"tracking main from commit {START} (backfill {', '.join(map(str, heads))}), "
+                  f"then a push every {PUSH_EVERY} commits on {device}")
+    run_loop(tracked_id)
+    first_seen: dict[int, int] = {a.id: START for a in _alerts(tracked_id)}
+    for index in push_heads(len(shas)):
+        _git(path.parent / f"{path.name}-replay.git", "update-ref", "refs/heads/main", shas[index])
+        run_loop(tracked_id, shas[index])
+        heads.append(index)
+        alerts = _alerts(tracked_id)
+        new = [a for a in alerts if a.id not in first_seen]
+        first_seen.update({a.id: index for a in new})
+        console.print(f"push: main -> {index:>2} {shas[index][:10]}  " +
+                      (", ".join(f"alert {a.id} {a.kind} {a.before_sha[:7]}..{a.last_sha[:7]}" for a in new) or "-"))
+    alerts = _alerts(tracked_id)
+    return alerts, score(truth, shas, alerts, first_seen, heads)
+
+
+def print_score(result: dict) -> None:
+    steps = result["steps"]
+    print(f"\nplanted steps alerted: {sum(s['alerts'] >= 1 for s in steps)}/{len(steps)}, "
+          f"culprits exact: {sum(s['culprit_exact'] for s in steps)}/{len(steps)}, "
+          f"false alerts: {len(result['false_alerts'])} in {result['heads']} measured heads")
+    for s in steps:
+        print(f"  {s['event']:<26} commit {s['index']:>2}: {s['alerts']} alert(s), detected after "
+              f"{s['delay_heads'] if s['delay_heads'] is not None else '-'} head(s), culprit "
+              f"{'exact' if s['culprit_exact'] else 'NOT exact'}")
+
+
+def demo_track(path: Path, device: str, workers: int | None, as_json: bool, console: Console) -> None:
+    """The CLI entry: run, print the alerts (or JSON), exit 1 unless every step was named exactly."""
+    import typer
+
+    from service.cli.track import alert_lines
+
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        alerts, result = run_track_demo(path, device, workers or (min(2, os.cpu_count() or 1) if device == "cpu" else 1),
+                                        console)
+    except CLIError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    if as_json:
+        print(json.dumps({"alerts": [a.model_dump(mode="json") for a in alerts], "score": result}, indent=2))
+    else:
+        print("\n".join(alert_lines(alerts)))
+        print_score(result)
+    if not all(s["culprit_exact"] and s["alerts"] == 1 for s in result["steps"]) or result["false_alerts"]:
+        raise typer.Exit(1)

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+from pydantic import ValidationError
+
+from service.api.deps import SessionDep
+from service.errors import BadRequest
+from service.tracking import repository, service
+from service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead, TrackRunAccepted
+from service.webhooks.schemas import WebhookReply
+from workers import dispatch
+from workers.celery_app import CONTROL_QUEUE
+from workers.track_tasks import track_branch
+
+router = APIRouter(prefix="/api/tracked-branches", tags=["tracking"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=TrackedBranchRead)
+def track(session: SessionDep, body: TrackedBranchCreate) -> TrackedBranchRead:
+    """Track a branch: every push (or scheduled run) measures its new head with the benchmark
+    set; with `start`, the backfill run is queued now."""
+    tracked = service.create(session, body)
+    if body.start:
+        dispatch.after_commit(session, track_branch, tracked.id, queue=CONTROL_QUEUE)
+    return service.read(tracked)
+
+
+@router.get("", response_model=list[TrackedBranchRead])
+def list_tracked(session: SessionDep) -> list[TrackedBranchRead]:
+    return [service.read(t) for t in repository.list_all(session)]
+
+
+@router.get("/{tracked_id}", response_model=TrackedBranchRead)
+def get_tracked(session: SessionDep, tracked_id: int) -> TrackedBranchRead:
+    return service.read(service.get(session, tracked_id))
+
+
+@router.post("/{tracked_id}/run", status_code=status.HTTP_202_ACCEPTED, response_model=TrackRunAccepted)
+def run(session: SessionDep, tracked_id: int) -> TrackRunAccepted:
+    """Measure the branch's head now (nothing is measured twice)."""
+    tracked = service.get(session, tracked_id)
+    dispatch.after_commit(session, track_branch, tracked.id, queue=CONTROL_QUEUE)
+    return TrackRunAccepted(tracked_branch_id=tracked.id, message=f"queued a run of {tracked.branch}")
+
+
+@router.delete("/{tracked_id}", status_code=status.HTTP_204_NO_CONTENT)
+def untrack(session: SessionDep, tracked_id: int) -> Response:
+    """Stop tracking; the branch's alerts are removed with it, its measurements stay."""
+    service.remove(session, tracked_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def push_reply(session: SessionDep, payload: dict) -> WebhookReply:
+    """GitHub's `push` event (routed here by the webhook): a run of every push-triggered tracked
+    branch it moves, queued after the request's commit. Raises BadRequest, NotFound."""
+    try:
+        event = PushEvent.model_validate(payload)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BadRequest(f"push payload: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from exc
+    targets = service.push_targets(session, event)
+    for tracked in targets:
+        dispatch.after_commit(session, track_branch, tracked.id, event.after, queue=CONTROL_QUEUE)
+    if not targets:
+        return WebhookReply(message=f"ignored: {event.ref} is not a tracked branch (push trigger)")
+    return WebhookReply(message=f"queued a run of {len(targets)} tracked branch(es) at {event.after[:10]}: "
+                                + ", ".join(f"#{t.id} {t.branch} on {t.device_class}" for t in targets))

@@ -1,0 +1,71 @@
+"""Tracked branches: what the API and CLI accept and answer, and the part of GitHub's `push`
+event the tracker reads."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.jobs.schemas import Benchmark
+
+
+class TrackedBranchCreate(BaseModel):
+    repository: str = Field(description="name of a registered repository")
+    branch: str = Field(default="main", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$", examples=["main"])
+    benchmarks: list[Benchmark] = Field(min_length=1, description="the benchmark set measured at every head")
+    device_class: str = Field(default="cpu", pattern=r"^[a-z0-9_-]{1,40}$", examples=["cpu", "cuda", "h200"])
+    trigger: Literal["push", "schedule", "poll"] = Field(
+        default="push", description="push webhook; schedule (every interval_s); poll (every interval_s, "
+                                    "only when the head moved)")
+    interval_s: int = Field(default=3600, ge=60, le=7 * 86400)
+    backfill_every: int = Field(default=1, ge=1, le=1000, description="measure every k-th commit ...")
+    backfill_depth: int = Field(default=1, ge=1, le=2000, description="... of the last M first-parent commits")
+    trials_per_head: int = Field(default=3, ge=1, le=20)
+    min_magnitude: float = Field(default=0.05, gt=0, lt=1, description="smallest relative step that alerts")
+    max_bisects: int = Field(default=2, ge=0, le=32, description="alert bisects running at once")
+    metric: Literal["ratio", "raw"] = "ratio"
+    policy: dict[str, Any] | None = Field(default=None, description="harness sample policy override")
+    start: bool = Field(default=True, description="run the backfill now")
+
+
+class TrackedBranchRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    repository: str
+    branch: str
+    device_class: str
+    cases: list[dict[str, Any]]
+    trigger: str
+    interval_s: int
+    backfill_every: int
+    backfill_depth: int
+    trials_per_head: int
+    min_magnitude: float
+    max_bisects: int
+    metric: str
+    last_sha: str | None
+    last_run_at: datetime | None
+    created_at: datetime
+
+
+class TrackRunAccepted(BaseModel):
+    tracked_branch_id: int
+    message: str
+
+
+class PushEvent(BaseModel):
+    """GitHub's `push` event: the branch (`refs/heads/<name>`) and its new head."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    ref: str
+    after: str = Field(pattern=r"^[0-9a-fA-F]{7,64}$")
+    deleted: bool = False
+    repository: dict[str, Any] = Field(description="full_name, clone_url, ssh_url, html_url")
+
+    @property
+    def branch(self) -> str | None:
+        return self.ref.removeprefix("refs/heads/") if self.ref.startswith("refs/heads/") else None

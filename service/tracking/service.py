@@ -1,0 +1,166 @@
+"""Tracking branches: registering one, deciding which heads a run measures, and the `track`
+job that measures them. Flushes, never commits: the request or task owns the transaction.
+
+A run measures the branch's new head; the first run backfills (every k-th of the last M
+first-parent commits). A head already measured on the device class with today's fingerprint,
+or being measured by an open track job of the branch, is not measured again.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session
+
+from service.errors import BadRequest, Conflict, NotFound
+from service.jobs import service as jobs
+from service.models import Job, Repository, TrackedBranch, TrackTrigger, Trial, TrialStatus, utcnow
+from service.repos import service as repos
+from service.tracking import repository
+from service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead
+from service.webhooks.service import match_repository
+from workers.checkout import GitError, Mirror
+
+FAILED_WHOLE = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
+
+
+def _mirror(repo: Repository, *, fetch: bool) -> Mirror:
+    mirror = repos.mirror_of(repo)
+    try:
+        mirror.ensure(fetch=fetch)
+    except GitError as exc:
+        raise BadRequest(str(exc)) from exc
+    return mirror
+
+
+def first_parent_shas(mirror: Mirror, head: str, limit: int) -> list[str]:
+    """The last `limit` first-parent commits up to `head`, oldest first."""
+    repo = mirror.ensure(fetch=False)
+    return list(reversed(repo.git.rev_list("--first-parent", f"--max-count={limit}", head).split()))
+
+
+def backfill_heads(history: Sequence[str], every: int) -> list[str]:
+    """Every `every`-th commit counted back from the newest (which is always measured), oldest first."""
+    return list(reversed(list(reversed(history))[::every]))
+
+
+def create(session: Session, data: TrackedBranchCreate) -> TrackedBranch:
+    """Validate the repository, the benchmark set and the branch, then write. Raises NotFound,
+    BadRequest (bad suite or shape, a branch that does not resolve), Conflict (already tracked)."""
+    repo = repos.get(session, data.repository)
+    cases = jobs.resolve_cases(data.benchmarks)
+    mirror = _mirror(repo, fetch=True)
+    try:
+        mirror.resolve(f"refs/heads/{data.branch}")
+    except GitError as exc:
+        raise BadRequest(f"branch {data.branch!r} does not exist in {repo.url}") from exc
+    if repository.find(session, repo.id, data.branch, data.device_class):
+        raise Conflict(f"{repo.name} {data.branch} is already tracked on {data.device_class}")
+    tracked = TrackedBranch(
+        repository_id=repo.id, branch=data.branch, device_class=data.device_class, cases=cases, metric=data.metric,
+        policy=data.policy, trigger=TrackTrigger(data.trigger), interval_s=data.interval_s,
+        backfill_every=data.backfill_every, backfill_depth=data.backfill_depth,
+        trials_per_head=data.trials_per_head, min_magnitude=data.min_magnitude, max_bisects=data.max_bisects,
+    )
+    session.add(tracked)
+    session.flush()
+    tracked.repository = repo
+    return tracked
+
+
+def get(session: Session, tracked_id: int, *, lock: bool = False) -> TrackedBranch:
+    tracked = repository.get(session, tracked_id, lock=lock)
+    if tracked is None:
+        raise NotFound(f"no tracked branch {tracked_id}")
+    return tracked
+
+
+def remove(session: Session, tracked_id: int) -> None:
+    """Stop tracking; its alerts go with it, its trials stay (they belong to their jobs)."""
+    session.delete(get(session, tracked_id))
+    session.flush()
+
+
+def read(tracked: TrackedBranch) -> TrackedBranchRead:
+    return TrackedBranchRead.model_validate(
+        {**{k: getattr(tracked, k) for k in TrackedBranchRead.model_fields if k not in ("repository", "trigger")},
+         "repository": tracked.repository.name, "trigger": tracked.trigger.value})
+
+
+def _covered(trial: Trial, fingerprint: str | None, case_names: set[str]) -> bool:
+    """A trial counts for a head when it failed as a whole (the head is unbuildable) or measured
+    every tracked case with today's fingerprint."""
+    if trial.status in FAILED_WHOLE:
+        return True
+    return trial.fingerprint == fingerprint and case_names <= {m.case.name for m in trial.measurements}
+
+
+def unmeasured(session: Session, tracked: TrackedBranch, heads: Sequence[str]) -> list[str]:
+    """The heads that still need measuring, in the order given."""
+    fingerprint = repository.current_fingerprint(session, tracked.repository_id, tracked.device_class)
+    names = {c["name"] for c in tracked.cases}
+    counts = Counter(t.revision.sha for t in repository.finished_trials_at(
+        session, tracked.repository_id, tracked.device_class, heads) if _covered(t, fingerprint, names))
+    busy = repository.open_track_heads(session, tracked.id)
+    return [sha for sha in heads if counts[sha] < tracked.trials_per_head and sha not in busy]
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one run did: the track job it created (None when every head was measured already)."""
+
+    tracked_branch_id: int
+    head: str | None
+    heads: tuple[str, ...]
+    job: Job | None
+    message: str
+    moved: bool = True
+
+
+def start_run(session: Session, tracked_id: int, head: str | None = None, *, only_if_moved: bool = False) -> Run:
+    """Fetch, find the heads to measure, create their track job. `head` (a push's new head)
+    defaults to the branch tip. Raises NotFound, BadRequest (the branch or head is gone)."""
+    tracked = get(session, tracked_id, lock=True)
+    repo = tracked.repository
+    mirror = _mirror(repo, fetch=True)
+    try:
+        head_sha = mirror.resolve(head or f"refs/heads/{tracked.branch}")
+    except GitError as exc:
+        raise BadRequest(f"{tracked.branch} of {repo.name}: {exc}") from exc
+    tracked.last_run_at = utcnow()
+    if only_if_moved and head_sha == tracked.last_sha:
+        return Run(tracked.id, head_sha, (), None, f"{tracked.branch} has not moved from {head_sha[:10]}", moved=False)
+    if tracked.last_sha is None:  # tracking starts: backfill
+        wanted = backfill_heads(first_parent_shas(mirror, head_sha, tracked.backfill_depth), tracked.backfill_every)
+    else:
+        wanted = [head_sha]
+    tracked.last_sha = head_sha
+    heads = unmeasured(session, tracked, wanted)
+    if not heads:
+        return Run(tracked.id, head_sha, (), None, f"{len(wanted)} head(s) of {tracked.branch} measured already")
+    commits = [mirror.commit_info(sha) for sha in heads]
+    spec = {"tracked_branch_id": tracked.id, "branch": tracked.branch, "cases": tracked.cases,
+            "device_class": tracked.device_class, "metric": tracked.metric, "policy": tracked.policy,
+            "trials_per_head": tracked.trials_per_head, "min_effect": tracked.min_magnitude,
+            "good": heads[0], "bad": heads[-1], "good_sha": heads[0], "bad_sha": heads[-1]}
+    job = jobs.create_track(session, repo, spec, commits)
+    return Run(tracked.id, head_sha, tuple(heads), job,
+               f"track job {job.id} measures {len(heads)} head(s) of {tracked.branch} up to {head_sha[:10]}")
+
+
+def push_targets(session: Session, event: PushEvent) -> list[TrackedBranch]:
+    """The push-triggered tracked branches a push event moves (none for a deleted branch or a tag).
+    Raises NotFound when no registered repository matches the event."""
+    if event.deleted or event.branch is None:
+        return []
+    repo = match_repository(session, event.repository)
+    return [t for t in repository.find(session, repo.id, event.branch) if t.trigger == TrackTrigger.push]
+
+
+def due(session: Session, now: datetime) -> list[tuple[int, bool]]:
+    """(tracked id, only_if_moved) of the scheduled and polled branches whose interval has passed."""
+    return [(t.id, t.trigger == TrackTrigger.poll) for t in repository.scheduled(session)
+            if t.last_run_at is None or now - t.last_run_at >= timedelta(seconds=t.interval_s)]

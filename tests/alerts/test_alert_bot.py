@@ -1,0 +1,121 @@
+"""The PR bot of the loop: the culprit's PR found through GitHub's commit-to-PR lookup (or the
+subject's `(#123)` when the lookup fails), a comment there, a fixed alert told on both PRs, and
+a second run edits instead of posting again. GitHub's servers mocked (httpx.MockTransport)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from service.alerts import bot
+from service.models import Alert, AlertCase, AlertKind, AlertStatus, Case, Repository, Revision, TrackedBranch
+from service.settings import get_settings
+
+CULPRIT, FIX = "c" * 40, "f" * 40
+
+
+class FakeGitHub:
+    """Commit-to-PR lookups and issue comments, in memory; records every request."""
+
+    def __init__(self, pulls: dict[str, list[dict]] | None = None, lookup_status: int = 200) -> None:
+        self.pulls = pulls or {}
+        self.lookup_status = lookup_status
+        self.comments: dict[int, list[dict]] = {}
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        parts = request.url.path.split("/")
+        if parts[-1] == "pulls":
+            return httpx.Response(self.lookup_status, json=self.pulls.get(parts[-2], []))
+        if request.method == "GET":
+            return httpx.Response(200, json=self.comments.get(int(parts[-2]), []))
+        text = json.loads(request.content)["body"]
+        if request.method == "PATCH":
+            return httpx.Response(200, json={"id": int(parts[-1]), "html_url": "https://github.test/edited"})
+        pr = int(parts[-2])
+        self.comments.setdefault(pr, []).append({"id": 1000 + pr, "body": text})
+        return httpx.Response(201, json={"id": 1000 + pr, "html_url": f"https://github.test/pull/{pr}#c"})
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self))
+
+
+@pytest.fixture
+def token(monkeypatch):
+    settings = get_settings()
+    monkeypatch.setattr(settings, "github_token", "tok")
+    monkeypatch.setattr(settings, "github_api_url", "https://github.test/api/v3")
+    return settings
+
+
+@pytest.fixture
+def alert(session) -> Alert:
+    repo = Repository(name="kern-bot", url="https://github.com/acme/kern.git", env={})
+    session.add(repo)
+    session.flush()
+    case = Case(repository_id=repo.id, suite="gemm", target="k:mm", name="gemm M=1", params={})
+    tracked = TrackedBranch(repository_id=repo.id, branch="main", device_class="cuda", cases=[], trials_per_head=3)
+    session.add_all([case, tracked,
+                     Revision(repository_id=repo.id, sha=CULPRIT, subject="gemm: retune tiles (#912)", pr_number=912),
+                     Revision(repository_id=repo.id, sha=FIX, subject="gemm: swizzle again (#945)", pr_number=945)])
+    session.flush()
+    row = Alert(tracked_branch_id=tracked.id, kind=AlertKind.regression, status=AlertStatus.new, before_sha="a" * 40,
+                first_sha="b" * 40, last_sha=CULPRIT, magnitude=0.2, culprit_first_sha=CULPRIT,
+                culprit_last_sha=CULPRIT, comments={}, detections=1)
+    row.cases = [AlertCase(case=case, kind=AlertKind.regression, rel=-0.2, pvalue=1e-5, mean_before=1.0, mean_after=0.8)]
+    session.add(row)
+    session.flush()
+    return row
+
+
+def test_the_culprits_pull_request_is_found_by_the_commit_lookup_and_told(session, token, alert) -> None:
+    github = FakeGitHub(pulls={CULPRIT: [{"number": 77, "merged_at": None}, {"number": 912, "merged_at": "2026"}]})
+    outcome = bot.post(bot.comment_work(session, alert.id), client=github.client())
+    assert outcome["culprit_pr"] == 912  # the merged PR, not the other open one
+    [comment] = outcome["comments"]
+    assert comment["posted"] and comment["pr"] == 912
+    assert "regression on `main`" in comment["body"] and "-20.0%" in comment["body"]
+    lookup = github.requests[0]
+    assert lookup.url.path == f"/api/v3/repos/acme/kern/commits/{CULPRIT}/pulls"
+    assert lookup.headers["Authorization"] == "Bearer tok"
+    bot.record(session, alert.id, outcome)
+    assert alert.culprit_pr == 912 and alert.comments == {"912": "https://github.test/pull/912#c"}
+
+    again = bot.post(bot.comment_work(session, alert.id), client=github.client())
+    assert [r.method for r in github.requests[-2:]] == ["GET", "PATCH"] and again["comments"][0]["posted"]
+
+
+def test_a_failed_lookup_falls_back_to_the_subject(session, token, alert) -> None:
+    github = FakeGitHub(lookup_status=404)
+    outcome = bot.post(bot.comment_work(session, alert.id), client=github.client())
+    assert outcome["culprit_pr"] == 912 and outcome["comments"][0]["posted"]
+
+
+def test_a_fixed_alert_is_told_on_the_culprit_and_on_the_fixing_pull_request(session, token, alert) -> None:
+    fixer = Alert(tracked_branch_id=alert.tracked_branch_id, kind=AlertKind.improvement, status=AlertStatus.new,
+                  before_sha="d" * 40, first_sha="e" * 40, last_sha=FIX, magnitude=0.25, culprit_first_sha=FIX,
+                  culprit_last_sha=FIX, comments={}, detections=1)
+    session.add(fixer)
+    session.flush()
+    alert.status, alert.fixed_by_id = AlertStatus.fixed, fixer.id
+    session.flush()
+    github = FakeGitHub(pulls={CULPRIT: [{"number": 912}], FIX: [{"number": 945}]})
+    outcome = bot.post(bot.comment_work(session, alert.id), client=github.client())
+    by_pr = {c["pr"]: c["body"] for c in outcome["comments"]}
+    assert set(by_pr) == {912, 945}
+    assert "**Fixed**" in by_pr[912] and "`ffffffffff` (#945)" in by_pr[912]
+    assert "restored the level lost in alert" in by_pr[945]
+    bot.record(session, alert.id, outcome)
+    assert fixer.culprit_pr == 945
+
+
+def test_without_a_token_nothing_is_sent_and_ranges_or_closed_alerts_get_no_comment(session, alert) -> None:
+    outcome = bot.post(bot.comment_work(session, alert.id))
+    assert outcome["culprit_pr"] == 912 and not outcome["comments"][0]["posted"]
+    alert.status = AlertStatus.expected
+    assert bot.comment_work(session, alert.id) is None
+    alert.status, alert.culprit_first_sha = AlertStatus.new, "9" * 40
+    assert bot.comment_work(session, alert.id) is None

@@ -1,0 +1,45 @@
+"""`perfbisect track ...` as a user runs it: embedded (SQLite in a fresh home, no broker), clear
+messages and exit code 2 for bad input, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e_support import BIN, service_env
+from tests.gitrepo import make_repo
+
+pytestmark = pytest.mark.slow  # eight CLI processes (torch-free, but each imports the service)
+
+GEMM = ["--suite", "gemm", "--target", "lib.gemm:matmul", "--shape", "M=64,N=64,K=64,dtype=fp32"]
+
+
+def cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "perfbisect"), "track", *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_track_add_list_remove_and_bad_input(tmp_path: Path) -> None:
+    env = service_env(tmp_path / "home", None, None)
+    repo = tmp_path / "lib"
+    make_repo(repo, ["initial (#1)", "gemm (#2)"])
+
+    bad = cli(env, "add", "--repo", str(repo), "--suite", "nosuch", "--target", "lib.gemm:matmul", "--shape", "M=1")
+    assert bad.returncode == 2 and "nosuch" in bad.stderr and "Traceback" not in bad.stderr
+    branch = cli(env, "add", "--repo", str(repo), *GEMM, "--branch", "nope", "--no-start")
+    assert branch.returncode == 2 and "'nope' does not exist" in branch.stderr
+
+    added = cli(env, "add", "--repo", str(repo), *GEMM, "--no-start", "--min-magnitude", "0.1")
+    assert added.returncode == 0, added.stderr
+    assert "tracking main of lib on cpu as #1" in added.stdout
+    [tracked] = json.loads(cli(env, "list", "--json").stdout)
+    assert tracked["cases"][0]["name"] == "gemm M=64,N=64,K=64,dtype=fp32" and tracked["min_magnitude"] == 0.1
+    again = cli(env, "add", "--repo", str(repo), *GEMM, "--no-start")
+    assert again.returncode == 2 and "already tracked" in again.stderr
+    assert cli(env, "alerts").stdout.strip() == "no alerts"
+    assert cli(env, "remove", "1").returncode == 0
+    gone = cli(env, "remove", "1")
+    assert gone.returncode == 2 and "no tracked branch 1" in gone.stderr

@@ -1,0 +1,142 @@
+"""End to end, real processes: the API (`perfbisect serve`), a Celery worker, PostgreSQL and
+Redis; GitHub mocked at its edge by a small local HTTP server (the commit-to-PR lookup and issue
+comments) and git's `insteadOf` pointing the GitHub URL at a local copy of the demo repository.
+
+A tracked branch is backfilled, three pushes arrive through the push webhook, the step planted
+before them raises one alert, its bisect names the exact commit, and the PR bot comments on the
+pull request GitHub says merged it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kernels import demo
+from service.cli.runs import GROUND_TRUTH_FILE
+from tests.e2e_support import BIN, api_server, fresh_database, fresh_redis, perfbisect, service_env, stop
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+GITHUB_URL = "https://github.com/acme/minikern.git"
+GEMM_BF16 = next(c for c in demo.DEMO_CPU_CASES if c["suite"] == "gemm" and c["params"]["dtype"] == "bf16")
+
+
+class FakeGitHub(BaseHTTPRequestHandler):
+    """GET /repos/acme/minikern/commits/<sha>/pulls and the issue comments API, in memory."""
+
+    prs: dict[str, int] = {}
+    comments: dict[int, list[dict]] = {}
+    seen: list[tuple[str, str]] = []
+
+    def _answer(self, status: int, body) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.seen.append(("GET", self.path))
+        parts = self.path.split("?")[0].split("/")
+        if parts[-1] == "pulls":
+            pr = self.prs.get(parts[-2])
+            self._answer(200, [{"number": pr, "merged_at": "2026-01-01T00:00:00Z"}] if pr else [])
+        else:
+            self._answer(200, self.comments.get(int(parts[-2]), []))
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.seen.append(("POST", self.path))
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        pr = int(self.path.split("/")[-2])
+        self.comments.setdefault(pr, []).append({"id": pr, "body": body["body"]})
+        self._answer(201, {"id": pr, "html_url": f"https://github.com/acme/minikern/pull/{pr}#c"})
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def deliver_push(base: str, sha: str) -> None:
+    reply = httpx.post(f"{base}/api/webhooks/github", headers={"X-GitHub-Event": "push"},
+                       json={"ref": "refs/heads/main", "after": sha,
+                             "repository": {"full_name": "acme/minikern", "clone_url": GITHUB_URL}})
+    assert reply.status_code == 202 and "queued a run" in reply.json()["message"], reply.text
+
+
+def wait_for_jobs(base: str, kind: str, count: int, timeout_s: float) -> list[dict]:
+    """The first `count` jobs of `kind`, once they have all succeeded."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        jobs = [j for j in httpx.get(f"{base}/api/jobs", timeout=10).json() if j["kind"] == kind]
+        if len(jobs) >= count and all(j["status"] == "succeeded" for j in jobs):
+            return sorted(jobs, key=lambda j: j["id"])[:count]
+        time.sleep(1)
+    raise AssertionError(f"{count} {kind} job(s) did not succeed in {timeout_s}s")
+
+
+def wait_for_commented_alert(base: str, timeout_s: float) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alerts = httpx.get(f"{base}/api/alerts", timeout=10).json()
+        if alerts and all(a["comments"] for a in alerts):
+            return alerts
+        time.sleep(2)
+    raise AssertionError(f"no commented alert in {timeout_s}s: {alerts}")
+
+
+def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(demo_repo: Path, tmp_path: Path) -> None:
+    truth = json.loads((demo_repo / GROUND_TRUTH_FILE).read_text())
+    step = next(e for e in truth["events"] if e["event"] == "swizzle_off_bf16")  # commit 8, PR #912
+    origin = tmp_path / "origin.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(demo_repo), str(origin)], check=True)
+    shas = subprocess.run(["git", "rev-list", "--first-parent", "--reverse", "HEAD"], cwd=origin, check=True,
+                          capture_output=True, text=True).stdout.split()
+    subprocess.run(["git", "update-ref", "refs/heads/main", shas[5]], cwd=origin, check=True)
+    FakeGitHub.prs = {sha: 900 + i for i, sha in enumerate(shas)} | {step["sha"]: 912}
+    github = ThreadingHTTPServer(("127.0.0.1", 0), FakeGitHub)
+    threading.Thread(target=github.serve_forever, daemon=True).start()
+
+    env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e_loop"), fresh_redis(13),
+                      PERFBISECT_GITHUB_TOKEN="tok", PERFBISECT_GITHUB_API_URL=f"http://127.0.0.1:{github.server_port}",
+                      GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0=f"url.{origin}.insteadOf", GIT_CONFIG_VALUE_0=GITHUB_URL)
+    subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
+    log = tmp_path / "services.log"
+    worker = perfbisect("worker", "--device-class", "cpu", "--concurrency", "2", env=env, log=log)
+    try:
+        with api_server(env, log) as base:
+            assert httpx.post(f"{base}/api/repositories", json={
+                "name": "minikern", "url": GITHUB_URL, "build_command": demo.DEMO_BUILD_COMMAND}).status_code == 201
+            tracked = httpx.post(f"{base}/api/tracked-branches", json={
+                "repository": "minikern", "branch": "main", "device_class": "cpu",
+                "benchmarks": [{"suite": "gemm", "target": GEMM_BF16["target"], "shapes": [GEMM_BF16["params"]]}],
+                "backfill_every": 1, "backfill_depth": 4, "trials_per_head": 3, "min_magnitude": 0.15,
+                "policy": demo.DEMO_CPU_POLICY}, timeout=60)
+            assert tracked.status_code == 201, tracked.text
+            [backfill] = wait_for_jobs(base, "track", 1, timeout_s=300)
+            assert [shas.index(sha) for sha in backfill["revision_shas"]] == [2, 3, 4, 5]
+            for index in (9, 10, 11):  # the step is at 8: three heads after it
+                subprocess.run(["git", "update-ref", "refs/heads/main", shas[index]], cwd=origin, check=True)
+                deliver_push(base, shas[index])
+
+            [alert] = wait_for_commented_alert(base, timeout_s=600)
+            assert (alert["kind"], alert["status"]) == ("regression", "new"), log.read_text()[-3000:]
+            assert (alert["before_sha"], alert["last_sha"]) == (shas[5], shas[9])
+            assert alert["culprit_exact"] and alert["culprit_last_sha"] == step["sha"]
+            assert alert["culprit_pr"] == 912 and alert["cases"][0]["rel"] < -0.15
+            bisect = httpx.get(f"{base}/api/jobs/{alert['bisect_job_id']}").json()
+            assert bisect["kind"] == "bisect" and bisect["status"] == "succeeded"
+            [comment] = FakeGitHub.comments[912]
+            assert "alert=" in comment["body"] and step["sha"][:10] in comment["body"]
+            assert ("GET", f"/repos/acme/minikern/commits/{step['sha']}/pulls") in FakeGitHub.seen
+            jobs = httpx.get(f"{base}/api/jobs").json()
+            assert sum(j["kind"] == "track" for j in jobs) == 4  # the backfill and three pushes
+    finally:
+        stop(worker)
+        github.shutdown()

@@ -1,0 +1,97 @@
+"""Celery tasks of the tracking loop. Like workers/tasks.py: they take ids, own their
+transaction, and send follow-ups only after it has committed.
+
+    track_branch(tracked_id, head)  a push, a beat tick or a person: measure the new head(s)
+    detect_alerts(tracked_id)       after a track job: change points -> alerts -> bisects
+    comment_alert(alert_id)         an alert with an exact culprit (or fixed): the PR comments
+    poll_tracked_branches()         Celery beat: the scheduled and polled branches that are due
+"""
+
+from __future__ import annotations
+
+import logging
+
+from service.alerts import bot
+from service.alerts import service as alerts
+from service.db import session_scope
+from service.jobs import repository as jobs_repo
+from service.models import JobKind, utcnow
+from service.tracking import service as tracking
+from workers import dispatch
+from workers.celery_app import CONTROL_QUEUE, celery_app
+from workers.tasks import advance_job
+
+log = logging.getLogger(__name__)
+
+
+def send_next(next_: alerts.Next) -> None:
+    for job_id in next_.bisect_job_ids:
+        dispatch.send(advance_job, job_id, queue=CONTROL_QUEUE)
+    for alert_id in dict.fromkeys(next_.comment_alert_ids):
+        dispatch.send(comment_alert, alert_id, queue=CONTROL_QUEUE)
+
+
+@celery_app.task(name="perfbisect.track_branch")
+def track_branch(tracked_id: int, head: str | None = None, only_if_moved: bool = False) -> str:
+    """Start a run of the tracked branch: its track job, or straight to detection when every
+    head was measured already."""
+    with session_scope() as session:
+        run = tracking.start_run(session, tracked_id, head, only_if_moved=only_if_moved)
+        job_id = run.job.id if run.job is not None else None
+    if job_id is not None:
+        dispatch.send(advance_job, job_id, queue=CONTROL_QUEUE)
+    elif run.moved:  # every head measured already (by a bisect, say): the histories may still have moved
+        dispatch.send(detect_alerts, tracked_id, queue=CONTROL_QUEUE)
+    return run.message
+
+
+@celery_app.task(name="perfbisect.detect_alerts")
+def detect_alerts(tracked_id: int) -> int:
+    with session_scope() as session:
+        next_ = alerts.detect(session, tracked_id)
+    send_next(next_)
+    return len(next_.raised)
+
+
+@celery_app.task(name="perfbisect.comment_alert")
+def comment_alert(alert_id: int) -> int:
+    with session_scope() as session:
+        work = bot.comment_work(session, alert_id)
+    if work is None:
+        return 0
+    outcome = bot.post(work)
+    with session_scope() as session:
+        bot.record(session, alert_id, outcome)
+    return sum(c["posted"] for c in outcome["comments"])
+
+
+@celery_app.task(name="perfbisect.poll_tracked_branches")
+def poll_tracked_branches() -> int:
+    with session_scope() as session:
+        due = tracking.due(session, utcnow())
+    for tracked_id, only_if_moved in due:
+        dispatch.send(track_branch, tracked_id, None, only_if_moved, queue=CONTROL_QUEUE)
+    return len(due)
+
+
+def continue_loop(job_id: int) -> bool:
+    """Called by notify_job when a job has finished: a track job goes on to detection, an
+    alert's bisect attaches its culprit (and comments as the alert, not as a bisect). Returns
+    True when the job belonged to the loop."""
+    with session_scope() as session:
+        job = jobs_repo.get_job(session, job_id)
+        if job is None:
+            return False
+        if job.kind == JobKind.track:
+            tracked_id = job.spec.get("tracked_branch_id")
+            next_ = None
+        else:
+            tracked_id = None
+            next_ = alerts.job_finished(session, job_id) if job.spec.get("alert_id") else None
+    if tracked_id is not None:
+        dispatch.send(detect_alerts, tracked_id, queue=CONTROL_QUEUE)
+        return True
+    if next_ is not None:
+        send_next(next_)
+        return True
+    return False
