@@ -1,33 +1,40 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
 
 from service.alerts import repository, service, views
 from service.alerts.schemas import AlertRead, AlertUpdate
-from service.api.deps import SessionDep
+from service.api.deps import SessionDep, SubmitterDep, get_viewer
+from service.api.errors import ERROR_RESPONSES
+from service.bounds import MAX_ID
 from service.models import AlertStatus
 from workers import dispatch
 from workers.celery_app import CONTROL_QUEUE
 from workers.track_tasks import detect_alerts
 
-router = APIRouter(prefix="/api/alerts", tags=["alerts"])
+router = APIRouter(prefix="/api/alerts", tags=["alerts"], responses=ERROR_RESPONSES)
+READ = [Depends(get_viewer)]
+AlertId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
-@router.get("", response_model=list[AlertRead])
-def list_alerts(session: SessionDep, status: AlertStatus | None = None, tracked_branch: int | None = None,
+@router.get("", response_model=list[AlertRead], dependencies=READ)
+def list_alerts(session: SessionDep, status: AlertStatus | None = None,
+                tracked_branch: int | None = Query(None, ge=1, le=MAX_ID),
                 limit: int = Query(100, ge=1, le=1000)) -> list[AlertRead]:
     """Alerts, newest first: steps found on tracked branches, with their cases and culprits."""
     return views.alert_reads(session, repository.listing(session, status=status, tracked_id=tracked_branch,
                                                          limit=limit))
 
 
-@router.get("/{alert_id}", response_model=AlertRead)
-def get_alert(session: SessionDep, alert_id: int) -> AlertRead:
+@router.get("/{alert_id}", response_model=AlertRead, dependencies=READ)
+def get_alert(session: SessionDep, alert_id: AlertId) -> AlertRead:
     return views.alert_reads(session, [service.get(session, alert_id)])[0]
 
 
 @router.patch("/{alert_id}", response_model=AlertRead)
-def triage_alert(session: SessionDep, alert_id: int, body: AlertUpdate) -> AlertRead:
+def triage_alert(session: SessionDep, _submitter: SubmitterDep, alert_id: AlertId, body: AlertUpdate) -> AlertRead:
     """Triage: new, acknowledged, invalid, fixed or expected (and a note). A triaged alert is
     not raised again; invalid or expected cancels its bisect, whose slot goes to the next alert."""
     alert = service.triage(session, alert_id, body)

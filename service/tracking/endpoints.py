@@ -1,9 +1,13 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Response, status
 from pydantic import ValidationError
 
-from service.api.deps import SessionDep
+from service.api.deps import AdminDep, SessionDep, SubmitterDep, get_viewer
+from service.api.errors import ERROR_RESPONSES
+from service.bounds import MAX_ID
 from service.errors import BadRequest
 from service.tracking import repository, service
 from service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead, TrackRunAccepted
@@ -12,31 +16,34 @@ from workers import dispatch
 from workers.celery_app import CONTROL_QUEUE
 from workers.track_tasks import track_branch
 
-router = APIRouter(prefix="/api/tracked-branches", tags=["tracking"])
+router = APIRouter(prefix="/api/tracked-branches", tags=["tracking"], responses=ERROR_RESPONSES)
+READ = [Depends(get_viewer)]
+TrackedId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=TrackedBranchRead)
-def track(session: SessionDep, body: TrackedBranchCreate) -> TrackedBranchRead:
-    """Track a branch: every push (or scheduled run) measures its new head with the benchmark
-    set; with `start`, the backfill run is queued now."""
+def track(session: SessionDep, _admin: AdminDep, body: TrackedBranchCreate) -> TrackedBranchRead:
+    """Track a branch (admin: it runs the repository's code on a schedule): every push (or
+    scheduled run) measures its new head with the benchmark set; with `start`, the backfill run
+    is queued now."""
     tracked = service.create(session, body)
     if body.start:
         dispatch.after_commit(session, track_branch, tracked.id, queue=CONTROL_QUEUE)
     return service.read(tracked)
 
 
-@router.get("", response_model=list[TrackedBranchRead])
+@router.get("", response_model=list[TrackedBranchRead], dependencies=READ)
 def list_tracked(session: SessionDep) -> list[TrackedBranchRead]:
     return [service.read(t) for t in repository.list_all(session)]
 
 
-@router.get("/{tracked_id}", response_model=TrackedBranchRead)
-def get_tracked(session: SessionDep, tracked_id: int) -> TrackedBranchRead:
+@router.get("/{tracked_id}", response_model=TrackedBranchRead, dependencies=READ)
+def get_tracked(session: SessionDep, tracked_id: TrackedId) -> TrackedBranchRead:
     return service.read(service.get(session, tracked_id))
 
 
 @router.post("/{tracked_id}/run", status_code=status.HTTP_202_ACCEPTED, response_model=TrackRunAccepted)
-def run(session: SessionDep, tracked_id: int) -> TrackRunAccepted:
+def run(session: SessionDep, _submitter: SubmitterDep, tracked_id: TrackedId) -> TrackRunAccepted:
     """Measure the branch's head now (nothing is measured twice)."""
     tracked = service.get(session, tracked_id)
     dispatch.after_commit(session, track_branch, tracked.id, queue=CONTROL_QUEUE)
@@ -44,7 +51,7 @@ def run(session: SessionDep, tracked_id: int) -> TrackRunAccepted:
 
 
 @router.delete("/{tracked_id}", status_code=status.HTTP_204_NO_CONTENT)
-def untrack(session: SessionDep, tracked_id: int) -> Response:
+def untrack(session: SessionDep, _admin: AdminDep, tracked_id: TrackedId) -> Response:
     """Stop tracking; the branch's alerts are removed with it, its measurements stay."""
     service.remove(session, tracked_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

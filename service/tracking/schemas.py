@@ -8,14 +8,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.jobs.schemas import Benchmark
+from service.jobs.schemas import Benchmark, DeviceClass, HarnessPolicy, RepositoryName
 
 
 class TrackedBranchCreate(BaseModel):
-    repository: str = Field(description="name of a registered repository")
+    repository: RepositoryName = Field(description="name of a registered repository")
     branch: str = Field(default="main", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$", examples=["main"])
     benchmarks: list[Benchmark] = Field(min_length=1, description="the benchmark set measured at every head")
-    device_class: str = Field(default="cpu", pattern=r"^[a-z0-9_-]{1,40}$", examples=["cpu", "cuda", "h200"])
+    device_class: DeviceClass = Field(default="cpu", examples=["cpu", "cuda", "h200"])
     trigger: Literal["push", "schedule", "poll"] = Field(
         default="push", description="push webhook; schedule (every interval_s); poll (every interval_s, "
                                     "only when the head moved)")
@@ -26,7 +26,7 @@ class TrackedBranchCreate(BaseModel):
     min_magnitude: float = Field(default=0.05, gt=0, lt=1, description="smallest relative step that alerts")
     max_bisects: int = Field(default=2, ge=0, le=32, description="alert bisects running at once")
     metric: Literal["ratio", "raw"] = "ratio"
-    policy: dict[str, Any] | None = Field(default=None, description="harness sample policy override")
+    policy: HarnessPolicy | None = Field(default=None, description="harness sample policy override")
     start: bool = Field(default=True, description="run the backfill now")
 
 

@@ -61,7 +61,7 @@ def create(session: Session, data: TrackedBranchCreate) -> TrackedBranch:
         raise Conflict(f"{repo.name} {data.branch} is already tracked on {data.device_class}")
     tracked = TrackedBranch(
         repository_id=repo.id, branch=data.branch, device_class=data.device_class, cases=cases, metric=data.metric,
-        policy=data.policy, trigger=TrackTrigger(data.trigger), interval_s=data.interval_s,
+        policy=data.policy.model_dump(exclude_none=True) if data.policy else None, trigger=TrackTrigger(data.trigger), interval_s=data.interval_s,
         backfill_every=data.backfill_every, backfill_depth=data.backfill_depth,
         trials_per_head=data.trials_per_head, min_magnitude=data.min_magnitude, max_bisects=data.max_bisects,
     )

@@ -5,6 +5,7 @@ the edge: trials get stored results of known values through trials.record, as a 
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -241,20 +242,26 @@ def test_alert_api_lists_reads_and_triages(client, session, lib, sent_tasks) -> 
 def test_push_webhook_queues_a_run_of_the_tracked_branch(client, session, lib, sent_tasks, monkeypatch) -> None:
     from service.settings import get_settings
 
-    monkeypatch.setattr(get_settings(), "webhook_secret", None)
+    secret = "push-secret"
+    monkeypatch.setattr(get_settings(), "webhook_secret", secret)
     tracked = track(session, lib)
     url = str(lib["path"])
+
+    def push(payload: dict):
+        body = json.dumps(payload).encode()
+        return client.post("/api/webhooks/github", content=body, headers={
+            "X-GitHub-Event": "push", "Content-Type": "application/json", "X-GitHub-Delivery": str(uuid.uuid4()),
+            "X-Hub-Signature-256": sign(secret, body)})
+
     payload = {"ref": "refs/heads/main", "after": lib["shas"][9], "repository": {"clone_url": url}}
-    reply = client.post("/api/webhooks/github", json=payload, headers={"X-GitHub-Event": "push"})
+    reply = push(payload)
     assert reply.status_code == 202, reply.text
     assert sent_tasks == [("perfbisect.track_branch", (tracked.id, lib["shas"][9]))]
-    other = client.post("/api/webhooks/github", json={**payload, "ref": "refs/heads/dev"},
-                        headers={"X-GitHub-Event": "push"})
+    other = push({**payload, "ref": "refs/heads/dev"})
     assert other.status_code == 202 and "not a tracked branch" in other.json()["message"]
-    bad = client.post("/api/webhooks/github", json={"ref": "refs/heads/main"}, headers={"X-GitHub-Event": "push"})
+    bad = push({"ref": "refs/heads/main"})
     assert bad.status_code == 422 and "after" in bad.json()["detail"]
     assert len(sent_tasks) == 1
-    assert sign  # the signature path is the PR webhook's, tested in test_webhooks
 
 
 def test_beat_runs_scheduled_and_polled_branches_when_due_and_poll_only_when_moved(session, lib) -> None:
