@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from service.bisect import BisectConfig, Observation, Plan, RevisionState, plan_next
 from service.errors import NotFound
-from service.jobs import repository
+from service.jobs import outcome, repository
 from service.repos.repository import revisions_by_sha
 from service.models import Culprit, CulpritKind, Job, JobStatus, Trial, TrialStatus, utcnow
 
@@ -146,12 +146,13 @@ def advance(session: Session, job_id: int) -> Round:
         return Round([])
     trials = repository.trials_of(session, job.id)
     observations = observations_from(trials, job.revision_shas, job.spec.get("metric", "ratio"))
-    plan = plan_next(len(job.revision_shas), observations, config_of(job, trials))
+    config = config_of(job, trials)
+    plan = plan_next(len(job.revision_shas), observations, config)
     job.progress = _progress(job, trials, observations, plan)
     if plan.done or not plan.requests:
         _write_culprits(session, job, plan, trials, observations)
-        job.status = JobStatus.succeeded if plan.done else JobStatus.failed
-        job.error = None if plan.done else "the planner asked for no trials but is not done"
+        job.status, job.error, job.result = outcome.conclude(job.revision_shas, job.spec, trials, observations,
+                                                             plan, config)
         job.finished_at = utcnow()
         return Round([], finished=True)
     if job.status == JobStatus.queued:

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from kernels.cases import case_name, parse_shape
+from kernels.cases import case_name, normalise_params, parse_shape
 from kernels.suites import UnknownSuite, get_suite
 from service.errors import BadRequest, Conflict, NotFound
 from service.jobs import repository
@@ -19,8 +19,9 @@ from workers.checkout import GitError
 
 
 def resolve_cases(benchmarks: list[Benchmark]) -> list[dict[str, Any]]:
-    """Validate suites and shapes; return the cases as {suite, target, params, name}.
-    Raises BadRequest naming the bad suite or shape."""
+    """Validate suites and shapes; return the cases as {suite, target, params, name}, normalised
+    once here (dtype aliases, the suite's defaults, key order) so that the stored name is the one
+    the harness reports. Raises BadRequest naming the bad suite or shape."""
     cases: list[dict[str, Any]] = []
     for bench in benchmarks:
         custom = bench.suite.startswith("file:")
@@ -34,9 +35,9 @@ def resolve_cases(benchmarks: list[Benchmark]) -> list[dict[str, Any]]:
                 raise BadRequest(str(exc)) from exc
         for shape in bench.shapes:
             try:
-                params = parse_shape(shape) if isinstance(shape, str) else dict(shape)
+                params = normalise_params(parse_shape(shape) if isinstance(shape, str) else shape)
                 if not custom:
-                    suite.validate(params)
+                    params = suite.validate(params)
             except (ValueError, TypeError) as exc:
                 raise BadRequest(f"shape {shape!r} for suite {bench.suite!r}: {exc}") from exc
             name = case_name(bench.suite, params)

@@ -6,7 +6,7 @@ from sqlalchemy.orm import Session
 
 from service.jobs import repository
 from service.repos.repository import revisions_by_sha
-from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, TrialRead
+from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, OutcomeRead, TrialRead
 from service.models import Job
 
 
@@ -26,6 +26,7 @@ def job_read(session: Session, job: Job) -> JobRead:
         id=job.id, kind=job.kind.value, status=job.status.value, repository=job.repository.name,
         spec=job.spec, progress=job.progress, revision_shas=job.revision_shas, error=job.error, created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, culprits=culprits,
+        outcome=OutcomeRead.model_validate(job.result["outcome"]) if (job.result or {}).get("outcome") else None,
     )
 
 

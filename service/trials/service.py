@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,9 @@ from sqlalchemy.orm import Session
 from service.errors import NotFound
 from service.jobs import repository as jobs_repo
 from service.models import Job, JobStatus, Measurement, Repository, Revision, Trial, TrialStatus, utcnow
+
+
+log = logging.getLogger(__name__)
 
 
 class TrialGone(NotFound):
@@ -91,6 +95,11 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     if job.status == JobStatus.cancelled:
         trial.status = TrialStatus.cancelled
     cases = jobs_repo.cases_by_name(session, repo.id, [c["name"] for c in result.get("cases", [])])
+    if trial.status == TrialStatus.ok:
+        missing = _missing_cases(job.spec["cases"], result.get("cases", []))
+        if missing:  # a name mismatch would drop every value silently: fail the trial loudly instead
+            trial.status, trial.failure_reason = TrialStatus.error, missing
+            log.error("trial %s of job %s: %s", trial.id, job.id, missing)
     for case in result.get("cases", []):
         row = cases.get((case["suite"], case["target"], case["name"]))
         if row is None:
@@ -105,3 +114,14 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
         ))
     session.flush()
     return trial
+
+
+def _missing_cases(requested: list[dict[str, Any]], returned: list[dict[str, Any]]) -> str | None:
+    """The error for a trial that reported ok without a measurement of every requested case."""
+    got = {(c.get("suite"), c.get("target"), c.get("name")) for c in returned}
+    missing = [c["name"] for c in requested if (c["suite"], c["target"], c["name"]) not in got]
+    if not missing:
+        return None
+    names = ", ".join(sorted({str(c.get("name")) for c in returned})) or "none"
+    return (f"no measurement stored for {len(missing)} requested case(s) ({', '.join(missing)}): "
+            f"the harness reported ok but named its cases {names}")
