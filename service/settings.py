@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"
     webhook_secret: str | None = None
+    public_url: str | None = Field(default=None, description="where people reach the dashboard, for links in PR comments")
 
     @model_validator(mode="after")
     def _refuse_placeholders_in_production(self) -> Settings:

@@ -7,7 +7,9 @@ from service.api.deps import SessionDep
 from service.jobs import repository, service, views
 from service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, TrialRead
 from service.models import Job, JobStatus
-from service.reports.culprits import culprit_table, markdown_report
+from service.reports.culprits import culprit_table
+from service.reports.pr_comment import render_job
+from service.settings import get_settings
 from workers import dispatch
 from workers.tasks import advance_job
 
@@ -53,7 +55,9 @@ def list_trials(session: SessionDep, job_id: int) -> list[TrialRead]:
 
 
 @router.get("/{job_id}/report", response_class=PlainTextResponse)
-def job_report(session: SessionDep, job_id: int, format: str = Query("text", pattern="^(text|markdown)$")) -> str:
-    """The culprit table as text (what the CLI prints) or Markdown (what the PR bot posts)."""
+def job_report(session: SessionDep, job_id: int, format: str = Query("text", pattern="^(text|markdown)$"),
+               wide: bool = False) -> str:
+    """The report as text (what the CLI prints; 100 columns, or one row per case with wide) or
+    Markdown (what the PR bot posts)."""
     job = views.job_read(session, service.get(session, job_id))
-    return culprit_table(job) if format == "text" else markdown_report(job)
+    return culprit_table(job, wide=wide) if format == "text" else render_job(job, get_settings().public_url)

@@ -88,6 +88,14 @@ def _failure_rows(failures: Sequence[Failure], shas: Sequence[str]) -> list[dict
             for (i, reason, case), fs in sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or ""))]
 
 
+def environment(trials: Sequence[Trial]) -> dict[str, Any] | None:
+    """Device and toolchain as the harness saw them (the first trial that reported them)."""
+    for trial in trials:
+        if trial.provenance and trial.provenance.get("name"):
+            return {k: trial.provenance.get(k) for k in ("kind", "name", "driver", "cuda", "torch", "triton", "python")}
+    return None
+
+
 def to_dict(outcome: JobOutcome, shas: Sequence[str], failures: Sequence[Failure]) -> dict[str, Any]:
     """JSON for job.result["outcome"] (read back by schemas.OutcomeRead)."""
     return {
@@ -128,4 +136,4 @@ def conclude(shas: Sequence[str], spec: dict[str, Any], trials: Sequence[Trial],
     error = summary(outcome)
     if not plan.done:
         status, error = JobStatus.failed, "the planner asked for no trials but is not done"
-    return status, error, {"outcome": to_dict(outcome, shas, failures)}
+    return status, error, {"outcome": {**to_dict(outcome, shas, failures), "environment": environment(trials)}}

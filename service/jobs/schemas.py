@@ -127,6 +127,7 @@ class OutcomeRead(BaseModel):
     cases: list[CaseOutcomeRead]
     noise: list[NoiseRead] = []
     failures: list[FailureRead] = []
+    environment: dict[str, Any] | None = Field(default=None, description="device and toolchain of the trials")
 
 
 class JobRead(BaseModel):
