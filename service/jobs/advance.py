@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.bisect import BisectConfig, Observation, Plan, RevisionState, plan_next
+from service.bisect.progress import expected_trials
 from service.errors import NotFound
 from service.jobs import outcome, repository
 from service.repos.repository import revisions_by_sha
@@ -112,14 +113,17 @@ def _write_culprits(session: Session, job: Job, plan: Plan, trials: Sequence[Tri
     session.flush()
 
 
-def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observation], plan: Plan) -> dict:
+def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observation], plan: Plan,
+              config: BisectConfig) -> dict:
     rounds = job.progress.get("rounds", 0) + (0 if plan.done else 1)
+    finished = sum(t.status.finished and t.status != TrialStatus.cancelled for t in trials)
     return {
         "revisions": len(job.revision_shas),
         "measured": len(observations),
         "unbuildable": sum(o.state == RevisionState.unbuildable for o in observations.values()),
-        "trials": sum(t.status.finished for t in trials),
+        "trials": finished,
         "planned": sum(r.trials for r in plan.requests),
+        "expected_trials": expected_trials(finished, observations, plan, config),
         "rounds": rounds,
         "open_pairs": [[job.revision_shas[a][:12], job.revision_shas[b][:12]] for a, b in plan.open_pairs],
         "culprits": len(plan.culprits),
@@ -148,7 +152,7 @@ def advance(session: Session, job_id: int) -> Round:
     observations = observations_from(trials, job.revision_shas, job.spec.get("metric", "ratio"))
     config = config_of(job, trials)
     plan = plan_next(len(job.revision_shas), observations, config)
-    job.progress = _progress(job, trials, observations, plan)
+    job.progress = _progress(job, trials, observations, plan, config)
     if plan.done or not plan.requests:
         _write_culprits(session, job, plan, trials, observations)
         job.status, job.error, job.result = outcome.conclude(job.revision_shas, job.spec, trials, observations,

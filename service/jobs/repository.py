@@ -31,6 +31,13 @@ def count_in_flight(session: Session, job_id: int) -> int:
     return session.scalar(stmt) or 0
 
 
+def count_finished(session: Session, job_id: int) -> int:
+    """Trials that ran to a result (cancelled ones are not work done)."""
+    stmt = select(func.count()).select_from(Trial).where(
+        Trial.job_id == job_id, Trial.status.not_in((*IN_FLIGHT, TrialStatus.cancelled)))
+    return session.scalar(stmt) or 0
+
+
 def trials_of(session: Session, job_id: int) -> Sequence[Trial]:
     stmt = (
         select(Trial)
