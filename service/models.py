@@ -140,6 +140,7 @@ class Trial(Base):
     revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id", ondelete="CASCADE"), index=True)
     status: Mapped[TrialStatus] = mapped_column(_enum(TrialStatus), default=TrialStatus.pending, index=True)
     device_class: Mapped[str] = mapped_column(String(50), default="cpu")
+    accuracy_only: Mapped[bool] = mapped_column(default=False, doc="a correctness-sweep trial: no timing loop")
     device: Mapped[str | None] = mapped_column(String(200), doc="device model as the harness saw it")
     fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
     provenance: Mapped[dict[str, Any] | None]

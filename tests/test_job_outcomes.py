@@ -11,6 +11,7 @@ import pytest
 from service.jobs import service as jobs
 from service.jobs import views
 from service.jobs.schemas import BisectCreate, CompareCreate
+from service.models import Trial
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result, repo, run_job, submit  # noqa: F401
 
 NO_CUDA = "device 'cuda' requested but torch sees no CUDA device"
@@ -113,3 +114,22 @@ def test_attention_defaults_are_part_of_the_stored_name(session, repo) -> None:
                         target="minikern.attention:attention", shapes=["S=128,D=64,H=1,B=1,dtype=Float16"])
     job = jobs.create_bisect(session, body)
     assert job.spec["cases"][0]["name"] == "attention B=1,H=1,S=128,D=64,causal=false,dtype=fp16"
+
+
+def test_the_accuracy_sweep_finds_wrong_results_the_search_never_builds(session, repo) -> None:
+    def truth(i: int, rng: random.Random) -> dict:
+        return harness_result({CASE_BIG: 1.0, CASE_SMALL: 1.0}, rng, wrong=9 <= i <= 11)
+
+    plain = submit(session)
+    run_job(session, plain, truth)
+    assert [c.kind for c in views.job_read(session, jobs.get(session, plain)).culprits] == []  # ends agree: done
+
+    swept = submit(session, check_accuracy=True)
+    run_job(session, swept, truth)
+    job = views.job_read(session, jobs.get(session, swept))
+    [wrong] = job.culprits
+    assert wrong.kind == "correctness"
+    assert (job.revision_shas.index(wrong.first_sha), job.revision_shas.index(wrong.fixed_sha)) == (9, 12)
+    assert job.status == "succeeded" and job.progress["accuracy_checked"] == 17 - 2  # the ends are timed
+    timed = session.query(Trial).filter_by(job_id=swept, accuracy_only=False).count()
+    assert timed == session.query(Trial).filter_by(job_id=plain).count()  # the search did the same work

@@ -52,6 +52,8 @@ def execute(work: TrialWork) -> tuple[dict[str, Any], float | None]:
                             "device": device_of(work.device_class), "cold": True}
     if work.policy:
         spec["policy"] = work.policy
+    if work.accuracy_only:
+        spec["accuracy_only"] = True
     result = run_harness(spec, Path(worktree), import_root=work.import_root, env=work.env,
                          timeout_s=settings.trial_timeout_s)
     return result, build.seconds

@@ -96,6 +96,8 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device) ->
         # a fast kernel that computes the wrong thing is a failure, whatever its speed
         entry["status"] = "wrong_results"
         entry["error"] = f"relative error {error:.3g} above tolerance {entry['tolerance']:.3g}"
+    if policy.get("accuracy_only"):  # a correctness sweep: the accuracy sample is all it asks for
+        return entry
 
     for _ in range(policy["warmup"]):
         run_target()
@@ -144,6 +146,7 @@ def run_trial(spec: dict, repo_root: Path) -> dict:
     """Run every case of the spec in this process and return the result dict."""
     started = time.perf_counter()
     policy = {**DEFAULT_POLICY, **(spec.get("policy") or {})}
+    policy["accuracy_only"] = bool(spec.get("accuracy_only"))  # no warm-up, no timing loop
     cold = bool(spec.get("cold", True))
     # Fresh random inputs per trial unless the caller pins the seed (recorded either way).
     seed = int(spec["seed"]) if spec.get("seed") is not None else int.from_bytes(os.urandom(4), "little")

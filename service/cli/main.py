@@ -122,6 +122,8 @@ def bisect(
     workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
     build: Annotated[Optional[str], typer.Option(help="build command, when registering a path")] = None,
     policy: Annotated[Optional[str], typer.Option(help='harness sample policy as JSON, e.g. {"max_time_s": 0.5}')] = None,
+    check_accuracy: Annotated[bool, typer.Option(
+        help="also check accuracy at every revision (accuracy-only trials, side by side with the search)")] = False,
     api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="use this API server")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
     fail_on: Annotated[FailOn, typer.Option(help="exit 1 when the verdict is a regression (or any change)")] = FailOn.never,
@@ -139,7 +141,7 @@ def bisect(
     try:
         request = BisectCreate(repository=repo, good=good, bad=bad, suite=suite, target=target, shapes=shape,
                                device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
-                               policy=json.loads(policy) if policy else None)
+                               policy=json.loads(policy) if policy else None, check_accuracy=check_accuracy)
     except json.JSONDecodeError as exc:
         fail(f"--policy is not JSON: {exc}")
     except ValidationError as exc:

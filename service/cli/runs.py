@@ -114,6 +114,7 @@ def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> Bise
         benchmarks=[{"suite": s, "target": t, "shapes": shapes} for (s, t), shapes in grouped.items()],
         device_class=device, min_effect=DEMO_MIN_EFFECT[device], workers=workers,
         policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY,
+        check_accuracy=True,  # every planted wrong-results range is found, not only where the search builds
     )
 
 

@@ -26,8 +26,11 @@ def list_jobs(session: Session, *, status: JobStatus | None = None, limit: int =
     return session.scalars(stmt.order_by(Job.id.desc()).limit(limit)).all()
 
 
-def count_in_flight(session: Session, job_id: int) -> int:
+def count_in_flight(session: Session, job_id: int, *, accuracy_only: bool | None = None) -> int:
+    """Pending or running trials of the job (only sweep or only timed ones, when asked)."""
     stmt = select(func.count()).select_from(Trial).where(Trial.job_id == job_id, Trial.status.in_(IN_FLIGHT))
+    if accuracy_only is not None:
+        stmt = stmt.where(Trial.accuracy_only == accuracy_only)
     return session.scalar(stmt) or 0
 
 

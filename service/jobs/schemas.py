@@ -30,6 +30,8 @@ class BisectCreate(BaseModel):
     workers: int = Field(default=1, ge=1, le=64, description="revisions measured per round")
     max_trials: int | None = Field(default=None, ge=5, le=100, description="5 is the fewest that can reach p < 0.01")
     policy: dict[str, Any] | None = Field(default=None, description="harness sample policy override")
+    check_accuracy: bool = Field(default=False, description="also check accuracy at every revision of the range "
+                                 "(accuracy-only trials, no timing loop, run side by side with the search)")
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:

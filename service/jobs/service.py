@@ -89,7 +89,7 @@ def create_bisect(session: Session, data: BisectCreate) -> Job:
         "good": data.good, "bad": data.bad, "good_sha": good_sha, "bad_sha": bad_sha, "cases": cases,
         "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
         "workers": data.workers, "max_trials": data.max_trials or get_settings().max_trials_per_revision,
-        "policy": data.policy,
+        "policy": data.policy, "check_accuracy": data.check_accuracy,
     }
     return _create(session, JobKind.bisect, repo, spec, commits)
 

@@ -38,6 +38,7 @@ class TrialWork:
     cases: list[dict[str, Any]]
     device_class: str
     policy: dict[str, Any] | None
+    accuracy_only: bool = False
 
 
 def start(session: Session, trial_id: int, worker_host: str | None = None) -> TrialWork | None:
@@ -60,6 +61,7 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
         trial_id=trial.id, job_id=job.id, repo_name=repo.name, repo_url=repo.url,
         build_command=repo.build_command, import_root=repo.import_root, env=dict(repo.env),
         sha=session.get_one(Revision, trial.revision_id).sha, cases=job.spec["cases"], device_class=trial.device_class, policy=job.spec.get("policy"),
+        accuracy_only=trial.accuracy_only,
     )
 
 
