@@ -133,3 +133,12 @@ def test_the_accuracy_sweep_finds_wrong_results_the_search_never_builds(session,
     assert job.status == "succeeded" and job.progress["accuracy_checked"] == 17 - 2  # the ends are timed
     timed = session.query(Trial).filter_by(job_id=swept, accuracy_only=False).count()
     assert timed == session.query(Trial).filter_by(job_id=plain).count()  # the search did the same work
+
+
+def test_the_job_page_shows_each_case_outcome_and_the_error(session, repo, client) -> None:
+    job_id = submit(session)
+    run_job(session, job_id, failing("import_error", IMPORT))
+    html = client.get(f"/dashboard/jobs/{job_id}").text
+    assert "<h2>Outcome: failed</h2>" in html and "import failed at the good end" in html
+    assert "ModuleNotFoundError: No module named &#39;minikern.nope&#39;" in html
+    assert "No performance step" not in html
