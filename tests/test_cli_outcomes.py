@@ -129,3 +129,19 @@ def test_an_unreachable_api_is_one_line(embedded) -> None:
     assert len(result.output.strip().splitlines()) == 1
     shown = runner.invoke(app, ["show", "1", "--api", "http://127.0.0.1:9"])
     assert shown.exit_code == USAGE and "cannot reach the API" in shown.output
+
+
+def test_an_unreachable_broker_is_one_line_and_fails_the_job(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.e2e_support import BIN, service_env
+
+    make_repo(tmp_path / "lib", ["one (#1)", "two (#2)"])
+    env = service_env(tmp_path / "home", f"sqlite:///{tmp_path / 'db.sqlite'}", "redis://127.0.0.1:9/0")
+    done = subprocess.run([str(BIN / "perfbisect"), "bisect", "--repo", str(tmp_path / "lib"), "--good", "HEAD~1",
+                           "--bad", "HEAD", "--suite", "gemm", "--target", "m:f", "--shape", "M=8,N=8,K=8"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == USAGE, done.stderr[-3000:]
+    assert done.stderr.startswith("error: cannot reach the broker at redis://127.0.0.1:9/0") and "Traceback" not in done.stderr
+    shown = subprocess.run([str(BIN / "perfbisect"), "show", "1"], env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == FAILED and "could not queue the job" in shown.stdout

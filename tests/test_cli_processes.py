@@ -1,4 +1,5 @@
-"""Ctrl-C in `perfbisect bisect` (embedded) cancels the job instead of leaving it running forever."""
+"""The CLI as real processes: Ctrl-C in `perfbisect bisect` (embedded) cancels the job instead of
+leaving it running forever; `perfbisect serve` creates a PERFBISECT_HOME that does not exist yet."""
 
 from __future__ import annotations
 
@@ -48,3 +49,26 @@ def test_ctrl_c_cancels_the_embedded_job(demo_repo: Path, tmp_path: Path) -> Non
     shown = subprocess.run([str(BIN / "perfbisect"), "show", "1"], env=env, cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)
     assert shown.returncode == CANCELLED and "job 1 (bisect, cancelled)" in shown.stdout
+
+
+def test_serve_creates_a_missing_home(tmp_path: Path) -> None:
+    import httpx
+
+    from tests.e2e_support import free_port, perfbisect, stop
+
+    home = tmp_path / "not" / "yet"
+    port = free_port()
+    server = perfbisect("serve", "--port", str(port), env=service_env(home, None, None), log=tmp_path / "serve.log")
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError((tmp_path / "serve.log").read_text()[-3000:])
+    finally:
+        stop(server)
+    assert (home / "perfbisect.sqlite").exists()
