@@ -98,7 +98,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def headline(job: JobRead) -> Text:
     if job.outcome is None:
-        return Text(f"verdict: none yet ({job.status})")
+        return Text(f"verdict: none ({'the job ' + job.status if job.status in ('failed', 'cancelled') else 'not finished'})")
     counts = job.outcome.counts
     words = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("regressed", "improved", "unchanged", "inconclusive", "failed"))
     line = Text("verdict: ")
