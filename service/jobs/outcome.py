@@ -57,7 +57,7 @@ def failures_from(trials: Sequence[Trial], shas: Sequence[str]) -> list[Failure]
     return out
 
 
-def noise_inputs(trials: Sequence[Trial], metric: str) -> dict[str, CaseNoise]:
+def noise_inputs(trials: Sequence[Trial]) -> dict[str, CaseNoise]:
     """Per case: the control's per-trial metric grouped by revision, samples kept and throttled."""
     control: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     throttled: dict[str, int] = defaultdict(int)
@@ -130,8 +130,7 @@ def conclude(shas: Sequence[str], spec: dict[str, Any], trials: Sequence[Trial],
     """(status, error, result JSON) of a job whose planner is done (or gave up)."""
     failures = failures_from(trials, shas)
     cases = [c["name"] for c in spec["cases"]]
-    outcome = decide(len(shas), observations, plan, config, cases, failures,
-                     noise_inputs(trials, spec.get("metric", "ratio")))
+    outcome = decide(len(shas), observations, plan, config, cases, failures, noise_inputs(trials))
     status = STATUS_OF.get(outcome.verdict, JobStatus.succeeded)
     error = summary(outcome)
     if not plan.done:
