@@ -1,7 +1,7 @@
 """How often `perfbisect demo` finds every planted event: run it N times, each in a fresh home
 and demo repository, and print per run the events found, the verdict, the exit code and the time.
 
-    python bench/demo_repeat.py --runs 10 [--parallel 1] [--cpus-per-run 2] [--out DIR]
+    python bench/demo_repeat.py --runs 10 [--parallel 1] [--cpus-per-run 2] [--device cpu] [--out DIR]
 
 With --parallel P, P runs go side by side, each pinned to its own --cpus-per-run cores (taskset),
 so a many-core machine stands in for P unloaded small machines.
@@ -24,12 +24,12 @@ FOUND = re.compile(r"planted events found: (\d+)/(\d+)")
 VERDICT = re.compile(r"^verdict: (\w+)", re.M)
 
 
-def one_run(i: int, out: Path, cpus: list[int] | None) -> dict:
+def one_run(i: int, out: Path, cpus: list[int] | None, device: str) -> dict:
     home = out / f"run{i}"
     env = {**os.environ, "PERFBISECT_HOME": str(home / "home"), "PYTHONUNBUFFERED": "1"}
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
-    cmd = [str(Path(sys.executable).parent / "perfbisect"), "demo", "--path", str(home / "minikern")]
+    cmd = [sys.executable, "-m", "service.cli.main", "demo", "--device", device, "--path", str(home / "minikern")]
     if cpus:
         cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
     started = time.monotonic()
@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--cpus-per-run", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (the demo's own choice)")
     parser.add_argument("--out", type=Path, default=None, help="keep each run's home and output here")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="perfbisect-demo-repeat-"))
@@ -57,7 +58,7 @@ def main() -> None:
     def run(i: int) -> dict:
         slot = (i - 1) % args.parallel
         cpus = list(range(slot * args.cpus_per_run, (slot + 1) * args.cpus_per_run)) if pin else None
-        result = one_run(i, out, cpus)
+        result = one_run(i, out, cpus, args.device)
         print(f"run {result['run']:>2}: found {result['found']}, verdict {result['verdict']}, exit {result['rc']}, "
               f"{result['wall_s']} s", flush=True)
         return result
