@@ -10,6 +10,7 @@ improvements green; `culprit_table` returns the plain text.
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from rich.text import Text
@@ -39,6 +40,12 @@ def where(c: CulpritRead) -> str:
 
 def pr_label(c: CulpritRead) -> str:
     return f"#{c.pr_number}" if c.pr_number else ""
+
+
+def ref(name: object) -> str:
+    """A ref as given, a full sha cut to 10 characters."""
+    text = str(name)
+    return text[:10] if re.fullmatch(r"[0-9a-f]{40}", text) else text
 
 
 def decided_on(job: JobRead) -> str:
@@ -170,7 +177,7 @@ def _case_outcomes(job: JobRead, width: int) -> list[Text]:
 
 def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[Text]:
     p = job.progress
-    lines = [Text(f"job {job.id} ({job.kind}, {job.status}): {job.spec.get('good')}..{job.spec.get('bad')} "
+    lines = [Text(f"job {job.id} ({job.kind}, {job.status}): {ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))} "
                   f"in {job.repository}"),
              Text(f"{p.get('revisions', '?')} revisions, {p.get('measured', 0)} measured, {p.get('trials', 0)} "
                   f"trials, {p.get('rounds', 0)} rounds; minimum effect {job.spec.get('min_effect', 0) * 100:.1f}% "
