@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from service.jobs.schemas import CulpritRead, JobRead
-from service.reports.culprits import before_after, decided_on, is_regression, moved_effects, step_text, where
+from service.reports.culprits import before_after, decided_on, is_regression, moved_effects, ref, step_text, where
 
 ICON = {"regressed": ":red_circle:", "improved": ":green_circle:", "unchanged": ":white_check_mark:",
         "inconclusive": ":grey_question:", "failed": ":x:"}
@@ -116,7 +116,7 @@ def render_job(job: JobRead, public_url: str | None = None) -> str:
     """The job's report as Markdown: headline, step tables, failed/inconclusive/unchanged cases."""
     kind = "Compared" if job.kind == "compare" else "Bisected"
     out = [_headline(job), "",
-           f"{kind} `{job.spec.get('good')}`..`{job.spec.get('bad')}` in **{job.repository}** ({job.status}); "
+           f"{kind} `{ref(job.spec.get('good'))}`..`{ref(job.spec.get('bad'))}` in **{job.repository}** ({job.status}); "
            f"step = relative change of the {decided_on(job)}, 95% CI."]
     out += _step_tables(job, job.culprits, with_revision=job.kind != "compare")
     for c in job.culprits:
@@ -147,7 +147,7 @@ def render_culprit_comment(job: JobRead, culprits: list[CulpritRead], public_url
     """On a PR a bisect named as an exact culprit: what moved, worded by direction."""
     shas = ", ".join(f"`{c.last_sha[:10]}`" for c in culprits)
     out = [f"### perfbisect: this pull request caused {_direction(job, culprits)}", "",
-           f"Bisecting `{job.spec.get('good')}..{job.spec.get('bad')}` in **{job.repository}** found the step at "
+           f"Bisecting `{ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))}` in **{job.repository}** found the step at "
            f"{shas}, from this pull request. Step = relative change of the {decided_on(job)}, 95% CI:"]
     out += _step_tables(job, culprits, with_revision=True)
     out += ["", _footer(job, public_url)]
