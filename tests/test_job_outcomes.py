@@ -142,3 +142,14 @@ def test_the_job_page_shows_each_case_outcome_and_the_error(session, repo, clien
     assert "<h2>Outcome: failed</h2>" in html and "import failed at the good end" in html
     assert "ModuleNotFoundError: No module named &#39;minikern.nope&#39;" in html
     assert "No performance step" not in html
+
+
+def test_a_dtype_alias_through_the_api_is_stored_under_the_harness_name(session, repo, client, sent_tasks) -> None:
+    body = {"repository": "lib", "good": "HEAD~2", "bad": "main", "suite": "gemm", "target": "minikern.gemm:matmul",
+            "shapes": ["K=64,M=64,N=64,dtype=BF16", "M=32,N=32,K=32"]}
+    accepted = client.post("/api/jobs/bisect", json=body)
+    assert accepted.status_code == 202, accepted.text
+    job = client.get(accepted.json()["url"]).json()
+    assert [c["name"] for c in job["spec"]["cases"]] == ["gemm M=64,N=64,K=64,dtype=bf16", "gemm M=32,N=32,K=32,dtype=bf16"]
+    bad = client.post("/api/jobs/bisect", json={**body, "shapes": ["M=1,N=1,K=1,dtype=int3"]})
+    assert bad.status_code == 422 and "unknown dtype 'int3'" in bad.text

@@ -83,3 +83,23 @@ def test_a_bisect_culprit_that_sped_things_up_is_an_improvement(session, repo) -
     md = render_culprit_comment(job, [culprit], URL)
     assert md.startswith("### perfbisect: this pull request caused a performance improvement")
     assert "**Improvements**" in md and f"| `{culprit.last_sha[:10]}` | #106 |" in md
+
+
+def test_a_missing_device_and_a_noisy_run_say_so(session, repo) -> None:
+    from service.jobs.schemas import BisectCreate
+
+    def job_md(truth, **spec) -> str:
+        body = BisectCreate(repository="lib", good="HEAD~16", bad="main", benchmarks=[
+            {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": ["M=256,N=256,K=256,dtype=fp32"]}], **spec)
+        job_id = jobs.create_bisect(session, body).id
+        run_job(session, job_id, truth)
+        return render_job(views.job_read(session, jobs.get(session, job_id)), URL)
+
+    no_cuda = "device 'cuda' requested but torch sees no CUDA device"
+    md = job_md(lambda i, rng: {**harness_result({}, rng, status="error"), "error": no_cuda}, device_class="cuda")
+    assert md.startswith("### perfbisect: :x: could not measure (0 regressed, 0 improved, 0 unchanged, 1 failed)")
+    assert f"- `{CASE_BIG}`: CUDA missing at the good end" in md and f"  {no_cuda}" in md
+    noisy = job_md(lambda i, rng: harness_result({CASE_BIG: rng.lognormvariate(0, 0.15)}, rng), max_trials=6)
+    assert noisy.startswith("### perfbisect: :grey_question: inconclusive (0 regressed, 0 improved, 0 unchanged, 0 failed, 1 inconclusive)")
+    assert "**Inconclusive** (1)" in noisy and "too noisy for the minimum effect" in noisy
+    assert "> :warning: noisy run: the smallest step it could detect is" in noisy
