@@ -12,11 +12,12 @@ from typing import Any, Mapping
 # {"M": 2, "N": 3, "K": 1} get one name. Unknown keys follow, sorted.
 _ORDER = ("B", "H", "S", "D", "M", "N", "K", "causal", "dtype")
 
+# Matched case-insensitively ("BF16" is bf16); torch's spellings are accepted too.
 DTYPE_ALIASES = {
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp64": "fp64", "float64": "fp64", "double": "fp64",
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32", "torch.float32": "fp32",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16", "torch.float16": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
+    "fp64": "fp64", "float64": "fp64", "double": "fp64", "torch.float64": "fp64",
 }
 
 
@@ -26,6 +27,16 @@ def canonical_dtype(name: str) -> str:
     if key not in DTYPE_ALIASES:
         raise ValueError(f"unknown dtype {name!r}; use one of fp32, fp16, bf16, fp64")
     return DTYPE_ALIASES[key]
+
+
+def normalise_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The params as the harness names them: the dtype alias made canonical ('BF16',
+    'bfloat16', 'torch.bfloat16' -> 'bf16'). Suites add their own defaults in validate().
+    Raises ValueError for an unknown dtype."""
+    params = dict(params)
+    if "dtype" in params:
+        params["dtype"] = canonical_dtype(params["dtype"])
+    return params
 
 
 def _parse_value(text: str) -> Any:

@@ -37,13 +37,14 @@ class JobKind(str, enum.Enum):
 class JobStatus(str, enum.Enum):
     queued = "queued"
     running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
+    succeeded = "succeeded"  # a verdict for every case (regressed, improved or unchanged)
+    inconclusive = "inconclusive"  # every case measured, some not decided (too noisy, trial cap)
+    failed = "failed"  # some case could not be measured, or the planning failed
     cancelled = "cancelled"
 
     @property
     def finished(self) -> bool:
-        return self in (JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled)
+        return self in (JobStatus.succeeded, JobStatus.inconclusive, JobStatus.failed, JobStatus.cancelled)
 
 
 class TrialStatus(str, enum.Enum):
@@ -131,7 +132,7 @@ class Job(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(doc="the validated request: refs, suite, target, cases, ...")
     revision_shas: Mapped[list[Any]] = mapped_column(doc="the range, good first, first-parent order")
     progress: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    result: Mapped[dict[str, Any] | None] = mapped_column(doc="the planner's last report")
+    result: Mapped[dict[str, Any] | None] = mapped_column(doc='{"outcome": ...}: per-case outcomes, noise, failures')
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
@@ -155,6 +156,7 @@ class Trial(Base):
     revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id", ondelete="CASCADE"), index=True)
     status: Mapped[TrialStatus] = mapped_column(_enum(TrialStatus), default=TrialStatus.pending, index=True)
     device_class: Mapped[str] = mapped_column(String(50), default="cpu")
+    accuracy_only: Mapped[bool] = mapped_column(default=False, doc="a correctness-sweep trial: no timing loop")
     device: Mapped[str | None] = mapped_column(String(200), doc="device model as the harness saw it")
     fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
     provenance: Mapped[dict[str, Any] | None]

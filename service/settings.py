@@ -79,6 +79,7 @@ class Settings(BaseSettings):
     # Input bounds that depend on the deployment.
     device_classes: str = Field(default="cpu,cuda", description="comma-separated device classes workers serve")
     max_case_gib: float = Field(default=64.0, gt=0, description="largest memory one built-in case may need")
+    public_url: str | None = Field(default=None, description="where people reach the dashboard, for links in PR comments")
 
     @model_validator(mode="after")
     def _refuse_placeholders_in_production(self) -> Settings:

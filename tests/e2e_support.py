@@ -103,7 +103,7 @@ def wait_for_job(base: str, job_id: int, timeout_s: float, on_poll=None) -> dict
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         job = httpx.get(f"{base}/api/jobs/{job_id}", timeout=10).json()
-        if job["status"] in ("succeeded", "failed", "cancelled"):
+        if job["status"] in ("succeeded", "inconclusive", "failed", "cancelled"):
             return job
         if on_poll is not None:
             on_poll(job)

@@ -118,7 +118,7 @@ def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: 
             for trial_id, measurements in killed["stored"].items():
                 assert trials[trial_id]["measurements"] == measurements  # nothing stored was lost
             report = httpx.get(f"{base}/api/jobs/{job_id}/report").text
-            assert "Performance culprits" in report
+            assert "Culprits (step = change of the ratio to control" in report
     finally:
         for worker in workers:
             stop(worker)

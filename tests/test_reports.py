@@ -1,36 +1,67 @@
-"""The culprit table: only cases that moved are listed, ranges and correctness findings read right."""
+"""The text report: verdict and counts, only the cases that moved, before -> after in the quantity
+of the step and in the metric (both labelled), improvements called improvements, 100 columns."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 from service.jobs.schemas import JobRead
-from service.reports.culprits import culprit_table, markdown_report
+from service.reports.culprits import culprit_table, report_lines
+
+BIG, SMALL = "attention B=1,H=32,S=4096,D=128,causal=false,dtype=bf16", "attention B=1,H=32,S=1024,D=128,causal=false,dtype=bf16"
 
 
-def job(culprits: list[dict], status: str = "succeeded") -> JobRead:
+def job(culprits: list[dict], outcome: dict | None = None, status: str = "succeeded") -> JobRead:
     now = datetime.now(timezone.utc)
     return JobRead(id=7, kind="bisect", status=status, repository="lib",
                    spec={"good": "v1", "bad": "main", "min_effect": 0.02, "metric": "ratio"},
                    progress={"revisions": 9, "measured": 5, "trials": 30, "rounds": 4},
                    revision_shas=["a" * 40], error=None, created_at=now, started_at=now, finished_at=now,
-                   culprits=culprits)
+                   culprits=culprits, outcome=outcome)
 
 
 STEP = {"kind": "performance", "first_sha": "c" * 40, "last_sha": "c" * 40, "fixed_sha": None, "exact": True,
-        "subject": "attention: drop fastmath (#930)", "pr_number": 930,
+        "subject": "attention: drop the fastmath flag from the exp2 path, which the compiler then lowers to "
+                   "the precise libdevice exp (#930)", "pr_number": 930,
         "effects": {
-            "attention S=4096": {"rel": -0.104, "ci": [-0.12, -0.09], "before": 1.0, "after": 0.9,
-                                 "unit": "TFLOP/s", "before_value": 1188.6, "after_value": 1077.0},
-            "attention S=1024": {"rel": -0.004, "ci": [-0.02, 0.01], "before": 1.0, "after": 1.0,
-                                 "unit": "TFLOP/s", "before_value": 1260.5, "after_value": 1254.1}}}
+            BIG: {"rel": -0.104, "ci": [-0.12, -0.09], "before": 0.9712, "after": 0.8702,
+                  "unit": "TFLOP/s", "before_value": 1188.6, "after_value": 1077.0},
+            SMALL: {"rel": -0.004, "ci": [-0.02, 0.01], "before": 1.0, "after": 1.0,
+                    "unit": "TFLOP/s", "before_value": 1260.5, "after_value": 1254.1}}}
+FASTER = {**STEP, "first_sha": "d" * 40, "last_sha": "d" * 40, "pr_number": 945, "subject": "grouped order again (#945)",
+          "effects": {BIG: {"rel": 1.31, "ci": [1.2, 1.4], "before": 0.4, "after": 0.924, "unit": "TFLOP/s",
+                            "before_value": 500.0, "after_value": 1155.0}}}
 
 
-def test_table_lists_only_the_cases_that_moved() -> None:
+def outcome(verdict: str, cases: list[dict]) -> dict:
+    counts = {k: sum(c["outcome"] == k for c in cases) for k in ("regressed", "improved", "unchanged", "inconclusive", "failed")}
+    return {"verdict": verdict, "counts": counts, "cases": cases}
+
+
+def test_table_lists_only_the_cases_that_moved_in_both_quantities() -> None:
     text = culprit_table(job([STEP]))
-    assert "cccccccccc  #930  attention: drop fastmath (#930)  attention S=4096" in text
-    assert "1188.6 -> 1077.0 TFLOP/s" in text and "-10.4% [-12.0, -9.0]" in text
+    assert "cccccccccc  #930  attention: drop the fastmath flag" in text
+    assert f"  {BIG}  -10.4% [-12.0, -9.0] regression" in text
+    assert "ratio to control 0.9712 -> 0.8702; 1188.6 -> 1077.0 TFLOP/s" in text
     assert "S=1024" not in text
+
+
+def test_report_fits_100_columns_and_cuts_subjects_at_whole_words() -> None:
+    text = culprit_table(job([STEP, FASTER]))
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "which the compiler then lowers to ..." in text or "which the compiler then ..." in text
+    wide = culprit_table(job([STEP, FASTER]), wide=True)
+    assert "the precise libdevice exp (#930)" in wide and max(len(line) for line in wide.splitlines()) > 100
+
+
+def test_an_improvement_is_called_an_improvement_and_coloured() -> None:
+    report = job([FASTER], outcome("improved", [{"case": BIG, "outcome": "improved", "steps": [
+        {"first_sha": "d" * 40, "last_sha": "d" * 40, "rel": 1.31, "ci": [1.2, 1.4], "regression": False}]}]))
+    text = culprit_table(report)
+    assert "+131.0% [+120.0, +140.0] improvement" in text and "regression" not in text
+    assert "verdict: IMPROVED (0 regressed, 1 improved, 0 unchanged, 0 inconclusive, 0 failed)" in text
+    styles = {span.style for line in report_lines(report) for span in line.spans}
+    assert "green" in styles and "red" not in styles
 
 
 def test_range_culprit_and_correctness_finding() -> None:
@@ -42,7 +73,13 @@ def test_range_culprit_and_correctness_finding() -> None:
     assert "ffffffffff #935 hoist the trip count (#935): first wrong results; fixed at 9999999999" in text
 
 
-def test_no_step_says_so_and_markdown_has_a_table() -> None:
-    assert "No performance step above the minimum effect (2.0%)" in culprit_table(job([]))
-    md = markdown_report(job([STEP]))
-    assert "| cccccccccc | #930 |" in md and "30 trials over 5 revisions" in md
+def test_unchanged_says_so_and_failed_shows_the_error() -> None:
+    unchanged = outcome("unchanged", [{"case": SMALL, "outcome": "unchanged", "bound": 0.011, "ci": [-0.011, 0.004],
+                                       "reason": "no step beyond 1.1% (minimum effect 2.0%)"}])
+    text = culprit_table(job([], unchanged))
+    assert "No performance step above the minimum effect (2.0%)" in text and "no step beyond 1.1%" in text
+    failed = outcome("failed", [{"case": SMALL, "outcome": "failed", "reason": "import failed at the bad end",
+                                 "error": "Traceback ...\nModuleNotFoundError: No module named 'lib.nope'"}])
+    text = culprit_table(job([], failed, status="failed"))
+    assert "No performance step" not in text and "verdict: FAILED" in text
+    assert "import failed at the bad end" in text and "ModuleNotFoundError: No module named 'lib.nope'" in text

@@ -292,8 +292,8 @@ def test_compare_job_report_is_posted_on_its_pull_request(session, settings, ker
     assert post.headers["Authorization"] == "Bearer tok"
     assert post.headers["Accept"] == "application/vnd.github+json"
     body = json.loads(post.content)["body"]
-    assert body.startswith("### perfbisect: compare v1..main (succeeded)") and marker(job.id, 7) in body
-    assert "No performance change above 2.0%" in body
+    assert body.startswith("### perfbisect: compare succeeded") and marker(job.id, 7) in body
+    assert "Compared `v1`..`main` in **kern**" in body and "minimum effect 2.0%" in body
     assert result == {"repository": "acme/kern", "issue_number": 7, "body": body, "posted": True,
                       "action": "created", "url": "https://github.com/acme/kern/pull/7#issuecomment-99",
                       "error": None}
@@ -310,9 +310,9 @@ def test_bisect_culprit_pull_requests_are_told_with_their_table(session, setting
     [post] = github.writes()
     assert post.url.path == "/api/v3/repos/acme/kern/issues/41/comments"
     body = json.loads(post.content)["body"]
-    assert "this pull request caused a performance step" in body and "`2222222222`" in body
-    assert "| 2222222222 | #41 | drop fastmath flag (#41) | gemm M=64,N=64,K=64,dtype=fp32 | " \
-           "641.0 -> 574.0 TFLOP/s | -10.4% [-12.0, -9.0] |" in body
+    assert "this pull request caused a performance regression" in body and "`2222222222`" in body
+    assert "| `2222222222` | #41 | `gemm M=64,N=64,K=64,dtype=fp32` | 0.9700 → 0.8700 | " \
+           "641.0 → 574.0 TFLOP/s | -10.4% [-12.0, -9.0] |" in body
     assert [r["issue_number"] for r in results] == [41]
 
 

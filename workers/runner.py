@@ -89,6 +89,8 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
     settings = get_settings()
     mirror = Mirror(settings.mirrors_dir.resolve(), work.repo_name, work.repo_url)
     spec = harness_spec(work.cases, work.device_class, work.policy, work.sha)
+    if work.accuracy_only:
+        spec["accuracy_only"] = True  # a correctness sweep: the accuracy check, no timing loop
     try:
         with slot() as box:
             result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,

@@ -90,8 +90,10 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device,
         entry["status"] = "compile_error" if is_compile_error(exc) else "error"
         entry["error"] = describe_exception(exc)
         return entry
-    with phases.track("timing"):
-        _time_samples(entry, run_target, run_control, timer, clock, policy, device, phases)
+    accuracy_only = bool(policy.get("accuracy_only"))  # a correctness sweep: no timing loop
+    if not accuracy_only:
+        with phases.track("timing"):
+            _time_samples(entry, run_target, run_control, timer, clock, policy, device, phases)
     # The reference (float64) comes after timing, off the path to the first sample, and
     # from the revision's cache when this revision and seed were checked before.
     with phases.track("inputs_reference"):
@@ -103,7 +105,8 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device,
         # a fast kernel that computes the wrong thing is a failure, whatever its speed
         entry["status"] = "wrong_results"
         entry["error"] = f"relative error {error:.3g} above tolerance {entry['tolerance']:.3g}"
-    _summarise(entry, suite, params)
+    if not accuracy_only:
+        _summarise(entry, suite, params)
     return entry
 
 
@@ -165,6 +168,7 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
     started = time.perf_counter()
     phases = phases or PhaseClock()
     policy = {**DEFAULT_POLICY, **(spec.get("policy") or {})}
+    policy["accuracy_only"] = bool(spec.get("accuracy_only"))  # no warm-up, no timing loop
     cold = bool(spec.get("cold", True))
     # Fresh random inputs per trial unless the caller pins the seed (recorded either way).
     seed = int(spec["seed"]) if spec.get("seed") is not None else int.from_bytes(os.urandom(4), "little")

@@ -12,19 +12,19 @@ from collections.abc import Callable
 
 import httpx
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from service.cli.errors import CLIError  # noqa: F401  (re-exported: runs.py imports it from here)
+from service.cli.errors import CLIError, Interrupted  # noqa: F401  (re-exported: runs.py imports them from here)
 from service.db import session_scope
 from service.errors import PerfbisectError
+from service.jobs import advance, views
 from service.jobs import service as jobs
-from service.jobs import views
 from service.jobs.schemas import BisectCreate, JobRead
 from service.settings import get_settings
 from workers import dispatch
 from workers.tasks import advance_job
 
-FINISHED = ("succeeded", "failed", "cancelled")
+FINISHED = ("succeeded", "inconclusive", "failed", "cancelled")
 
 
 def submit_local(request: BisectCreate) -> int:
@@ -45,9 +45,30 @@ def submit_local(request: BisectCreate) -> int:
     except PerfbisectError as exc:
         raise CLIError(exc.message) from exc
     if submission.created:
-        dispatch.send(advance_job, job_id)
+        try:
+            dispatch.send(advance_job, job_id)
+        except Exception as exc:  # kombu/redis connection errors: the job can never start
+            with session_scope() as session:
+                advance.fail(session, job_id, f"could not queue the job: {exc}")
+            raise CLIError(f"cannot reach the broker at {get_settings().redis_url}: {exc}") from exc
         dispatch.drain_in_background()
     return job_id
+
+
+def cancel_local(job_id: int, wait_s: float = 600) -> JobRead:
+    """Cancel an embedded job (Ctrl-C): pending trials are dropped; a running one finishes and is
+    ignored. Waits for the in-process queue to empty, so no task is cut off at interpreter exit."""
+    from service.cli.tokens import local_principal
+
+    try:
+        with session_scope() as session:
+            jobs.cancel(session, job_id, local_principal())
+    except PerfbisectError:  # it finished meanwhile
+        pass
+    deadline = time.monotonic() + wait_s
+    while not dispatch.idle() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return read_local(job_id)
 
 
 def read_local(job_id: int) -> JobRead:
@@ -62,38 +83,59 @@ def _auth_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def submit_remote(api: str, request: BisectCreate) -> int:
-    response = httpx.post(f"{api}/api/jobs/bisect", json=request.model_dump(exclude_none=True),
-                          headers=_auth_headers(), timeout=120)
-    if response.status_code in (401, 403):
-        raise CLIError(f"the API refused the job ({response.status_code}): {response.json().get('detail')}; "
-                       "set PERFBISECT_TOKEN to a token with the submit scope (perfbisect token create)")
+def _call(method: str, url: str, **kw) -> httpx.Response:
+    """One request to the API with the CLI's token; an unreachable server or an error answer
+    is a CLIError."""
+    try:
+        response = httpx.request(method, url, headers=_auth_headers(), **kw)
+    except httpx.HTTPError as exc:
+        raise CLIError(f"cannot reach the API at {url}: {exc}") from exc
     if response.status_code >= 400:
-        raise CLIError(f"the API refused the job ({response.status_code}): {response.json().get('detail')}")
-    return response.json()["id"]
+        try:
+            detail = response.json().get("detail")
+        except ValueError:
+            detail = response.text[:200]
+        raise CLIError(f"the API answered {response.status_code} to {method} {url}: {detail}")
+    return response
+
+
+def submit_remote(api: str, request: BisectCreate) -> int:
+    return _call("POST", f"{api}/api/jobs/bisect", json=request.model_dump(exclude_none=True), timeout=120).json()["id"]
 
 
 def read_remote(api: str, job_id: int) -> JobRead:
-    response = httpx.get(f"{api}/api/jobs/{job_id}", headers=_auth_headers(), timeout=30)
-    response.raise_for_status()
-    return JobRead.model_validate(response.json())
+    return JobRead.model_validate(_call("GET", f"{api}/api/jobs/{job_id}", timeout=30).json())
+
+
+def cancel_remote(api: str, job_id: int) -> JobRead:
+    return JobRead.model_validate(_call("POST", f"{api}/api/jobs/{job_id}/cancel", timeout=30).json())
+
+
+def bar_position(job: JobRead) -> tuple[int, int | None]:
+    """(trials done, trials expected): the bar counts planned work, and is full once finished."""
+    p = job.progress
+    done = p.get("trials", 0)
+    if job.status in FINISHED:
+        return done, max(done, 1)
+    expected = p.get("expected_trials")
+    return done, None if expected is None else max(expected, done)
 
 
 def follow(read: Callable[[], JobRead], console: Console, *, show: bool = True, poll_s: float = 0.5,
            stalled: Callable[[], bool] = lambda: False) -> JobRead:
-    """Poll until the job finishes, drawing revisions measured / trials / rounds / culprits."""
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
-               TimeElapsedColumn()]
+    """Poll until the job finishes, drawing trials done of those expected, an ETA, revisions
+    measured, rounds and culprits. Raises CLIError when an embedded job stops making progress."""
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
+               TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
     with Progress(*columns, console=console, disable=not show, transient=False) as bar:
         task = bar.add_task("bisect", total=None, detail="planning")
         while True:
             job = read()
             p = job.progress
-            detail = (f"{p.get('measured', 0)}/{p.get('revisions', '?')} revisions measured, "
-                      f"{p.get('trials', 0)} trials, round {p.get('rounds', 0)}, "
-                      f"{p.get('culprits', 0)} culprit(s) so far")
-            bar.update(task, description=f"job {job.id} {job.status}", detail=detail,
-                       total=p.get("revisions"), completed=p.get("measured", 0))
+            done, expected = bar_position(job)
+            detail = (f"{done}/{expected or '?'} trials, {p.get('measured', 0)}/{p.get('revisions', '?')} revisions, "
+                      f"round {p.get('rounds', 0)}, {p.get('culprits', 0)} culprit(s)")
+            bar.update(task, description=f"job {job.id} {job.status}", detail=detail, total=expected, completed=done)
             if job.status in FINISHED:
                 return job
             if stalled() and (job := read()).status not in FINISHED:

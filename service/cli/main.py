@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,7 +14,8 @@ import typer
 from rich.console import Console
 
 from service.cli.changepoints import changepoints
-from service.cli.errors import CLIError
+from service.cli.errors import CLIError, Interrupted
+from service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
 from service.cli.tokens import app as token_app
 from service.cli.track import track_app
 
@@ -23,12 +26,32 @@ app.add_typer(db_app, name="db")
 app.command("changepoints")(changepoints)
 app.add_typer(token_app, name="token")
 app.add_typer(track_app, name="track")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # one message, one line: no wrapping at 80 columns
 
 
 def fail(message: str, code: int = 2) -> None:
     console.print(f"[red]error:[/red] {message}")
     raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """One clear line and a non-zero exit for what the user can fix, never a traceback: bad
+    input, an unreachable API, broker or database (2), Ctrl-C (130, after cancelling or detaching)."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        yield
+    except CLIError as exc:
+        fail(str(exc))
+    except Interrupted as exc:
+        console.print(f"[yellow]interrupted:[/yellow] {exc.message}")
+        raise typer.Exit(INTERRUPTED) from None
+    except OperationalError as exc:
+        from service.settings import get_settings
+
+        where = get_settings().sqlalchemy_url.split("@")[-1]
+        fail(f"cannot open the database at {where}: {str(exc.orig).strip().splitlines()[0]}")
 
 
 def prepare_database() -> None:
@@ -63,8 +86,11 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
 
     if migrate:
         from service.migrate import upgrade
+        from service.settings import get_settings
 
-        upgrade()
+        get_settings().home.mkdir(parents=True, exist_ok=True)  # the embedded SQLite file lives there
+        with user_errors():
+            upgrade()
     settings = get_settings()
     if settings.embedded:  # no beat without a broker: this process repairs its own jobs
         from workers.dispatch import start_embedded_reconciler
@@ -129,10 +155,17 @@ def bisect(
     workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
     build: Annotated[Optional[str], typer.Option(help="build command, when registering a path")] = None,
     policy: Annotated[Optional[str], typer.Option(help='harness sample policy as JSON, e.g. {"max_time_s": 0.5}')] = None,
+    check_accuracy: Annotated[bool, typer.Option(
+        help="also check accuracy at every revision (accuracy-only trials, side by side with the search)")] = False,
     api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="use this API server")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    fail_on: Annotated[FailOn, typer.Option(help="exit 1 when the verdict is a regression (or any change)")] = FailOn.never,
+    wide: Annotated[bool, typer.Option(help="one table row per case, wider than 100 columns")] = False,
 ) -> None:
-    """Bisect good..bad, follow its progress, print every culprit with the step per shape."""
+    """Bisect good..bad, follow its progress, print every culprit with the step per shape.
+
+    Exit codes: 0 a verdict for every case, 1 --fail-on matched, 2 bad input or unreachable
+    service, 3 a case could not be measured, 4 inconclusive, 5 cancelled, 130 Ctrl-C."""
     from pydantic import ValidationError
 
     from service.cli import runs
@@ -141,18 +174,15 @@ def bisect(
     try:
         request = BisectCreate(repository=repo, good=good, bad=bad, suite=suite, target=target, shapes=shape,
                                device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
-                               policy=json.loads(policy) if policy else None)
+                               policy=json.loads(policy) if policy else None, check_accuracy=check_accuracy)
     except json.JSONDecodeError as exc:
         fail(f"--policy is not JSON: {exc}")
     except ValidationError as exc:
         fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
-    try:
+    with user_errors():
         job = runs.run_bisect(request, api=api, build=build, show_progress=not as_json, console=console)
-    except CLIError as exc:
-        fail(str(exc))
-    runs.print_job(job, as_json)
-    if job.status != "succeeded":
-        raise typer.Exit(1)
+    runs.print_job(job, as_json, wide=wide)
+    raise typer.Exit(exit_code(job, fail_on))
 
 
 @app.command()
@@ -175,15 +205,12 @@ def demo(
 
         demo_track(path, device, workers, as_json, console)
         return
-    try:
+    with user_errors():
         job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console)
-    except CLIError as exc:
-        fail(str(exc))
     runs.print_job(job, as_json)
     if not as_json:
         runs.print_truth_check(job, truth)
-    if job.status != "succeeded":
-        raise typer.Exit(1)
+    raise typer.Exit(exit_code(job))
 
 
 @app.command("demo-repo")
@@ -212,10 +239,8 @@ def measure(
     """Run one trial (a fresh process, cold caches, control interleaved) and print it."""
     from service.cli import runs
 
-    try:
+    with user_errors():
         result = runs.run_measure(repo, rev, suite, target, case, device, build, import_root)
-    except CLIError as exc:
-        fail(str(exc))
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -248,20 +273,39 @@ def jobs(limit: int = 20) -> None:
     """List recent jobs."""
     from service.cli import runs
 
-    prepare_database()
-    runs.print_jobs(limit)
+    with user_errors():
+        prepare_database()
+        runs.print_jobs(limit)
 
 
 @app.command()
-def show(job_id: int, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Show one job's culprit table."""
+def show(
+    job_id: int,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="read it from this API server")] = None,
+    fail_on: Annotated[FailOn, typer.Option(help="exit 1 when the verdict is a regression (or any change)")] = FailOn.never,
+    wide: Annotated[bool, typer.Option(help="one table row per case, wider than 100 columns")] = False,
+) -> None:
+    """Show one job's report; the exit code is the job's (see `bisect`; 6 while it is still running)."""
     from service.cli import runs
 
-    prepare_database()
-    try:
-        runs.print_job(runs.read_job(job_id), as_json)
-    except CLIError as exc:
-        fail(str(exc))
+    with user_errors():
+        job = runs.read_job(job_id, api)
+    runs.print_job(job, as_json, wide=wide)
+    raise typer.Exit(exit_code(job, fail_on))
+
+
+@app.command()
+def cancel(
+    job_id: int,
+    api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="cancel it on this API server")] = None,
+) -> None:
+    """Cancel a queued or running job: pending trials are dropped."""
+    from service.cli import runs
+
+    with user_errors():
+        job = runs.cancel_job(job_id, api)
+    console.print(f"job {job.id} {job.status}")
 
 
 def main() -> None:  # pragma: no cover

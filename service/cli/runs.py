@@ -11,12 +11,12 @@ from typing import Any
 
 from rich.console import Console
 
-from service.cli.follow import (CLIError, embedded_stalled, follow, read_local, read_remote, submit_local,
-                                submit_remote)
+from service.cli.follow import (CLIError, Interrupted, cancel_local, embedded_stalled, follow, read_local,
+                                read_remote, submit_local, submit_remote)
 from service.db import session_scope
 from service.errors import PerfbisectError
 from service.jobs.schemas import BisectCreate, JobRead
-from service.reports.culprits import culprit_table
+from service.reports.culprits import report_lines
 from service.settings import get_settings
 
 GROUND_TRUTH_FILE = "GROUND_TRUTH.json"
@@ -54,16 +54,51 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
     return name
 
 
+def follow_job(job_id: int, *, api: str | None, show_progress: bool, console: Console) -> JobRead:
+    """Follow to the end. Ctrl-C cancels an embedded job (its trials run in this process); a job
+    on an API server or on workers keeps running, and the message says how to follow or cancel it.
+    Raises Interrupted on Ctrl-C, CLIError when the job cannot be read."""
+    try:
+        if api:
+            return follow(lambda: read_remote(api, job_id), console, show=show_progress)
+        return follow(lambda: read_local(job_id), console, show=show_progress, stalled=embedded_stalled)
+    except KeyboardInterrupt:
+        if api or not get_settings().embedded:
+            where = f" --api {api}" if api else ""
+            raise Interrupted(job_id, f"detached from job {job_id}, which keeps running: follow it with "
+                                      f"`perfbisect show {job_id}{where}`, cancel it with "
+                                      f"`perfbisect cancel {job_id}{where}`") from None
+        job = cancel_local(job_id)
+        raise Interrupted(job_id, f"job {job_id} {job.status} (a trial already running finishes first)") from None
+
+
+def local_repository(repository: str, build: str | None) -> str:
+    """A registered name as it is; a path registered (idempotent). Raises CLIError for a path that
+    does not exist or is not a git repository."""
+    import git
+
+    path = Path(repository).expanduser()
+    if path.exists():
+        try:
+            git.Repo(path)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise CLIError(f"{path} is not a git repository: give the path of a git checkout "
+                           "or the name of a registered repository") from None
+        return register_path(path, build)
+    if "/" in repository or repository.startswith(("~", ".")):
+        raise CLIError(f"{path} does not exist (and no repository is registered under that name)")
+    return repository
+
+
 def run_bisect(request: BisectCreate, *, api: str | None, build: str | None, show_progress: bool,
                console: Console) -> JobRead:
     if api:
-        job_id = submit_remote(api.rstrip("/"), request)
-        return follow(lambda: read_remote(api.rstrip("/"), job_id), console, show=show_progress)
+        api = api.rstrip("/")
+        return follow_job(submit_remote(api, request), api=api, show_progress=show_progress, console=console)
     prepare_database()
-    if Path(request.repository).exists():
-        request = request.model_copy(update={"repository": register_path(Path(request.repository), build)})
+    request = request.model_copy(update={"repository": local_repository(request.repository, build)})
     job_id = submit_local(request)
-    return follow(lambda: read_local(job_id), console, show=show_progress, stalled=embedded_stalled)
+    return follow_job(job_id, api=None, show_progress=show_progress, console=console)
 
 
 def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> BisectCreate:
@@ -81,6 +116,7 @@ def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> Bise
         benchmarks=[{"suite": s, "target": t, "shapes": shapes} for (s, t), shapes in grouped.items()],
         device_class=device, min_effect=DEMO_MIN_EFFECT[device], workers=workers,
         policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY,
+        check_accuracy=True,  # every planted wrong-results range is found, not only where the search builds
     )
 
 
@@ -112,11 +148,18 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     request = _demo_request(name, path, device, workers)
     console.print(f"bisecting {len(request.benchmarks)} suite(s) on {device} over the demo history")
     job_id = submit_local(request)
-    return follow(lambda: read_local(job_id), console, show=show_progress, stalled=embedded_stalled), truth
+    return follow_job(job_id, api=None, show_progress=show_progress, console=console), truth
 
 
-def print_job(job: JobRead, as_json: bool) -> None:
-    print(job.model_dump_json(indent=2) if as_json else culprit_table(job))
+def print_job(job: JobRead, as_json: bool, *, wide: bool = False) -> None:
+    """The report on stdout: JSON, or the text report coloured when stdout is a terminal."""
+    if as_json:
+        print(job.model_dump_json(indent=2))
+        return
+    from rich.text import Text
+
+    out = Console(width=10_000 if wide else 100, soft_wrap=True, highlight=False)
+    out.print(Text("\n").join(report_lines(job, wide=wide)))
 
 
 def truth_check(job: JobRead, truth: dict) -> dict[str, list[str]]:
@@ -207,11 +250,29 @@ def run_simulation(history: Path, workers: int, seed: int) -> tuple[dict, str]:
     return result, format_simulation(result)
 
 
-def read_job(job_id: int) -> JobRead:
+def read_job(job_id: int, api: str | None = None) -> JobRead:
+    if api:
+        return read_remote(api.rstrip("/"), job_id)
+    prepare_database()
     try:
         return read_local(job_id)
     except PerfbisectError as exc:
         raise CLIError(exc.message) from exc
+
+
+def cancel_job(job_id: int, api: str | None = None) -> JobRead:
+    from service.cli.follow import cancel_remote
+    from service.jobs import service as jobs
+
+    if api:
+        return cancel_remote(api.rstrip("/"), job_id)
+    prepare_database()
+    try:
+        with session_scope() as session:
+            jobs.cancel(session, job_id)
+    except PerfbisectError as exc:
+        raise CLIError(exc.message) from exc
+    return read_local(job_id)
 
 
 def print_jobs(limit: int) -> None:

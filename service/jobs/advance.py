@@ -16,9 +16,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.bisect import BisectConfig, Observation, Plan, RevisionState, plan_next
+from service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
+from service.bisect.progress import expected_trials
 from service.errors import NotFound
-from service.jobs import repository
+from service.jobs import outcome, repository, sweep
 from service.repos.repository import revisions_by_sha
 from service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
 
@@ -84,8 +85,8 @@ def _nearest_ok(observations: dict[int, Observation], start: int, step: int, n: 
     return None
 
 
-def _write_culprits(session: Session, job: Job, plan: Plan, trials: Sequence[Trial],
-                    observations: dict[int, Observation]) -> None:
+def _write_culprits(session: Session, job: Job, plan: Plan, findings: Sequence[CorrectnessFinding],
+                    trials: Sequence[Trial], observations: dict[int, Observation]) -> None:
     shas = job.revision_shas
     revisions = revisions_by_sha(session, job.repository_id, shas)
     repository.delete_culprits(session, job)
@@ -104,7 +105,7 @@ def _write_culprits(session: Session, job: Job, plan: Plan, trials: Sequence[Tri
         first, last = shas[report.first], shas[report.last]
         session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=first, last_sha=last,
                             revision_id=revisions[last].id if first == last else None, effects=effects))
-    for finding in plan.correctness:
+    for finding in findings:
         first = shas[finding.first_bad]
         session.add(Culprit(job_id=job.id, kind=CulpritKind.correctness, first_sha=first, last_sha=first,
                             revision_id=revisions[first].id,
@@ -112,14 +113,19 @@ def _write_culprits(session: Session, job: Job, plan: Plan, trials: Sequence[Tri
     session.flush()
 
 
-def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observation], plan: Plan) -> dict:
+def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observation], plan: Plan,
+              config: BisectConfig) -> dict:
     rounds = job.progress.get("rounds", 0) + (0 if plan.done else 1)
+    finished = sum(t.status.finished and t.status != TrialStatus.cancelled for t in trials)
+    checked = sum(t.accuracy_only and t.status.finished for t in trials)
     return {
         "revisions": len(job.revision_shas),
         "measured": len(observations),
         "unbuildable": sum(o.state == RevisionState.unbuildable for o in observations.values()),
-        "trials": sum(t.status.finished for t in trials),
+        "trials": finished,
         "planned": sum(r.trials for r in plan.requests),
+        "expected_trials": expected_trials(finished, observations, plan, config) + sweep.in_flight(trials),
+        "accuracy_checked": checked,
         "rounds": rounds,
         "open_pairs": [[job.revision_shas[a][:12], job.revision_shas[b][:12]] for a, b in plan.open_pairs],
         "culprits": len(plan.culprits),
@@ -142,18 +148,24 @@ def advance(session: Session, job_id: int) -> Round:
     job = repository.get_job(session, job_id, lock=True)
     if job is None:
         raise NotFound(f"no job {job_id}")
-    if job.status.finished or repository.count_in_flight(session, job.id):
+    if job.status.finished or repository.count_in_flight(session, job.id, accuracy_only=False):
         return Round([])
     if job.kind == JobKind.track:  # a tracked branch's heads: measured, never bisected
         return _measure_heads(session, job)
     trials = repository.trials_of(session, job.id)
-    observations = observations_from(trials, job.revision_shas, job.spec.get("metric", "ratio"))
-    plan = plan_next(len(job.revision_shas), observations, config_of(job, trials))
-    job.progress = _progress(job, trials, observations, plan)
+    timed = [t for t in trials if not t.accuracy_only]  # sweep trials never enter the timing comparison
+    observations = observations_from(timed, job.revision_shas, job.spec.get("metric", "ratio"))
+    config = config_of(job, timed)
+    plan = plan_next(len(job.revision_shas), observations, config)
+    job.progress = _progress(job, trials, observations, plan, config)
     if plan.done or not plan.requests:
-        _write_culprits(session, job, plan, trials, observations)
-        job.status = JobStatus.succeeded if plan.done else JobStatus.failed
-        job.error = None if plan.done else "the planner asked for no trials but is not done"
+        if sweep.in_flight(trials):  # the sweep's last result advances the job again
+            return Round([])
+        findings = sweep.findings(trials, job.revision_shas) if job.spec.get("check_accuracy") else plan.correctness
+        _write_culprits(session, job, plan, findings, timed, observations)
+        job.progress["correctness"] = len(findings)
+        job.status, job.error, job.result = outcome.conclude(job.revision_shas, job.spec, trials, observations,
+                                                             plan, config)
         job.finished_at = utcnow()
         return Round([], finished=True)
     if job.status == JobStatus.queued:
@@ -164,6 +176,7 @@ def advance(session: Session, job_id: int) -> Round:
               device_class=job.spec["device_class"], dispatched_at=utcnow())
         for r in plan.requests for _ in range(r.trials)
     ]
+    new += sweep.new_trials(job, trials, plan, revisions)  # queued after the round's, run beside them
     session.add_all(new)
     session.flush()
     return Round([t.id for t in new], queue=job.spec["device_class"])

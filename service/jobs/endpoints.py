@@ -11,7 +11,9 @@ from service.bounds import MAX_ID
 from service.jobs import repository, service, views
 from service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, JobSummary, TrialRead
 from service.models import JobStatus
-from service.reports.culprits import culprit_table, markdown_report
+from service.reports.culprits import culprit_table
+from service.reports.pr_comment import render_job
+from service.settings import get_settings
 from workers import dispatch
 from workers.tasks import advance_job
 
@@ -87,8 +89,10 @@ REPORT_RESPONSES = {200: {"description": "the report", "content": {"text/plain":
 
 
 @router.get("/{job_id}/report", response_model=None, responses=REPORT_RESPONSES, dependencies=READ)
-def job_report(session: SessionDep, job_id: JobId,
-               format: str = Query("text", pattern="^(text|markdown)$")) -> PlainTextResponse:
-    """The culprit table as text (what the CLI prints) or Markdown (what the PR bot posts)."""
+def job_report(session: SessionDep, job_id: JobId, format: str = Query("text", pattern="^(text|markdown)$"),
+               wide: bool = False) -> PlainTextResponse:
+    """The report as text (what the CLI prints; 100 columns, or one row per case with wide) or
+    Markdown (what the PR bot posts)."""
     job = views.job_read(session, service.get(session, job_id))
-    return PlainTextResponse(culprit_table(job) if format == "text" else markdown_report(job))
+    return PlainTextResponse(culprit_table(job, wide=wide) if format == "text"
+                             else render_job(job, get_settings().public_url))

@@ -62,8 +62,18 @@ def job_summaries(session: Session, *, status: JobStatus | None = None, before: 
     return session.execute(stmt.order_by(Job.id.desc()).limit(limit)).all()
 
 
-def count_in_flight(session: Session, job_id: int) -> int:
+def count_in_flight(session: Session, job_id: int, *, accuracy_only: bool | None = None) -> int:
+    """Pending or running trials of the job (only sweep or only timed ones, when asked)."""
     stmt = select(func.count()).select_from(Trial).where(Trial.job_id == job_id, Trial.status.in_(IN_FLIGHT))
+    if accuracy_only is not None:
+        stmt = stmt.where(Trial.accuracy_only == accuracy_only)
+    return session.scalar(stmt) or 0
+
+
+def count_finished(session: Session, job_id: int) -> int:
+    """Trials that ran to a result (cancelled ones are not work done)."""
+    stmt = select(func.count()).select_from(Trial).where(
+        Trial.job_id == job_id, Trial.status.not_in((*IN_FLIGHT, TrialStatus.cancelled)))
     return session.scalar(stmt) or 0
 
 

@@ -65,6 +65,8 @@ class BisectCreate(BaseModel):
     workers: int = Field(default=1, ge=1, le=64, description="revisions measured per round")
     max_trials: int | None = Field(default=None, ge=5, le=100, description="5 is the fewest that can reach p < 0.01")
     policy: HarnessPolicy | None = Field(default=None, description="harness sample policy override")
+    check_accuracy: bool = Field(default=False, description="also check accuracy at every revision of the range "
+                                 "(accuracy-only trials, no timing loop, run side by side with the search)")
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:
@@ -115,6 +117,56 @@ class CulpritRead(BaseModel):
     effects: dict[str, CaseEffectRead] = {}
 
 
+class StepRead(BaseModel):
+    first_sha: str
+    last_sha: str
+    rel: float
+    ci: tuple[float, float]
+    regression: bool
+
+
+class CaseOutcomeRead(BaseModel):
+    case: str
+    outcome: Literal["regressed", "improved", "unchanged", "inconclusive", "failed"]
+    reason: str | None = Field(default=None, description="why (failed, inconclusive), or a note")
+    error: str | None = Field(default=None, description="the failed end's error: last lines of its log")
+    failed_at: str | None = Field(default=None, description="sha of the end that failed")
+    bound: float | None = Field(default=None, description="unchanged: no step beyond this relative size")
+    ci: tuple[float, float] | None = Field(default=None, description="95% CI of the end-to-end step")
+    steps: list[StepRead] = []
+
+
+class NoiseRead(BaseModel):
+    case: str
+    noise: float | None = Field(description="sd of log of one trial's decision value")
+    control_spread: float | None = Field(description="sd of log of the control's per-trial metric")
+    throttled: int
+    samples: int
+    detectable: float = Field(description="smallest relative step this run could tell from noise")
+    noisy: bool
+
+
+class FailureRead(BaseModel):
+    sha: str
+    reason: str
+    words: str
+    case: str | None = Field(description="None: the whole trial failed")
+    trials: int
+    error: str | None
+
+
+class OutcomeRead(BaseModel):
+    """What the job concluded: per case and overall (failed > inconclusive > regressed > improved > unchanged)."""
+
+    verdict: Literal["regressed", "improved", "unchanged", "inconclusive", "failed"]
+    counts: dict[str, int]
+    warning: str | None = Field(default=None, description="the run's noise hid steps of the minimum effect")
+    cases: list[CaseOutcomeRead]
+    noise: list[NoiseRead] = []
+    failures: list[FailureRead] = []
+    environment: dict[str, Any] | None = Field(default=None, description="device and toolchain of the trials")
+
+
 class JobRead(BaseModel):
     id: int
     kind: str
@@ -128,6 +180,7 @@ class JobRead(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     culprits: list[CulpritRead]
+    outcome: OutcomeRead | None = Field(default=None, description="set once the job has finished")
 
 
 class JobSummary(BaseModel):

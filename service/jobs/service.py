@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from kernels.cases import case_name, parse_shape
+from kernels.cases import case_name, normalise_params, parse_shape
 from kernels.suites import Suite, UnknownSuite, get_suite
 from service.auth.principal import SYSTEM, Principal
 from service.db import insert_or_skip
@@ -51,9 +51,10 @@ def _check_footprint(suite: Suite, params: dict[str, Any], shape: Any) -> None:
 
 
 def resolve_cases(benchmarks: list[Benchmark]) -> list[dict[str, Any]]:
-    """Validate suites and shapes; return the cases as {suite, target, params, name}.
-    Raises BadRequest naming the bad suite or shape, a case too large for the memory limit, or
-    too many cases."""
+    """Validate suites and shapes; return the cases as {suite, target, params, name}, normalised
+    once here (dtype aliases, the suite's defaults, key order) so that the stored name is the one
+    the harness reports. Raises BadRequest naming the bad suite or shape, a case too large for
+    the memory limit, or too many cases."""
     cases: list[dict[str, Any]] = []
     for bench in benchmarks:
         custom = bench.suite.startswith("file:")
@@ -67,9 +68,10 @@ def resolve_cases(benchmarks: list[Benchmark]) -> list[dict[str, Any]]:
                 raise BadRequest(str(exc)) from exc
         for shape in bench.shapes:
             try:
-                params = parse_shape(shape) if isinstance(shape, str) else dict(shape)
+                params = normalise_params(parse_shape(shape) if isinstance(shape, str) else shape)
                 if not custom:
-                    _check_footprint(suite, suite.validate(params), shape)
+                    params = suite.validate(params)
+                    _check_footprint(suite, params, shape)
             except (ValueError, TypeError) as exc:
                 raise BadRequest(f"shape {shape!r} for suite {bench.suite!r}: {exc}") from exc
             name = case_name(bench.suite, params)
@@ -196,6 +198,7 @@ def _bisect(session: Session, data: BisectCreate, submitter: Principal) -> Submi
         "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
         "workers": data.workers, "max_trials": data.max_trials or get_settings().max_trials_per_revision,
         "policy": data.policy.model_dump(exclude_none=True) if data.policy else None,
+        "check_accuracy": data.check_accuracy,
     }
     return _create(session, JobKind.bisect, repo, spec, commits, submitter)
 

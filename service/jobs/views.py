@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from service.jobs import repository
 from service.repos.repository import revisions_by_sha
-from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, JobSummary, TrialRead
+from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, JobSummary, OutcomeRead, TrialRead
 from service.models import Job, Revision
 from service.trials import repository as trials_repo
 
@@ -47,10 +47,14 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
             pr_number=rev.pr_number if rev else None,
             effects={name: CaseEffectRead(**e) for name, e in c.effects.items()},
         ))
+    progress = dict(job.progress)
+    if not job.status.finished:  # trials finish between planning rounds: count them live
+        progress["trials"] = repository.count_finished(session, job.id)
     return JobRead(
         id=job.id, kind=job.kind.value, status=job.status.value, repository=job.repository.name,
-        spec=job.spec, progress=job.progress, revision_shas=job.revision_shas, error=job.error, created_at=job.created_at,
+        spec=job.spec, progress=progress, revision_shas=job.revision_shas, error=job.error, created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, culprits=culprits,
+        outcome=OutcomeRead.model_validate(job.result["outcome"]) if (job.result or {}).get("outcome") else None,
     )
 
 

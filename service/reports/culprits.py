@@ -1,91 +1,217 @@
-"""The culprit table, as in the seed's hand-made one: revision, PR, subject, and per case the
-value before and after the step, the step and its interval. Text for terminals, Markdown for PRs."""
+"""The job report for terminals (and GET /api/jobs/{id}/report): the verdict with its counts, each
+culprit with its subject and, per case that moved, the step in the quantity it was decided on
+(the ratio to the control, or the raw metric) next to the absolute metric, each labelled; then
+the outcome of every case, with the error of a failed end, and the noise warning.
+
+The text fits `width` columns (100 by default), cutting subjects at whole words; `wide` gives one
+row per case with every column. Lines are rich Text, so the CLI colours regressions red and
+improvements green; `culprit_table` returns the plain text.
+"""
 
 from __future__ import annotations
 
-from service.jobs.schemas import CulpritRead, JobRead
+import re
+import textwrap
+
+from rich.text import Text
+
+from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead
+
+STYLE = {"regressed": "bold red", "regression": "red", "improved": "bold green", "improvement": "green",
+         "failed": "bold red", "inconclusive": "bold yellow", "unchanged": "", "warning": "yellow"}
+ERROR_LINES = 4
 
 
-def _value(v: float | None) -> str:
+def value(v: float | None) -> str:
     return "-" if v is None else (f"{v:.1f}" if abs(v) >= 10 else f"{v:.4g}")
 
 
-def _step(e) -> str:
-    return f"{e.rel * 100:+.1f}% [{e.ci[0] * 100:+.1f}, {e.ci[1] * 100:+.1f}]"
+def pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
 
 
-def _where(c: CulpritRead) -> str:
+def step_text(e: CaseEffectRead) -> str:
+    return f"{pct(e.rel)} [{e.ci[0] * 100:+.1f}, {e.ci[1] * 100:+.1f}]"
+
+
+def where(c: CulpritRead) -> str:
     return c.last_sha[:10] if c.exact else f"{c.first_sha[:10]}..{c.last_sha[:10]}"
 
 
-def _pr(c: CulpritRead) -> str:
+def pr_label(c: CulpritRead) -> str:
     return f"#{c.pr_number}" if c.pr_number else ""
 
 
-def moved(effect, min_effect: float) -> bool:
+def ref(name: object) -> str:
+    """A ref as given, a full sha cut to 10 characters."""
+    text = str(name)
+    return text[:10] if re.fullmatch(r"[0-9a-f]{40}", text) else text
+
+
+def decided_on(job: JobRead) -> str:
+    """What the step is a relative change of."""
+    return "ratio to control" if job.spec.get("metric", "ratio") == "ratio" else "metric"
+
+
+def moved(effect: CaseEffectRead, min_effect: float) -> bool:
     """A case moved at a culprit when its step reaches the minimum and its interval excludes 0."""
     return abs(effect.rel) >= min_effect and (effect.ci[0] > 0 or effect.ci[1] < 0)
 
 
-def culprit_rows(job: JobRead, *, all_cases: bool = False) -> list[list[str]]:
-    """One row per case that moved at each performance culprit (every case with all_cases)."""
-    rows = []
+def is_regression(job: JobRead, culprit: CulpritRead, case: str, effect: CaseEffectRead) -> bool:
+    """From the stored outcome when there is one (it knows the metric's direction); else the
+    ratio's and a rate's rule: lower is worse."""
+    for c in (job.outcome.cases if job.outcome else []):
+        if c.case == case:
+            for s in c.steps:
+                if s.last_sha == culprit.last_sha:
+                    return s.regression
+    return effect.rel < 0
+
+
+def moved_effects(job: JobRead, c: CulpritRead, *, all_cases: bool = False) -> dict[str, CaseEffectRead]:
+    """The cases that moved at this culprit (all when none did, or with all_cases)."""
     min_effect = job.spec.get("min_effect", 0.0)
+    return {k: e for k, e in sorted(c.effects.items()) if all_cases or moved(e, min_effect)} or dict(sorted(c.effects.items()))
+
+
+def before_after(job: JobRead, e: CaseEffectRead) -> tuple[str, str]:
+    """The decision quantity before -> after (what the step is a change of), and the absolute metric."""
+    decided = f"{e.before:#.4g} -> {e.after:#.4g}"
+    absolute = f"{value(e.before_value)} -> {value(e.after_value)}{' ' + e.unit if e.unit else ''}"
+    return decided, absolute
+
+
+def culprit_rows(job: JobRead, *, all_cases: bool = False) -> list[list[str]]:
+    """One row per case that moved at each performance culprit: revision, PR, subject, case,
+    before -> after (the decision quantity, then the absolute metric), step [95% CI]."""
+    rows = []
     for c in job.culprits:
         if c.kind != "performance":
             continue
-        effects = {k: e for k, e in c.effects.items() if all_cases or moved(e, min_effect)} or c.effects
-        for i, (case, e) in enumerate(sorted(effects.items())):
-            head = [_where(c), _pr(c), (c.subject or "")[:48]] if i == 0 else ["", "", ""]
-            unit = f" {e.unit}" if e.unit else ""
-            rows.append([*head, case, f"{_value(e.before_value)} -> {_value(e.after_value)}{unit}", _step(e)])
+        for i, (case, e) in enumerate(moved_effects(job, c, all_cases=all_cases).items()):
+            head = [where(c), pr_label(c), c.subject or ""] if i == 0 else ["", "", ""]
+            decided, absolute = before_after(job, e)
+            label = "ratio" if job.spec.get("metric", "ratio") == "ratio" else ""
+            rows.append([*head, case, f"{label} {decided}; {absolute}".strip(), step_text(e)])
     return rows
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     fmt = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+    return [fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]
 
 
-def culprit_table(job: JobRead) -> str:
+def headline(job: JobRead) -> Text:
+    if job.outcome is None:
+        return Text(f"verdict: none ({'the job ' + job.status if job.status in ('failed', 'cancelled') else 'not finished'})")
+    counts = job.outcome.counts
+    words = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("regressed", "improved", "unchanged", "inconclusive", "failed"))
+    line = Text("verdict: ")
+    line.append(job.outcome.verdict.upper(), STYLE[job.outcome.verdict])
+    line.append(f" ({words})")
+    return line
+
+
+def _culprit_block(job: JobRead, c: CulpritRead, width: int) -> list[Text]:
+    title = f"{where(c)}  {pr_label(c)}  " if c.pr_number else f"{where(c)}  "
+    subject = textwrap.shorten(c.subject or "", max(20, width - len(title)), placeholder=" ...")
+    lines = [Text(title + subject, "bold")]
+    effects = moved_effects(job, c)
+    case_width = min(max(len(k) for k in effects), width - 40)
+    for case, e in effects.items():
+        regression = is_regression(job, c, case, e)
+        word = "regression" if regression else "improvement"
+        name = case if len(case) <= case_width else case[: case_width - 3] + "..."
+        line = Text(f"  {name.ljust(case_width)}  ")
+        line.append(f"{step_text(e)} {word}", STYLE[word])
+        decided, absolute = before_after(job, e)
+        lines += [line, Text(f"      {decided_on(job)} {decided}; {absolute}")]
+    return lines
+
+
+def _wide_table(job: JobRead) -> list[Text]:
+    header = ["revision", "PR", "subject", "case", f"{decided_on(job)} before -> after", "metric before -> after",
+              "step [95% CI]"]
+    rows = []
+    for c in job.culprits:
+        if c.kind != "performance":
+            continue
+        for i, (case, e) in enumerate(moved_effects(job, c).items()):
+            head = [where(c), pr_label(c), c.subject or ""] if i == 0 else ["", "", ""]
+            word = "regression" if is_regression(job, c, case, e) else "improvement"
+            rows.append([*head, case, *before_after(job, e), f"{step_text(e)} {word}"])
+    return [Text(line, STYLE["regression"] if line.endswith(" regression") else
+                 STYLE["improvement"] if line.endswith(" improvement") else "") for line in _table(header, rows)]
+
+
+def _indent_error(error: str | None, width: int) -> list[Text]:
+    if not error:
+        return []
+    tail = error.strip().splitlines()[-ERROR_LINES:]
+    return [Text("      " + textwrap.shorten(line, width - 6, placeholder=" ...") if len(line) > width - 6
+                 else "      " + line, "dim") for line in tail]
+
+
+def _case_outcomes(job: JobRead, width: int) -> list[Text]:
+    cases = job.outcome.cases if job.outcome else []
+    if not cases:
+        return []
+    name_width = min(max(len(c.case) for c in cases), width - 36)
+    lines = [Text("Cases:")]
+    for c in cases:
+        name = c.case if len(c.case) <= name_width else c.case[: name_width - 3] + "..."
+        line = Text(f"  {name.ljust(name_width)}  ")
+        line.append(c.outcome.ljust(12), STYLE[c.outcome])
+        if c.steps:
+            moves = ", ".join(f"{pct(s.rel)} at {s.last_sha[:10]}" for s in c.steps)
+            detail = moves + (f"; {c.reason}" if c.reason else "")
+        else:
+            detail = c.reason or ""
+        lines.append(line)
+        lines += [Text("      " + part) for part in textwrap.wrap(detail, width - 6)]
+        lines += _indent_error(c.error, width)
+    return lines
+
+
+def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[Text]:
     p = job.progress
-    lines = [f"job {job.id} ({job.kind}, {job.status}): {job.spec.get('good')}..{job.spec.get('bad')} "
-             f"in {job.repository}, {p.get('revisions', '?')} revisions, {p.get('measured', 0)} measured, "
-             f"{p.get('trials', 0)} trials, {p.get('rounds', 0)} rounds"]
-    rows = culprit_rows(job)
-    if rows:
-        lines += ["", "Performance culprits (step = relative change of the "
-                  f"{'control ratio' if job.spec.get('metric', 'ratio') == 'ratio' else 'metric'}, 95% CI; "
-                  "cases that did not move are left out):",
-                  _table(["revision", "PR", "subject", "case", "before -> after", "step [95% CI]"], rows)]
-    elif job.status == "succeeded":
-        lines += ["", "No performance step above the minimum effect "
-                  f"({job.spec.get('min_effect', 0) * 100:.1f}%) in this range."]
+    lines = [Text(f"job {job.id} ({job.kind}, {job.status}): {ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))} "
+                  f"in {job.repository}"),
+             Text(f"{p.get('revisions', '?')} revisions, {p.get('measured', 0)} measured, {p.get('trials', 0)} "
+                  f"trials, {p.get('rounds', 0)} rounds; minimum effect {job.spec.get('min_effect', 0) * 100:.1f}% "
+                  f"of the {decided_on(job)}"),
+             headline(job)]
+    if job.outcome and job.outcome.warning:
+        lines += [Text(part, STYLE["warning"]) for part in textwrap.wrap("warning: " + job.outcome.warning, width)]
+    perf = [c for c in job.culprits if c.kind == "performance"]
+    if perf:
+        lines += [Text(""), Text(f"Culprits (step = change of the {decided_on(job)}, 95% CI; "
+                                 "cases that did not move are left out):")]
+        if wide:
+            lines += _wide_table(job)
+        else:
+            for c in perf:
+                lines += _culprit_block(job, c, width)
+    elif job.outcome and job.outcome.verdict == "unchanged":
+        lines += [Text(""), Text(f"No performance step above the minimum effect "
+                                 f"({job.spec.get('min_effect', 0) * 100:.1f}%) in this range.")]
     wrong = [c for c in job.culprits if c.kind == "correctness"]
     if wrong:
-        lines += ["", "Correctness (wrong results at full speed is a failure, not a speed-up):"]
+        lines += [Text(""), Text("Correctness (wrong results at full speed is a failure, not a speed-up):")]
         for c in wrong:
             fixed = f"fixed at {c.fixed_sha[:10]}" if c.fixed_sha else "not fixed in this range"
-            lines.append(f"  {c.first_sha[:10]} {_pr(c)} {c.subject or ''}: first wrong results; {fixed}")
-    if job.error:
-        lines += ["", f"error: {job.error}"]
-    return "\n".join(lines)
+            lines.append(Text(textwrap.shorten(f"  {c.first_sha[:10]} {pr_label(c)} {c.subject or ''}: first wrong "
+                                               f"results; {fixed}", width, placeholder=" ..."), STYLE["regression"]))
+    case_lines = _case_outcomes(job, width)
+    if case_lines:
+        lines += [Text(""), *case_lines]
+    if job.error and not case_lines:
+        lines += [Text(""), Text(f"error: {job.error}", STYLE["failed"])]
+    return lines
 
 
-def markdown_report(job: JobRead) -> str:
-    rows = culprit_rows(job)
-    out = [f"### perfbisect: {job.kind} {job.spec.get('good')}..{job.spec.get('bad')} ({job.status})", ""]
-    if rows:
-        out += ["| revision | PR | subject | case | before → after | step [95% CI] |", "|---|---|---|---|---|---|"]
-        out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-    else:
-        out.append(f"No performance change above {job.spec.get('min_effect', 0) * 100:.1f}% on the measured cases.")
-    for c in job.culprits:
-        if c.kind == "correctness":
-            out.append(f"\n:warning: wrong results from `{c.first_sha[:10]}`"
-                       + (f", fixed at `{c.fixed_sha[:10]}`" if c.fixed_sha else ""))
-    p = job.progress
-    out.append(f"\n<sub>{p.get('trials', 0)} trials over {p.get('measured', 0)} revisions; cold caches, "
-               "control timed in the same process.</sub>")
-    return "\n".join(out)
+def culprit_table(job: JobRead, *, width: int = 100, wide: bool = False) -> str:
+    """The report as plain text (no colour)."""
+    return "\n".join(line.plain.rstrip() for line in report_lines(job, width=width, wide=wide))

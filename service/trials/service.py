@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import socket
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,9 @@ from service.models import (Job, JobStatus, Measurement, MeasurementSamples, Rep
                             utcnow)
 from service.settings import get_settings
 from service.trials import repository as trials_repo
+
+
+log = logging.getLogger(__name__)
 
 
 class TrialGone(NotFound):
@@ -39,6 +43,7 @@ class TrialWork:
     device_class: str
     policy: dict[str, Any] | None
     attempt: int = 1
+    accuracy_only: bool = False
 
 
 def beating(trial: Trial, now: datetime, timeout_s: float) -> bool:
@@ -72,6 +77,7 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
         build_command=repo.build_command, import_root=repo.import_root, env=dict(repo.env),
         sha=session.get_one(Revision, trial.revision_id).sha, cases=job.spec["cases"], device_class=trial.device_class, policy=job.spec.get("policy"),
         attempt=trial.attempts,
+        accuracy_only=trial.accuracy_only,
     )
 
 
@@ -127,6 +133,11 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     if job.status == JobStatus.cancelled:
         trial.status = TrialStatus.cancelled
     cases = jobs_repo.cases_by_name(session, repo.id, [c["name"] for c in result.get("cases", [])])
+    if trial.status == TrialStatus.ok:
+        missing = _missing_cases(job.spec["cases"], result.get("cases", []))
+        if missing:  # a name mismatch would drop every value silently: fail the trial loudly instead
+            trial.status, trial.failure_reason = TrialStatus.error, missing
+            log.error("trial %s of job %s: %s", trial.id, job.id, missing)
     stored: list[int] = []
     for case in result.get("cases", []):
         row = cases.get((case["suite"], case["target"], case["name"]))
@@ -146,3 +157,14 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     trials_repo.refresh_case_points(session, trial, stored)
     session.flush()
     return trial
+
+
+def _missing_cases(requested: list[dict[str, Any]], returned: list[dict[str, Any]]) -> str | None:
+    """The error for a trial that reported ok without a measurement of every requested case."""
+    got = {(c.get("suite"), c.get("target"), c.get("name")) for c in returned}
+    missing = [c["name"] for c in requested if (c["suite"], c["target"], c["name"]) not in got]
+    if not missing:
+        return None
+    names = ", ".join(sorted({str(c.get("name")) for c in returned})) or "none"
+    return (f"no measurement stored for {len(missing)} requested case(s) ({', '.join(missing)}): "
+            f"the harness reported ok but named its cases {names}")

@@ -20,7 +20,7 @@ from service.errors import Conflict
 from service.jobs import service as jobs
 from service.jobs import views
 from service.jobs.schemas import CulpritRead, JobRead
-from service.reports.culprits import culprit_rows, markdown_report
+from service.reports.pr_comment import render_culprit_comment, render_job
 from service.settings import get_settings
 from service.webhooks.check import CHECK_NAME, STATUS_STATE, check_verdict
 from service.webhooks.github_client import GitHubClient
@@ -28,45 +28,28 @@ from service.webhooks.repo_urls import github_slug
 
 log = logging.getLogger(__name__)
 
-TABLE_HEADER = ["| revision | PR | subject | case | before → after | step [95% CI] |", "|---|---|---|---|---|---|"]
 
 
 def marker(job_id: int, pr_number: int) -> str:
     return f"<!-- perfbisect:job={job_id}:pr={pr_number} -->"
 
 
-def _culprit_comment(job: JobRead, culprits: list[CulpritRead]) -> str:
-    """This PR's culprits (one or more commits of it) with their per-case step table."""
-    rows = culprit_rows(job.model_copy(update={"culprits": culprits}))
-    shas = ", ".join(f"`{c.last_sha[:10]}`" for c in culprits)
-    metric = "control ratio" if job.spec.get("metric", "ratio") == "ratio" else "metric"
-    out = [
-        "### perfbisect: this pull request caused a performance step", "",
-        f"Bisecting `{job.spec.get('good')}..{job.spec.get('bad')}` in **{job.repository}** (job {job.id}) "
-        f"found the step at {shas}, from this pull request. Step = relative change of the {metric}, 95% CI:", "",
-        *TABLE_HEADER,
-        *("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows),
-        "", f"<sub>{job.progress.get('trials', 0)} trials over {job.progress.get('measured', 0)} revisions; "
-            "cold caches, control timed in the same process.</sub>",
-    ]
-    return "\n".join(out)
-
-
 def render_comments(job: JobRead) -> list[tuple[int, str]]:
     """(PR number, Markdown body) for every comment the job warrants: a compare job's report on
     spec["pr_number"]; a bisect's exact performance culprits grouped by the PR that merged them.
     Culprit ranges (an unbuildable commit hides the exact one) and commits without a PR number
-    get no comment: blaming a PR needs the exact commit."""
+    get no comment: blaming a PR needs the exact commit. Rendering is service.reports.pr_comment's."""
+    public_url = get_settings().public_url
     comments: list[tuple[int, str]] = []
     if job.kind == "compare":
         if job.spec.get("pr_number"):
-            comments.append((int(job.spec["pr_number"]), markdown_report(job)))
+            comments.append((int(job.spec["pr_number"]), render_job(job, public_url)))
     elif job.kind == "bisect":
         by_pr: dict[int, list[CulpritRead]] = {}
         for c in job.culprits:
             if c.kind == "performance" and c.exact and c.pr_number:
                 by_pr.setdefault(c.pr_number, []).append(c)
-        comments += [(pr, _culprit_comment(job, cs)) for pr, cs in by_pr.items()]
+        comments += [(pr, render_culprit_comment(job, cs, public_url)) for pr, cs in by_pr.items()]
     return [(pr, f"{body}\n{marker(job.id, pr)}") for pr, body in comments]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.cases import case_name, parse_shape
+from kernels.cases import DTYPE_ALIASES, case_name, parse_shape
 from kernels.suites import UnknownSuite, get_suite
 
 
@@ -81,3 +81,20 @@ def test_custom_suite_must_stay_inside_the_repository(custom_repo):
         get_suite("file:bench/missing.py", custom_repo)
     with pytest.raises(UnknownSuite, match="needs the repository"):
         get_suite("file:bench/tanh_bwd.py")
+
+
+@pytest.mark.parametrize("alias", sorted(DTYPE_ALIASES) + ["BF16", "BFloat16", "FP32", "Torch.Float16", " half "])
+def test_every_dtype_alias_names_the_case_as_the_harness_does(alias):
+    from kernels.cases import normalise_params
+
+    params = normalise_params({"M": 8, "N": 8, "K": 8, "dtype": alias})
+    assert params["dtype"] == DTYPE_ALIASES[alias.strip().lower()]
+    # the harness validates again inside the trial: the name must not move
+    assert case_name("gemm", get_suite("gemm").validate(params)) == case_name("gemm", params)
+
+
+def test_an_unknown_dtype_is_refused():
+    from kernels.cases import normalise_params
+
+    with pytest.raises(ValueError, match="unknown dtype 'int3'"):
+        normalise_params({"dtype": "int3"})

@@ -1,0 +1,74 @@
+"""How often `perfbisect demo` finds every planted event: run it N times, each in a fresh home
+and demo repository, and print per run the events found, the verdict, the exit code and the time.
+
+    python bench/demo_repeat.py --runs 10 [--parallel 1] [--cpus-per-run 2] [--device cpu] [--out DIR]
+
+With --parallel P, P runs go side by side, each pinned to its own --cpus-per-run cores (taskset),
+so a many-core machine stands in for P unloaded small machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+FOUND = re.compile(r"planted events found: (\d+)/(\d+)")
+VERDICT = re.compile(r"^verdict: (\w+)", re.M)
+
+
+def one_run(i: int, out: Path, cpus: list[int] | None, device: str) -> dict:
+    home = out / f"run{i}"
+    env = {**os.environ, "PERFBISECT_HOME": str(home / "home"), "PYTHONUNBUFFERED": "1"}
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    cmd = [sys.executable, "-m", "service.cli.main", "demo", "--device", device, "--path", str(home / "minikern")]
+    if cpus:
+        cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
+    started = time.monotonic()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    (home / "stdout.txt").write_text(done.stdout)
+    (home / "stderr.txt").write_text(done.stderr)
+    found = FOUND.search(done.stdout)
+    verdict = VERDICT.search(done.stdout)
+    return {"run": i, "rc": done.returncode, "wall_s": round(time.monotonic() - started),
+            "found": f"{found[1]}/{found[2]}" if found else "?", "all": bool(found and found[1] == found[2]),
+            "verdict": verdict[1] if verdict else "?"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--cpus-per-run", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (the demo's own choice)")
+    parser.add_argument("--out", type=Path, default=None, help="keep each run's home and output here")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="perfbisect-demo-repeat-"))
+    out.mkdir(parents=True, exist_ok=True)
+    pin = args.parallel > 1 and shutil.which("taskset")
+
+    def run(i: int) -> dict:
+        slot = (i - 1) % args.parallel
+        cpus = list(range(slot * args.cpus_per_run, (slot + 1) * args.cpus_per_run)) if pin else None
+        result = one_run(i, out, cpus, args.device)
+        print(f"run {result['run']:>2}: found {result['found']}, verdict {result['verdict']}, exit {result['rc']}, "
+              f"{result['wall_s']} s", flush=True)
+        return result
+
+    with ThreadPoolExecutor(args.parallel) as pool:
+        results = list(pool.map(run, range(1, args.runs + 1)))
+    complete = sum(r["all"] for r in results)
+    print(f"\nall planted events found in {complete} of {len(results)} runs; "
+          f"median wall {sorted(r['wall_s'] for r in results)[len(results) // 2]} s; outputs in {out}")
+
+
+if __name__ == "__main__":
+    main()

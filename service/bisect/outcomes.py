@@ -1,0 +1,275 @@
+"""What a finished search concluded, per case and overall. Pure: no database, git or CUDA.
+
+Per case, one of:
+- regressed / improved: a confirmed culprit moved the case (a regression wins over an
+  improvement when the range holds both);
+- unchanged: both ends of the range were measured on the case, every pair the search judged
+  is resolved, and the interval of the end-to-end step lies inside +-min_effect; `bound` is the
+  largest step that interval still allows (what was ruled out is anything beyond it);
+- inconclusive: measured, but the step could not be pinned (too noisy for the minimum effect,
+  the trial cap reached, a step seen but never confirmed, the search not finished);
+- failed: an end of the range has no value for the case (build, import, compile, CUDA missing,
+  timeout, wrong results, no measurement stored), with the error of that end.
+"Unchanged" is never said for what was not measured.
+
+The overall verdict is the worst of failed > inconclusive > regressed > improved > unchanged.
+A noise report per case says what the run could detect: a trial's measured spread (the decision
+value's, and the control's own across trials), throttled samples, and the smallest step the
+search could have told from noise (the planner's raised minimum effect).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from service.bisect.effect import bootstrap_effect
+from service.bisect.model import BisectConfig, CaseEffect, Observation, Plan, Verdict
+from service.bisect.pairs import effective_min_effect
+
+# A run whose throttled samples exceed this share of its samples gets a noise warning.
+THROTTLED_SHARE = 0.05
+
+
+class Outcome(str, Enum):
+    regressed = "regressed"
+    improved = "improved"
+    unchanged = "unchanged"
+    inconclusive = "inconclusive"
+    failed = "failed"
+
+
+# Worst first: the overall verdict is the first of these that any case has.
+SEVERITY = (Outcome.failed, Outcome.inconclusive, Outcome.regressed, Outcome.improved, Outcome.unchanged)
+
+FAILURE_WORDS = {
+    "build_error": "build failed", "import_error": "import failed", "compile_error": "compile failed",
+    "cuda_missing": "CUDA missing", "timeout": "timed out", "wrong_results": "wrong results",
+    "no_measurement": "no measurement stored", "error": "error",
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What kept a revision (case None: the whole trial) or one case at it from a value."""
+
+    revision: int
+    reason: str  # a key of FAILURE_WORDS
+    error: str | None = None
+    case: str | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """A confirmed culprit's move on one case: revisions first..last, the effect, its direction."""
+
+    first: int
+    last: int
+    effect: CaseEffect
+    regression: bool
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    case: str
+    outcome: Outcome
+    reason: str | None = None  # why (failed, inconclusive), or a note (an end failed but steps were found)
+    error: str | None = None  # the failed end's error (log tail or exception)
+    failed_at: int | None = None  # the end revision that failed
+    bound: float | None = None  # unchanged: no step larger than this (relative, either direction)
+    ci: tuple[float, float] | None = None  # the end-to-end step's interval, when both ends were measured
+    steps: tuple[Step, ...] = ()
+
+
+@dataclass(frozen=True)
+class CaseNoise:
+    """The raw noise inputs of one case: the control's per-trial values grouped by revision (the
+    control is the same code at every revision, so its spread is the machine's), and samples."""
+
+    control: Sequence[Sequence[float]] = ()
+    throttled: int = 0
+    samples: int = 0
+
+
+@dataclass(frozen=True)
+class NoiseReport:
+    case: str
+    noise: float | None  # per-trial spread of the decision value (sd of its log)
+    control_spread: float | None  # per-trial spread of the control's own metric (sd of its log)
+    throttled: int
+    samples: int
+    detectable: float  # the smallest relative step this run could tell from noise
+    noisy: bool
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    verdict: Outcome
+    cases: tuple[CaseOutcome, ...]
+    noise: tuple[NoiseReport, ...] = ()
+    warning: str | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+
+def moved(effect: CaseEffect, min_effect: float) -> bool:
+    """A case moved at a culprit when its step reaches the minimum and its interval excludes 0."""
+    return abs(effect.rel) >= min_effect and (effect.ci[0] > 0 or effect.ci[1] < 0)
+
+
+def log_spread(groups: Sequence[Sequence[float]]) -> float | None:
+    """Pooled within-group standard deviation of log values; None without a group of two."""
+    total, df = 0.0, 0
+    for group in groups:
+        values = [v for v in group if v is not None and v > 0]
+        if len(values) >= 2:
+            logs = np.log(np.asarray(values, dtype=float))
+            total += float(((logs - logs.mean()) ** 2).sum())
+            df += len(values) - 1
+    return math.sqrt(total / df) if df else None
+
+
+def _steps(case: str, plan: Plan, config: BisectConfig) -> tuple[Step, ...]:
+    return tuple(
+        Step(c.first, c.last, c.effects[case], c.effects[case].is_regression(config.higher_is_better))
+        for c in plan.culprits if case in c.effects and moved(c.effects[case], config.min_effect)
+    )
+
+
+def _end_failure(case: str, end: int, observations: Mapping[int, Observation],
+                 failures: Sequence[Failure]) -> Failure | None:
+    """None when the case has a value at `end`; else the most telling failure recorded there."""
+    obs = observations.get(end)
+    if obs is not None and len(obs.values.get(case, ())):
+        return None
+    mine = [f for f in failures if f.revision == end and f.case in (None, case)]
+    own = [f for f in mine if f.case == case]  # the case's own failure says more than the trial's
+    if own or mine:
+        return (own or mine)[-1]
+    return Failure(end, "error", "never measured: the search did not reach this end", case)
+
+
+def _unresolved(case: str, plan: Plan) -> list[tuple[int, int, Verdict]]:
+    """Judged pairs still DIFFERENT without a culprit there, or UNKNOWN, on this case."""
+    culprit_pairs = {(c.first - 1, c.last) for c in plan.culprits}
+    out = []
+    for (a, b), verdicts in plan.verdicts.items():
+        verdict = verdicts.get(case)
+        if verdict == Verdict.UNKNOWN or (verdict == Verdict.DIFFERENT and (a, b) not in culprit_pairs):
+            out.append((a, b, verdict))
+    return sorted(out)
+
+
+def _at_cap(revisions: Sequence[int], observations: Mapping[int, Observation], config: BisectConfig) -> bool:
+    return any(observations[r].trials() >= config.max_trials for r in revisions if r in observations)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _failed_case(case: str, ends: dict[int, Failure]) -> CaseOutcome:
+    end, failure = next(iter(sorted(ends.items())))
+    side = "good" if end == 0 else "bad"
+    return CaseOutcome(case, Outcome.failed, f"{FAILURE_WORDS.get(failure.reason, failure.reason)} at the {side} end",
+                       error=failure.error, failed_at=end)
+
+
+def _measured_case(case: str, n: int, observations: Mapping[int, Observation], plan: Plan,
+                   config: BisectConfig, detectable: float) -> CaseOutcome:
+    """Both ends have values and no culprit moved the case: unchanged or inconclusive."""
+    before, after = observations[0].values[case], observations[n - 1].values[case]
+    effect = bootstrap_effect(before, after, confidence=config.confidence, resamples=config.bootstrap,
+                              seed=config.seed)
+    ci = (effect.ci[0], effect.ci[1])
+    if not plan.done:
+        return CaseOutcome(case, Outcome.inconclusive, "the search did not finish", ci=ci)
+    unresolved = _unresolved(case, plan)
+    if unresolved:
+        a, b, verdict = unresolved[0]
+        capped = _at_cap([a, b], observations, config)
+        what = "a step was seen" if verdict == Verdict.DIFFERENT else "the verdict stayed unknown"
+        why = f"{what} between revisions {a} and {b} but was not confirmed" + (
+            f": trial cap reached ({config.max_trials} trials per revision)" if capped else "")
+        return CaseOutcome(case, Outcome.inconclusive, why, ci=ci)
+    bound = max(abs(ci[0]), abs(ci[1]))
+    if bound < config.min_effect:
+        return CaseOutcome(case, Outcome.unchanged, f"no step beyond {_pct(bound)} (minimum effect "
+                           f"{_pct(config.min_effect)})", bound=bound, ci=ci)
+    if detectable > config.min_effect:
+        why = (f"too noisy for the minimum effect: the smallest step this run could detect is {_pct(detectable)}, "
+               f"over the minimum {_pct(config.min_effect)}")
+    elif _at_cap([0, n - 1], observations, config):
+        why = f"trial cap reached ({config.max_trials} trials per revision)"
+    else:
+        why = "too noisy for the minimum effect"
+    why += f"; the end-to-end step is {_pct(effect.rel)} [{_pct(ci[0])}, {_pct(ci[1])}]"
+    return CaseOutcome(case, Outcome.inconclusive, why, ci=ci)
+
+
+def case_noise(case: str, observations: Mapping[int, Observation], inputs: CaseNoise | None,
+               config: BisectConfig) -> NoiseReport:
+    """Spread of one trial's value and the smallest step the planner could tell from it."""
+    noise = log_spread([o.values.get(case, ()) for o in observations.values()])
+    inputs = inputs or CaseNoise()
+    control = log_spread(inputs.control)
+    detectable = effective_min_effect(config, noise)
+    throttled = inputs.samples > 0 and inputs.throttled > THROTTLED_SHARE * (inputs.samples + inputs.throttled)
+    control_noisy = control is not None and math.expm1(config.noise_floor * control) > config.min_effect
+    noisy = detectable > config.min_effect or throttled or control_noisy
+    return NoiseReport(case, noise, control, inputs.throttled, inputs.samples, detectable, noisy)
+
+
+def _warning(reports: Sequence[NoiseReport], min_effect: float) -> str | None:
+    noisy = [r for r in reports if r.noisy]
+    if not noisy:
+        return None
+    worst = max(noisy, key=lambda r: r.detectable)
+    parts = [f"noisy run: the smallest step it could detect is {_pct(worst.detectable)} on {worst.case} "
+             f"(minimum effect {_pct(min_effect)})"]
+    if worst.noise is not None:
+        parts.append(f"one trial's value varies {_pct(math.expm1(worst.noise))}")
+    if worst.control_spread is not None:
+        parts.append(f"the control's own spread across trials is {_pct(math.expm1(worst.control_spread))}")
+    throttled = sum(r.throttled for r in reports)
+    if throttled:
+        parts.append(f"{throttled} samples were dropped as throttled")
+    if len(noisy) > 1:
+        parts.append(f"{len(noisy)} cases affected")
+    return "; ".join(parts)
+
+
+def decide_case(case: str, n: int, observations: Mapping[int, Observation], plan: Plan, config: BisectConfig,
+                failures: Sequence[Failure], detectable: float) -> CaseOutcome:
+    ends = {e: f for e in (0, n - 1) if (f := _end_failure(case, e, observations, failures)) is not None}
+    steps = _steps(case, plan, config)
+    failed = _failed_case(case, ends) if ends else None
+    if steps:
+        outcome = Outcome.regressed if any(s.regression for s in steps) else Outcome.improved
+        note = f"{failed.reason}; the steps found inside the range stand" if failed else None
+        return CaseOutcome(case, outcome, note, error=failed and failed.error,
+                           failed_at=failed and failed.failed_at, steps=steps)
+    if failed:
+        return failed
+    return _measured_case(case, n, observations, plan, config, detectable)
+
+
+def decide(n_revisions: int, observations: Mapping[int, Observation], plan: Plan, config: BisectConfig,
+           cases: Sequence[str], failures: Sequence[Failure] = (),
+           noise_inputs: Mapping[str, CaseNoise] | None = None) -> JobOutcome:
+    """The outcome of a search over revisions 0..n-1 for every requested case. `plan` is the
+    planner's last answer (done for a finished job), `failures` every trial and case failure seen.
+    Raises ValueError when `cases` is empty. Touches nothing; deterministic."""
+    if not cases:
+        raise ValueError("a job has at least one case")
+    noise = tuple(case_noise(c, observations, (noise_inputs or {}).get(c), config) for c in cases)
+    detectable = {r.case: r.detectable for r in noise}
+    outcomes = tuple(decide_case(c, n_revisions, observations, plan, config, failures, detectable[c])
+                     for c in cases)
+    present = {o.outcome for o in outcomes}
+    verdict = next(s for s in SEVERITY if s in present)
+    counts = {s.value: sum(o.outcome == s for o in outcomes) for s in Outcome}
+    return JobOutcome(verdict, outcomes, noise, _warning(noise, config.min_effect), counts)

@@ -1,0 +1,138 @@
+"""A finished job's outcome: the trials' failures and noise handed to the pure
+`service.bisect.outcomes.decide`, its answer stored as JSON in `job.result["outcome"]`, and the
+job status it implies.
+
+Status semantics (README, "Outcomes and exit codes"):
+- succeeded: every case has a verdict (regressed, improved or unchanged);
+- inconclusive: every case was measured, some could not be decided (too noisy, trial cap);
+- failed: some case could not be measured (build, import, compile, CUDA missing, timeout, wrong
+  results or nothing stored at an end), or the planning itself failed; `job.error` says which.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from service.bisect import BisectConfig, Observation, Plan
+from service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
+from service.models import JobStatus, Trial, TrialStatus
+
+ERROR_LINES, ERROR_CHARS = 8, 1200
+# kernels/harness/trial.py says this when a CUDA job lands on a host whose torch sees no GPU.
+NO_CUDA = "sees no CUDA device"
+CASE_FAILURES = ("compile_error", "error", "wrong_results")
+STATUS_OF = {Outcome.failed: JobStatus.failed, Outcome.inconclusive: JobStatus.inconclusive}
+
+
+def error_tail(text: str | None) -> str | None:
+    """The last lines of a log or exception: where the reason usually is."""
+    if not text:
+        return None
+    tail = "\n".join(text.strip().splitlines()[-ERROR_LINES:])
+    return tail if len(tail) <= ERROR_CHARS else "..." + tail[-ERROR_CHARS:]
+
+
+def _trial_reason(trial: Trial) -> str:
+    if trial.status == TrialStatus.error and NO_CUDA in (trial.failure_reason or ""):
+        return "cuda_missing"
+    if trial.status == TrialStatus.error and (trial.failure_reason or "").startswith("no measurement"):
+        return "no_measurement"
+    return trial.status.value
+
+
+def failures_from(trials: Sequence[Trial], shas: Sequence[str]) -> list[Failure]:
+    """Every whole-trial failure and every failed case of the finished trials, by revision index."""
+    index = {sha: i for i, sha in enumerate(shas)}
+    out: list[Failure] = []
+    for trial in trials:
+        if not trial.status.finished or trial.status == TrialStatus.cancelled:
+            continue
+        i = index[trial.revision.sha]
+        if trial.status != TrialStatus.ok:
+            out.append(Failure(i, _trial_reason(trial), error_tail(trial.failure_reason)))
+        out += [Failure(i, m.status, error_tail(m.error), case=m.case.name)
+                for m in trial.measurements if m.status in CASE_FAILURES]
+    return out
+
+
+def noise_inputs(trials: Sequence[Trial]) -> dict[str, CaseNoise]:
+    """Per case: the control's per-trial metric grouped by revision, samples kept and throttled."""
+    control: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    throttled: dict[str, int] = defaultdict(int)
+    samples: dict[str, int] = defaultdict(int)
+    for trial in trials:
+        if trial.status != TrialStatus.ok:
+            continue
+        for m in trial.measurements:
+            name = m.case.name
+            if m.control_value is not None:
+                control[name][trial.revision_id].append(m.control_value)
+            throttled[name] += int((m.samples or {}).get("dropped_throttled") or 0)
+            samples[name] += len((m.samples or {}).get("ratio") or ())
+    names = set(control) | set(samples)
+    return {n: CaseNoise(tuple(control[n].values()), throttled[n], samples[n]) for n in names}
+
+
+def _sha(shas: Sequence[str], i: int | None) -> str | None:
+    return None if i is None else shas[i]
+
+
+def _failure_rows(failures: Sequence[Failure], shas: Sequence[str]) -> list[dict[str, Any]]:
+    grouped: dict[tuple[int, str, str | None], list[Failure]] = defaultdict(list)
+    for f in failures:
+        grouped[(f.revision, f.reason, f.case)].append(f)
+    return [{"sha": shas[i], "reason": reason, "words": FAILURE_WORDS.get(reason, reason), "case": case,
+             "trials": len(fs), "error": fs[-1].error}
+            for (i, reason, case), fs in sorted(grouped.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or ""))]
+
+
+def environment(trials: Sequence[Trial]) -> dict[str, Any] | None:
+    """Device and toolchain as the harness saw them (the first trial that reported them)."""
+    for trial in trials:
+        if trial.provenance and trial.provenance.get("name"):
+            return {k: trial.provenance.get(k) for k in ("kind", "name", "driver", "cuda", "torch", "triton", "python")}
+    return None
+
+
+def to_dict(outcome: JobOutcome, shas: Sequence[str], failures: Sequence[Failure]) -> dict[str, Any]:
+    """JSON for job.result["outcome"] (read back by schemas.OutcomeRead)."""
+    return {
+        "verdict": outcome.verdict.value, "counts": dict(outcome.counts), "warning": outcome.warning,
+        "cases": [{
+            "case": c.case, "outcome": c.outcome.value, "reason": c.reason, "error": c.error,
+            "failed_at": _sha(shas, c.failed_at), "bound": c.bound, "ci": list(c.ci) if c.ci else None,
+            "steps": [{"first_sha": shas[s.first], "last_sha": shas[s.last], "rel": s.effect.rel,
+                       "ci": list(s.effect.ci), "regression": s.regression} for s in c.steps],
+        } for c in outcome.cases],
+        "noise": [{"case": r.case, "noise": r.noise, "control_spread": r.control_spread, "throttled": r.throttled,
+                   "samples": r.samples, "detectable": r.detectable, "noisy": r.noisy} for r in outcome.noise],
+        "failures": _failure_rows(failures, shas),
+    }
+
+
+def summary(outcome: JobOutcome) -> str | None:
+    """One line for job.error when the job did not reach a verdict for every case."""
+    bad = [c for c in outcome.cases if c.outcome in (Outcome.failed, Outcome.inconclusive)]
+    if not bad:
+        return None
+    first = bad[0]
+    detail = f"{first.case}: {first.reason}"
+    if first.error:
+        detail += f" ({first.error.strip().splitlines()[-1]})"
+    words = "could not be measured" if outcome.verdict == Outcome.failed else "could not be decided"
+    return f"{len(bad)} of {len(outcome.cases)} case(s) {words}; {detail}"
+
+
+def conclude(shas: Sequence[str], spec: dict[str, Any], trials: Sequence[Trial],
+             observations: dict[int, Observation], plan: Plan, config: BisectConfig) -> tuple[JobStatus, str | None, dict]:
+    """(status, error, result JSON) of a job whose planner is done (or gave up)."""
+    failures = failures_from(trials, shas)
+    cases = [c["name"] for c in spec["cases"]]
+    outcome = decide(len(shas), observations, plan, config, cases, failures, noise_inputs(trials))
+    status = STATUS_OF.get(outcome.verdict, JobStatus.succeeded)
+    error = summary(outcome)
+    if not plan.done:
+        status, error = JobStatus.failed, "the planner asked for no trials but is not done"
+    return status, error, {"outcome": {**to_dict(outcome, shas, failures), "environment": environment(trials)}}

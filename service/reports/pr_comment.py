@@ -1,0 +1,155 @@
+"""The pull-request comments, rendered from a JobRead alone (pure: no database, no network).
+
+- `render_job`: a job's report (what a compare job posts on its PR): a verdict headline with the
+  counts, the regressions and the improvements (each worded as such), the failed benchmarks with
+  their error, the inconclusive ones with why, the unchanged cases collapsed, the noise warning,
+  then device, toolchain and threshold, and links to the job and history pages.
+- `render_culprit_comment`: on a PR that a bisect named as an exact culprit, its steps.
+"""
+
+from __future__ import annotations
+
+from service.jobs.schemas import CulpritRead, JobRead
+from service.reports.culprits import before_after, decided_on, is_regression, moved_effects, ref, step_text, where
+
+ICON = {"regressed": ":red_circle:", "improved": ":green_circle:", "unchanged": ":white_check_mark:",
+        "inconclusive": ":grey_question:", "failed": ":x:"}
+WORDS = {"regressed": "regression", "improved": "improvement", "unchanged": "no change above the threshold",
+         "inconclusive": "inconclusive", "failed": "could not measure"}
+ERROR_LINES = 6
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _links(job: JobRead, public_url: str | None) -> str:
+    if not public_url:
+        return f"job {job.id}"
+    base = public_url.rstrip("/")
+    return (f"[job {job.id}]({base}/dashboard/jobs/{job.id}) · "
+            f"[history]({base}/dashboard/repositories/{job.repository})")
+
+
+def _environment(job: JobRead) -> str:
+    env = (job.outcome.environment if job.outcome else None) or {}
+    device = env.get("name") or job.spec.get("device_class", "?")
+    extras = [f"driver {env['driver']}" if env.get("driver") else "", f"CUDA {env['cuda']}" if env.get("cuda") else ""]
+    device += f" ({', '.join(e for e in extras if e)})" if any(extras) else ""
+    tools = [f"{k} {env[k]}" for k in ("torch", "triton", "python") if env.get(k)]
+    return " · ".join([f"device {device}", *tools])
+
+
+def _footer(job: JobRead, public_url: str | None) -> str:
+    p = job.progress
+    return (f"<sub>{_environment(job)} · threshold: minimum effect {job.spec.get('min_effect', 0) * 100:.1f}% of the "
+            f"{decided_on(job)} · {p.get('trials', 0)} trials over {p.get('measured', 0)} revisions, cold caches, "
+            f"control timed in the same process · {_links(job, public_url)}</sub>")
+
+
+def _step_tables(job: JobRead, culprits: list[CulpritRead], *, with_revision: bool) -> list[str]:
+    """A Regressions table and an Improvements table, each only when it has rows."""
+    head = ["revision", "PR"] if with_revision else []
+    header = [*head, "case", f"{decided_on(job)} before → after", "metric before → after", "step [95% CI]"]
+    groups: dict[bool, list[list[str]]] = {True: [], False: []}
+    for c in culprits:
+        if c.kind != "performance":
+            continue
+        for case, e in moved_effects(job, c).items():
+            decided, absolute = before_after(job, e)
+            revision = [f"`{where(c)}`", f"#{c.pr_number}" if c.pr_number else ""] if with_revision else []
+            row = [*revision, f"`{case}`", decided.replace("->", "→"), absolute.replace("->", "→"), step_text(e)]
+            groups[is_regression(job, c, case, e)].append(row)
+    out: list[str] = []
+    for regression, title in ((True, "Regressions"), (False, "Improvements")):
+        if groups[regression]:
+            out += ["", f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            out += ["| " + " | ".join(_cell(x) for x in row) + " |" for row in groups[regression]]
+    return out
+
+
+def _error_block(error: str | None) -> list[str]:
+    if not error:
+        return []
+    tail = "\n".join(error.strip().splitlines()[-ERROR_LINES:]).replace("```", "'''")
+    return ["  ```", *("  " + line for line in tail.splitlines()), "  ```"]
+
+
+def _case_lists(job: JobRead) -> list[str]:
+    cases = job.outcome.cases if job.outcome else []
+    out: list[str] = []
+    failed = [c for c in cases if c.outcome == "failed"]
+    if failed:
+        out += ["", f"**Failed benchmarks** ({len(failed)})", ""]
+        for c in failed:
+            at = f" (`{c.failed_at[:10]}`)" if c.failed_at else ""
+            out += [f"- `{c.case}`: {c.reason}{at}", *_error_block(c.error)]
+    noted = [c for c in cases if c.steps and c.reason]  # a step found although an end failed
+    if noted:
+        out += ["", "**Also**", ""] + [f"- `{c.case}`: {c.reason}" for c in noted]
+    inconclusive = [c for c in cases if c.outcome == "inconclusive"]
+    if inconclusive:
+        out += ["", f"**Inconclusive** ({len(inconclusive)})", ""] + [f"- `{c.case}`: {c.reason}" for c in inconclusive]
+    unchanged = [c for c in cases if c.outcome == "unchanged"]
+    if unchanged:
+        out += ["", f"<details><summary>{len(unchanged)} unchanged case(s)</summary>", "",
+                "| case | end-to-end step [95% CI] | ruled out |", "|---|---|---|"]
+        for c in unchanged:
+            ci = f"[{c.ci[0] * 100:+.1f}, {c.ci[1] * 100:+.1f}]" if c.ci else "-"
+            bound = f"any step beyond ±{c.bound * 100:.1f}%" if c.bound is not None else "-"
+            out.append(f"| `{_cell(c.case)}` | {ci} | {bound} |")
+        out += ["", "</details>"]
+    return out
+
+
+def _headline(job: JobRead) -> str:
+    if job.outcome is None:
+        return f"### perfbisect: {job.kind} {job.status}"
+    o = job.outcome
+    counts = ", ".join(f"{o.counts.get(k, 0)} {k}" for k in ("regressed", "improved", "unchanged", "failed"))
+    if o.counts.get("inconclusive"):
+        counts += f", {o.counts['inconclusive']} inconclusive"
+    return f"### perfbisect: {ICON[o.verdict]} {WORDS[o.verdict]} ({counts})"
+
+
+def render_job(job: JobRead, public_url: str | None = None) -> str:
+    """The job's report as Markdown: headline, step tables, failed/inconclusive/unchanged cases."""
+    kind = "Compared" if job.kind == "compare" else "Bisected"
+    out = [_headline(job), "",
+           f"{kind} `{ref(job.spec.get('good'))}`..`{ref(job.spec.get('bad'))}` in **{job.repository}** ({job.status}); "
+           f"step = relative change of the {decided_on(job)}, 95% CI."]
+    out += _step_tables(job, job.culprits, with_revision=job.kind != "compare")
+    for c in job.culprits:
+        if c.kind == "correctness":
+            out += ["", f":warning: wrong results from `{c.first_sha[:10]}`"
+                    + (f" #{c.pr_number}" if c.pr_number else "")
+                    + (f", fixed at `{c.fixed_sha[:10]}`" if c.fixed_sha else ", not fixed in this range")
+                    + " (a fast kernel that computes the wrong thing is a failure, not a speed-up)"]
+    out += _case_lists(job)
+    if job.outcome and job.outcome.warning:
+        out += ["", f"> :warning: {job.outcome.warning}"]
+    if job.error and not (job.outcome and job.outcome.cases):
+        out += ["", f"**Error:** {job.error}"]
+    out += ["", _footer(job, public_url)]
+    return "\n".join(out)
+
+
+def _direction(job: JobRead, culprits: list[CulpritRead]) -> str:
+    kinds = {is_regression(job, c, case, e) for c in culprits for case, e in moved_effects(job, c).items()}
+    if kinds == {True}:
+        return "a performance regression"
+    if kinds == {False}:
+        return "a performance improvement"
+    return "performance steps (regressions and improvements)"
+
+
+def render_culprit_comment(job: JobRead, culprits: list[CulpritRead], public_url: str | None = None) -> str:
+    """On a PR a bisect named as an exact culprit: what moved, worded by direction."""
+    shas = ", ".join(f"`{c.last_sha[:10]}`" for c in culprits)
+    out = [f"### perfbisect: this pull request caused {_direction(job, culprits)}", "",
+           f"Bisecting `{ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))}` in **{job.repository}** found the step at "
+           f"{shas}, from this pull request. Step = relative change of the {decided_on(job)}, 95% CI:"]
+    out += _step_tables(job, culprits, with_revision=True)
+    out += ["", _footer(job, public_url)]
+    return "\n".join(out)
+

@@ -1,0 +1,96 @@
+"""Outcomes on literal observations, with the planner's own last plan: never "unchanged" for
+what was not measured, the failed end's error kept, noise that hides the minimum effect said."""
+
+from __future__ import annotations
+
+from service.bisect import BisectConfig, Observation, RevisionState, plan_next
+from service.bisect.outcomes import CaseNoise, Failure, Outcome, decide
+
+CASE, OTHER = "gemm M=64,N=64,K=64,dtype=fp32", "rmsnorm M=64,N=64,dtype=fp32"
+CALM = [1.00, 1.01, 0.99, 1.00, 1.02, 0.98, 1.00]
+CONFIG = BisectConfig(min_effect=0.05)
+
+
+def ok(*series: list[float], cases=(CASE,)) -> Observation:
+    return Observation(RevisionState.ok, dict(zip(cases, series)))
+
+
+def outcome_of(observations, n=2, config=CONFIG, cases=(CASE,), failures=(), noise=None):
+    plan = plan_next(n, observations, config)
+    assert plan.done
+    return decide(n, observations, plan, config, cases, failures, noise)
+
+
+def test_same_ends_are_unchanged_with_the_bound_ruled_out() -> None:
+    result = outcome_of({0: ok(CALM), 1: ok([v * 1.005 for v in CALM])})
+    [case] = result.cases
+    assert result.verdict == Outcome.unchanged and case.outcome == Outcome.unchanged
+    assert case.bound is not None and 0 < case.bound < 0.05 and case.ci[0] < 0.005 < case.ci[1]
+    assert result.warning is None and result.counts["unchanged"] == 1
+
+
+def test_a_head_that_does_not_import_fails_with_its_error() -> None:
+    error = "ModuleNotFoundError: No module named 'minikern.nope'"
+    result = outcome_of({0: ok(CALM), 1: Observation(RevisionState.unbuildable)},
+                        failures=[Failure(1, "import_error", error)])
+    [case] = result.cases
+    assert result.verdict == Outcome.failed and case.outcome == Outcome.failed
+    assert case.reason == "import failed at the bad end" and case.error == error and case.failed_at == 1
+    assert case.bound is None
+
+
+def test_nothing_measured_anywhere_is_failed_never_unchanged() -> None:
+    broken = Observation(RevisionState.unbuildable)
+    failures = [Failure(i, "cuda_missing", "device 'cuda' requested but torch sees no CUDA device") for i in range(4)]
+    result = outcome_of({i: broken for i in range(4)}, n=4, failures=failures, cases=(CASE, OTHER))
+    assert [c.outcome for c in result.cases] == [Outcome.failed, Outcome.failed]
+    assert result.cases[0].reason == "CUDA missing at the good end"
+    assert result.counts == {"regressed": 0, "improved": 0, "unchanged": 0, "inconclusive": 0, "failed": 2}
+
+
+def test_a_case_failing_alone_keeps_the_other_cases_verdicts() -> None:
+    failures = [Failure(1, "wrong_results", "relative error 0.5 above tolerance 0.002", case=OTHER)]
+    result = outcome_of({0: ok(CALM, CALM, cases=(CASE, OTHER)), 1: ok(CALM, cases=(CASE, OTHER))},
+                        cases=(CASE, OTHER), failures=failures)
+    by_case = {c.case: c for c in result.cases}
+    assert by_case[CASE].outcome == Outcome.unchanged
+    assert by_case[OTHER].outcome == Outcome.failed and by_case[OTHER].reason == "wrong results at the bad end"
+    assert result.verdict == Outcome.failed
+
+
+def test_slower_is_regressed_and_faster_is_improved() -> None:
+    slower = outcome_of({0: ok(CALM), 1: ok([v * 0.7 for v in CALM])})
+    assert slower.verdict == Outcome.regressed
+    [step] = slower.cases[0].steps
+    assert step.regression and step.effect.rel < -0.25 and (step.first, step.last) == (1, 1)
+    faster = outcome_of({0: ok(CALM), 1: ok([v * 1.4 for v in CALM])})
+    assert faster.verdict == Outcome.improved and not faster.cases[0].steps[0].regression
+    # for a time metric (lower is better) the same rise is a regression
+    timed = outcome_of({0: ok(CALM), 1: ok([v * 1.4 for v in CALM])},
+                       config=BisectConfig(min_effect=0.05, higher_is_better=False))
+    assert timed.verdict == Outcome.regressed
+
+
+def test_too_noisy_for_the_minimum_effect_is_inconclusive_with_a_warning() -> None:
+    noisy = [1.0, 1.3, 0.8, 1.1, 0.75, 1.25, 0.9, 1.2, 0.85, 1.05, 0.95, 1.15]
+    result = outcome_of({0: ok(noisy), 1: ok(list(reversed(noisy)))}, config=BisectConfig(min_effect=0.02),
+                        noise={CASE: CaseNoise(control=[noisy, noisy], throttled=0, samples=240)})
+    [case] = result.cases
+    assert case.outcome == Outcome.inconclusive and "too noisy for the minimum effect" in case.reason
+    [report] = result.noise
+    assert report.noisy and report.detectable > 0.3
+    assert result.warning.startswith("noisy run: the smallest step it could detect is")
+    assert "control's own spread" in result.warning
+
+
+def test_throttled_samples_warn_even_when_the_values_are_calm() -> None:
+    result = outcome_of({0: ok(CALM), 1: ok(CALM)}, noise={CASE: CaseNoise(throttled=40, samples=200)})
+    assert result.verdict == Outcome.unchanged and "40 samples were dropped as throttled" in result.warning
+
+
+def test_unfinished_search_is_inconclusive() -> None:
+    observations = {0: ok(CALM), 5: ok([v * 0.7 for v in CALM])}
+    plan = plan_next(6, observations, CONFIG)
+    assert not plan.done
+    result = decide(6, observations, plan, CONFIG, (CASE,))
+    assert result.cases[0].outcome == Outcome.inconclusive and result.cases[0].reason == "the search did not finish"

@@ -1,0 +1,147 @@
+"""The CLI's outcomes and exit codes on the embedded SQLite database: jobs driven through
+advance_job's rounds with the harness's results fed in (a wrong target, a missing device, a noisy
+run, a regression), then read back with `perfbisect show`; and one clear line for a path that is
+not a git repository or an API that does not answer."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from service.cli.exit_codes import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
+from service.cli.main import app
+from tests.gitrepo import make_repo
+from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result
+
+runner = CliRunner()
+IMPORT = "ModuleNotFoundError: No module named 'minikern.nope'"
+NO_CUDA = "device 'cuda' requested but torch sees no CUDA device"
+
+
+@pytest.fixture
+def embedded(tmp_path: Path, monkeypatch) -> Path:
+    """The embedded default for this test: SQLite under its own PERFBISECT_HOME (settings and
+    engine are cached per process, so the caches are cleared on the way in and out)."""
+    from service.db import get_engine, get_sessionmaker
+    from service.settings import get_settings
+
+    def clear() -> None:
+        for cached in (get_settings, get_engine, get_sessionmaker):
+            cached.cache_clear()
+
+    home = tmp_path / "home"
+    monkeypatch.delenv("DATABASE_URL")
+    monkeypatch.setenv("PERFBISECT_HOME", str(home))
+    clear()
+    from service.cli.main import prepare_database
+
+    prepare_database()
+    yield home
+    monkeypatch.undo()
+    clear()
+
+
+def finished_job(tmp_path: Path, truth, **spec) -> int:
+    """A bisect over a 17-commit repository, its rounds driven like the tasks drive them."""
+    from service.db import session_scope
+    from service.jobs import advance
+    from service.jobs import service as jobs
+    from service.jobs.schemas import BisectCreate
+    from service.trials import service as trials
+    from tests.factories import create_repository
+
+    path = tmp_path / "lib"
+    make_repo(path, [f"change {i} (#{100 + i})" for i in range(17)])
+    with session_scope() as session:
+        create_repository(session, path, name="lib")
+        job = jobs.create_bisect(session, BisectCreate(
+            repository="lib", good="HEAD~16", bad="main", benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
+            "shapes": ["M=256,N=256,K=256,dtype=fp32", "M=64,N=64,K=64,dtype=fp32"]}], **spec))
+        job_id, shas = job.id, job.revision_shas
+    rng = random.Random(3)
+    for _ in range(60):
+        with session_scope() as session:
+            trial_ids = advance.advance(session, job_id).trial_ids
+        if not trial_ids:
+            return job_id
+        for trial_id in trial_ids:
+            with session_scope() as session:
+                work = trials.start(session, trial_id, worker_host="test")
+                trials.record(session, trial_id, truth(shas.index(work.sha), rng), build_s=0.0)
+    raise AssertionError("the job did not finish")
+
+
+def failing(status: str, error: str):
+    return lambda i, rng: {**harness_result({}, rng, status=status), "error": error}
+
+
+def test_a_wrong_target_exits_failed_with_its_error(embedded, tmp_path) -> None:
+    job_id = finished_job(tmp_path, failing("import_error", IMPORT))
+    result = runner.invoke(app, ["show", str(job_id)])
+    assert result.exit_code == FAILED, result.output
+    assert "verdict: FAILED (0 regressed, 0 improved, 0 unchanged, 0 inconclusive, 2 failed)" in result.output
+    assert "import failed at the good end" in result.output and IMPORT in result.output
+    assert "No performance step" not in result.output
+
+
+def test_a_missing_device_exits_failed_naming_it(embedded, tmp_path) -> None:
+    job_id = finished_job(tmp_path, failing("error", NO_CUDA), device_class="cuda")
+    result = runner.invoke(app, ["show", str(job_id)])
+    assert result.exit_code == FAILED and "CUDA missing at the good end" in result.output and NO_CUDA in result.output
+
+
+def test_a_noisy_run_exits_inconclusive_with_a_warning(embedded, tmp_path) -> None:
+    job_id = finished_job(tmp_path, lambda i, rng: harness_result(
+        {CASE_BIG: rng.lognormvariate(0, 0.15), CASE_SMALL: rng.lognormvariate(0, 0.15)}, rng), max_trials=6)
+    result = runner.invoke(app, ["show", str(job_id)])
+    assert result.exit_code == INCONCLUSIVE, result.output
+    assert "warning: noisy run: the smallest step it could detect is" in result.output
+    assert "too noisy for the minimum effect" in result.output
+
+
+def test_a_regression_exits_0_or_1_with_fail_on(embedded, tmp_path) -> None:
+    job_id = finished_job(tmp_path, lambda i, rng: harness_result({CASE_BIG: 0.7 if i >= 9 else 1.0, CASE_SMALL: 1.0}, rng))
+    shown = runner.invoke(app, ["show", str(job_id)])
+    assert shown.exit_code == OK and "verdict: REGRESSED (1 regressed, 0 improved, 1 unchanged" in shown.output
+    assert "regression" in shown.output and max(map(len, shown.output.splitlines())) <= 100
+    assert runner.invoke(app, ["show", str(job_id), "--fail-on", "regression"]).exit_code == REGRESSION
+    assert runner.invoke(app, ["show", str(job_id), "--json"]).output.count('"outcome": "regressed"') == 1
+
+
+def test_a_path_that_is_not_a_git_repository_says_so(embedded, tmp_path) -> None:
+    args = ["--good", "HEAD~1", "--bad", "HEAD", "--suite", "gemm", "--target", "m:f", "--shape", "M=1,N=1,K=1"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    result = runner.invoke(app, ["bisect", "--repo", str(plain), *args])
+    assert result.exit_code == USAGE and f"{plain} is not a git repository" in result.output
+    missing = runner.invoke(app, ["bisect", "--repo", str(tmp_path / "nowhere"), *args])
+    assert missing.exit_code == USAGE and "does not exist" in missing.output and "Traceback" not in missing.output
+
+
+def test_an_unreachable_api_is_one_line(embedded) -> None:
+    args = ["--repo", "lib", "--good", "a", "--bad", "b", "--suite", "gemm", "--target", "m:f", "--shape", "M=1,N=1,K=1"]
+    result = runner.invoke(app, ["bisect", *args, "--api", "http://127.0.0.1:9"])
+    assert result.exit_code == USAGE
+    assert result.output.startswith("error: cannot reach the API at http://127.0.0.1:9/api/jobs/bisect")
+    assert len(result.output.strip().splitlines()) == 1
+    shown = runner.invoke(app, ["show", "1", "--api", "http://127.0.0.1:9"])
+    assert shown.exit_code == USAGE and "cannot reach the API" in shown.output
+
+
+def test_an_unreachable_broker_is_one_line_and_fails_the_job(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.e2e_support import BIN, service_env
+
+    make_repo(tmp_path / "lib", ["one (#1)", "two (#2)"])
+    env = service_env(tmp_path / "home", f"sqlite:///{tmp_path / 'db.sqlite'}", "redis://127.0.0.1:9/0")
+    done = subprocess.run([str(BIN / "perfbisect"), "bisect", "--repo", str(tmp_path / "lib"), "--good", "HEAD~1",
+                           "--bad", "HEAD", "--suite", "gemm", "--target", "m:f", "--shape", "M=8,N=8,K=8"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == USAGE, done.stderr[-3000:]
+    assert done.stderr.startswith("error: cannot reach the broker at redis://127.0.0.1:9/0") and "Traceback" not in done.stderr
+    shown = subprocess.run([str(BIN / "perfbisect"), "show", "1"], env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == FAILED and "could not queue the job" in shown.stdout
