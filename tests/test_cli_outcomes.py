@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from service.auth.principal import SYSTEM
 from service.cli.exit_codes import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
 from service.cli.main import app
 from tests.gitrepo import make_repo
@@ -59,7 +60,7 @@ def finished_job(tmp_path: Path, truth, **spec) -> int:
         create_repository(session, path, name="lib")
         job = jobs.create_bisect(session, BisectCreate(
             repository="lib", good="HEAD~16", bad="main", benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
-            "shapes": ["M=256,N=256,K=256,dtype=fp32", "M=64,N=64,K=64,dtype=fp32"]}], **spec))
+            "shapes": ["M=256,N=256,K=256,dtype=fp32", "M=64,N=64,K=64,dtype=fp32"]}], **spec), SYSTEM)
         job_id, shas = job.id, job.revision_shas
     rng = random.Random(3)
     for _ in range(60):

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from service.auth.principal import SYSTEM
 from service.jobs import service as jobs
 from service.jobs import views
 from service.jobs.schemas import BisectCreate, CompareCreate
@@ -49,7 +50,7 @@ def test_cuda_missing_is_named(session, repo) -> None:
 def test_a_compare_whose_head_fails_to_import_is_failed(session, repo) -> None:
     body = CompareCreate(repository="lib", base="HEAD~1", head="main", benchmarks=[
         {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}])
-    job_id = jobs.create_compare(session, body).id
+    job_id = jobs.submit_compare(session, body, SYSTEM).job.id
 
     def truth(i: int, rng: random.Random) -> dict:
         return harness_result({CASE_SMALL: 1.0}, rng) if i == 0 else failing("import_error", IMPORT)(i, rng)
@@ -104,7 +105,7 @@ def test_dtype_aliases_are_stored_under_the_harness_name(session, repo, alias) -
     shape = "M=64,N=64,K=64" + (f",dtype={alias}" if alias else "")
     body = BisectCreate(repository="lib", good="HEAD~2", bad="main", suite="gemm",
                         target="minikern.gemm:matmul", shapes=[shape, {"K": 32, "dtype": alias or "bf16", "M": 8, "N": 16}])
-    job = jobs.create_bisect(session, body)
+    job = jobs.create_bisect(session, body, SYSTEM)
     assert [c["name"] for c in job.spec["cases"]] == ["gemm M=64,N=64,K=64,dtype=bf16", "gemm M=8,N=16,K=32,dtype=bf16"]
     assert job.spec["cases"][0]["params"] == {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}
 
@@ -112,7 +113,7 @@ def test_dtype_aliases_are_stored_under_the_harness_name(session, repo, alias) -
 def test_attention_defaults_are_part_of_the_stored_name(session, repo) -> None:
     body = BisectCreate(repository="lib", good="HEAD~2", bad="main", suite="attention",
                         target="minikern.attention:attention", shapes=["S=128,D=64,H=1,B=1,dtype=Float16"])
-    job = jobs.create_bisect(session, body)
+    job = jobs.create_bisect(session, body, SYSTEM)
     assert job.spec["cases"][0]["name"] == "attention B=1,H=1,S=128,D=64,causal=false,dtype=fp16"
 
 
@@ -131,8 +132,9 @@ def test_the_accuracy_sweep_finds_wrong_results_the_search_never_builds(session,
     assert wrong.kind == "correctness"
     assert (job.revision_shas.index(wrong.first_sha), job.revision_shas.index(wrong.fixed_sha)) == (9, 12)
     assert job.status == "succeeded" and job.progress["accuracy_checked"] == 17 - 2  # the ends are timed
-    timed = session.query(Trial).filter_by(job_id=swept, accuracy_only=False).count()
-    assert timed == session.query(Trial).filter_by(job_id=plain).count()  # the search did the same work
+    timed = session.query(Trial).filter_by(job_id=swept, accuracy_only=False).all()
+    # the sweep adds accuracy-only trials; the timed search still measured only the ends
+    assert {t.revision_id for t in timed} == {t.revision_id for t in session.query(Trial).filter_by(job_id=plain)}
 
 
 def test_the_job_page_shows_each_case_outcome_and_the_error(session, repo, client) -> None:

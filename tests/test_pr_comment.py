@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from service.auth.principal import SYSTEM
 from service.jobs import service as jobs
 from service.jobs import views
 from service.jobs.schemas import CompareCreate
@@ -19,7 +20,7 @@ def compare(session, head_ratio: float | None) -> str:
     body = CompareCreate(repository="lib", base="HEAD~1", head="main", pr_number=7, benchmarks=[
         {"suite": "gemm", "target": "minikern.gemm:matmul",
          "shapes": ["M=256,N=256,K=256,dtype=fp32", "M=64,N=64,K=64,dtype=fp32"]}])
-    job_id = jobs.create_compare(session, body).id
+    job_id = jobs.submit_compare(session, body, SYSTEM).job.id
 
     def truth(i: int, rng: random.Random) -> dict:
         if i == 1 and head_ratio is None:
@@ -76,7 +77,7 @@ def test_a_bisect_culprit_that_sped_things_up_is_an_improvement(session, repo) -
 
     body = BisectCreate(repository="lib", good="HEAD~16", bad="main", benchmarks=[
         {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": ["M=256,N=256,K=256,dtype=fp32"]}])
-    job_id = jobs.create_bisect(session, body).id
+    job_id = jobs.create_bisect(session, body, SYSTEM).id
     run_job(session, job_id, lambda i, rng: harness_result({CASE_BIG: 2.31 if i >= 6 else 1.0}, rng))
     job = views.job_read(session, jobs.get(session, job_id))
     [culprit] = job.culprits
@@ -91,7 +92,7 @@ def test_a_missing_device_and_a_noisy_run_say_so(session, repo) -> None:
     def job_md(truth, **spec) -> str:
         body = BisectCreate(repository="lib", good="HEAD~16", bad="main", benchmarks=[
             {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": ["M=256,N=256,K=256,dtype=fp32"]}], **spec)
-        job_id = jobs.create_bisect(session, body).id
+        job_id = jobs.create_bisect(session, body, SYSTEM).id
         run_job(session, job_id, truth)
         return render_job(views.job_read(session, jobs.get(session, job_id)), URL)
 

@@ -27,9 +27,9 @@ from enum import Enum
 
 import numpy as np
 
-from service.bisect.effect import bootstrap_effect
-from service.bisect.model import BisectConfig, CaseEffect, Observation, Plan, Verdict
-from service.bisect.pairs import effective_min_effect
+from service.bisect.model import BisectConfig, CaseEffect, Observation, Plan, RevisionState, Verdict
+from service.bisect.pairs import case_noise_df, effective_min_effect
+from service.bisect.planner import step_effect
 
 # A run whose throttled samples exceed this share of its samples gets a noise warning.
 THROTTLED_SHARE = 0.05
@@ -182,8 +182,8 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
                    config: BisectConfig, detectable: float) -> CaseOutcome:
     """Both ends have values and no culprit moved the case: unchanged or inconclusive."""
     before, after = observations[0].values[case], observations[n - 1].values[case]
-    effect = bootstrap_effect(before, after, confidence=config.confidence, resamples=config.bootstrap,
-                              seed=config.seed)
+    ok = [i for i, o in observations.items() if o.state == RevisionState.ok]
+    effect = step_effect(before, after, case_noise_df(observations, ok, [case])[case], config)
     ci = (effect.ci[0], effect.ci[1])
     if not plan.done:
         return CaseOutcome(case, Outcome.inconclusive, "the search did not finish", ci=ci)

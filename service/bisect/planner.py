@@ -40,7 +40,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from service.bisect.effect import bootstrap_effect, t_effect
-from service.bisect.model import (BisectConfig, CulpritReport, Observation, Plan, RevisionState,
+from service.bisect.model import (BisectConfig, CaseEffect, CulpritReport, Observation, Plan, RevisionState,
                                   TrialRequest, Verdict)
 from service.bisect.pairs import PairJudgement, case_noise_df, judge_pairs
 from service.bisect.probes import allocate, correctness, edge_probes
@@ -86,22 +86,43 @@ def confirm_trials(config: BisectConfig, cases: int) -> int:
     return n
 
 
+def step_effect(before: Sequence[float], after: Sequence[float], noise: tuple[float, int] | None,
+                config: BisectConfig) -> CaseEffect:
+    """One case's step between two revisions: a t interval on the per-trial noise pooled over
+    all measured revisions (trials as units), or a bootstrap while no revision has two trials."""
+    if noise is None:
+        return bootstrap_effect(before, after, confidence=config.confidence, resamples=config.bootstrap,
+                                seed=config.seed)
+    return t_effect(before, after, noise=noise[0], df=noise[1], confidence=config.confidence)
+
+
 def _culprit(pair: PairJudgement, observations: Mapping[int, Observation], ok: Sequence[int],
              config: BisectConfig) -> CulpritReport:
-    """The culprit's effect on every case: a t interval on the per-trial noise pooled over all
-    measured revisions (trials as units), or a bootstrap while no revision has two trials."""
+    """The culprit's effect on every case (step_effect)."""
     before, after = observations[pair.a].values, observations[pair.b].values
     noise = case_noise_df(observations, ok, sorted(pair.raw))
-    effects = {}
-    for case in sorted(pair.raw):
-        pooled = noise[case]
-        if pooled is None:
-            effects[case] = bootstrap_effect(before[case], after[case], confidence=config.confidence,
-                                             resamples=config.bootstrap, seed=config.seed)
-        else:
-            effects[case] = t_effect(before[case], after[case], noise=pooled[0], df=pooled[1],
-                                     confidence=config.confidence)
+    effects = {case: step_effect(before[case], after[case], noise[case], config) for case in sorted(pair.raw)}
     return CulpritReport(first=pair.a + 1, last=pair.b, effects=effects)
+
+
+def _tighten_ends(observations: Mapping[int, Observation], ok: Sequence[int], counts: Mapping[int, int],
+                  config: BisectConfig, requests: _Requests, skip: set[str]) -> None:
+    """For the cases without a step: "unchanged" needs the end-to-end interval to rule out the
+    minimum effect, so while it does not (and the ends are under the cap), a block more at both
+    ends."""
+    if len(ok) < 2:
+        return
+    first, last = ok[0], ok[-1]
+    before, after = observations[first].values, observations[last].values
+    cases = sorted((set(before) & set(after)) - skip)
+    noise = case_noise_df(observations, ok, cases)
+    for case in cases:
+        ci = step_effect(before[case], after[case], noise[case], config).ci
+        if max(abs(ci[0]), abs(ci[1])) >= config.min_effect:
+            for end in (first, last):
+                if counts[end] < config.max_trials:
+                    requests.up_to(end, counts[end] + config.block)
+            return
 
 
 def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig,
@@ -164,6 +185,9 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
             culprits.append(_culprit(pair, observations, ok, config))
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
+    if not requests.wanted and not open_pairs:
+        stepped = {case for c in culprits for case, e in c.effects.items() if e.ci[0] > 0 or e.ci[1] < 0}
+        _tighten_ends(observations, ok, counts, config, requests, skip=stepped)
     wanted = requests.as_tuple()
     verdicts = {(p.a, p.b): {case: c.verdict for case, c in p.cases.items()} for p in judgements}
     return Plan(wanted, done=not wanted, culprits=tuple(culprits), correctness=tuple(findings),

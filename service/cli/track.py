@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from service.cli.follow import CLIError
+from service.cli.errors import CLIError
 from service.db import session_scope
 from service.errors import PerfbisectError
 from service.settings import get_settings

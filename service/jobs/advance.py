@@ -20,6 +20,7 @@ from service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, 
 from service.bisect.progress import expected_trials
 from service.errors import NotFound
 from service.jobs import outcome, repository, sweep
+from service.trials.repository import samples_of
 from service.repos.repository import revisions_by_sha
 from service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
 
@@ -164,8 +165,9 @@ def advance(session: Session, job_id: int) -> Round:
         findings = sweep.findings(trials, job.revision_shas) if job.spec.get("check_accuracy") else plan.correctness
         _write_culprits(session, job, plan, findings, timed, observations)
         job.progress["correctness"] = len(findings)
+        raw = samples_of(session, [m.id for t in trials for m in t.measurements])
         job.status, job.error, job.result = outcome.conclude(job.revision_shas, job.spec, trials, observations,
-                                                             plan, config)
+                                                             plan, config, raw)
         job.finished_at = utcnow()
         return Round([], finished=True)
     if job.status == JobStatus.queued:

@@ -12,7 +12,7 @@ Status semantics (README, "Outcomes and exit codes"):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.bisect import BisectConfig, Observation, Plan
@@ -57,8 +57,9 @@ def failures_from(trials: Sequence[Trial], shas: Sequence[str]) -> list[Failure]
     return out
 
 
-def noise_inputs(trials: Sequence[Trial]) -> dict[str, CaseNoise]:
-    """Per case: the control's per-trial metric grouped by revision, samples kept and throttled."""
+def noise_inputs(trials: Sequence[Trial], raw: Mapping[int, dict]) -> dict[str, CaseNoise]:
+    """Per case: the control's per-trial metric grouped by revision, samples kept and throttled
+    (from `raw`: measurement id -> its raw samples)."""
     control: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     throttled: dict[str, int] = defaultdict(int)
     samples: dict[str, int] = defaultdict(int)
@@ -69,8 +70,9 @@ def noise_inputs(trials: Sequence[Trial]) -> dict[str, CaseNoise]:
             name = m.case.name
             if m.control_value is not None:
                 control[name][trial.revision_id].append(m.control_value)
-            throttled[name] += int((m.samples or {}).get("dropped_throttled") or 0)
-            samples[name] += len((m.samples or {}).get("ratio") or ())
+            kept = raw.get(m.id) or {}
+            throttled[name] += int(kept.get("dropped_throttled") or 0)
+            samples[name] += len(kept.get("ratio") or ())
     names = set(control) | set(samples)
     return {n: CaseNoise(tuple(control[n].values()), throttled[n], samples[n]) for n in names}
 
@@ -126,11 +128,13 @@ def summary(outcome: JobOutcome) -> str | None:
 
 
 def conclude(shas: Sequence[str], spec: dict[str, Any], trials: Sequence[Trial],
-             observations: dict[int, Observation], plan: Plan, config: BisectConfig) -> tuple[JobStatus, str | None, dict]:
-    """(status, error, result JSON) of a job whose planner is done (or gave up)."""
+             observations: dict[int, Observation], plan: Plan, config: BisectConfig,
+             raw: Mapping[int, dict]) -> tuple[JobStatus, str | None, dict]:
+    """(status, error, result JSON) of a job whose planner is done (or gave up); `raw` holds
+    the measurements' raw samples (for the noise report)."""
     failures = failures_from(trials, shas)
     cases = [c["name"] for c in spec["cases"]]
-    outcome = decide(len(shas), observations, plan, config, cases, failures, noise_inputs(trials))
+    outcome = decide(len(shas), observations, plan, config, cases, failures, noise_inputs(trials, raw))
     status = STATUS_OF.get(outcome.verdict, JobStatus.succeeded)
     error = summary(outcome)
     if not plan.done:
