@@ -68,6 +68,7 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
         return add_worker_phases(failure(status, build.log_tail), checkout_s, build.seconds), build.seconds
     caches = caches_for(settings, sha, env)
+    box.give(caches.jit_dir, caches.reference_dir)  # the sandbox user fills the revision's caches
     if settings.trial_launcher == "fork-server":
         # Trusted repositories only: forked from a server that has imported torch (seconds saved
         # per trial), with the slot's scrubbed environment but not the sandbox's user switch,
