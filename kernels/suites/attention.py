@@ -5,8 +5,6 @@ scaled_dot_product_attention. The target is called as target(q, k, v, causal).
 """
 from __future__ import annotations
 
-import torch
-
 from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 # The reference covers at most this many (batch, head) pairs, in query blocks, so the
@@ -45,15 +43,21 @@ class AttentionSuite(Suite):
         return fn(*inputs, params["causal"])
 
     def control(self, inputs, params):
+        import torch
+
         q, k, v = inputs
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=params["causal"])
 
     def check_output(self, out, inputs, params):
+        import torch
+
         if not isinstance(out, torch.Tensor) or out.shape != inputs[0].shape:
             return out
         return out.flatten(0, 1)[:REF_HEADS]
 
     def reference(self, inputs, params):
+        import torch
+
         q, k, v = (t.flatten(0, 1)[:REF_HEADS] for t in inputs)
         # fp64 for fp32 inputs, fp32 (ample against bf16/fp16 tolerances) otherwise
         hi = torch.float64 if q.dtype in (torch.float32, torch.float64) else torch.float32

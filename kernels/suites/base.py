@@ -3,18 +3,22 @@
 A suite knows how to make inputs for a case, count its work (FLOPs or bytes), call a
 target with the suite's calling convention, run the vendor control, and compute a
 reference in higher precision for the accuracy check.
+
+torch is imported inside the functions that run a case, never at import: the service validates
+suites and shapes (and the CLI starts) without loading torch.
 """
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from kernels.cases import canonical_dtype
 
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                "fp64": torch.float64}
+if TYPE_CHECKING:
+    import torch
+
+# Bytes per element of each canonical dtype (footprints are checked without torch).
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
 
 # Relative Frobenius error allowed per dtype. fp32 allows for tf32 tensor-core dots
 # (Triton's default for fp32 on NVIDIA GPUs, about 3e-4).
@@ -22,7 +26,10 @@ DEFAULT_TOLERANCE = {"fp32": 2e-3, "fp16": 1e-2, "bf16": 2e-2, "fp64": 1e-9}
 
 
 def torch_dtype(params: Mapping[str, Any]) -> torch.dtype:
-    return TORCH_DTYPES[canonical_dtype(params.get("dtype", "bf16"))]
+    import torch
+
+    return getattr(torch, {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}[
+        canonical_dtype(params.get("dtype", "bf16"))])
 
 
 def resolve_callable(ref: str) -> Callable:
@@ -40,6 +47,8 @@ def resolve_callable(ref: str) -> Callable:
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64; inf for a wrong shape or any NaN/inf."""
+    import torch
+
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(ref.shape):
         return float("inf")
     diff = out.detach().to(torch.float64) - ref.to(torch.float64)
@@ -117,11 +126,13 @@ class Suite:
 
 
 def element_bytes(params: Mapping[str, Any]) -> int:
-    return torch_dtype(params).itemsize
+    return ELEMENT_BYTES[canonical_dtype(params.get("dtype", "bf16"))]
 
 
 def randn(shape, dtype: torch.dtype, device: str, gen: torch.Generator, scale: float = 1.0):
     """Random normal inputs from the trial's generator (on the device), never zeros."""
+    import torch
+
     x = torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
     if scale != 1.0:
         x.mul_(scale)

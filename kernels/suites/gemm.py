@@ -1,8 +1,6 @@
 """GEMM: C = A @ B. FLOPs 2*M*N*K; control torch.matmul (cuBLAS on NVIDIA GPUs)."""
 from __future__ import annotations
 
-import torch
-
 from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 
@@ -24,9 +22,13 @@ class GemmSuite(Suite):
         return (m * k + k * n + m * n) * element_bytes(params)
 
     def control(self, inputs, params):
+        import torch
+
         return torch.matmul(*inputs)
 
     def reference(self, inputs, params):
+        import torch
+
         a, b = inputs
         # fp64 on the CPU is slow for big shapes and tf32 would be too coarse: use
         # float64 everywhere, on the inputs' device (H200 fp64 is fast enough).

@@ -5,14 +5,14 @@ write y). Control: torch's own rms_norm.
 """
 from __future__ import annotations
 
-import torch
-
 from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 EPS = 1e-6
 
 
 def torch_rms_norm(x, weight, eps):
+    import torch
+
     fn = getattr(torch.nn.functional, "rms_norm", None)
     if fn is not None:
         return fn(x, (x.shape[-1],), weight, eps)
@@ -26,6 +26,8 @@ class RmsNormSuite(Suite):
     shape_keys = ("M", "N")
 
     def make_inputs(self, params, device, gen):
+        import torch
+
         dtype = torch_dtype(params)
         x = randn((params["M"], params["N"]), dtype, device, gen)
         # weights around 1 but not all ones, so a kernel that ignores them is caught
@@ -33,8 +35,7 @@ class RmsNormSuite(Suite):
         return x, w, EPS
 
     def work(self, params) -> float:
-        item = torch.empty((), dtype=torch_dtype(params)).element_size()
-        return float(item * (2 * params["M"] * params["N"] + params["N"]))
+        return float(element_bytes(params) * (2 * params["M"] * params["N"] + params["N"]))
 
     def footprint_bytes(self, params) -> int:
         # x and y [M, N], the weight [N]
@@ -44,6 +45,8 @@ class RmsNormSuite(Suite):
         return torch_rms_norm(*inputs)
 
     def reference(self, inputs, params):
+        import torch
+
         x, w, eps = inputs
         xd = x.to(torch.float64)
         return xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * w.to(torch.float64)
