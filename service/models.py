@@ -113,6 +113,31 @@ class Case(Base):
     params: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
+class SuiteSource(Base):
+    """A suite file sent with a request (not in the repository), stored once by its sha256; the
+    workers read it from here and apply it to every revision."""
+
+    __tablename__ = "suite_sources"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    content: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class BenchmarkSet(Base):
+    """A named set of cases registered on a repository (suites, targets, shape presets): a job
+    that names it measures its cases."""
+
+    __tablename__ = "benchmark_sets"
+    __table_args__ = (UniqueConstraint("repository_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    cases: Mapped[list[Any]] = mapped_column(doc="resolved cases, as a job spec lists them")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 # Open jobs (queued, running) with the same normalized request are one job: a partial unique
 # index, so two identical concurrent submissions cannot both insert (migration 0002_security).
 OPEN_JOB = text("status IN ('queued', 'running')")

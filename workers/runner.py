@@ -37,11 +37,15 @@ def device_of(device_class: str) -> str:
 
 
 def harness_spec(cases: list[dict[str, Any]], device_class: str, policy: dict[str, Any] | None,
-                 sha: str | None = None) -> dict[str, Any]:
+                 sha: str | None = None, suite_sources: dict[str, str] | None = None) -> dict[str, Any]:
     """The trial spec; every trial of one revision gets the same seed (from its sha), so the
-    revision's accuracy reference is computed once."""
-    spec: dict[str, Any] = {"cases": [{k: c[k] for k in ("suite", "target", "params")} for c in cases],
+    revision's accuracy reference is computed once. `suite_sources` (sha256 -> text) are the
+    suite files sent with the job: the harness runner writes them next to the trial."""
+    spec: dict[str, Any] = {"cases": [{k: c[k] for k in ("suite", "target", "params", "source") if k in c}
+                                      for c in cases],
                             "device": device_of(device_class), "cold": True}
+    if suite_sources:
+        spec["suite_sources"] = suite_sources
     if sha is not None:
         spec["seed"] = revision_seed(sha)
     if policy:
@@ -89,7 +93,7 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
     repository code runs; when it says so, everything the trial started is killed."""
     settings = get_settings()
     mirror = Mirror(settings.mirrors_dir.resolve(), work.repo_name, work.repo_url)
-    spec = harness_spec(work.cases, work.device_class, work.policy, work.sha)
+    spec = harness_spec(work.cases, work.device_class, work.policy, work.sha, work.suite_sources)
     if work.accuracy_only:
         spec["accuracy_only"] = True  # a correctness sweep: the accuracy check, no timing loop
     try:

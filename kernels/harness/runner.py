@@ -52,6 +52,21 @@ def _child_env(import_dir: Path, cache_env: dict[str, str], env: dict | None, ba
     return child
 
 
+def _write_suite_sources(spec: dict, folder: Path) -> dict:
+    """The suite files sent with the job (spec["suite_sources"], sha256 -> text) written into the
+    trial's own directory, outside the worktree: the child imports them from spec["suite_files"]."""
+    sources = spec.get("suite_sources") or {}
+    if not sources:
+        return spec
+    folder.mkdir()
+    files = {}
+    for sha, content in sources.items():
+        path = folder / f"suite_{sha[:16]}.py"
+        path.write_text(content, encoding="utf-8")
+        files[sha] = str(path)
+    return {**{k: v for k, v in spec.items() if k != "suite_sources"}, "suite_files": files}
+
+
 @dataclass(frozen=True)
 class Launched:
     """How the child ended: its exit code (None when it was killed), the tail of its output,
@@ -115,6 +130,7 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
                 cache_env = {"TRITON_CACHE_DIR": str(tmp_path / "triton-cache")}
             if not worktree.is_dir():
                 raise FileNotFoundError(f"worktree {worktree} does not exist")
+            spec = _write_suite_sources(spec, tmp_path / "suites")
             import_dir = (worktree / import_root).resolve()
             launched_at = time.time()
             spec_path.write_text(json.dumps({**spec, "launched_at": launched_at}))

@@ -57,8 +57,9 @@ def resolve_targets(spec: dict, repo_root: Path) -> list[tuple]:
     """(case, suite, params, callable) per case. Import failures of a target propagate;
     unknown suites and bad params raise ValueError."""
     prepared = []
+    source_files = spec.get("suite_files") or {}  # sha256 -> path, written by the parent (runner.py)
     for case in spec["cases"]:
-        suite = get_suite(case["suite"], repo_root)
+        suite = get_suite(case["suite"], repo_root, source_file=source_files.get(case.get("source")))
         params = suite.validate(case.get("params", {}))
         fn = suite.resolve_target(case["target"])
         if case.get("adapter"):

@@ -2,6 +2,11 @@
 
     get_suite("gemm")                              -> GemmSuite
     get_suite("file:bench/ln_bwd.py", repo_root)   -> CustomSuite loaded from the repo
+    get_suite("source:ln_bwd.py@3f2a9c1b7d0e", source_file=PATH)
+                                                   -> CustomSuite loaded from a file kept outside
+                                                      the repository (the same at every revision)
+
+Importing this package does not import torch (the suites import it when they run a case).
 """
 from __future__ import annotations
 
@@ -14,33 +19,39 @@ from kernels.suites.rmsnorm import RmsNormSuite
 
 BUILTIN_SUITES = {"gemm": GemmSuite, "attention": AttentionSuite, "rmsnorm": RmsNormSuite}
 FILE_PREFIX = "file:"
+SOURCE_PREFIX = "source:"  # a suite file sent with the job, stored by sha256
 
 
 class UnknownSuite(ValueError):
     """No built-in suite of that name, or a custom suite file that cannot be used."""
 
 
-def get_suite(name: str, repo_root: str | Path | None = None) -> Suite:
+def get_suite(name: str, repo_root: str | Path | None = None, source_file: str | Path | None = None) -> Suite:
     """Resolve a suite name. Raises UnknownSuite (a ValueError) with a message.
 
-    A custom file ('file:relative/path.py') is imported, which runs its code: only call
-    this with repo_root set to a checked-out, registered repository.
+    A custom file ('file:relative/path.py' inside repo_root, or 'source:...' at `source_file`)
+    is imported, which runs its code: only call this in a trial's process.
     """
     if name in BUILTIN_SUITES:
         return BUILTIN_SUITES[name]()
-    if isinstance(name, str) and name.startswith(FILE_PREFIX):
+    custom = isinstance(name, str) and name.startswith((FILE_PREFIX, SOURCE_PREFIX))
+    if not custom:
+        known = ", ".join(sorted(BUILTIN_SUITES))
+        raise UnknownSuite(f"unknown suite {name!r}: use one of {known} or 'file:path/in/repo.py'")
+    from kernels.suites.custom import CustomSuite, import_suite_file, load_suite_file
+
+    try:
+        if name.startswith(SOURCE_PREFIX):
+            if source_file is None:
+                raise UnknownSuite(f"suite {name!r} needs its file (sent with the job) to load")
+            return CustomSuite(name, import_suite_file(Path(source_file)))
         if repo_root is None:
             raise UnknownSuite(f"custom suite {name!r} needs the repository checkout to load")
-        from kernels.suites.custom import CustomSuite, load_suite_file
-        relpath = name[len(FILE_PREFIX):]
-        try:
-            return CustomSuite(name, load_suite_file(Path(repo_root), relpath))
-        except UnknownSuite:
-            raise
-        except ValueError as exc:
-            raise UnknownSuite(str(exc)) from exc
-    known = ", ".join(sorted(BUILTIN_SUITES))
-    raise UnknownSuite(f"unknown suite {name!r}: use one of {known} or 'file:path/in/repo.py'")
+        return CustomSuite(name, load_suite_file(Path(repo_root), name[len(FILE_PREFIX):]))
+    except UnknownSuite:
+        raise
+    except ValueError as exc:
+        raise UnknownSuite(str(exc)) from exc
 
 
-__all__ = ["BUILTIN_SUITES", "Suite", "UnknownSuite", "get_suite", "resolve_callable"]
+__all__ = ["BUILTIN_SUITES", "FILE_PREFIX", "SOURCE_PREFIX", "Suite", "UnknownSuite", "get_suite", "resolve_callable"]

@@ -1,4 +1,6 @@
-"""Custom suites from a Python file inside the repository ('file:bench/ln_bwd.py').
+"""Custom suites from a Python file: inside the repository ('file:bench/ln_bwd.py'), or kept
+outside it and sent with the job ('source:ln_bwd.py@<sha256 prefix>'), then imported from the
+trial's own directory at every revision, with the revision's import root on sys.path.
 
 The file follows the same protocol as the built-in suites, as module-level names:
 
@@ -34,6 +36,11 @@ def load_suite_file(repo_root: Path, relpath: str) -> ModuleType:
         raise ValueError(f"custom suite {relpath!r} must be a path inside the repository")
     if not path.is_file():
         raise ValueError(f"custom suite file {relpath!r} not found in the repository")
+    return import_suite_file(path)
+
+
+def import_suite_file(path: Path) -> ModuleType:
+    """Import a suite file by path (its code runs: only in a trial's process)."""
     spec = importlib.util.spec_from_file_location(f"perfbisect_suite_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

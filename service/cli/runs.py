@@ -194,7 +194,7 @@ def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str],
     from pydantic import ValidationError
 
     from service.jobs.schemas import Benchmark
-    from service.jobs.service import resolve_cases
+    from service.suites.service import resolve_cases
     from workers.checkout import GitError, Mirror
     from workers.runner import harness_spec, run_in_slot
     from workers.sandbox import SandboxError, slot

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -18,14 +19,44 @@ Target = text(300, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 Ref = text(255, min_length=1)  # validated as a git ref (never an option) before git sees it
 RepositoryName = text(100, min_length=1)
 DeviceClass = text(40, pattern=r"^[a-z0-9_-]{1,40}$")
+SetName = text(100, min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+# A suite file sent with the request: stored once by its sha256, shipped to the workers in the
+# database, applied unchanged to every revision.
+MAX_SUITE_SOURCE_BYTES = 256 * 1024
+SOURCE_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}"
 
 
 class Benchmark(BaseModel):
     """One suite and target, with the shapes that matter."""
 
-    suite: text(200, min_length=1) = Field(examples=["gemm"], description="gemm, attention, rmsnorm or file:path/in/repo.py")
+    suite: text(200, min_length=1) | None = Field(
+        default=None, examples=["gemm"],
+        description="gemm, attention, rmsnorm or file:path/in/repo.py; with suite_source, a label for it (its file name)")
+    suite_source: str | None = Field(
+        default=None, description=f"the text of a suite file kept outside the repository (at most "
+        f"{MAX_SUITE_SOURCE_BYTES} bytes of UTF-8), applied to every revision")
     target: Target = Field(examples=["minikern.gemm:matmul"])
     shapes: Shapes = Field(examples=[["M=512,N=512,K=512,dtype=fp32"]])
+
+    @model_validator(mode="after")
+    def _suite_or_source(self) -> Benchmark:
+        if self.suite_source is None:
+            if self.suite is None:
+                raise ValueError("give a suite (gemm, attention, rmsnorm, file:path/in/repo.py) or a suite_source")
+            return self
+        try:
+            size = len(self.suite_source.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError("suite_source is not valid Unicode (lone surrogate)") from None
+        if size > MAX_SUITE_SOURCE_BYTES:
+            raise ValueError(f"suite_source is {size} bytes, over the limit of {MAX_SUITE_SOURCE_BYTES}")
+        if "\x00" in self.suite_source:
+            raise ValueError("suite_source holds a NUL byte: send the text of a Python file")
+        label = self.suite or "suite.py"
+        if not re.fullmatch(SOURCE_LABEL, label):
+            raise ValueError(f"with suite_source, suite is a file name label (letters, digits, '_', '.', '-'), not {label!r}")
+        self.suite = label
+        return self
 
 
 class HarnessPolicy(BaseModel):
@@ -65,19 +96,24 @@ class BisectCreate(BaseModel):
     workers: int = Field(default=1, ge=1, le=64, description="revisions measured per round")
     max_trials: int | None = Field(default=None, ge=5, le=100, description="5 is the fewest that can reach p < 0.01")
     policy: HarnessPolicy | None = Field(default=None, description="harness sample policy override")
+    benchmark_set: SetName | None = Field(default=None, description="a benchmark set registered on the repository: "
+                                          "its suites, targets and shape presets")
     check_accuracy: bool = Field(default=False, description="also check accuracy at every revision of the range "
                                  "(accuracy-only trials, no timing loop, run side by side with the search)")
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:
         single = (self.suite, self.target, self.shapes)
-        if self.benchmarks and any(v is not None for v in single):
-            raise ValueError("give either suite/target/shapes or benchmarks, not both")
-        if not self.benchmarks:
+        given = [any(v is not None for v in single), bool(self.benchmarks), self.benchmark_set is not None]
+        if sum(given) > 1:
+            raise ValueError("give one of suite/target/shapes, benchmarks or benchmark_set, not several")
+        if given[0]:
             if any(v is None for v in single):
-                raise ValueError("suite, target and shapes are required (or give benchmarks)")
+                raise ValueError("suite, target and shapes are required (or give benchmarks or benchmark_set)")
             self.benchmarks = [Benchmark(suite=self.suite, target=self.target, shapes=self.shapes)]
             self.suite = self.target = self.shapes = None
+        elif not any(given):
+            raise ValueError("suite, target and shapes are required (or give benchmarks or benchmark_set)")
         return self
 
 
@@ -87,11 +123,18 @@ class CompareCreate(BaseModel):
     repository: RepositoryName
     base: Ref
     head: Ref
-    benchmarks: list[Benchmark] = Field(min_length=1, max_length=32)
+    benchmarks: list[Benchmark] | None = Field(default=None, min_length=1, max_length=32)
+    benchmark_set: SetName | None = Field(default=None, description="instead of benchmarks: a set registered on the repository")
     device_class: DeviceClass = "cpu"
     min_effect: float = Field(default=0.02, gt=0, lt=1)
     metric: Literal["ratio", "raw"] = "ratio"
     pr_number: Id | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> CompareCreate:
+        if (self.benchmarks is None) == (self.benchmark_set is None):
+            raise ValueError("give benchmarks or benchmark_set (one of them)")
+        return self
 
 
 class CaseEffectRead(BaseModel):

@@ -18,71 +18,22 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from kernels.cases import case_name, normalise_params, parse_shape
-from kernels.suites import Suite, UnknownSuite, get_suite
 from service.auth.principal import SYSTEM, Principal
 from service.db import insert_or_skip
 from service.errors import BadRequest, Conflict, Forbidden, NotFound
 from service.jobs import repository
-from service.jobs.schemas import Benchmark, BisectCreate, CompareCreate
+from service.jobs.schemas import BisectCreate, CompareCreate
 from service.models import Case, IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
 from service.repos import service as repos
 from service.settings import get_settings
+from service.suites import service as suites
 from workers.checkout import GitError
-
-
-MAX_CASES = 256
-CASE_NAME_LENGTH = 300  # cases.name
 
 
 @dataclass(frozen=True)
 class Submission:
     job: Job
     created: bool  # False: an open job of the same request, or the job of the same Idempotency-Key
-
-
-def _check_footprint(suite: Suite, params: dict[str, Any], shape: Any) -> None:
-    """A case whose tensors cannot fit any device is refused now, not as a failed trial later."""
-    limit_gib = get_settings().max_case_gib
-    need = suite.footprint_bytes(params)
-    if need is not None and need > limit_gib * 2**30:
-        raise BadRequest(f"shape {shape!r} for suite {suite.name!r} needs {need / 2**30:.3g} GiB for its inputs "
-                         f"and output, over the limit of {limit_gib:g} GiB (PERFBISECT_MAX_CASE_GIB)")
-
-
-def resolve_cases(benchmarks: list[Benchmark]) -> list[dict[str, Any]]:
-    """Validate suites and shapes; return the cases as {suite, target, params, name}, normalised
-    once here (dtype aliases, the suite's defaults, key order) so that the stored name is the one
-    the harness reports. Raises BadRequest naming the bad suite or shape, a case too large for
-    the memory limit, or too many cases."""
-    cases: list[dict[str, Any]] = []
-    for bench in benchmarks:
-        custom = bench.suite.startswith("file:")
-        if custom:
-            if not bench.suite[5:] or ".." in bench.suite or bench.suite[5:].startswith("/"):
-                raise BadRequest(f"custom suite {bench.suite!r} must be file:<relative path inside the repository>")
-        else:
-            try:
-                suite = get_suite(bench.suite)
-            except UnknownSuite as exc:
-                raise BadRequest(str(exc)) from exc
-        for shape in bench.shapes:
-            try:
-                params = normalise_params(parse_shape(shape) if isinstance(shape, str) else shape)
-                if not custom:
-                    params = suite.validate(params)
-                    _check_footprint(suite, params, shape)
-            except (ValueError, TypeError) as exc:
-                raise BadRequest(f"shape {shape!r} for suite {bench.suite!r}: {exc}") from exc
-            name = case_name(bench.suite, params)
-            if len(name) > CASE_NAME_LENGTH:
-                raise BadRequest(f"case {name[:80]!r}... is longer than {CASE_NAME_LENGTH} characters")
-            if any(c["name"] == name and c["target"] == bench.target for c in cases):
-                raise BadRequest(f"case {name!r} is listed twice")
-            cases.append({"suite": bench.suite, "target": bench.target, "params": params, "name": name})
-    if len(cases) > MAX_CASES:
-        raise BadRequest(f"{len(cases)} cases in one job: at most {MAX_CASES}")
-    return cases
 
 
 def check_device_class(name: str) -> None:
@@ -129,6 +80,9 @@ def _create(session: Session, kind: JobKind, repo: Repository, spec: dict[str, A
         return Submission(existing, created=False)
     repos.record_revisions(session, repo, commits)
     _store_cases(session, repo, spec["cases"])
+    sources = suites.sources_read(session, spec["cases"])
+    if sources:  # shown with the job (JSON and page): which suite file, by content hash
+        spec = {**spec, "suite_sources": [s.model_dump() for s in sources]}
     job = Job(kind=kind, repository_id=repo.id, spec=spec, revision_shas=[c.sha for c in commits],
               status=JobStatus.queued, progress={"revisions": len(commits), "measured": 0, "trials": 0},
               submitter_token_id=submitter.token_id, request_hash=request_hash)
@@ -190,7 +144,7 @@ def create_bisect(session: Session, data: BisectCreate, submitter: Principal) ->
 def _bisect(session: Session, data: BisectCreate, submitter: Principal) -> Submission:
     """Validate everything first (repository, suites, shapes, device class, refs, range), then write."""
     repo = repos.get(session, data.repository)
-    cases = resolve_cases(data.benchmarks or [])
+    cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
     check_device_class(data.device_class)
     good_sha, bad_sha, commits = _range(repo, data.good, data.bad)
     spec = {
@@ -206,7 +160,7 @@ def _bisect(session: Session, data: BisectCreate, submitter: Principal) -> Submi
 def _compare(session: Session, data: CompareCreate, submitter: Principal) -> Submission:
     """A PR's head against its base: a two-revision job that the same planner decides."""
     repo = repos.get(session, data.repository)
-    cases = resolve_cases(data.benchmarks)
+    cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
     check_device_class(data.device_class)
     mirror = repos.mirror_of(repo)
     try:

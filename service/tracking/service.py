@@ -19,6 +19,7 @@ from service.errors import BadRequest, Conflict, NotFound
 from service.jobs import service as jobs
 from service.models import Job, Repository, TrackedBranch, TrackTrigger, Trial, TrialStatus, utcnow
 from service.repos import service as repos
+from service.suites import service as suites
 from service.tracking import repository
 from service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead
 from service.webhooks.service import match_repository
@@ -51,7 +52,7 @@ def create(session: Session, data: TrackedBranchCreate) -> TrackedBranch:
     """Validate the repository, the benchmark set and the branch, then write. Raises NotFound,
     BadRequest (bad suite or shape, a branch that does not resolve), Conflict (already tracked)."""
     repo = repos.get(session, data.repository)
-    cases = jobs.resolve_cases(data.benchmarks)
+    cases = suites.cases_for(session, repo, data.benchmarks)
     mirror = _mirror(repo, fetch=True)
     try:
         mirror.resolve(f"refs/heads/{data.branch}")

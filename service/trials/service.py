@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from service.jobs import repository as jobs_repo
 from service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
 from service.settings import get_settings
+from service.suites import service as suites
 from service.trials import repository as trials_repo
 
 
@@ -44,6 +45,7 @@ class TrialWork:
     policy: dict[str, Any] | None
     attempt: int = 1
     accuracy_only: bool = False
+    suite_sources: dict[str, str] = field(default_factory=dict)  # sha256 -> text of the suite files sent with the job
 
 
 def beating(trial: Trial, now: datetime, timeout_s: float) -> bool:
@@ -78,6 +80,7 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
         sha=session.get_one(Revision, trial.revision_id).sha, cases=job.spec["cases"], device_class=trial.device_class, policy=job.spec.get("policy"),
         attempt=trial.attempts,
         accuracy_only=trial.accuracy_only,
+        suite_sources=suites.sources_of(session, job.spec["cases"]),
     )
 
 
