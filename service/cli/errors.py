@@ -14,3 +14,14 @@ class Interrupted(Exception):
     def __init__(self, job_id: int, message: str) -> None:
         super().__init__(message)
         self.job_id, self.message = job_id, message
+
+
+def validation_message(exc) -> str:
+    """A pydantic ValidationError as the API words it: 'field: message; ...', without pydantic's
+    'Value error, ' prefix (the message is the schema's own)."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)

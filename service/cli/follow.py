@@ -19,7 +19,7 @@ from service.db import session_scope
 from service.errors import PerfbisectError
 from service.jobs import advance, views
 from service.jobs import service as jobs
-from service.jobs.schemas import BisectCreate, JobRead
+from service.jobs.schemas import BisectCreate, CompareCreate, JobRead
 from service.settings import get_settings
 from workers import dispatch
 from workers.tasks import advance_job
@@ -27,20 +27,21 @@ from workers.tasks import advance_job
 FINISHED = ("succeeded", "inconclusive", "failed", "cancelled")
 
 
-def submit_local(request: BisectCreate) -> int:
+def submit_local(request: BisectCreate | CompareCreate) -> int:
     """Create the job in one transaction, then (after commit) queue its first planning round.
     Embedded, an identical open job can only be one left by a CLI process that ended (tasks run
     in the process that submitted them): it is cancelled and replaced."""
     from service.cli.tokens import local_principal
 
     principal = local_principal()
+    submit = jobs.submit_compare if isinstance(request, CompareCreate) else jobs.submit_bisect
     try:
         with session_scope() as session:
-            submission = jobs.submit_bisect(session, request, principal)
+            submission = submit(session, request, principal)
             if not submission.created and get_settings().embedded:
                 jobs.cancel(session, submission.job.id, principal)
                 session.flush()
-                submission = jobs.submit_bisect(session, request, principal)
+                submission = submit(session, request, principal)
             job_id = submission.job.id
     except PerfbisectError as exc:
         raise CLIError(exc.message) from exc
@@ -99,8 +100,9 @@ def _call(method: str, url: str, **kw) -> httpx.Response:
     return response
 
 
-def submit_remote(api: str, request: BisectCreate) -> int:
-    return _call("POST", f"{api}/api/jobs/bisect", json=request.model_dump(exclude_none=True), timeout=120).json()["id"]
+def submit_remote(api: str, request: BisectCreate | CompareCreate) -> int:
+    kind = "compare" if isinstance(request, CompareCreate) else "bisect"
+    return _call("POST", f"{api}/api/jobs/{kind}", json=request.model_dump(exclude_none=True), timeout=120).json()["id"]
 
 
 def read_remote(api: str, job_id: int) -> JobRead:

@@ -1,4 +1,4 @@
-"""`perfbisect`: serve, worker, db, bisect, demo, measure, simulate, jobs."""
+"""`perfbisect`: serve, worker, db, bisect, compare, repo, demo, measure, simulate, jobs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 
 from service.cli.changepoints import changepoints
+from service.cli.repo import repo_app
+from service.cli.submit import SuiteFileOpt, bisect, compare
 from service.cli.errors import CLIError, Interrupted
 from service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
 from service.cli.tokens import app as token_app
@@ -26,6 +28,9 @@ app.add_typer(db_app, name="db")
 app.command("changepoints")(changepoints)
 app.add_typer(token_app, name="token")
 app.add_typer(track_app, name="track")
+app.add_typer(repo_app, name="repo")
+app.command()(bisect)
+app.command()(compare)
 console = Console(stderr=True, soft_wrap=True)  # one message, one line: no wrapping at 80 columns
 
 
@@ -142,50 +147,6 @@ def worker(
 
 
 @app.command()
-def bisect(
-    repo: Annotated[str, typer.Option(help="registered repository name, or a local path to register")],
-    good: Annotated[str, typer.Option(help="ref where performance was good")],
-    bad: Annotated[str, typer.Option(help="later ref where it is bad")],
-    suite: Annotated[str, typer.Option(help="gemm, attention, rmsnorm or file:path.py")],
-    target: Annotated[str, typer.Option(help="module:function inside the repository")],
-    shape: Annotated[list[str], typer.Option(help="repeatable, e.g. M=8192,N=8192,K=8192,dtype=bf16")],
-    device_class: str = "cpu",
-    min_effect: float = 0.02,
-    metric: str = "ratio",
-    workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
-    build: Annotated[Optional[str], typer.Option(help="build command, when registering a path")] = None,
-    policy: Annotated[Optional[str], typer.Option(help='harness sample policy as JSON, e.g. {"max_time_s": 0.5}')] = None,
-    check_accuracy: Annotated[bool, typer.Option(
-        help="also check accuracy at every revision (accuracy-only trials, side by side with the search)")] = False,
-    api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="use this API server")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
-    fail_on: Annotated[FailOn, typer.Option(help="exit 1 when the verdict is a regression (or any change)")] = FailOn.never,
-    wide: Annotated[bool, typer.Option(help="one table row per case, wider than 100 columns")] = False,
-) -> None:
-    """Bisect good..bad, follow its progress, print every culprit with the step per shape.
-
-    Exit codes: 0 a verdict for every case, 1 --fail-on matched, 2 bad input or unreachable
-    service, 3 a case could not be measured, 4 inconclusive, 5 cancelled, 130 Ctrl-C."""
-    from pydantic import ValidationError
-
-    from service.cli import runs
-    from service.jobs.schemas import BisectCreate
-
-    try:
-        request = BisectCreate(repository=repo, good=good, bad=bad, suite=suite, target=target, shapes=shape,
-                               device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
-                               policy=json.loads(policy) if policy else None, check_accuracy=check_accuracy)
-    except json.JSONDecodeError as exc:
-        fail(f"--policy is not JSON: {exc}")
-    except ValidationError as exc:
-        fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
-    with user_errors():
-        job = runs.run_bisect(request, api=api, build=build, show_progress=not as_json, console=console)
-    runs.print_job(job, as_json, wide=wide)
-    raise typer.Exit(exit_code(job, fail_on))
-
-
-@app.command()
 def demo(
     path: Annotated[Path, typer.Option(help="where to write the demo kernel repository")] = Path("var/demo/minikern"),
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
@@ -228,9 +189,10 @@ def demo_repo(path: Path) -> None:
 def measure(
     repo: Annotated[Path, typer.Option(help="path of a git repository")],
     rev: Annotated[str, typer.Option(help="revision to measure")],
-    suite: str = typer.Option(...),
     target: str = typer.Option(...),
     case: Annotated[list[str], typer.Option(help="repeatable shape, e.g. M=512,N=512,K=512,dtype=fp32")] = ...,
+    suite: Annotated[Optional[str], typer.Option(help="gemm, attention, rmsnorm or file:path/in/repo.py")] = None,
+    suite_file: SuiteFileOpt = None,
     device: str = "cpu",
     build: Optional[str] = None,
     import_root: str = ".",
@@ -238,9 +200,13 @@ def measure(
 ) -> None:
     """Run one trial (a fresh process, cold caches, control interleaved) and print it."""
     from service.cli import runs
+    from service.cli.submit import benchmarks_of
 
     with user_errors():
-        result = runs.run_measure(repo, rev, suite, target, case, device, build, import_root)
+        if suite is None and suite_file is None:
+            raise CLIError("give --suite or --suite-file")
+        (bench,) = benchmarks_of(suite, suite_file, target, case)
+        result = runs.run_measure(repo, rev, bench, device, build, import_root)
     if as_json:
         print(json.dumps(result, indent=2))
     else:

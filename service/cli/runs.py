@@ -6,6 +6,7 @@ import json
 import re
 import tempfile
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from service.cli.follow import (CLIError, Interrupted, cancel_local, embedded_st
                                 read_remote, submit_local, submit_remote)
 from service.db import session_scope
 from service.errors import PerfbisectError
-from service.jobs.schemas import BisectCreate, JobRead
+from service.jobs.schemas import BisectCreate, CompareCreate, JobRead
 from service.reports.culprits import report_lines
 from service.settings import get_settings
 
@@ -31,9 +32,23 @@ def prepare_database() -> None:
     prepare()
 
 
-def register_path(path: Path, build: str | None, name: str | None = None, import_root: str = ".") -> str:
-    """Register a local repository by path (idempotent); returns its name. The CLI acts as the
-    operator on its own database, so the path it is given is an allowed root."""
+@dataclass(frozen=True)
+class RepoSettings:
+    """What the CLI sets on a repository it registers (None: leave as registered)."""
+
+    build: str | None = None
+    import_root: str | None = None
+    env: dict[str, str] | None = None
+
+
+def register_path(path: Path, build: str | None, name: str | None = None, import_root: str | None = None,
+                  env: dict[str, str] | None = None) -> str:
+    """Register a local repository by path (idempotent; the settings given replace the registered
+    ones); returns its name. The CLI acts as the operator on its own database, so the path it is
+    given is an allowed root. Raises CLIError with the API's validation message."""
+    from pydantic import ValidationError
+
+    from service.cli.errors import validation_message
     from service.repos import repository, service
     from service.repos.schemas import RepositoryCreate
 
@@ -41,14 +56,19 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
     name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", path.resolve().name) or "repo"
     with session_scope() as session:
         existing = repository.get_by_name(session, name)
+        if existing is not None and existing.url != url:
+            raise CLIError(f"a repository named {name!r} is registered for {existing.url}, not {url}")
+        given = {k: v for k, v in (("build_command", build), ("import_root", import_root), ("env", env)) if v is not None}
+        try:
+            data = RepositoryCreate(name=name, url=url, **given)
+        except ValidationError as exc:
+            raise CLIError(validation_message(exc)) from None
         if existing is not None:
-            if existing.url != url:
-                raise CLIError(f"a repository named {name!r} is registered for {existing.url}, not {url}")
-            existing.build_command = build if build is not None else existing.build_command
+            for key in given:
+                setattr(existing, key, getattr(data, key))
             return name
         try:
-            service.create(session, RepositoryCreate(name=name, url=url, build_command=build, import_root=import_root),
-                           local_roots=[*get_settings().allowed_local_roots, Path(url)])
+            service.create(session, data, local_roots=[*get_settings().allowed_local_roots, Path(url)])
         except PerfbisectError as exc:
             raise CLIError(exc.message) from exc
     return name
@@ -72,9 +92,9 @@ def follow_job(job_id: int, *, api: str | None, show_progress: bool, console: Co
         raise Interrupted(job_id, f"job {job_id} {job.status} (a trial already running finishes first)") from None
 
 
-def local_repository(repository: str, build: str | None) -> str:
-    """A registered name as it is; a path registered (idempotent). Raises CLIError for a path that
-    does not exist or is not a git repository."""
+def local_repository(repository: str, settings: RepoSettings) -> str:
+    """A registered name as it is (its settings updated when given); a path registered
+    (idempotent). Raises CLIError for a path that does not exist or is not a git repository."""
     import git
 
     path = Path(repository).expanduser()
@@ -84,19 +104,22 @@ def local_repository(repository: str, build: str | None) -> str:
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise CLIError(f"{path} is not a git repository: give the path of a git checkout "
                            "or the name of a registered repository") from None
-        return register_path(path, build)
+        return register_path(path, settings.build, import_root=settings.import_root, env=settings.env)
     if "/" in repository or repository.startswith(("~", ".")):
         raise CLIError(f"{path} does not exist (and no repository is registered under that name)")
+    if settings != RepoSettings():
+        raise CLIError("--build, --import-root and --env apply to a repository given by its path")
     return repository
 
 
-def run_bisect(request: BisectCreate, *, api: str | None, build: str | None, show_progress: bool,
-               console: Console) -> JobRead:
+def run_job(request: BisectCreate | CompareCreate, *, api: str | None, repo_settings: RepoSettings = RepoSettings(),
+            show_progress: bool, console: Console) -> JobRead:
+    """Submit a bisect or compare (on this machine's database, or to `api`) and follow it to the end."""
     if api:
         api = api.rstrip("/")
         return follow_job(submit_remote(api, request), api=api, show_progress=show_progress, console=console)
     prepare_database()
-    request = request.model_copy(update={"repository": local_repository(request.repository, build)})
+    request = request.model_copy(update={"repository": local_repository(request.repository, repo_settings)})
     job_id = submit_local(request)
     return follow_job(job_id, api=None, show_progress=show_progress, console=console)
 
@@ -189,12 +212,14 @@ def print_truth_check(job: JobRead, truth: dict) -> None:
           + (f"; culprits not planted: {', '.join(check['extra'])}" if check["extra"] else ""))
 
 
-def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str], device: str,
-                build: str | None, import_root: str) -> dict[str, Any]:
+def run_measure(repo: Path, rev: str, bench: dict[str, Any], device: str, build: str | None,
+                import_root: str) -> dict[str, Any]:
+    """One trial of `bench` (a request's benchmark: suite or suite_source, target, shapes) at `rev`."""
     from pydantic import ValidationError
 
+    from service.cli.errors import validation_message
     from service.jobs.schemas import Benchmark
-    from service.suites.service import resolve_cases
+    from service.suites.service import resolve_cases, source_sha256
     from workers.checkout import GitError, Mirror
     from workers.runner import harness_spec, run_in_slot
     from workers.sandbox import SandboxError, slot
@@ -202,11 +227,13 @@ def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str],
     if not (repo / ".git").exists() and not (repo / "HEAD").exists():
         raise CLIError(f"{repo} is not a git repository")
     try:
-        resolved = resolve_cases([Benchmark(suite=suite, target=target, shapes=cases)])
+        benchmark = Benchmark(**bench)
+        resolved = resolve_cases([benchmark])
     except PerfbisectError as exc:
         raise CLIError(f"bad --case: {exc.message}") from exc
     except ValidationError as exc:
-        raise CLIError("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from exc
+        raise CLIError(validation_message(exc)) from exc
+    source = benchmark.suite_source
     with tempfile.TemporaryDirectory(prefix="perfbisect-measure-") as tmp:
         mirror = Mirror(Path(tmp), "measure", str(repo.resolve()))
         try:
@@ -214,7 +241,7 @@ def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str],
             sha = mirror.resolve(rev)
         except GitError as exc:
             raise CLIError(str(exc)) from exc
-        spec = harness_spec(resolved, device, None)
+        spec = harness_spec(resolved, device, None, suite_sources={source_sha256(source): source} if source else None)
         try:
             with slot() as box:
                 result, _ = run_in_slot(box, mirror, sha, build_command=build, env={}, spec=spec,

@@ -4,7 +4,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from service.bounds import Id, ShapeKey, ShapeValue, text
 
@@ -15,7 +15,16 @@ ShapeDict = Annotated[dict[ShapeKey, ShapeValue], Field(min_length=1, max_length
 Shape = Annotated[Annotated[ShapeText, Tag("text")] | Annotated[ShapeDict, Tag("object")],
                   Discriminator(lambda value: "text" if isinstance(value, str) else "object")]
 Shapes = Annotated[list[Shape], Field(min_length=1, max_length=256)]
-Target = text(300, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+TARGET_PATTERN = r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*"
+
+
+def _target(value: str) -> str:
+    if not re.fullmatch(TARGET_PATTERN, value):
+        raise ValueError(f"target must look like module.path:function, not {value[:80]!r}")
+    return value
+
+
+Target = Annotated[text(300, min_length=1), AfterValidator(_target)]
 Ref = text(255, min_length=1)  # validated as a git ref (never an option) before git sees it
 RepositoryName = text(100, min_length=1)
 DeviceClass = text(40, pattern=r"^[a-z0-9_-]{1,40}$")
@@ -133,7 +142,7 @@ class CompareCreate(BaseModel):
     @model_validator(mode="after")
     def _one_form(self) -> CompareCreate:
         if (self.benchmarks is None) == (self.benchmark_set is None):
-            raise ValueError("give benchmarks or benchmark_set (one of them)")
+            raise ValueError("give benchmarks or benchmark_set, not both or neither")
         return self
 
 

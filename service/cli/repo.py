@@ -1,0 +1,161 @@
+"""`perfbisect repo add|list|show|add-set`: registered repositories and their benchmark sets, on
+this machine's database (the CLI acts as its admin) or through --api with PERFBISECT_TOKEN."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from service.cli.errors import CLIError
+from service.cli.submit import (ApiOpt, EnvOpt, JsonOpt, SetOpt, ShapeOpt, SuiteFileOpt, SuiteOpt, TargetOpt,
+                                benchmarks_of, parse_env, validated)
+
+repo_app = typer.Typer(help="Registered repositories and their benchmark sets.", no_args_is_help=True)
+
+
+def _local(work):
+    """Run `work(session)` on this machine's database as its admin; domain errors are CLIErrors."""
+    from service.cli.main import prepare_database
+    from service.db import session_scope
+    from service.errors import PerfbisectError
+
+    prepare_database()
+    try:
+        with session_scope() as session:
+            return work(session)
+    except PerfbisectError as exc:
+        raise CLIError(exc.message) from exc
+
+
+def _remote(method: str, api: str, path: str, body: Any = None) -> Any:
+    from service.cli.follow import _call
+
+    return _call(method, f"{api.rstrip('/')}{path}", json=body, timeout=120).json()
+
+
+def _print(data: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+        return
+    for repo in data if isinstance(data, list) else [data]:
+        print(f"{repo['name']:<24} {repo['url']}")
+        print(f"{'':<24} build: {repo.get('build_command') or '-'}; import root: {repo['import_root']}; "
+              f"env: {', '.join(f'{k}={v}' for k, v in repo.get('env', {}).items()) or '-'}")
+        for bench_set in repo.get("benchmark_sets", []):
+            print(f"{'':<24} benchmark set {bench_set['name']}: {len(bench_set['cases'])} case(s)")
+            for case in bench_set["cases"]:
+                print(f"{'':<28}{case['name']}  ->  {case['target']}")
+            for source in bench_set.get("sources", []):
+                print(f"{'':<28}{source['suite']}: sha256 {source['sha256']} ({source['bytes']} bytes)")
+
+
+@repo_app.command("add")
+def add(
+    url: Annotated[str, typer.Argument(help="a local path or a git URL (https, ssh, git)")],
+    name: Annotated[Optional[str], typer.Option(help="default: the path's last component")] = None,
+    build: Annotated[Optional[str], typer.Option(
+        help="build command ({build_dir}: a per-revision install directory, {python}: the worker's interpreter)")] = None,
+    import_root: Annotated[str, typer.Option(help="directory on sys.path, relative to the repository")] = ".",
+    env: EnvOpt = None,
+    default_branch: str = "main",
+    api: ApiOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Register a repository (its build command and env run on the workers)."""
+    from service.cli.main import user_errors
+    from service.repos.schemas import RepositoryCreate, RepositoryRead
+
+    with user_errors():
+        path = Path(url).expanduser()
+        if path.exists() and not api:  # a local checkout, registered (or updated) as `bisect --repo PATH` does
+            from service.cli.main import prepare_database
+            from service.cli.runs import register_path
+
+            prepare_database()
+            name = register_path(path, build, name, import_root, parse_env(env))
+            shown = _local(lambda session: _read(session, name))
+        else:
+            data = validated(RepositoryCreate, name=name or Path(url).stem, url=str(path.resolve()) if path.exists() else url,
+                             build_command=build, import_root=import_root, env=parse_env(env) or {},
+                             default_branch=default_branch)
+            if api:
+                shown = _remote("POST", api, "/api/repositories", data.model_dump())
+            else:
+                from service.repos import service
+
+                shown = _local(lambda session: RepositoryRead.of(service.create(session, data), reveal=True).model_dump())
+    _print(shown, as_json)
+
+
+def _read(session, name: str) -> dict[str, Any]:
+    from service.repos import service
+    from service.repos.schemas import RepositoryRead
+    from service.suites import service as suites
+
+    repo = service.get(session, name)
+    return {**RepositoryRead.of(repo, reveal=True).model_dump(),
+            "benchmark_sets": [s.model_dump() for s in suites.sets_of(session, repo)]}
+
+
+@repo_app.command("list")
+def list_repositories(api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """Every registered repository."""
+    from service.cli.main import user_errors
+
+    with user_errors():
+        if api:
+            shown = _remote("GET", api, "/api/repositories")
+        else:
+            from service.repos import repository
+            from service.repos.schemas import RepositoryRead
+
+            shown = _local(lambda session: [RepositoryRead.of(r, reveal=True).model_dump()
+                                            for r in repository.list_all(session)])
+    _print(shown, as_json)
+
+
+@repo_app.command("show")
+def show(name: str, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
+    """One repository with its benchmark sets."""
+    from service.cli.main import user_errors
+
+    with user_errors():
+        if api:
+            shown = {**_remote("GET", api, f"/api/repositories/{name}"),
+                     "benchmark_sets": _remote("GET", api, f"/api/repositories/{name}/benchmark-sets")}
+        else:
+            shown = _local(lambda session: _read(session, name))
+    _print(shown, as_json)
+
+
+@repo_app.command("add-set")
+def add_set(
+    name: Annotated[str, typer.Argument(help="the repository")],
+    set_name: Annotated[str, typer.Argument(help="the benchmark set (registering it again replaces it)")],
+    suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, target: TargetOpt = None, shape: ShapeOpt = None,
+    api: ApiOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Register a named benchmark set: one suite (built in, file:path in the repository, or a local
+    --suite-file) with its target and shape presets; jobs use it with --benchmark-set."""
+    from service.cli.main import user_errors
+    from service.suites.schemas import BenchmarkSetCreate
+
+    with user_errors():
+        data = validated(BenchmarkSetCreate, name=set_name,
+                         benchmarks=benchmarks_of(suite, suite_file, target, shape) or [])
+        if api:
+            created = _remote("POST", api, f"/api/repositories/{name}/benchmark-sets", data.model_dump(exclude_none=True))
+        else:
+            def register(session):
+                from service.repos import service
+                from service.suites import service as suites
+
+                repo = service.get(session, name)
+                return suites.set_read(session, repo, suites.register_set(session, repo, data)).model_dump()
+            created = _local(register)
+    if as_json:
+        print(json.dumps(created, indent=2))
+    else:
+        _print({"name": name, "url": "", "import_root": "", "benchmark_sets": [created]}, False)

@@ -1,0 +1,155 @@
+"""`perfbisect bisect` and `perfbisect compare`: the API's request built from the options
+(suites built in, in the repository, a local suite file, or a benchmark set of the repository),
+submitted on this machine's database or to --api, followed, and reported with the job's exit code."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from service.cli.errors import CLIError, validation_message
+from service.cli.exit_codes import FailOn, exit_code
+
+SuiteOpt = Annotated[Optional[str], typer.Option(help="gemm, attention, rmsnorm or file:path/in/repo.py")]
+SuiteFileOpt = Annotated[Optional[Path], typer.Option(
+    "--suite-file", help="a suite file on this machine (kept outside the repository), applied to every revision")]
+SetOpt = Annotated[Optional[str], typer.Option("--benchmark-set", help="a benchmark set registered on the repository")]
+TargetOpt = Annotated[Optional[str], typer.Option(help="module:function inside the repository")]
+ShapeOpt = Annotated[Optional[list[str]], typer.Option(help="repeatable, e.g. M=8192,N=8192,K=8192,dtype=bf16")]
+BuildOpt = Annotated[Optional[str], typer.Option(
+    help="build command, when registering a path ({build_dir}: a per-revision install directory, {python})")]
+ImportRootOpt = Annotated[Optional[str], typer.Option(
+    help="directory on sys.path, relative to the repository (src, or .perfbisect-build), when registering a path")]
+EnvOpt = Annotated[Optional[list[str]], typer.Option(help="repeatable KEY=VALUE for builds and trials, when registering a path")]
+ApiOpt = Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="use this API server")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
+FailOnOpt = Annotated[FailOn, typer.Option(help="exit 1 when the verdict is a regression (or any change)")]
+WideOpt = Annotated[bool, typer.Option(help="one table row per case, wider than 100 columns")]
+
+
+def read_suite_file(path: Path) -> dict[str, str]:
+    """{suite: label, suite_source: text} of a local suite file. Raises CLIError."""
+    try:
+        content = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"cannot read --suite-file {path}: {exc}") from exc
+    return {"suite": re.sub(r"[^A-Za-z0-9_.-]", "-", path.name).lstrip(".-") or "suite.py", "suite_source": content}
+
+
+def benchmarks_of(suite: str | None, suite_file: Path | None, target: str | None,
+                  shapes: list[str] | None) -> list[dict[str, Any]] | None:
+    """The request's benchmarks (None when none of the options is given: a benchmark set names them)."""
+    if suite is None and suite_file is None and target is None and not shapes:
+        return None
+    if (suite is None) == (suite_file is None):
+        raise CLIError("give one of --suite or --suite-file (or --benchmark-set instead of both)")
+    if target is None or not shapes:
+        raise CLIError("give --target and at least one --shape with the suite")
+    found = read_suite_file(suite_file) if suite_file is not None else {"suite": suite}
+    return [{**found, "target": target, "shapes": shapes}]
+
+
+def parse_env(items: list[str] | None) -> dict[str, str] | None:
+    if not items:
+        return None
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CLIError(f"--env takes KEY=VALUE, not {item!r}")
+        env[key] = value
+    return env
+
+
+def validated(model: type, **fields: Any):
+    """The request model, or a CLIError with the API's own validation messages."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise CLIError(validation_message(exc)) from None
+
+
+def _finish(job, as_json: bool, wide: bool, fail_on: FailOn) -> None:
+    from service.cli import runs
+
+    runs.print_job(job, as_json, wide=wide)
+    raise typer.Exit(exit_code(job, fail_on))
+
+
+def bisect(
+    repo: Annotated[str, typer.Option(help="registered repository name, or a local path to register")],
+    good: Annotated[str, typer.Option(help="ref where performance was good")],
+    bad: Annotated[str, typer.Option(help="later ref where it is bad")],
+    suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
+    target: TargetOpt = None, shape: ShapeOpt = None,
+    device_class: str = "cpu",
+    min_effect: float = 0.02,
+    metric: str = "ratio",
+    workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
+    build: BuildOpt = None, import_root: ImportRootOpt = None, env: EnvOpt = None,
+    policy: Annotated[Optional[str], typer.Option(help='harness sample policy as JSON, e.g. {"max_time_s": 0.5}')] = None,
+    check_accuracy: Annotated[bool, typer.Option(
+        help="also check accuracy at every revision (accuracy-only trials, side by side with the search)")] = False,
+    api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
+) -> None:
+    """Bisect good..bad, follow its progress, print every culprit with the step per shape.
+
+    Exit codes: 0 a verdict for every case, 1 --fail-on matched, 2 bad input or unreachable
+    service, 3 a case could not be measured, 4 inconclusive, 5 cancelled, 130 Ctrl-C."""
+    from service.cli.main import console, user_errors
+    from service.jobs.schemas import BisectCreate
+
+    with user_errors():
+        try:
+            parsed_policy = json.loads(policy) if policy else None
+        except json.JSONDecodeError as exc:
+            raise CLIError(f"--policy is not JSON: {exc}") from None
+        request = validated(BisectCreate, repository=repo, good=good, bad=bad,
+                            benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
+                            device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
+                            policy=parsed_policy, check_accuracy=check_accuracy)
+        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
+    _finish(job, as_json, wide, fail_on)
+
+
+def compare(
+    repo: Annotated[str, typer.Option(help="registered repository name, or a local path to register")],
+    base: Annotated[str, typer.Option(help="the base ref (on the branch)")],
+    head: Annotated[str, typer.Option(help="the head ref (e.g. a pull request's)")],
+    suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
+    target: TargetOpt = None, shape: ShapeOpt = None,
+    device_class: str = "cpu",
+    min_effect: float = 0.02,
+    metric: str = "ratio",
+    pr: Annotated[Optional[int], typer.Option(help="the pull request's number, shown in the report")] = None,
+    build: BuildOpt = None, import_root: ImportRootOpt = None, env: EnvOpt = None,
+    api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
+) -> None:
+    """Compare head against base on every case (a two-revision job), with bisect's report and exit codes."""
+    from service.cli.main import console, user_errors
+    from service.jobs.schemas import CompareCreate
+
+    with user_errors():
+        request = validated(CompareCreate, repository=repo, base=base, head=head,
+                            benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
+                            device_class=device_class, min_effect=min_effect, metric=metric, pr_number=pr)
+        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
+    _finish(job, as_json, wide, fail_on)
+
+
+def _submit(request, api: str | None, build: str | None, import_root: str | None, env_items: list[str] | None,
+            *, show_progress: bool, console):
+    from service.cli import runs
+
+    env = parse_env(env_items)
+    if api and (build is not None or import_root is not None or env is not None):
+        raise CLIError("--build, --import-root and --env register a local path; with --api, register the "
+                       "repository first (`perfbisect repo add ... --api URL`)")
+    return runs.run_job(request, api=api, repo_settings=runs.RepoSettings(build, import_root, env),
+                        show_progress=show_progress, console=console)
