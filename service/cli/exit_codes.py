@@ -4,8 +4,10 @@ exit codes"). The job's outcome decides; `--fail-on` makes a verdict itself an e
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from service.jobs.schemas import JobRead
+if TYPE_CHECKING:  # the CLI entry point imports this module: keep it light
+    from service.jobs.schemas import JobRead
 
 OK = 0  # the job completed with a verdict for every case
 REGRESSION = 1  # --fail-on regression (or change) and the verdict says so

@@ -61,10 +61,13 @@ def user_errors() -> Iterator[None]:
 
 def prepare_database() -> None:
     """The embedded SQLite database migrates itself; PostgreSQL is migrated by `db upgrade`."""
-    from service.migrate import upgrade
+    from sqlalchemy.engine import make_url
+
+    from service.migrate import sqlite_at_head, upgrade
     from service.settings import get_settings
 
-    if get_settings().sqlalchemy_url.startswith("sqlite"):
+    url = get_settings().sqlalchemy_url
+    if url.startswith("sqlite") and not sqlite_at_head(Path(make_url(url).database or "")):
         get_settings().home.mkdir(parents=True, exist_ok=True)
         upgrade()
 
@@ -237,11 +240,17 @@ def simulate(
 @app.command()
 def jobs(limit: int = 20) -> None:
     """List recent jobs."""
-    from service.cli import runs
+    from service.db import session_scope
+    from service.jobs import repository
 
     with user_errors():
         prepare_database()
-        runs.print_jobs(limit)
+        with session_scope() as session:
+            for job in repository.list_jobs(session, limit=limit):
+                p = job.progress
+                print(f"{job.id:>5}  {job.kind.value:<8} {job.status.value:<10} {job.repository.name:<24} "
+                      f"{p.get('measured', 0)}/{p.get('revisions', '?')} revisions  {p.get('trials', 0)} trials  "
+                      f"{len(job.culprits)} culprit(s)")
 
 
 @app.command()

@@ -301,13 +301,3 @@ def cancel_job(job_id: int, api: str | None = None) -> JobRead:
         raise CLIError(exc.message) from exc
     return read_local(job_id)
 
-
-def print_jobs(limit: int) -> None:
-    from service.jobs import repository
-
-    with session_scope() as session:
-        for job in repository.list_jobs(session, limit=limit):
-            p = job.progress
-            print(f"{job.id:>5}  {job.kind.value:<8} {job.status.value:<10} {job.repository.name:<24} "
-                  f"{p.get('measured', 0)}/{p.get('revisions', '?')} revisions  {p.get('trials', 0)} trials  "
-                  f"{len(job.culprits)} culprit(s)")

@@ -13,16 +13,15 @@ import os
 import re
 import secrets
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from service.auth import service as auth
-from service.auth.principal import Principal, Scope
-from service.db import session_scope
 from service.errors import PerfbisectError, Unauthenticated
-from service.settings import get_settings
+
+if TYPE_CHECKING:
+    from service.auth.principal import Principal
 
 LOCAL_TOKEN_FILE = "cli-token"
 LOCAL_TOKEN_NAME = "local-cli"
@@ -52,6 +51,9 @@ def create(
     if not NAME_RE.match(name):
         _fail(f"token name {name!r}: letters, digits, '_', '.', '-', at most 100")
     _prepare()
+    from service.auth import service as auth  # the database, only for the commands that open it
+    from service.db import session_scope
+
     try:
         with session_scope() as session:
             row, token = auth.create_token(session, name, auth.parse_scopes(scope))
@@ -66,6 +68,9 @@ def create(
 def list_tokens(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every token: id, name, prefix, scopes, created, last used, revoked."""
     _prepare()
+    from service.auth import service as auth  # the database, only for the commands that open it
+    from service.db import session_scope
+
     with session_scope() as session:
         rows = [{"id": t.id, "name": t.name, "prefix": t.prefix, "scopes": t.scopes,
                  "created_at": t.created_at.isoformat(), "last_used_at": t.last_used_at and t.last_used_at.isoformat(),
@@ -82,6 +87,9 @@ def list_tokens(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 def revoke(name_or_id: Annotated[str, typer.Argument(help="the token's name or id")]) -> None:
     """Revoke a token: requests with it get 401 from now on."""
     _prepare()
+    from service.auth import service as auth  # the database, only for the commands that open it
+    from service.db import session_scope
+
     try:
         with session_scope() as session:
             row = auth.revoke(session, name_or_id)
@@ -92,6 +100,8 @@ def revoke(name_or_id: Annotated[str, typer.Argument(help="the token's name or i
 
 
 def local_token_path() -> Path:
+    from service.settings import get_settings
+
     return get_settings().home / LOCAL_TOKEN_FILE
 
 
@@ -117,6 +127,11 @@ def read_local_token() -> str | None:
 def local_principal() -> Principal:
     """The CLI's admin principal on the configured database: the token in PERFBISECT_HOME when
     the database knows it, else a new admin token written there (0600)."""
+    from service.auth.principal import Scope
+
+    from service.auth import service as auth  # the database, only for the commands that open it
+    from service.db import session_scope
+
     token = read_local_token()
     with session_scope() as session:
         if token:

@@ -13,11 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from service.cli.errors import CLIError
-from service.db import session_scope
 from service.errors import PerfbisectError
-from service.settings import get_settings
-from workers import dispatch
-from workers.celery_app import CONTROL_QUEUE
 
 track_app = typer.Typer(help="Track branches: measure every push, raise alerts, bisect them.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -30,6 +26,9 @@ def fail(message: str, code: int = 2) -> None:
 
 def run_loop(tracked_id: int, head: str | None = None) -> None:
     """Queue a run of the tracked branch; embedded, carry it out (and what it starts) now."""
+    from service.settings import get_settings
+    from workers import dispatch
+    from workers.celery_app import CONTROL_QUEUE
     from workers.track_tasks import track_branch
 
     dispatch.send(track_branch, tracked_id, head, queue=CONTROL_QUEUE)
@@ -63,6 +62,7 @@ def add(
     start: Annotated[bool, typer.Option(help="run the backfill now")] = True,
 ) -> None:
     """Track a branch with one benchmark set on one device class."""
+    from service.db import session_scope
     from service.cli.runs import register_path
     from service.tracking import service
     from service.tracking.schemas import TrackedBranchCreate
@@ -96,6 +96,7 @@ def add(
 @track_app.command("list")
 def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Tracked branches."""
+    from service.db import session_scope
     from service.tracking import repository, service
 
     _prepare()
@@ -112,6 +113,8 @@ def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
 @track_app.command("run")
 def run(tracked_id: int) -> None:
     """Measure the branch's head now (embedded: also detect, bisect and comment before returning)."""
+    from service.db import session_scope
+    from service.settings import get_settings
     from service.tracking import service
 
     _prepare()
@@ -127,6 +130,7 @@ def run(tracked_id: int) -> None:
 @track_app.command("remove")
 def remove(tracked_id: int) -> None:
     """Stop tracking (the branch's alerts go too; measurements stay)."""
+    from service.db import session_scope
     from service.tracking import service
 
     _prepare()
@@ -158,6 +162,7 @@ def alert_lines(alerts: list) -> list[str]:
 def list_alerts(tracked_id: Annotated[Optional[int], typer.Argument()] = None,
                 as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Alerts (of one tracked branch, or all), with their cases and culprits."""
+    from service.db import session_scope
     from service.alerts import repository, views
 
     _prepare()
