@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: demo test install services bench
+.PHONY: demo test install services bench wheelhouse
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,3 +27,13 @@ test: install services
 
 bench: install
 	$(BIN)/python bench/bisect_accuracy.py --quick
+
+# Offline install (GPU nodes without internet): every wheel perfbisect needs, made here and copied
+# over; there `pip install --no-index --find-links wheelhouse perfbisect` (README, "Offline
+# install"). EXTRAS=gpu adds triton and nvidia-ml-py. Made for this machine's platform and Python.
+WHEELHOUSE ?= wheelhouse
+EXTRAS ?=
+wheelhouse: install
+	rm -rf $(WHEELHOUSE)
+	$(BIN)/pip wheel -q -c constraints.txt --no-build-isolation --wheel-dir $(WHEELHOUSE) '.$(if $(EXTRAS),[$(EXTRAS)])'
+	@ls $(WHEELHOUSE) | wc -l | xargs -I{} echo "{} wheels in $(WHEELHOUSE)/"
