@@ -115,3 +115,15 @@ def test_the_worker_applies_the_sent_suite_to_a_revision_without_it(tmp_path: Pa
     assert result["status"] == "ok", result
     assert result["cases"][0]["name"] == f"{suite} N=1024" and result["cases"][0]["metric"]["name"] == "GB/s"
     assert not (Path(json.loads(out.read_text())["cwd"]) / "bench").exists()
+
+
+def test_stored_cases_resolve_again_to_the_same_cases(session) -> None:
+    """Alert bisects and the PR bot rebuild benchmarks from stored cases: a suite file's text is
+    read back by its hash, so the new job measures the very same cases."""
+    from service.jobs.schemas import Benchmark
+    from service.suites import service as suites
+
+    benchmarks = [Benchmark(**SOURCE_BENCH), Benchmark(suite="gemm", target="m.k:f", shapes=["M=64,N=64,K=64"])]
+    cases = suites.resolve_cases(benchmarks)
+    suites.store_sources(session, benchmarks)
+    assert suites.resolve_cases(suites.benchmarks_of_cases(session, cases)) == cases

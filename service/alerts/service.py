@@ -24,8 +24,8 @@ from service.jobs import service as jobs
 from service.jobs.schemas import BisectCreate
 from service.models import (Alert, AlertCase, AlertKind, AlertStatus, CulpritKind, Job, JobStatus, TrackedBranch,
                             utcnow)
+from service.suites import service as suites
 from service.tracking import service as tracking
-from service.webhooks.service import benchmarks_from_spec
 
 BISECT_WORKERS = 2  # revisions measured per round of an alert's bisect
 # A level needs this many measured heads: an alert waits for 3 heads after a step (each head the
@@ -121,11 +121,11 @@ def detect(session: Session, tracked_id: int) -> Next:
     return out
 
 
-def _bisect_request(tracked: TrackedBranch, alert: Alert) -> BisectCreate:
+def _bisect_request(session: Session, tracked: TrackedBranch, alert: Alert) -> BisectCreate:
     names = {c.case.name for c in alert.cases}
     cases = [c for c in tracked.cases if c["name"] in names]
     return BisectCreate(repository=tracked.repository.name, good=alert.before_sha, bad=alert.last_sha,
-                        benchmarks=benchmarks_from_spec({"cases": cases}), device_class=tracked.device_class,
+                        benchmarks=suites.benchmarks_of_cases(session, cases), device_class=tracked.device_class,
                         min_effect=tracked.min_magnitude, metric=tracked.metric, workers=BISECT_WORKERS,
                         policy=tracked.policy)
 
@@ -150,7 +150,7 @@ def _schedule(session: Session, tracked: TrackedBranch, branch: history.BranchHi
     free = tracked.max_bisects - repository.running_bisects(session, tracked.id)
     for alert in sorted(waiting, key=lambda a: -a.magnitude)[:max(free, 0)]:
         try:
-            job = jobs.create_bisect(session, _bisect_request(tracked, alert), SYSTEM)
+            job = jobs.create_bisect(session, _bisect_request(session, tracked, alert), SYSTEM)
         except BadRequest as exc:
             alert.note = f"could not bisect: {exc.message}"
             continue

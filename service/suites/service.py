@@ -119,6 +119,24 @@ def sources_of(session: Session, cases: list[dict[str, Any]]) -> dict[str, str]:
     return repository.sources_by_sha(session, (c["source"] for c in cases if c.get("source")))
 
 
+def benchmarks_of_cases(session: Session, cases: list[dict[str, Any]]) -> list[Benchmark]:
+    """Stored cases grouped back into benchmarks (one per suite and target, shapes as the params,
+    in the order listed), a suite file's text read back by its sha256: resolving them again gives
+    the same cases (a tracked branch's alert bisects, the PR bot's compares)."""
+    contents = sources_of(session, cases)
+    grouped: dict[tuple[str, str, str | None], list[dict[str, Any]]] = {}
+    for case in cases:
+        grouped.setdefault((case["suite"], case["target"], case.get("source")), []).append(dict(case["params"]))
+    benchmarks = []
+    for (suite, target, sha), shapes in grouped.items():
+        if sha is None:
+            benchmarks.append(Benchmark(suite=suite, target=target, shapes=shapes))
+        else:  # source:<label>@<sha prefix>
+            label = suite[len(SOURCE_PREFIX):].rpartition("@")[0]
+            benchmarks.append(Benchmark(suite=label, suite_source=contents[sha], target=target, shapes=shapes))
+    return benchmarks
+
+
 def cases_for(session: Session, repo: Repository, benchmarks: list[Benchmark] | None,
               set_name: str | None = None) -> list[dict[str, Any]]:
     """A job's cases: from its benchmarks (their suite files stored), or from a benchmark set of

@@ -21,9 +21,10 @@ from sqlalchemy.orm import Session
 from service.auth.principal import SYSTEM
 from service.errors import BadRequest, NotFound
 from service.jobs import service as jobs
-from service.jobs.schemas import Benchmark, CompareCreate
+from service.jobs.schemas import CompareCreate
 from service.models import Job, Repository, WebhookDelivery
 from service.repos import service as repos
+from service.suites import service as suites
 from service.webhooks import repository
 from service.webhooks.repo_urls import event_urls, normalized_url
 from service.webhooks.schemas import PullRequestEvent
@@ -62,15 +63,6 @@ def match_repository(session: Session, event_repository: dict[str, Any]) -> Repo
                    f"using its clone URL ({event_repository.get('clone_url') or 'https://github.com/' + str(name)})")
 
 
-def benchmarks_from_spec(spec: dict[str, Any]) -> list[Benchmark]:
-    """The spec's cases grouped back into benchmarks: one per (suite, target), shapes as the
-    params dicts, in the order the cases were listed."""
-    grouped: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for case in spec.get("cases", []):
-        grouped.setdefault((case["suite"], case["target"]), []).append(dict(case["params"]))
-    return [Benchmark(suite=suite, target=target, shapes=shapes) for (suite, target), shapes in grouped.items()]
-
-
 def fetch_pull_head(repo: Repository, number: int) -> None:
     """Best effort: fetch refs/pull/<n>/head into the mirror, since the mirror's regular fetch
     takes branches and tags only and a PR from a fork lives nowhere else. A remote without pull
@@ -107,7 +99,7 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
     fetch_pull_head(repo, pr.number)
     try:
         request = CompareCreate(
-            repository=repo.name, base=pr.base.sha, head=pr.head.sha, benchmarks=benchmarks_from_spec(spec),
+            repository=repo.name, base=pr.base.sha, head=pr.head.sha, benchmarks=suites.benchmarks_of_cases(session, spec.get("cases", [])),
             device_class=spec.get("device_class", "cpu"), min_effect=spec.get("min_effect", 0.02),
             metric=spec.get("metric", "ratio"), pr_number=pr.number,
         )
