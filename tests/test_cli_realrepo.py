@@ -154,3 +154,26 @@ def test_cli_bad_input_is_the_api_message(embedded, scalepkg, args, message) -> 
         result = runner.invoke(app, [*command, "--repo", str(root), *args])
         assert result.exit_code == USAGE, result.output
         assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.e2e
+def test_measure_and_compare_with_a_suite_file(embedded, scalepkg, tmp_path: Path) -> None:
+    """`measure` builds and times one revision with the outside suite; `compare` names the head's
+    slowdown against its base (the target's signature is the same at both ends here)."""
+    root, shas = scalepkg
+    suite = tmp_path / "bench_scale.py"
+    suite.write_text(textwrap.dedent(SUITE))
+    common = ["--suite-file", str(suite), "--target", "scalepkg.ops:scale", "--build", INSTALL,
+              "--import-root", ".perfbisect-build"]
+    measured = runner.invoke(app, ["measure", "--repo", str(root), "--rev", shas[0], "--case", "N=65536",
+                                   *common, "--json"])
+    assert measured.exit_code == 0, measured.output
+    trial = json.loads(measured.output)
+    assert trial["status"] == "ok" and trial["phases"]["build"] > 0
+    assert trial["cases"][0]["name"].startswith("source:bench_scale.py@")
+    compared = runner.invoke(app, ["compare", "--repo", str(root), "--base", shas[2], "--head", shas[3], *common,
+                                   "--shape", "N=262144", "--min-effect", "0.3", "--pr", "4", "--json"])
+    assert compared.exit_code == OK, compared.output
+    job = json.loads(compared.output[compared.output.index("{"):])
+    assert job["kind"] == "compare" and job["outcome"]["verdict"] == "regressed"
+    assert job["spec"]["pr_number"] == 4
