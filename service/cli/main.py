@@ -14,10 +14,10 @@ import typer
 from rich.console import Console
 
 from service.cli.changepoints import changepoints
-from service.cli.repo import repo_app
-from service.cli.submit import SuiteFileOpt, bisect, compare
 from service.cli.errors import CLIError, Interrupted
 from service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
+from service.cli.repo import repo_app
+from service.cli.submit import SuiteFileOpt, bisect, compare
 from service.cli.tokens import app as token_app
 from service.cli.track import track_app
 

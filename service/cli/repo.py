@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from service.cli.errors import CLIError
-from service.cli.submit import (ApiOpt, EnvOpt, JsonOpt, SetOpt, ShapeOpt, SuiteFileOpt, SuiteOpt, TargetOpt,
+from service.cli.submit import (ApiOpt, EnvOpt, JsonOpt, ShapeOpt, SuiteFileOpt, SuiteOpt, TargetOpt,
                                 benchmarks_of, parse_env, validated)
 
 repo_app = typer.Typer(help="Registered repositories and their benchmark sets.", no_args_is_help=True)
