@@ -72,6 +72,19 @@ def test_bad_suite_sources_are_422_with_a_message(client, session, registered) -
     assert session.scalars(select(SuiteSource)).all() == []
 
 
+def test_only_an_admin_sends_suite_code_a_submitter_uses_registered_sets(client, submit_client, session,
+                                                                         registered) -> None:
+    sent = submit_client.post("/api/jobs/bisect", json=bisect_body(suite=None, target=None, shapes=None,
+                                                                   benchmarks=[SOURCE_BENCH]))
+    assert sent.status_code == 403 and "needs the admin scope" in sent.text
+    assert session.scalars(select(SuiteSource)).all() == []
+    made = client.post("/api/repositories/lib/benchmark-sets", json={"name": "tanh", "benchmarks": [SOURCE_BENCH]})
+    assert made.status_code == 201, made.text
+    named = submit_client.post("/api/jobs/compare", json={"repository": "lib", "base": "HEAD~1", "head": "main",
+                                                          "benchmark_set": "tanh"})
+    assert named.status_code == 202, named.text
+
+
 def test_a_benchmark_set_gives_a_job_its_cases(client, registered, submit_client) -> None:
     body = {"name": "tanh", "benchmarks": [SOURCE_BENCH, {"suite": "gemm", "target": "minikern.gemm:matmul",
                                                           "shapes": ["M=64,N=64,K=64,dtype=fp32"]}]}

@@ -22,7 +22,7 @@ from service.auth.principal import SYSTEM, Principal
 from service.db import insert_or_skip
 from service.errors import BadRequest, Conflict, Forbidden, NotFound
 from service.jobs import repository
-from service.jobs.schemas import BisectCreate, CompareCreate
+from service.jobs.schemas import Benchmark, BisectCreate, CompareCreate
 from service.models import Case, IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
 from service.repos import service as repos
 from service.settings import get_settings
@@ -34,6 +34,14 @@ from workers.checkout import GitError
 class Submission:
     job: Job
     created: bool  # False: an open job of the same request, or the job of the same Idempotency-Key
+
+
+def check_may_send_suites(benchmarks: list[Benchmark] | None, submitter: Principal) -> None:
+    """A suite file in the request is code that runs on the workers, like a repository's build
+    command: only an admin may send one; a submit token uses the benchmark sets an admin registered."""
+    if any(b.suite_source is not None for b in benchmarks or []) and not submitter.is_admin:
+        raise Forbidden("a suite_source runs on the workers: sending one needs the admin scope "
+                        "(or use a benchmark set an admin registered on the repository)")
 
 
 def check_device_class(name: str) -> None:
@@ -143,6 +151,7 @@ def create_bisect(session: Session, data: BisectCreate, submitter: Principal) ->
 
 def _bisect(session: Session, data: BisectCreate, submitter: Principal) -> Submission:
     """Validate everything first (repository, suites, shapes, device class, refs, range), then write."""
+    check_may_send_suites(data.benchmarks, submitter)
     repo = repos.get(session, data.repository)
     cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
     check_device_class(data.device_class)
@@ -159,6 +168,7 @@ def _bisect(session: Session, data: BisectCreate, submitter: Principal) -> Submi
 
 def _compare(session: Session, data: CompareCreate, submitter: Principal) -> Submission:
     """A PR's head against its base: a two-revision job that the same planner decides."""
+    check_may_send_suites(data.benchmarks, submitter)
     repo = repos.get(session, data.repository)
     cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
     check_device_class(data.device_class)
