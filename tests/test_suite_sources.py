@@ -95,6 +95,9 @@ def test_a_benchmark_set_gives_a_job_its_cases(client, registered, submit_client
                                                             "gemm M=64,N=64,K=64,dtype=fp32"]
     assert created.json()["sources"][0]["sha256"] == SHA
     assert [s["name"] for s in client.get("/api/repositories/lib/benchmark-sets").json()] == ["tanh"]
+    replaced = client.post("/api/repositories/lib/benchmark-sets", json={**body, "benchmarks": body["benchmarks"][1:]})
+    assert replaced.status_code == 201 and len(replaced.json()["cases"]) == 1
+    created = client.post("/api/repositories/lib/benchmark-sets", json=body)
     response = client.post("/api/jobs/bisect", json=bisect_body(suite=None, target=None, shapes=None,
                                                                 benchmark_set="tanh"))
     assert response.status_code == 202, response.text

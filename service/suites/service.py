@@ -19,7 +19,7 @@ from kernels.suites import FILE_PREFIX, SOURCE_PREFIX, Suite, UnknownSuite, get_
 from service.db import insert_or_skip
 from service.errors import BadRequest, NotFound
 from service.jobs.schemas import Benchmark
-from service.models import BenchmarkSet, Repository, SuiteSource
+from service.models import BenchmarkSet, Repository, SuiteSource, utcnow
 from service.settings import get_settings
 from service.suites import repository
 from service.suites.schemas import BenchmarkSetCreate, BenchmarkSetRead, SuiteSourceRead
@@ -157,14 +157,13 @@ def get_set(session: Session, repo: Repository, name: str) -> BenchmarkSet:
 
 
 def register_set(session: Session, repo: Repository, data: BenchmarkSetCreate) -> BenchmarkSet:
-    """Create the named set, or replace the cases of an existing one. Raises BadRequest."""
+    """Create the named set, or replace the cases of an existing one (two registrations of one
+    name at once make one row, the later cases win). Raises BadRequest."""
     cases = cases_for(session, repo, data.benchmarks)
+    insert_or_skip(session, BenchmarkSet, [{"repository_id": repo.id, "name": data.name, "cases": cases,
+                                            "created_at": utcnow()}], ["repository_id", "name"])
     found = repository.get_set(session, repo.id, data.name)
-    if found is None:
-        found = BenchmarkSet(repository_id=repo.id, name=data.name, cases=cases)
-        session.add(found)
-    else:
-        found.cases = cases
+    found.cases = cases
     session.flush()
     return found
 
