@@ -37,7 +37,10 @@ def test_a_suite_source_is_stored_by_hash_and_shown_with_the_job(client, session
     assert [(c["suite"], c["source"], c["name"]) for c in job["spec"]["cases"]] == [(suite, SHA, f"{suite} N=1024")]
     assert session.get(SuiteSource, SHA).content == SUITE
     page = client.get(f"/dashboard/jobs/{job['id']}")
-    assert page.status_code == 200 and SHA in page.text
+    assert page.status_code == 200 and f'href="/api/suite-sources/{SHA}"' in page.text
+    text = client.get(f"/api/suite-sources/{SHA}")
+    assert text.status_code == 200 and text.text == SUITE
+    assert client.get(f"/api/suite-sources/{'0' * 64}").status_code == 404
     # the same content again is one row, and the worker gets it with the trial
     again = client.post("/api/jobs/compare", json={"repository": "lib", "base": "HEAD~1", "head": "main",
                                                     "benchmarks": [SOURCE_BENCH]})

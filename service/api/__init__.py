@@ -17,6 +17,7 @@ def create_app() -> FastAPI:
     from service.api.health import router as health_router
     from service.jobs.endpoints import router as jobs_router
     from service.repos.endpoints import router as repos_router
+    from service.suites.endpoints import router as suites_router
     from service.tracking.endpoints import router as tracking_router
     from service.webhooks.endpoints import router as webhooks_router
 
@@ -33,8 +34,8 @@ def create_app() -> FastAPI:
     pages.mount(app)
 
 
-    for router in (health_router, repos_router, jobs_router, webhooks_router, dashboard_router, tracking_router,
-                   alerts_router):
+    for router in (health_router, repos_router, jobs_router, suites_router, webhooks_router, dashboard_router,
+                   tracking_router, alerts_router):
         app.include_router(router)
     settings = get_settings()
     app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight)
