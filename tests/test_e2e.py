@@ -61,6 +61,17 @@ def assert_correctness_right(job: dict, truth: dict) -> None:
         assert first in expected(truth, "wrong_results")
 
 
+def assert_finished_honestly(job: dict, log: Path) -> None:
+    """Succeeded, or inconclusive only because a case was too noisy on this shared machine (the
+    CPU rmsnorm case can be): never failed, never a case lost to the fault."""
+    assert job["status"] in ("succeeded", "inconclusive"), (job, log.read_text()[-4000:])
+    undecided = [c for c in job["outcome"]["cases"] if c["outcome"] == "inconclusive"]
+    assert (job["status"] == "inconclusive") == bool(undecided), job["outcome"]
+    for case in undecided:
+        assert case["reason"].startswith("too noisy"), case
+    assert not [c for c in job["outcome"]["cases"] if c["outcome"] == "failed"]
+
+
 def benchmarks(cases: list[dict]) -> list[dict]:
     grouped: dict[tuple[str, str], list[dict]] = {}
     for case in cases:
@@ -87,11 +98,15 @@ def kill_worker_running_a_trial(base: str, job_id: int, after_trials: int, deadl
 
 def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: Path, tmp_path: Path) -> None:
     env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e"), fresh_redis(14),
-                      PERFBISECT_VISIBILITY_TIMEOUT_S="15", PERFBISECT_LOCAL_REPO_ROOTS=str(demo_repo.parent))
+                      PERFBISECT_VISIBILITY_TIMEOUT_S="15", PERFBISECT_HEARTBEAT_TIMEOUT_S="15",
+                      PERFBISECT_LOCAL_REPO_ROOTS=str(demo_repo.parent))
     subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
     admin = admin_headers(env)
     log = tmp_path / "services.log"
+    # As deployed (docker-compose.yml): two trial workers and one control worker running the beat
+    # reconciler, which re-runs the killed worker's trial once its heartbeat has stopped.
     workers = [perfbisect("worker", "--device-class", "cpu", env=env, log=log) for _ in range(2)]
+    workers.append(perfbisect("worker", "--no-trials", "--beat", env=env, log=log))
     try:
         with api_server(env, log) as base:
             assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "database": "ok", "broker": "ok"}
@@ -108,7 +123,7 @@ def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: 
 
             killed = kill_worker_running_a_trial(base, job_id, after_trials=6)
             job = wait_for_job(base, job_id, timeout_s=900)
-            assert job["status"] == "succeeded", (job, log.read_text()[-4000:])
+            assert_finished_honestly(job, log)
 
             assert_names_exactly(culprit_spans(job, "performance"), expected(truth, "perf"))
             assert_correctness_right(job, truth)
