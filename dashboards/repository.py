@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow, PointRow
-from service.models import (Case, CasePoint, Culprit, Job, JobStatus, Measurement, Repository, Revision,
+from perfbisect.dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow, PointRow
+from perfbisect.service.models import (Case, CasePoint, Culprit, Job, JobStatus, Measurement, Repository, Revision,
                             Trial, TrialStatus)
 
 SPREAD = (CasePoint.value_min, CasePoint.value_max, CasePoint.ratio_min, CasePoint.ratio_max)

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from service.db import get_engine
-from service.settings import get_settings
+from perfbisect.service.db import get_engine
+from perfbisect.service.settings import get_settings
 
-from service.settings import get_settings
-from service.trials.service import TrialWork
+from perfbisect.service.settings import get_settings
+from perfbisect.service.trials.service import TrialWork
 from tests.gitrepo import make_repo
-from workers import proctree, redact, sandbox
-from workers.build import run_build
-from workers.runner import execute
+from perfbisect.workers import proctree, redact, sandbox
+from perfbisect.workers.build import run_build
+from perfbisect.workers.runner import execute
 
 SECRET_TOKEN = "ghp_containment0123456789secret"
 DB_PASSWORD = "s3cret-db-password"

@@ -28,7 +28,7 @@ from tests.e2e_support import fresh_database, wait_for_job
 from tests.fault_support import (BUILD_COMMAND, GOOD_INDEX, PLANTED_INDEX, RedisServer, Stack, TcpProxy, bisect_body,
                                  finished, make_step_repo, record_fault, register_and_submit, service_stack,
                                  wait_until)
-from workers import proctree
+from perfbisect.workers import proctree
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -38,9 +38,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
-from service.settings import get_settings
-from workers import proctree
+from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
+from perfbisect.service.settings import get_settings
+from perfbisect.workers import proctree
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class SandboxUser:
 
 
 def _secret_like(name: str) -> bool:
-    from workers.redact import SECRET_NAME
+    from perfbisect.workers.redact import SECRET_NAME
 
     return bool(SECRET_NAME.search(name))
 
