@@ -10,7 +10,7 @@ mkdir -p "$out"
 export PERFBISECT_HOME="$out/home" PYTHONPATH="$PWD:${PYTHONPATH:-}"
 python3 -m perfbisect.service.cli.main demo-repo "$out/minikern" >/dev/null
 shas=($(git -C "$out/minikern" rev-list --first-parent --reverse HEAD))
-policy=$(python3 -c "import json; from kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
+policy=$(python3 -c "import json; from perfbisect.kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
 start=$(date +%s)
 python3 -m perfbisect.service.cli.main bisect --repo "$out/minikern" --good "${shas[12]}" --bad "${shas[23]}" \
   --suite attention --target minikern.attention:attention \

@@ -19,7 +19,7 @@ for i in $(seq 41 63); do note "$i"; done
 good=${shas[19]}; bad=$(git rev-parse HEAD)
 echo "range: $(git rev-list --count "$good..$bad") commits after $good"
 cd - >/dev/null
-policy=$(python3 -c "import json; from kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
+policy=$(python3 -c "import json; from perfbisect.kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
 start=$(date +%s)
 python3 -m perfbisect.service.cli.main bisect --repo "$out/long" --good "$good" --bad "$bad" \
   --suite attention --target minikern.attention:attention \
