@@ -20,8 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from perfbisect.kernels.cases import case_name  # noqa: E402
-from perfbisect.kernels.demo import (DEMO_CPU_CASES, DEMO_CPU_POLICY, DEMO_GPU_CASES,  # noqa: E402
-                          DEMO_GPU_POLICY, write_demo_repo)
+from perfbisect.kernels.demo import DEMO_CPU_CASES, DEMO_CPU_POLICY, DEMO_GPU_CASES, DEMO_GPU_POLICY, write_demo_repo  # noqa: E402
 from perfbisect.kernels.demo.ground_truth import event_hits  # noqa: E402
 from perfbisect.kernels.demo.writer import load_ground_truth  # noqa: E402
 from perfbisect.kernels.harness.runner import run_harness  # noqa: E402

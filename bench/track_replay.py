@@ -33,8 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfbisect.service.alerts.grouping import (CaseHistory, KnownAlert, detect_steps, group_steps, overlap,  # noqa: E402
-                                     reconcile)
+from perfbisect.service.alerts.grouping import CaseHistory, KnownAlert, detect_steps, group_steps, overlap, reconcile  # noqa: E402
 from perfbisect.service.alerts.service import MIN_HEADS  # noqa: E402
 from perfbisect.service.bisect.changepoints import compute_change_points  # noqa: E402
 from perfbisect.service.bisect.history import CaseModel, History  # noqa: E402

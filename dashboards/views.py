@@ -13,10 +13,17 @@ from perfbisect.dashboards import repository
 from perfbisect.dashboards.alerts import AlertRow, culprit_alerts
 from perfbisect.dashboards.charts import case_chart, commit_info, describe_device
 from perfbisect.dashboards.compare import CompareRow, compare_rows
+from perfbisect.dashboards.history import (
+    CaseHistory,
+    Order,
+    RevisionPoint,
+    assemble_histories,
+    build_histories,
+    index_of,
+    series_from_points,
+)
 from perfbisect.dashboards.links import RepoLinks, repo_links
 from perfbisect.dashboards.overview import OverviewRow, overview_row
-from perfbisect.dashboards.history import (CaseHistory, Order, RevisionPoint, assemble_histories, build_histories, index_of,
-                                series_from_points)
 from perfbisect.dashboards.repository import CaseKey, RevisionMeta
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import views as job_views

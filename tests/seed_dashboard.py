@@ -10,8 +10,19 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy.orm import Session
 
-from perfbisect.service.models import (Case, Culprit, CulpritKind, Job, JobKind, JobStatus, Measurement, Repository, Revision,
-                            Trial, TrialStatus)
+from perfbisect.service.models import (
+    Case,
+    Culprit,
+    CulpritKind,
+    Job,
+    JobKind,
+    JobStatus,
+    Measurement,
+    Repository,
+    Revision,
+    Trial,
+    TrialStatus,
+)
 from perfbisect.service.trials.repository import refresh_case_points
 
 COMMITS = 40

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import delete
 from typer.testing import CliRunner
 
+from perfbisect import dispatch
 from perfbisect.service.auth import service as auth
 from perfbisect.service.auth.principal import Scope
 from perfbisect.service.db import session_scope
@@ -19,7 +20,6 @@ from perfbisect.service.errors import Unauthenticated
 from perfbisect.service.models import ApiToken, Repository
 from perfbisect.service.settings import get_settings
 from tests.gitrepo import make_repo
-from perfbisect import dispatch
 
 runner = CliRunner()
 

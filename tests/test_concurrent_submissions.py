@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, func, select
 
+from perfbisect import dispatch
 from perfbisect.service.models import ApiToken, Case, Job, Repository, Revision
 from tests.gitrepo import make_repo
-from perfbisect import dispatch
 
 THREADS = 6
 

@@ -15,13 +15,11 @@ import pytest
 
 from perfbisect.service.db import get_engine
 from perfbisect.service.settings import get_settings
-
-from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import TrialWork
-from tests.gitrepo import make_repo
 from perfbisect.workers import proctree, redact, sandbox
 from perfbisect.workers.build import run_build
 from perfbisect.workers.runner import execute
+from tests.gitrepo import make_repo
 
 SECRET_TOKEN = "ghp_containment0123456789secret"
 DB_PASSWORD = "s3cret-db-password"
@@ -135,6 +133,7 @@ def test_a_home_the_sandbox_user_cannot_enter_is_refused_at_start(monkeypatch, t
     monkeypatch.setattr(settings, "sandbox_user", "nobody")
     monkeypatch.setattr(settings, "environment", "production")
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-home-"))
+    sandbox.sandbox_user.cache_clear()  # decided once per worker process
     try:
         shared.chmod(0o755)
         monkeypatch.setattr(settings, "home", shared / "home")
@@ -147,7 +146,9 @@ def test_a_home_the_sandbox_user_cannot_enter_is_refused_at_start(monkeypatch, t
             raise
 
         monkeypatch.setattr(settings, "home", tmp_path / "home")  # pytest's tmp_path is root-only
+        sandbox.sandbox_user.cache_clear()
         with pytest.raises(sandbox.SandboxError, match=r"cannot enter .*trial-cache: Permission denied"):
             sandbox.sandbox_user()
     finally:
         shutil.rmtree(shared)
+        sandbox.sandbox_user.cache_clear()

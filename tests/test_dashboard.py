@@ -12,12 +12,30 @@ from sqlalchemy import select
 
 from perfbisect.dashboards.charts import case_chart
 from perfbisect.dashboards.compare import compare_rows
-from perfbisect.dashboards.history import (CulpritRow, FailedTrialRow, MeasurementRow, PointRow, build_histories,
-                                merge_commit_orders, step_passed)
+from perfbisect.dashboards.history import (
+    CulpritRow,
+    FailedTrialRow,
+    MeasurementRow,
+    PointRow,
+    build_histories,
+    merge_commit_orders,
+    step_passed,
+)
 from perfbisect.dashboards.links import repo_links
+from perfbisect.service.models import (
+    Case,
+    Culprit,
+    CulpritKind,
+    Job,
+    JobKind,
+    JobStatus,
+    Measurement,
+    Repository,
+    Revision,
+    Trial,
+    TrialStatus,
+)
 from perfbisect.service.trials.repository import refresh_case_points
-from perfbisect.service.models import (Case, Culprit, CulpritKind, Job, JobKind, JobStatus, Measurement, Repository, Revision,
-                            Trial, TrialStatus)
 
 SHAS = [f"{i:x}" * 40 for i in range(1, 7)]  # six fake 40-char shas: 1111..., 2222..., ...
 GEMM = "gemm M=64,N=64,K=64,dtype=fp32"

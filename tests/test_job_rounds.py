@@ -12,9 +12,8 @@ import pytest
 from sqlalchemy import select
 
 from perfbisect.service.auth.principal import SYSTEM
-from perfbisect.service.jobs import advance
+from perfbisect.service.jobs import advance, views
 from perfbisect.service.jobs import service as jobs
-from perfbisect.service.jobs import views
 from perfbisect.service.jobs.schemas import BisectCreate
 from perfbisect.service.models import JobStatus, Trial, TrialStatus, utcnow
 from perfbisect.service.trials import service as trials

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.jobs import advance
 from perfbisect.service.jobs import service as jobs
-from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.jobs.schemas import BisectCreate
 from perfbisect.service.models import Trial
 from perfbisect.service.trials import service as trials

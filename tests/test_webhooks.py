@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from urllib.parse import urlencode
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 import pytest

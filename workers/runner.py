@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from perfbisect.gitrepo import GitError, Mirror
 from perfbisect.kernels.harness.phases import add_worker_phases
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import TrialWork
 from perfbisect.workers.build import run_build
-from perfbisect.gitrepo import GitError, Mirror
 from perfbisect.workers.redact import redact_tree
 from perfbisect.workers.sandbox import SandboxError, Slot, slot
 from perfbisect.workers.trialcache import caches_for, revision_seed

@@ -11,12 +11,12 @@ import logging
 
 from celery.signals import worker_init
 
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, RUN_TRIAL, celery_app
 from perfbisect.service.db import database_unreachable, session_scope
 from perfbisect.service.jobs import advance
 from perfbisect.service.trials import reconcile as reconciler
 from perfbisect.service.trials import service as trials
-from perfbisect import dispatch
-from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, RUN_TRIAL, celery_app
 from perfbisect.workers.heartbeat import Heartbeat
 from perfbisect.workers.retrying import with_database
 from perfbisect.workers.runner import execute, worker_slot

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB, COMMENT_ALERT, CONTROL_QUEUE, DETECT_ALERTS, TRACK_BRANCH, celery_app
 from perfbisect.service.alerts import bot
 from perfbisect.service.alerts import service as alerts
 from perfbisect.service.db import session_scope
 from perfbisect.service.jobs import repository as jobs_repo
 from perfbisect.service.models import JobKind, utcnow
 from perfbisect.service.tracking import service as tracking
-from perfbisect import dispatch
-from perfbisect.queue import ADVANCE_JOB, COMMENT_ALERT, CONTROL_QUEUE, DETECT_ALERTS, TRACK_BRANCH, celery_app
 
 log = logging.getLogger(__name__)
 

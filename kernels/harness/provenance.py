@@ -9,7 +9,6 @@ import torch
 from perfbisect.kernels.harness.timing import cpu_llc_bytes
 
 
-
 def _triton_version() -> str | None:
     try:
         import triton

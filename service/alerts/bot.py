@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session
 
+from perfbisect.gitrepo import pr_number
 from perfbisect.service.alerts import repository
 from perfbisect.service.alerts.github import github_call
 from perfbisect.service.models import Alert, AlertStatus
@@ -24,7 +25,6 @@ from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.settings import get_settings
 from perfbisect.service.tracking import repository as tracking_repo
 from perfbisect.service.webhooks.repo_urls import github_slug
-from perfbisect.gitrepo import pr_number
 
 log = logging.getLogger(__name__)
 

@@ -4,14 +4,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 
+from perfbisect import dispatch
+from perfbisect.queue import CONTROL_QUEUE, DETECT_ALERTS
 from perfbisect.service.alerts import repository, service, views
 from perfbisect.service.alerts.schemas import AlertRead, AlertUpdate
 from perfbisect.service.api.deps import SessionDep, SubmitterDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.bounds import MAX_ID
 from perfbisect.service.models import AlertStatus
-from perfbisect import dispatch
-from perfbisect.queue import CONTROL_QUEUE, DETECT_ALERTS
 
 router = APIRouter(prefix="/api/alerts", tags=["alerts"], responses=ERROR_RESPONSES)
 READ = [Depends(get_viewer)]

@@ -14,16 +14,25 @@ from functools import partial
 
 from sqlalchemy.orm import Session
 
-from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.alerts import grouping, history, repository
 from perfbisect.service.alerts.grouping import KnownAlert, StepGroup
 from perfbisect.service.alerts.schemas import AlertUpdate
+from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.bisect.changepoints import compute_change_points
 from perfbisect.service.errors import BadRequest, NotFound
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs.schemas import BisectCreate
-from perfbisect.service.models import (Alert, AlertCase, AlertKind, AlertStatus, CulpritKind, Job, JobStatus, TrackedBranch,
-                            utcnow)
+from perfbisect.service.models import (
+    Alert,
+    AlertCase,
+    AlertKind,
+    AlertStatus,
+    CulpritKind,
+    Job,
+    JobStatus,
+    TrackedBranch,
+    utcnow,
+)
 from perfbisect.service.tracking import service as tracking
 from perfbisect.service.webhooks.service import benchmarks_from_spec
 

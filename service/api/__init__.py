@@ -9,7 +9,6 @@ from perfbisect.service.api.errors import install_error_handler
 from perfbisect.service.settings import get_settings
 
 
-
 def create_app() -> FastAPI:
     from perfbisect.dashboards import pages
     from perfbisect.dashboards.routes import router as dashboard_router

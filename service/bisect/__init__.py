@@ -3,8 +3,17 @@
 No database, git, Celery or CUDA inside; see docs/architecture.md section 2 for the contract.
 """
 
-from perfbisect.service.bisect.model import (BisectConfig, CaseEffect, CorrectnessFinding, CulpritReport,
-                                  Observation, Plan, RevisionState, TrialRequest, Verdict)
+from perfbisect.service.bisect.model import (
+                                  BisectConfig,
+                                  CaseEffect,
+                                  CorrectnessFinding,
+                                  CulpritReport,
+                                  Observation,
+                                  Plan,
+                                  RevisionState,
+                                  TrialRequest,
+                                  Verdict,
+)
 from perfbisect.service.bisect.planner import plan_next
 from perfbisect.service.bisect.verdict import Comparison, RankTest, SignificanceTest, WelchTest, assess, compare
 

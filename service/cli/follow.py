@@ -14,6 +14,8 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB
 from perfbisect.service.cli.errors import CLIError, Interrupted  # noqa: F401  (re-exported: runs.py imports them from here)
 from perfbisect.service.db import session_scope
 from perfbisect.service.errors import PerfbisectError
@@ -21,8 +23,6 @@ from perfbisect.service.jobs import advance, views
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs.schemas import BisectCreate, JobRead
 from perfbisect.service.settings import get_settings
-from perfbisect import dispatch
-from perfbisect.queue import ADVANCE_JOB
 
 FINISHED = ("succeeded", "inconclusive", "failed", "cancelled")
 

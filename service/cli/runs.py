@@ -11,8 +11,17 @@ from typing import Any
 
 from rich.console import Console
 
-from perfbisect.service.cli.follow import (CLIError, Interrupted, cancel_local, embedded_stalled, follow, read_local,
-                                read_remote, submit_local, submit_remote)
+from perfbisect.service.cli.follow import (
+    CLIError,
+    Interrupted,
+    cancel_local,
+    embedded_stalled,
+    follow,
+    read_local,
+    read_remote,
+    submit_local,
+    submit_remote,
+)
 from perfbisect.service.db import session_scope
 from perfbisect.service.errors import PerfbisectError
 from perfbisect.service.jobs.schemas import BisectCreate, JobRead
@@ -193,9 +202,9 @@ def run_measure(repo: Path, rev: str, suite: str, target: str, cases: list[str],
                 build: str | None, import_root: str) -> dict[str, Any]:
     from pydantic import ValidationError
 
+    from perfbisect.gitrepo import GitError, Mirror
     from perfbisect.service.jobs.schemas import Benchmark
     from perfbisect.service.jobs.service import resolve_cases
-    from perfbisect.gitrepo import GitError, Mirror
     from perfbisect.workers.runner import harness_spec, run_in_slot
     from perfbisect.workers.sandbox import SandboxError, slot
 

@@ -12,12 +12,12 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from perfbisect import dispatch
+from perfbisect.queue import CONTROL_QUEUE, TRACK_BRANCH
 from perfbisect.service.cli.errors import CLIError
 from perfbisect.service.db import session_scope
 from perfbisect.service.errors import PerfbisectError
 from perfbisect.service.settings import get_settings
-from perfbisect import dispatch
-from perfbisect.queue import CONTROL_QUEUE, TRACK_BRANCH
 
 track_app = typer.Typer(help="Track branches: measure every push, raise alerts, bisect them.", no_args_is_help=True)
 console = Console(stderr=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -20,9 +20,9 @@ from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observat
 from perfbisect.service.bisect.progress import expected_trials
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import outcome, repository, sweep
-from perfbisect.service.trials.repository import samples_of
-from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
+from perfbisect.service.repos.repository import revisions_by_sha
+from perfbisect.service.trials.repository import samples_of
 
 UNBUILDABLE = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
 BROKEN_CASE = ("compile_error", "error")

@@ -5,6 +5,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from fastapi.responses import PlainTextResponse
 
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB
 from perfbisect.service.api.deps import SessionDep, SubmitterDep, ViewerDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.bounds import MAX_ID
@@ -14,8 +16,6 @@ from perfbisect.service.models import JobStatus
 from perfbisect.service.reports.culprits import culprit_table
 from perfbisect.service.reports.pr_comment import render_job
 from perfbisect.service.settings import get_settings
-from perfbisect import dispatch
-from perfbisect.queue import ADVANCE_JOB
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 READ = [Depends(get_viewer)]  # public, or a read token when PERFBISECT_PUBLIC_READS is off

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from perfbisect.gitrepo import GitError
 from perfbisect.kernels.cases import case_name, normalise_params, parse_shape
 from perfbisect.kernels.suites import Suite, UnknownSuite, get_suite
 from perfbisect.service.auth.principal import SYSTEM, Principal
@@ -28,8 +29,6 @@ from perfbisect.service.jobs.schemas import Benchmark, BisectCreate, CompareCrea
 from perfbisect.service.models import Case, IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
-from perfbisect.gitrepo import GitError
-
 
 MAX_CASES = 256
 CASE_NAME_LENGTH = 300  # cases.name

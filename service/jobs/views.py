@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from sqlalchemy.orm import Session
 
 from perfbisect.service.jobs import repository
-from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, JobSummary, OutcomeRead, TrialRead
 from perfbisect.service.models import Job, Revision
+from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.trials import repository as trials_repo
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from perfbisect.gitrepo import CommitInfo, GitError, Mirror
 from perfbisect.service.bounds import MAX_ID
 from perfbisect.service.db import insert_or_skip
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
@@ -15,7 +16,6 @@ from perfbisect.service.repos import repository
 from perfbisect.service.repos.schemas import RepositoryCreate
 from perfbisect.service.repos.urls import checked_url
 from perfbisect.service.settings import get_settings
-from perfbisect.gitrepo import CommitInfo, GitError, Mirror
 
 
 def mirror_of(repo: Repository) -> Mirror:

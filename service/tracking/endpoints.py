@@ -5,6 +5,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Response, status
 from pydantic import ValidationError
 
+from perfbisect import dispatch
+from perfbisect.queue import CONTROL_QUEUE, TRACK_BRANCH
 from perfbisect.service.api.deps import AdminDep, SessionDep, SubmitterDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.bounds import MAX_ID
@@ -12,8 +14,6 @@ from perfbisect.service.errors import BadRequest
 from perfbisect.service.tracking import repository, service
 from perfbisect.service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead, TrackRunAccepted
 from perfbisect.service.webhooks.schemas import WebhookReply
-from perfbisect import dispatch
-from perfbisect.queue import CONTROL_QUEUE, TRACK_BRANCH
 
 router = APIRouter(prefix="/api/tracked-branches", tags=["tracking"], responses=ERROR_RESPONSES)
 READ = [Depends(get_viewer)]

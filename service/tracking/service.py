@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from perfbisect.gitrepo import GitError, Mirror
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.models import Job, Repository, TrackedBranch, TrackTrigger, Trial, TrialStatus, utcnow
@@ -22,7 +23,6 @@ from perfbisect.service.repos import service as repos
 from perfbisect.service.tracking import repository
 from perfbisect.service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead
 from perfbisect.service.webhooks.service import match_repository
-from perfbisect.gitrepo import GitError, Mirror
 
 FAILED_WHOLE = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
 

@@ -17,16 +17,16 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Depends, Header, Request, Response, status
 from pydantic import ValidationError
 
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB
 from perfbisect.service.api.deps import SessionDep
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.errors import BadRequest, NotFound
 from perfbisect.service.settings import get_settings
+from perfbisect.service.tracking.endpoints import push_reply
 from perfbisect.service.webhooks import service
 from perfbisect.service.webhooks.schemas import HANDLED_ACTIONS, PullRequestEvent, WebhookReply
 from perfbisect.service.webhooks.signature import verify_signature
-from perfbisect.service.tracking.endpoints import push_reply
-from perfbisect import dispatch
-from perfbisect.queue import ADVANCE_JOB
 
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"], responses=ERROR_RESPONSES)
 DUPLICATE = {200: {"model": WebhookReply, "description": "a delivery handled before: nothing is done again"}}

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from perfbisect.gitrepo import GitError
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.errors import BadRequest, NotFound
 from perfbisect.service.jobs import service as jobs
@@ -27,7 +28,6 @@ from perfbisect.service.repos import service as repos
 from perfbisect.service.webhooks import repository
 from perfbisect.service.webhooks.repo_urls import event_urls, normalized_url
 from perfbisect.service.webhooks.schemas import PullRequestEvent
-from perfbisect.gitrepo import GitError
 
 log = logging.getLogger(__name__)
 

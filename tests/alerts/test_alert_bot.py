@@ -10,7 +10,16 @@ import httpx
 import pytest
 
 from perfbisect.service.alerts import bot
-from perfbisect.service.models import Alert, AlertCase, AlertKind, AlertStatus, Case, Repository, Revision, TrackedBranch
+from perfbisect.service.models import (
+    Alert,
+    AlertCase,
+    AlertKind,
+    AlertStatus,
+    Case,
+    Repository,
+    Revision,
+    TrackedBranch,
+)
 from perfbisect.service.settings import get_settings
 
 CULPRIT, FIX = "c" * 40, "f" * 40

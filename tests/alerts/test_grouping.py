@@ -6,9 +6,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfbisect.service.alerts.grouping import (IMPROVEMENT, REGRESSION, WRONG_FIXED, WRONG_RESULTS, CaseHistory, KnownAlert,
-                                     Step, correctness_steps, detect_steps, group_steps, overlap, perf_steps,
-                                     reconcile, restoring_step)
+from perfbisect.service.alerts.grouping import (
+    IMPROVEMENT,
+    REGRESSION,
+    WRONG_FIXED,
+    WRONG_RESULTS,
+    CaseHistory,
+    KnownAlert,
+    Step,
+    correctness_steps,
+    detect_steps,
+    group_steps,
+    overlap,
+    perf_steps,
+    reconcile,
+    restoring_step,
+)
 from perfbisect.service.bisect.changepoints import compute_change_points
 
 

@@ -2,9 +2,8 @@
 
 import math
 
-import pytest
-
 import numpy as np
+import pytest
 
 from perfbisect.service.bisect.changepoints import ChangePoint, compute_change_points, robust_noise
 
