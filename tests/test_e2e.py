@@ -20,11 +20,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kernels import demo
-from kernels.cases import case_name
-from service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE
-from tests.e2e_support import (BIN, admin_headers, api_server, fresh_database, fresh_redis, perfbisect, service_env,
-                               stop, wait_for_job)
+from perfbisect.kernels import demo
+from perfbisect.kernels.cases import case_name
+from perfbisect.service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE
+from tests.e2e_support import (
+    BIN,
+    admin_headers,
+    api_server,
+    fresh_database,
+    fresh_redis,
+    perfbisect,
+    service_env,
+    stop,
+    wait_for_job,
+)
 from tests.gitrepo import git
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

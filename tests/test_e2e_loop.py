@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kernels import demo
-from service.cli.runs import GROUND_TRUTH_FILE
-from service.webhooks.signature import SIGNATURE_HEADER, sign
+from perfbisect.kernels import demo
+from perfbisect.service.cli.runs import GROUND_TRUTH_FILE
+from perfbisect.service.webhooks.signature import SIGNATURE_HEADER, sign
 from tests.e2e_support import BIN, admin_headers, api_server, fresh_database, fresh_redis, perfbisect, service_env, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -24,11 +24,23 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from perfbisect.workers import proctree
 from tests.e2e_support import fresh_database, wait_for_job
-from tests.fault_support import (BUILD_COMMAND, GOOD_INDEX, PLANTED_INDEX, RedisServer, Stack, TcpProxy, bisect_body,
-                                 finished, make_step_repo, record_fault, register_and_submit, service_stack,
-                                 wait_until)
-from workers import proctree
+from tests.fault_support import (
+    BUILD_COMMAND,
+    GOOD_INDEX,
+    PLANTED_INDEX,
+    RedisServer,
+    Stack,
+    TcpProxy,
+    bisect_body,
+    finished,
+    make_step_repo,
+    record_fault,
+    register_and_submit,
+    service_stack,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernels.suites.attention import AttentionSuite
-from kernels.suites.base import Suite, resolve_callable
-from kernels.suites.gemm import GemmSuite
-from kernels.suites.rmsnorm import RmsNormSuite
+from perfbisect.kernels.suites.attention import AttentionSuite
+from perfbisect.kernels.suites.base import Suite, resolve_callable
+from perfbisect.kernels.suites.gemm import GemmSuite
+from perfbisect.kernels.suites.rmsnorm import RmsNormSuite
 
 BUILTIN_SUITES = {"gemm": GemmSuite, "attention": AttentionSuite, "rmsnorm": RmsNormSuite}
 FILE_PREFIX = "file:"
@@ -31,7 +31,7 @@ def get_suite(name: str, repo_root: str | Path | None = None) -> Suite:
     if isinstance(name, str) and name.startswith(FILE_PREFIX):
         if repo_root is None:
             raise UnknownSuite(f"custom suite {name!r} needs the repository checkout to load")
-        from kernels.suites.custom import CustomSuite, load_suite_file
+        from perfbisect.kernels.suites.custom import CustomSuite, load_suite_file
         relpath = name[len(FILE_PREFIX):]
         try:
             return CustomSuite(name, load_suite_file(Path(repo_root), relpath))

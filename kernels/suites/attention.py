@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
+from perfbisect.kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 # The reference covers at most this many (batch, head) pairs, in query blocks, so the
 # accuracy check of a 16k-long sequence does not need an S x S fp64 matrix per head.

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from kernels.cases import canonical_dtype
+from perfbisect.kernels.cases import canonical_dtype
 
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                 "fp64": torch.float64}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
+from perfbisect.kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 EPS = 1e-6
 

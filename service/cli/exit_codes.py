@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from service.jobs.schemas import JobRead
+from perfbisect.service.jobs.schemas import JobRead
 
 OK = 0  # the job completed with a verdict for every case
 REGRESSION = 1  # --fail-on regression (or change) and the verdict says so

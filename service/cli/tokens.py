@@ -18,11 +18,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from service.auth import service as auth
-from service.auth.principal import Principal, Scope
-from service.db import session_scope
-from service.errors import PerfbisectError, Unauthenticated
-from service.settings import get_settings
+from perfbisect.service.auth import service as auth
+from perfbisect.service.auth.principal import Principal, Scope
+from perfbisect.service.db import session_scope
+from perfbisect.service.errors import PerfbisectError, Unauthenticated
+from perfbisect.service.settings import get_settings
 
 LOCAL_TOKEN_FILE = "cli-token"
 LOCAL_TOKEN_NAME = "local-cli"
@@ -33,7 +33,7 @@ console = Console(stderr=True)
 
 
 def _prepare() -> None:
-    from service.cli.main import prepare_database
+    from perfbisect.service.cli.main import prepare_database
 
     prepare_database()
 

@@ -12,12 +12,12 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from service.cli.errors import CLIError
-from service.db import session_scope
-from service.errors import PerfbisectError
-from service.settings import get_settings
-from workers import dispatch
-from workers.celery_app import CONTROL_QUEUE
+from perfbisect import dispatch
+from perfbisect.queue import CONTROL_QUEUE, TRACK_BRANCH
+from perfbisect.service.cli.errors import CLIError
+from perfbisect.service.db import session_scope
+from perfbisect.service.errors import PerfbisectError
+from perfbisect.service.settings import get_settings
 
 track_app = typer.Typer(help="Track branches: measure every push, raise alerts, bisect them.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -30,15 +30,13 @@ def fail(message: str, code: int = 2) -> None:
 
 def run_loop(tracked_id: int, head: str | None = None) -> None:
     """Queue a run of the tracked branch; embedded, carry it out (and what it starts) now."""
-    from workers.track_tasks import track_branch
-
-    dispatch.send(track_branch, tracked_id, head, queue=CONTROL_QUEUE)
+    dispatch.send(TRACK_BRANCH, tracked_id, head, queue=CONTROL_QUEUE)
     if get_settings().embedded:
         dispatch.drain()
 
 
 def _prepare() -> None:
-    from service.cli.main import prepare_database
+    from perfbisect.service.cli.main import prepare_database
 
     prepare_database()
 
@@ -63,9 +61,9 @@ def add(
     start: Annotated[bool, typer.Option(help="run the backfill now")] = True,
 ) -> None:
     """Track a branch with one benchmark set on one device class."""
-    from service.cli.runs import register_path
-    from service.tracking import service
-    from service.tracking.schemas import TrackedBranchCreate
+    from perfbisect.service.cli.runs import register_path
+    from perfbisect.service.tracking import service
+    from perfbisect.service.tracking.schemas import TrackedBranchCreate
 
     _prepare()
     try:
@@ -96,7 +94,7 @@ def add(
 @track_app.command("list")
 def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Tracked branches."""
-    from service.tracking import repository, service
+    from perfbisect.service.tracking import repository, service
 
     _prepare()
     with session_scope() as session:
@@ -112,7 +110,7 @@ def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
 @track_app.command("run")
 def run(tracked_id: int) -> None:
     """Measure the branch's head now (embedded: also detect, bisect and comment before returning)."""
-    from service.tracking import service
+    from perfbisect.service.tracking import service
 
     _prepare()
     try:
@@ -127,7 +125,7 @@ def run(tracked_id: int) -> None:
 @track_app.command("remove")
 def remove(tracked_id: int) -> None:
     """Stop tracking (the branch's alerts go too; measurements stay)."""
-    from service.tracking import service
+    from perfbisect.service.tracking import service
 
     _prepare()
     try:
@@ -158,7 +156,7 @@ def alert_lines(alerts: list) -> list[str]:
 def list_alerts(tracked_id: Annotated[Optional[int], typer.Argument()] = None,
                 as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Alerts (of one tracked branch, or all), with their cases and culprits."""
-    from service.alerts import repository, views
+    from perfbisect.service.alerts import repository, views
 
     _prepare()
     with session_scope() as session:

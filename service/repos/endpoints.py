@@ -4,11 +4,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, status
 
-from service.api.deps import AdminDep, SessionDep, ViewerDep
-from service.api.errors import ERROR_RESPONSES
-from service.bounds import NO_NUL
-from service.repos import repository, service
-from service.repos.schemas import RepositoryCreate, RepositoryRead
+from perfbisect.service.api.deps import AdminDep, SessionDep, ViewerDep
+from perfbisect.service.api.errors import ERROR_RESPONSES
+from perfbisect.service.bounds import NO_NUL
+from perfbisect.service.repos import repository, service
+from perfbisect.service.repos.schemas import RepositoryCreate, RepositoryRead
 
 router = APIRouter(prefix="/api/repositories", tags=["repositories"], responses=ERROR_RESPONSES)
 
