@@ -5,7 +5,8 @@ FROM python:3.12-slim
 RUN apt-get update && apt-get install -y --no-install-recommends git build-essential curl \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
-COPY pyproject.toml constraints.txt README.md alembic.ini ./
+COPY pyproject.toml setup.py constraints.txt README.md alembic.ini ./
+COPY perfbisect ./perfbisect
 COPY service ./service
 COPY workers ./workers
 COPY kernels ./kernels
@@ -13,7 +14,7 @@ COPY migrations ./migrations
 COPY dashboards ./dashboards
 # TORCH_SPEC lets a GPU image install a CUDA build (e.g. TORCH_SPEC="torch==2.11.0 triton==3.6.0").
 ARG TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
-RUN pip install --no-cache-dir ${TORCH_SPEC} && pip install --no-cache-dir -e '.[gpu]'
+RUN pip install --no-cache-dir ${TORCH_SPEC} && pip install --no-cache-dir '.[gpu]'
 ENV PERFBISECT_HOME=/var/lib/perfbisect PYTHONUNBUFFERED=1
 RUN useradd --create-home perfbisect && mkdir -p /var/lib/perfbisect && chown perfbisect /var/lib/perfbisect
 USER perfbisect

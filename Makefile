@@ -7,7 +7,7 @@ BIN = $(VENV)/bin
 
 .PHONY: demo test install services bench wheelhouse
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch==2.13.0 (CPU build) comes from constraints.txt, so no multi-GB CUDA build is pulled.

@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.bisect.changepoints import compute_change_points  # noqa: E402
+from perfbisect.service.bisect.changepoints import compute_change_points  # noqa: E402
 
 MARGIN = 5
 

@@ -30,10 +30,10 @@ def main() -> None:
     from fastapi.testclient import TestClient
     from sqlalchemy import insert
 
-    from service.api import create_app
-    from service.db import session_scope
-    from service.migrate import upgrade
-    from service.models import Case, CasePoint, Repository, Revision
+    from perfbisect.service.api import create_app
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.migrate import upgrade
+    from perfbisect.service.models import Case, CasePoint, Repository, Revision
 
     upgrade()
     rng = random.Random(1)

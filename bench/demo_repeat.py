@@ -29,7 +29,7 @@ def one_run(i: int, out: Path, cpus: list[int] | None, device: str) -> dict:
     env = {**os.environ, "PERFBISECT_HOME": str(home / "home"), "PYTHONUNBUFFERED": "1"}
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
-    cmd = [sys.executable, "-m", "service.cli.main", "demo", "--device", device, "--path", str(home / "minikern")]
+    cmd = [sys.executable, "-m", "perfbisect.service.cli.main", "demo", "--device", device, "--path", str(home / "minikern")]
     if cpus:
         cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
     started = time.monotonic()

@@ -19,12 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernels.cases import case_name  # noqa: E402
-from kernels.demo import (DEMO_CPU_CASES, DEMO_CPU_POLICY, DEMO_GPU_CASES,  # noqa: E402
-                          DEMO_GPU_POLICY, write_demo_repo)
-from kernels.demo.ground_truth import event_hits  # noqa: E402
-from kernels.demo.writer import load_ground_truth  # noqa: E402
-from kernels.harness.runner import run_harness  # noqa: E402
+from perfbisect.kernels.cases import case_name  # noqa: E402
+from perfbisect.kernels.demo import DEMO_CPU_CASES, DEMO_CPU_POLICY, DEMO_GPU_CASES, DEMO_GPU_POLICY, write_demo_repo  # noqa: E402
+from perfbisect.kernels.demo.ground_truth import event_hits  # noqa: E402
+from perfbisect.kernels.demo.writer import load_ground_truth  # noqa: E402
+from perfbisect.kernels.harness.runner import run_harness  # noqa: E402
 
 
 def worktree(repo: Path, sha: str, root: Path) -> Path:
@@ -131,7 +130,7 @@ def main() -> int:
 
 
 def smoke(indices, cases, device, policy) -> int:
-    from kernels.report import format_result
+    from perfbisect.kernels.report import format_result
     with tempfile.TemporaryDirectory() as tmp:
         repo = write_demo_repo(Path(tmp) / "minikern")
         shas = subprocess.run(["git", "rev-list", "--reverse", "--first-parent", "HEAD"], cwd=repo,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.db import session_scope  # noqa: E402
-from service.jobs.views import trial_reads  # noqa: E402
-from service.trials.phases import phase_table  # noqa: E402
+from perfbisect.service.db import session_scope  # noqa: E402
+from perfbisect.service.jobs.views import trial_reads  # noqa: E402
+from perfbisect.service.trials.phases import phase_table  # noqa: E402
 
 
 def main(job_id: int) -> None:

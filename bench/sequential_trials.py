@@ -18,8 +18,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.bisect.history import load_history  # noqa: E402
-from service.bisect.simulate import simulate  # noqa: E402
+from perfbisect.service.bisect.history import load_history  # noqa: E402
+from perfbisect.service.bisect.simulate import simulate  # noqa: E402
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 

@@ -33,13 +33,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.alerts.grouping import (CaseHistory, KnownAlert, detect_steps, group_steps, overlap,  # noqa: E402
-                                     reconcile)
-from service.alerts.service import MIN_HEADS  # noqa: E402
-from service.bisect.changepoints import compute_change_points  # noqa: E402
-from service.bisect.history import CaseModel, History  # noqa: E402
-from service.bisect.model import BisectConfig  # noqa: E402
-from service.bisect.simulate import run  # noqa: E402
+from perfbisect.service.alerts.grouping import CaseHistory, KnownAlert, detect_steps, group_steps, overlap, reconcile  # noqa: E402
+from perfbisect.service.alerts.service import MIN_HEADS  # noqa: E402
+from perfbisect.service.bisect.changepoints import compute_change_points  # noqa: E402
+from perfbisect.service.bisect.history import CaseModel, History  # noqa: E402
+from perfbisect.service.bisect.model import BisectConfig  # noqa: E402
+from perfbisect.service.bisect.simulate import run  # noqa: E402
 
 EVERY, TRIALS, MIN_MAGNITUDE = 4, 3, 0.05
 

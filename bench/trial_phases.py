@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kernels import demo  # noqa: E402
-from kernels.harness.caches import revision_caches  # noqa: E402
-from kernels.harness.phases import timed_kernel_seconds  # noqa: E402
-from kernels.harness.runner import run_harness  # noqa: E402
+from perfbisect.kernels import demo  # noqa: E402
+from perfbisect.kernels.harness.caches import revision_caches  # noqa: E402
+from perfbisect.kernels.harness.phases import timed_kernel_seconds  # noqa: E402
+from perfbisect.kernels.harness.runner import run_harness  # noqa: E402
 
 COLUMNS = ("start", "import", "compile", "inputs_reference", "timing", "teardown", "process",
            "first_sample")

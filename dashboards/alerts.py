@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboards.history import step_passed
+from perfbisect.dashboards.history import step_passed
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dashboards.history import CaseHistory, Series
-from dashboards.links import RepoLinks
+from perfbisect.dashboards.history import CaseHistory, Series
+from perfbisect.dashboards.links import RepoLinks
 
 PALETTE = ("#1f5fa8", "#b8321a", "#21762f", "#6f3fa0", "#a35a00", "#7a4a2f", "#0f6f7d")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dashboards.history import PointRow
+from perfbisect.dashboards.history import PointRow
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from service.webhooks.repo_urls import github_slug
+from perfbisect.service.webhooks.repo_urls import github_slug
 
 _HOSTED = re.compile(r"^(?:(?:https?|ssh|git)://(?:[^@/]+@)?|git@)(?P<host>[^/:]+)(?::\d+)?[/:](?P<path>.+?)(?:\.git)?/?$")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from dashboards.history import CaseHistory, StepMark
+from perfbisect.dashboards.history import CaseHistory, StepMark
 
 SPARK_W, SPARK_H = 120, 24
 

@@ -15,9 +15,19 @@ from typing import Any
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow, PointRow
-from service.models import (Case, CasePoint, Culprit, Job, JobStatus, Measurement, Repository, Revision,
-                            Trial, TrialStatus)
+from perfbisect.dashboards.history import CulpritRow, FailedTrialRow, MeasurementRow, PointRow
+from perfbisect.service.models import (
+    Case,
+    CasePoint,
+    Culprit,
+    Job,
+    JobStatus,
+    Measurement,
+    Repository,
+    Revision,
+    Trial,
+    TrialStatus,
+)
 
 SPREAD = (CasePoint.value_min, CasePoint.value_max, CasePoint.ratio_min, CasePoint.ratio_max)
 FAILED_TRIALS = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)

@@ -8,18 +8,19 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from dashboards import repository, views
-from dashboards.charts import format_value
-from service.api.deps import SessionDep, get_viewer
-from service.api.errors import ERROR_RESPONSES
-from service.bounds import MAX_ID, NO_NUL
-from service.models import JobStatus
-from service.repos.urls import public_url
+from perfbisect.dashboards import repository, views
+from perfbisect.dashboards.charts import format_value
+from perfbisect.service.api.deps import SessionDep, get_viewer
+from perfbisect.service.api.errors import ERROR_RESPONSES
+from perfbisect.service.bounds import MAX_ID, NO_NUL
+from perfbisect.service.models import JobStatus
+from perfbisect.service.repos.urls import public_url
 
 # Reads: public, or a token with the read scope when PERFBISECT_PUBLIC_READS is off.
 router = APIRouter(tags=["dashboard"], dependencies=[Depends(get_viewer)], responses=ERROR_RESPONSES)

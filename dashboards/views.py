@@ -9,21 +9,28 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from dashboards import repository
-from dashboards.alerts import AlertRow, culprit_alerts
-from dashboards.charts import case_chart, commit_info, describe_device
-from dashboards.compare import CompareRow, compare_rows
-from dashboards.links import RepoLinks, repo_links
-from dashboards.overview import OverviewRow, overview_row
-from dashboards.history import (CaseHistory, Order, RevisionPoint, assemble_histories, build_histories, index_of,
-                                series_from_points)
-from dashboards.repository import CaseKey, RevisionMeta
-from service.errors import NotFound
-from service.jobs import views as job_views
-from service.jobs.schemas import JobRead
-from service.models import JobStatus, Repository
-from service.reports.culprits import culprit_rows
-from service.trials.phases import PhaseRow, phase_table
+from perfbisect.dashboards import repository
+from perfbisect.dashboards.alerts import AlertRow, culprit_alerts
+from perfbisect.dashboards.charts import case_chart, commit_info, describe_device
+from perfbisect.dashboards.compare import CompareRow, compare_rows
+from perfbisect.dashboards.history import (
+    CaseHistory,
+    Order,
+    RevisionPoint,
+    assemble_histories,
+    build_histories,
+    index_of,
+    series_from_points,
+)
+from perfbisect.dashboards.links import RepoLinks, repo_links
+from perfbisect.dashboards.overview import OverviewRow, overview_row
+from perfbisect.dashboards.repository import CaseKey, RevisionMeta
+from perfbisect.service.errors import NotFound
+from perfbisect.service.jobs import views as job_views
+from perfbisect.service.jobs.schemas import JobRead
+from perfbisect.service.models import JobStatus, Repository
+from perfbisect.service.reports.culprits import culprit_rows
+from perfbisect.service.trials.phases import PhaseRow, phase_table
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from service.models import Base
-from service.settings import get_settings
+from perfbisect.service.models import Base
+from perfbisect.service.settings import get_settings
 
 config = context.config
 target_metadata = Base.metadata

@@ -32,9 +32,9 @@ def main() -> None:
     import uvicorn
     from playwright.sync_api import sync_playwright
 
-    from service.api import create_app
-    from service.db import session_scope
-    from service.migrate import upgrade
+    from perfbisect.service.api import create_app
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.migrate import upgrade
     from tests.seed_dashboard import STEP_AT, STEPPED, seed, sha
 
     upgrade()

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.settings import get_settings
+from perfbisect.service.settings import get_settings
 
 
 def make_engine(url: str) -> Engine:

@@ -46,8 +46,8 @@ def home() -> Path:
 @pytest.fixture(scope="session")
 def migrated_engine():
     """A clean schema, migrated to head once per test session."""
-    from service.db import get_engine
-    from service.migrate import upgrade
+    from perfbisect.service.db import get_engine
+    from perfbisect.service.migrate import upgrade
 
     engine = get_engine()
     with engine.begin() as conn:
@@ -81,8 +81,8 @@ def sent_tasks() -> list[tuple[str, tuple]]:
 def app(session: Session, sent_tasks):
     """The API whose requests use the test's transaction. Tasks a request would send after its
     commit are recorded in `sent_tasks` instead of run."""
-    from service.api import create_app
-    from service.api.deps import get_session
+    from perfbisect.service.api import create_app
+    from perfbisect.service.api.deps import get_session
 
     app = create_app()
 
@@ -96,7 +96,7 @@ def app(session: Session, sent_tasks):
             raise
         savepoint.commit()
         for task, args, _queue in session.info.pop("after_commit", []):
-            sent_tasks.append((task.name, args))
+            sent_tasks.append((task, args))
 
     app.dependency_overrides[get_session] = _session
     return app
@@ -108,7 +108,7 @@ def make_client(app, session: Session):
     token). The token's principal is the client's `principal` attribute."""
     from fastapi.testclient import TestClient
 
-    from service.auth import service as auth
+    from perfbisect.service.auth import service as auth
 
     clients = []
 
@@ -151,7 +151,7 @@ def submit_client(make_client):
 @pytest.fixture(scope="session")
 def demo_repo(tmp_path_factory) -> Path:
     """The demo kernel repository, written once per test session."""
-    from kernels.demo import write_demo_repo
+    from perfbisect.kernels.demo import write_demo_repo
 
     return write_demo_repo(tmp_path_factory.mktemp("demo") / "minikern")
 

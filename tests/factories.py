@@ -6,9 +6,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from service.models import Repository
-from service.repos import service as repos
-from service.repos.schemas import RepositoryCreate
+from perfbisect.service.models import Repository
+from perfbisect.service.repos import service as repos
+from perfbisect.service.repos.schemas import RepositoryCreate
 
 
 def create_repository(session: Session, path: Path, name: str = "minikern", **kw) -> Repository:

@@ -18,8 +18,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from tests.e2e_support import (BIN, admin_headers, api_server, free_port, fresh_database, perfbisect, service_env,
-                               stop)
+from tests.e2e_support import BIN, admin_headers, api_server, free_port, fresh_database, perfbisect, service_env, stop
 from tests.gitrepo import git
 
 # A five-commit repository whose kernel becomes 40 passes slower at commit 2: a step no load on

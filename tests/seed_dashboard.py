@@ -10,9 +10,20 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy.orm import Session
 
-from service.models import (Case, Culprit, CulpritKind, Job, JobKind, JobStatus, Measurement, Repository, Revision,
-                            Trial, TrialStatus)
-from service.trials.repository import refresh_case_points
+from perfbisect.service.models import (
+    Case,
+    Culprit,
+    CulpritKind,
+    Job,
+    JobKind,
+    JobStatus,
+    Measurement,
+    Repository,
+    Revision,
+    Trial,
+    TrialStatus,
+)
+from perfbisect.service.trials.repository import refresh_case_points
 
 COMMITS = 40
 STEP_AT, FAILED_AT, WRONG_AT = 25, 12, 31

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from service.models import Case, Job, Revision
-from service.settings import get_settings
+from perfbisect.service.models import Case, Job, Revision
+from perfbisect.service.settings import get_settings
 from tests.gitrepo import git, make_repo
 
 GEMM = {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}

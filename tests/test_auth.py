@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from service.models import ApiToken
-from service.settings import get_settings
+from perfbisect.service.models import ApiToken
+from perfbisect.service.settings import get_settings
 from tests.gitrepo import make_repo
 
 GEMM = {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}
@@ -84,7 +84,7 @@ def test_reads_are_public_or_need_the_read_scope(clients, lib, monkeypatch, publ
 
 
 def test_bad_or_revoked_tokens_are_401_even_on_public_reads(make_client, session) -> None:
-    from service.auth import service as auth
+    from perfbisect.service.auth import service as auth
 
     wrong = make_client()
     wrong.headers["Authorization"] = "Bearer pbt_not-a-token"
@@ -98,7 +98,7 @@ def test_bad_or_revoked_tokens_are_401_even_on_public_reads(make_client, session
 
 
 def test_build_logs_and_env_values_are_for_token_holders(clients, lib, session) -> None:
-    from service.models import Revision, Trial, TrialStatus
+    from perfbisect.service.models import Revision, Trial, TrialStatus
 
     job_id = clients["submit"].post("/api/jobs/bisect", json=bisect()).json()["id"]
     revision = session.scalars(select(Revision)).first()
@@ -115,8 +115,8 @@ def test_build_logs_and_env_values_are_for_token_holders(clients, lib, session) 
 
 
 def test_tokens_are_stored_as_sha256_only(session) -> None:
-    from service.auth import service as auth
-    from service.auth.principal import Scope
+    from perfbisect.service.auth import service as auth
+    from perfbisect.service.auth.principal import Scope
 
     row, token = auth.create_token(session, "ci", [Scope.submit])
     stored = session.scalars(select(ApiToken).where(ApiToken.id == row.id)).one()

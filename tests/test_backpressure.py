@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from service.api.backpressure import InFlightLimit
+from perfbisect.service.api.backpressure import InFlightLimit
 
 
 def _app(release: asyncio.Event, started: list[str]) -> InFlightLimit:
@@ -49,8 +49,8 @@ def test_requests_past_the_limit_are_shed_and_the_rest_finish() -> None:
 
 @pytest.mark.parametrize("limit", [1, 5])
 def test_the_limit_comes_from_settings(monkeypatch, limit) -> None:
-    from service.api import create_app
-    from service.settings import get_settings
+    from perfbisect.service.api import create_app
+    from perfbisect.service.settings import get_settings
 
     monkeypatch.setenv("PERFBISECT_MAX_IN_FLIGHT", str(limit))
     get_settings.cache_clear()

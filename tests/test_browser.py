@@ -56,8 +56,8 @@ def seeded(migrated_engine) -> Iterator[dict]:
 def server(seeded) -> Iterator[str]:
     import uvicorn
 
-    from service.api import create_app
-    from service.api.deps import get_session
+    from perfbisect.service.api import create_app
+    from perfbisect.service.api.deps import get_session
 
     app = create_app()
     lock = threading.Lock()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from kernels import demo
-from service.cli.main import app
+from perfbisect.kernels import demo
+from perfbisect.service.cli.main import app
 
 runner = CliRunner()
 

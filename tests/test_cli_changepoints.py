@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from service.cli.main import app
+from perfbisect.service.cli.main import app
 
 runner = CliRunner()
 NOISE = [0.17, 1.17, -1.69, 1.32, -0.18, -0.84, -0.84, -1.08, -0.34, 0.58, 0.36, 0.41]

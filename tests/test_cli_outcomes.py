@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from service.auth.principal import SYSTEM
-from service.cli.exit_codes import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
-from service.cli.main import app
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.cli.exit_codes import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
+from perfbisect.service.cli.main import app
 from tests.gitrepo import make_repo
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result
 
@@ -26,8 +26,8 @@ NO_CUDA = "device 'cuda' requested but torch sees no CUDA device"
 def embedded(tmp_path: Path, monkeypatch) -> Path:
     """The embedded default for this test: SQLite under its own PERFBISECT_HOME (settings and
     engine are cached per process, so the caches are cleared on the way in and out)."""
-    from service.db import get_engine, get_sessionmaker
-    from service.settings import get_settings
+    from perfbisect.service.db import get_engine, get_sessionmaker
+    from perfbisect.service.settings import get_settings
 
     def clear() -> None:
         for cached in (get_settings, get_engine, get_sessionmaker):
@@ -37,7 +37,7 @@ def embedded(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.delenv("DATABASE_URL")
     monkeypatch.setenv("PERFBISECT_HOME", str(home))
     clear()
-    from service.cli.main import prepare_database
+    from perfbisect.service.cli.main import prepare_database
 
     prepare_database()
     yield home
@@ -47,11 +47,11 @@ def embedded(tmp_path: Path, monkeypatch) -> Path:
 
 def finished_job(tmp_path: Path, truth, **spec) -> int:
     """A bisect over a 17-commit repository, its rounds driven like the tasks drive them."""
-    from service.db import session_scope
-    from service.jobs import advance
-    from service.jobs import service as jobs
-    from service.jobs.schemas import BisectCreate
-    from service.trials import service as trials
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.jobs import advance
+    from perfbisect.service.jobs import service as jobs
+    from perfbisect.service.jobs.schemas import BisectCreate
+    from perfbisect.service.trials import service as trials
     from tests.factories import create_repository
 
     path = tmp_path / "lib"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels import demo
-from service.cli.exit_codes import CANCELLED, INTERRUPTED
+from perfbisect.kernels import demo
+from perfbisect.service.cli.exit_codes import CANCELLED, INTERRUPTED
 from tests.e2e_support import BIN, service_env
 
 pytestmark = [pytest.mark.e2e]

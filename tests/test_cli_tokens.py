@@ -12,14 +12,14 @@ import pytest
 from sqlalchemy import delete
 from typer.testing import CliRunner
 
-from service.auth import service as auth
-from service.auth.principal import Scope
-from service.db import session_scope
-from service.errors import Unauthenticated
-from service.models import ApiToken, Repository
-from service.settings import get_settings
+from perfbisect import dispatch
+from perfbisect.service.auth import service as auth
+from perfbisect.service.auth.principal import Scope
+from perfbisect.service.db import session_scope
+from perfbisect.service.errors import Unauthenticated
+from perfbisect.service.models import ApiToken, Repository
+from perfbisect.service.settings import get_settings
 from tests.gitrepo import make_repo
-from workers import dispatch
 
 runner = CliRunner()
 
@@ -41,7 +41,7 @@ def home(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_create_list_and_revoke(tag) -> None:
-    from service.cli.main import app
+    from perfbisect.service.cli.main import app
 
     created = runner.invoke(app, ["token", "create", f"{tag}-ci", "--scope", "submit"])
     assert created.exit_code == 0, created.output
@@ -61,7 +61,7 @@ def test_create_list_and_revoke(tag) -> None:
 
 
 def test_local_token_is_an_owner_only_admin_file_reused_until_revoked(tag, home) -> None:
-    from service.cli.tokens import LOCAL_TOKEN_FILE, local_principal
+    from perfbisect.service.cli.tokens import LOCAL_TOKEN_FILE, local_principal
 
     first = local_principal()
     path = home / LOCAL_TOKEN_FILE
@@ -79,8 +79,8 @@ def test_local_token_is_an_owner_only_admin_file_reused_until_revoked(tag, home)
 
 
 def test_api_calls_send_perfbisect_token_else_the_local_one(tag, home, monkeypatch) -> None:
-    from service.cli.follow import _auth_headers
-    from service.cli.tokens import local_principal, read_local_token
+    from perfbisect.service.cli.follow import _auth_headers
+    from perfbisect.service.cli.tokens import local_principal, read_local_token
 
     monkeypatch.delenv("PERFBISECT_TOKEN", raising=False)
     assert _auth_headers() == {}
@@ -93,10 +93,10 @@ def test_api_calls_send_perfbisect_token_else_the_local_one(tag, home, monkeypat
 def test_local_bisect_registers_its_path_and_submits_as_the_local_admin(tag, home, tmp_path, monkeypatch) -> None:
     """The CLI's own path needs no PERFBISECT_LOCAL_REPO_ROOTS; an identical open job left by an
     ended embedded process is replaced, not followed forever."""
-    from service.cli.follow import submit_local
-    from service.cli.runs import register_path
-    from service.jobs import service as jobs
-    from service.jobs.schemas import BisectCreate
+    from perfbisect.service.cli.follow import submit_local
+    from perfbisect.service.cli.runs import register_path
+    from perfbisect.service.jobs import service as jobs
+    from perfbisect.service.jobs.schemas import BisectCreate
 
     monkeypatch.setattr(get_settings(), "local_repo_roots", "")
     sent: list = []

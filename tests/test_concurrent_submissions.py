@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, func, select
 
-from service.models import ApiToken, Case, Job, Repository, Revision
+from perfbisect import dispatch
+from perfbisect.service.models import ApiToken, Case, Job, Repository, Revision
 from tests.gitrepo import make_repo
-from workers import dispatch
 
 THREADS = 6
 
@@ -24,14 +24,14 @@ THREADS = 6
 def committed(migrated_engine, tmp_path: Path, monkeypatch):
     """A repository and two submit tokens committed for real; deleted afterwards. Tasks the
     requests send after their commits are recorded, not run."""
-    from service.auth import service as auth
-    from service.auth.principal import Scope
-    from service.db import session_scope
-    from service.repos import service as repos
-    from service.repos.schemas import RepositoryCreate
+    from perfbisect.service.auth import service as auth
+    from perfbisect.service.auth.principal import Scope
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.repos import service as repos
+    from perfbisect.service.repos.schemas import RepositoryCreate
 
     sent: list[tuple] = []
-    monkeypatch.setattr(dispatch, "send", lambda task, *args, queue=None: sent.append((task.name, args)))
+    monkeypatch.setattr(dispatch, "send", lambda task, *args, queue=None: sent.append((task, args)))
     monkeypatch.setattr(dispatch, "drain_in_background", lambda: None)
     tag = uuid.uuid4().hex[:8]
     path = tmp_path / "lib"
@@ -47,7 +47,7 @@ def committed(migrated_engine, tmp_path: Path, monkeypatch):
 
 def submit_at_once(bodies_and_headers: list[tuple[dict, dict]]) -> list:
     """POST each (body, headers) from its own thread, released together by a barrier."""
-    from service.api import create_app
+    from perfbisect.service.api import create_app
 
     app = create_app()
     barrier = threading.Barrier(len(bodies_and_headers))
@@ -72,14 +72,14 @@ def body(name: str) -> dict:
 
 
 def rows(model, repository_id: int) -> int:
-    from service.db import session_scope
+    from perfbisect.service.db import session_scope
 
     with session_scope() as session:
         return session.scalar(select(func.count()).select_from(model).where(model.repository_id == repository_id))
 
 
 def repository_id(name: str) -> int:
-    from service.db import session_scope
+    from perfbisect.service.db import session_scope
 
     with session_scope() as session:
         return session.scalars(select(Repository.id).where(Repository.name == name)).one()
@@ -116,10 +116,10 @@ def test_a_submission_racing_an_uncommitted_identical_one_waits_and_returns_it(c
     the second blocks on the unique keys, and once the first commits it returns that job."""
     from sqlalchemy import text
 
-    from service.auth.principal import SYSTEM
-    from service.db import get_sessionmaker, session_scope
-    from service.jobs import service as jobs
-    from service.jobs.schemas import BisectCreate
+    from perfbisect.service.auth.principal import SYSTEM
+    from perfbisect.service.db import get_sessionmaker, session_scope
+    from perfbisect.service.jobs import service as jobs
+    from perfbisect.service.jobs.schemas import BisectCreate
 
     request = BisectCreate(**body(committed["name"]))
     first = get_sessionmaker()()

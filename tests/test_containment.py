@@ -6,21 +6,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from service.db import get_engine
-from service.settings import get_settings
-
-from service.settings import get_settings
-from service.trials.service import TrialWork
+from perfbisect.service.db import get_engine
+from perfbisect.service.settings import get_settings
+from perfbisect.service.trials.service import TrialWork
+from perfbisect.workers import proctree, redact, sandbox
+from perfbisect.workers.build import run_build
+from perfbisect.workers.runner import execute
 from tests.gitrepo import make_repo
-from workers import proctree, redact, sandbox
-from workers.build import run_build
-from workers.runner import execute
 
 SECRET_TOKEN = "ghp_containment0123456789secret"
 DB_PASSWORD = "s3cret-db-password"
@@ -124,3 +123,32 @@ def test_as_root_repository_code_runs_as_the_sandbox_user(monkeypatch) -> None:
     shutil.rmtree(shared)
     lines = done.output_tail.split()
     assert lines[0] == str(nobody.uid) and "home-writable" in lines and "denied" in lines
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_a_home_the_sandbox_user_cannot_enter_is_refused_at_start(monkeypatch, tmp_path: Path) -> None:
+    """On the H200 node PERFBISECT_HOME was under /root (0700): the check passed and every trial
+    then failed with a PermissionError. The check now enters the directories as the user."""
+    settings = get_settings()
+    monkeypatch.setattr(settings, "sandbox_user", "nobody")
+    monkeypatch.setattr(settings, "environment", "production")
+    shared = Path(tempfile.mkdtemp(prefix="perfbisect-home-"))
+    sandbox.sandbox_user.cache_clear()  # decided once per worker process
+    try:
+        shared.chmod(0o755)
+        monkeypatch.setattr(settings, "home", shared / "home")
+        monkeypatch.setattr(settings, "sandbox_dir", shared / "sandbox")
+        try:
+            assert sandbox.sandbox_user() == sandbox.lookup_user("nobody")
+        except sandbox.SandboxError as exc:
+            if sys.executable in str(exc):
+                pytest.skip(f"nobody cannot run this checkout's interpreter: {exc}")
+            raise
+
+        monkeypatch.setattr(settings, "home", tmp_path / "home")  # pytest's tmp_path is root-only
+        sandbox.sandbox_user.cache_clear()
+        with pytest.raises(sandbox.SandboxError, match=r"cannot enter .*trial-cache: Permission denied"):
+            sandbox.sandbox_user()
+    finally:
+        shutil.rmtree(shared)
+        sandbox.sandbox_user.cache_clear()

@@ -10,14 +10,32 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import select
 
-from dashboards.charts import case_chart
-from dashboards.compare import compare_rows
-from dashboards.history import (CulpritRow, FailedTrialRow, MeasurementRow, PointRow, build_histories,
-                                merge_commit_orders, step_passed)
-from dashboards.links import repo_links
-from service.trials.repository import refresh_case_points
-from service.models import (Case, Culprit, CulpritKind, Job, JobKind, JobStatus, Measurement, Repository, Revision,
-                            Trial, TrialStatus)
+from perfbisect.dashboards.charts import case_chart
+from perfbisect.dashboards.compare import compare_rows
+from perfbisect.dashboards.history import (
+    CulpritRow,
+    FailedTrialRow,
+    MeasurementRow,
+    PointRow,
+    build_histories,
+    merge_commit_orders,
+    step_passed,
+)
+from perfbisect.dashboards.links import repo_links
+from perfbisect.service.models import (
+    Case,
+    Culprit,
+    CulpritKind,
+    Job,
+    JobKind,
+    JobStatus,
+    Measurement,
+    Repository,
+    Revision,
+    Trial,
+    TrialStatus,
+)
+from perfbisect.service.trials.repository import refresh_case_points
 
 SHAS = [f"{i:x}" * 40 for i in range(1, 7)]  # six fake 40-char shas: 1111..., 2222..., ...
 GEMM = "gemm M=64,N=64,K=64,dtype=fp32"
@@ -286,7 +304,7 @@ def test_errors_are_html_for_browsers_and_json_for_api_clients(client, measured)
 def test_html_only_when_the_client_prefers_it(accept: str, html: bool) -> None:
     from starlette.requests import Request
 
-    from dashboards.pages import prefers_html
+    from perfbisect.dashboards.pages import prefers_html
     request = Request({"type": "http", "headers": [(b"accept", accept.encode())] if accept else []})
     assert prefers_html(request) is html
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
 
-from service.api import create_app
-from service.api.deps import get_session
+from perfbisect.service.api import create_app
+from perfbisect.service.api.deps import get_session
 
 DRIVER_TEXT = 'connection to server at "db.internal" (10.0.0.5), port 5432 failed: password authentication'
 

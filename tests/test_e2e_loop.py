@@ -12,19 +12,22 @@ import json
 import subprocess
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
-from kernels import demo
-from service.cli.runs import GROUND_TRUTH_FILE
-from tests.e2e_support import BIN, api_server, fresh_database, fresh_redis, perfbisect, service_env, stop
+from perfbisect.kernels import demo
+from perfbisect.service.cli.runs import GROUND_TRUTH_FILE
+from perfbisect.service.webhooks.signature import SIGNATURE_HEADER, sign
+from tests.e2e_support import BIN, admin_headers, api_server, fresh_database, fresh_redis, perfbisect, service_env, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 GITHUB_URL = "https://github.com/acme/minikern.git"
+WEBHOOK_SECRET = "e2e-loop-webhook-secret"
 GEMM_BF16 = next(c for c in demo.DEMO_CPU_CASES if c["suite"] == "gemm" and c["params"]["dtype"] == "bf16")
 
 
@@ -64,9 +67,12 @@ class FakeGitHub(BaseHTTPRequestHandler):
 
 
 def deliver_push(base: str, sha: str) -> None:
-    reply = httpx.post(f"{base}/api/webhooks/github", headers={"X-GitHub-Event": "push"},
-                       json={"ref": "refs/heads/main", "after": sha,
-                             "repository": {"full_name": "acme/minikern", "clone_url": GITHUB_URL}})
+    """A push delivery as GitHub sends it: signed with the webhook secret, with a delivery id."""
+    body = json.dumps({"ref": "refs/heads/main", "after": sha,
+                       "repository": {"full_name": "acme/minikern", "clone_url": GITHUB_URL}}).encode()
+    reply = httpx.post(f"{base}/api/webhooks/github", content=body, headers={
+        "X-GitHub-Event": "push", "Content-Type": "application/json", "X-GitHub-Delivery": str(uuid.uuid4()),
+        SIGNATURE_HEADER: sign(WEBHOOK_SECRET, body)})
     assert reply.status_code == 202 and "queued a run" in reply.json()["message"], reply.text
 
 
@@ -104,22 +110,24 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
     threading.Thread(target=github.serve_forever, daemon=True).start()
 
     env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e_loop"), fresh_redis(13),
-                      PERFBISECT_GITHUB_TOKEN="tok", PERFBISECT_GITHUB_API_URL=f"http://127.0.0.1:{github.server_port}",
+                      PERFBISECT_GITHUB_TOKEN="tok", PERFBISECT_WEBHOOK_SECRET=WEBHOOK_SECRET, PERFBISECT_GITHUB_API_URL=f"http://127.0.0.1:{github.server_port}",
                       GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0=f"url.{origin}.insteadOf", GIT_CONFIG_VALUE_0=GITHUB_URL)
     subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
     log = tmp_path / "services.log"
     worker = perfbisect("worker", "--device-class", "cpu", "--concurrency", "2", env=env, log=log)
     try:
         with api_server(env, log) as base:
-            assert httpx.post(f"{base}/api/repositories", json={
+            admin = admin_headers(env)
+            assert httpx.post(f"{base}/api/repositories", headers=admin, json={
                 "name": "minikern", "url": GITHUB_URL, "build_command": demo.DEMO_BUILD_COMMAND}).status_code == 201
-            tracked = httpx.post(f"{base}/api/tracked-branches", json={
+            tracked = httpx.post(f"{base}/api/tracked-branches", headers=admin, json={
                 "repository": "minikern", "branch": "main", "device_class": "cpu",
                 "benchmarks": [{"suite": "gemm", "target": GEMM_BF16["target"], "shapes": [GEMM_BF16["params"]]}],
                 "backfill_every": 1, "backfill_depth": 4, "trials_per_head": 3, "min_magnitude": 0.15,
                 "policy": demo.DEMO_CPU_POLICY}, timeout=60)
             assert tracked.status_code == 201, tracked.text
             [backfill] = wait_for_jobs(base, "track", 1, timeout_s=300)
+            backfill = httpx.get(f"{base}/api/jobs/{backfill['id']}").json()  # the list has no revisions
             assert [shas.index(sha) for sha in backfill["revision_shas"]] == [2, 3, 4, 5]
             for index in (9, 10, 11):  # the step is at 8: three heads after it
                 subprocess.run(["git", "update-ref", "refs/heads/main", shas[index]], cwd=origin, check=True)

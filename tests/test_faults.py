@@ -24,11 +24,23 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from perfbisect.workers import proctree
 from tests.e2e_support import fresh_database, wait_for_job
-from tests.fault_support import (BUILD_COMMAND, GOOD_INDEX, PLANTED_INDEX, RedisServer, Stack, TcpProxy, bisect_body,
-                                 finished, make_step_repo, record_fault, register_and_submit, service_stack,
-                                 wait_until)
-from workers import proctree
+from tests.fault_support import (
+    BUILD_COMMAND,
+    GOOD_INDEX,
+    PLANTED_INDEX,
+    RedisServer,
+    Stack,
+    TcpProxy,
+    bisect_body,
+    finished,
+    make_step_repo,
+    record_fault,
+    register_and_submit,
+    service_stack,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -138,9 +150,10 @@ def test_a_redis_restart_loses_messages_and_every_job_still_finishes(step_repo: 
 
 
 def stack_job_body(stack: Stack, job_id: int) -> dict:
-    """A second job over the same range as `job_id`."""
+    """A second job over the same range as `job_id`, asking for a different smallest effect: the same
+    request while the first is open would be answered with the first job (200), not a new one."""
     shas = stack.get(f"/api/jobs/{job_id}").json()["revision_shas"]
-    return bisect_body(shas[0], shas[-1])
+    return bisect_body(shas[0], shas[-1]) | {"min_effect": 0.1}
 
 
 def test_a_20s_database_cut_answers_503_and_loses_no_result(step_repo: Path, tmp_path: Path) -> None:

@@ -10,12 +10,12 @@ import json
 import httpx
 import pytest
 
-from service.jobs.schemas import JobRead
-from service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository
-from service.settings import get_settings
-from service.webhooks.check import check_verdict
-from service.webhooks.github import post_check
-from service.webhooks.github_client import GitHubClient, rate_limit_wait
+from perfbisect.service.jobs.schemas import JobRead
+from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository
+from perfbisect.service.settings import get_settings
+from perfbisect.service.webhooks.check import check_verdict
+from perfbisect.service.webhooks.github import post_check
+from perfbisect.service.webhooks.github_client import GitHubClient, rate_limit_wait
 
 API = "https://github.test/api/v3"
 CASE = "gemm M=64,N=64,K=64,dtype=fp32"

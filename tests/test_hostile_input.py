@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from service.models import Job, Repository
+from perfbisect.service.models import Job, Repository
 from tests.gitrepo import make_repo
 
 GEMM = {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}

@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from service.auth.principal import SYSTEM
-from service.jobs import service as jobs
-from service.jobs import views
-from service.jobs.schemas import BisectCreate, CompareCreate
-from service.models import Trial
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs import views
+from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate
+from perfbisect.service.models import Trial
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result, repo, run_job, submit  # noqa: F401
 
 NO_CUDA = "device 'cuda' requested but torch sees no CUDA device"

@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from service.auth.principal import SYSTEM
-from service.jobs import advance
-from service.jobs import service as jobs
-from service.jobs import views
-from service.jobs.schemas import BisectCreate
-from service.models import JobStatus, Trial, TrialStatus, utcnow
-from service.trials import service as trials
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.jobs import advance, views
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs.schemas import BisectCreate
+from perfbisect.service.models import JobStatus, Trial, TrialStatus, utcnow
+from perfbisect.service.trials import service as trials
 from tests.factories import create_repository
 from tests.gitrepo import make_repo
 

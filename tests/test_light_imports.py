@@ -9,10 +9,10 @@ import sys
 
 CODE = """
 import sys
-from service.api import create_app
+from perfbisect.service.api import create_app
 create_app()
-from service.jobs.schemas import Benchmark
-from service.suites.service import resolve_cases
+from perfbisect.service.jobs.schemas import Benchmark
+from perfbisect.service.suites.service import resolve_cases
 cases = resolve_cases([
     Benchmark(suite="gemm", target="m:f", shapes=["M=64,N=64,K=64,dtype=bf16"]),
     Benchmark(suite="attention", target="m:f", shapes=["B=1,H=2,S=128,D=64"]),
@@ -21,7 +21,7 @@ cases = resolve_cases([
 ])
 assert len(cases) == 4, cases
 from typer.testing import CliRunner
-from service.cli.main import app
+from perfbisect.service.cli.main import app
 for args in (["--help"], ["bisect", "--help"], ["repo", "--help"], ["compare", "--help"]):
     assert CliRunner().invoke(app, args).exit_code == 0, args
 print(",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "triton"))))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import random
 
-from service.auth.principal import SYSTEM
-from service.jobs import service as jobs
-from service.jobs import views
-from service.jobs.schemas import CompareCreate
-from service.reports.pr_comment import render_culprit_comment, render_job
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs import views
+from perfbisect.service.jobs.schemas import CompareCreate
+from perfbisect.service.reports.pr_comment import render_culprit_comment, render_job
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result, repo, run_job  # noqa: F401
 
 URL = "https://perf.example.com/"
@@ -73,7 +73,7 @@ def test_an_unchanged_compare(session, repo) -> None:
 
 
 def test_a_bisect_culprit_that_sped_things_up_is_an_improvement(session, repo) -> None:
-    from service.jobs.schemas import BisectCreate
+    from perfbisect.service.jobs.schemas import BisectCreate
 
     body = BisectCreate(repository="lib", good="HEAD~16", bad="main", benchmarks=[
         {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": ["M=256,N=256,K=256,dtype=fp32"]}])
@@ -87,7 +87,7 @@ def test_a_bisect_culprit_that_sped_things_up_is_an_improvement(session, repo) -
 
 
 def test_a_missing_device_and_a_noisy_run_say_so(session, repo) -> None:
-    from service.jobs.schemas import BisectCreate
+    from perfbisect.service.jobs.schemas import BisectCreate
 
     def job_md(truth, **spec) -> str:
         body = BisectCreate(repository="lib", good="HEAD~16", bad="main", benchmarks=[

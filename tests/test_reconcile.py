@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from service.auth.principal import SYSTEM
-from service.jobs import advance
-from service.jobs import service as jobs
-from service.jobs.schemas import BisectCreate
-from service.models import JobStatus, Trial, TrialStatus, utcnow
-from service.trials import reconcile as reconciler
-from service.trials import service as trials
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.jobs import advance
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs.schemas import BisectCreate
+from perfbisect.service.models import JobStatus, Trial, TrialStatus, utcnow
+from perfbisect.service.trials import reconcile as reconciler
+from perfbisect.service.trials import service as trials
 from tests.factories import create_repository
 from tests.gitrepo import make_repo
 

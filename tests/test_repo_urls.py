@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from service.errors import BadRequest
-from service.repos.urls import checked_url, public_url
+from perfbisect.service.errors import BadRequest
+from perfbisect.service.repos.urls import checked_url, public_url
 
 
 @pytest.mark.parametrize("url", ["https://github.com/acme/lib.git", "ssh://git@host/acme/lib.git",
@@ -48,14 +48,14 @@ def test_public_url_hides_credentials_only() -> None:
 
 def test_the_policy_schema_knows_every_harness_policy_key() -> None:
     """A key the harness reads but the API refuses (or the reverse) would be a silent mismatch."""
-    from kernels.harness.trial import DEFAULT_POLICY
-    from service.jobs.schemas import HarnessPolicy
+    from perfbisect.kernels.harness.trial import DEFAULT_POLICY
+    from perfbisect.service.jobs.schemas import HarnessPolicy
 
     assert set(HarnessPolicy.model_fields) == set(DEFAULT_POLICY) | {"threads"}
 
 
 def test_footprints_of_the_built_in_suites() -> None:
-    from kernels.suites import get_suite
+    from perfbisect.kernels.suites import get_suite
 
     assert get_suite("gemm").footprint_bytes({"M": 2, "N": 3, "K": 4, "dtype": "fp32"}) == (8 + 12 + 6) * 4
     assert get_suite("attention").footprint_bytes({"B": 1, "H": 2, "S": 8, "D": 4, "dtype": "bf16"}) == 4 * 64 * 2

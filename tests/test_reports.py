@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from service.jobs.schemas import JobRead
-from service.reports.culprits import culprit_table, report_lines
+from perfbisect.service.jobs.schemas import JobRead
+from perfbisect.service.reports.culprits import culprit_table, report_lines
 
 BIG, SMALL = "attention B=1,H=32,S=4096,D=128,causal=false,dtype=bf16", "attention B=1,H=32,S=1024,D=128,causal=false,dtype=bf16"
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event, select
 
-from service.jobs import advance
-from service.jobs import service as jobs
-from service.auth.principal import SYSTEM
-from service.jobs.schemas import BisectCreate
-from service.models import Case, CasePoint, Measurement, MeasurementSamples, Revision, Trial
-from service.trials import service as trials
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.jobs import advance
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs.schemas import BisectCreate
+from perfbisect.service.models import Case, CasePoint, Measurement, MeasurementSamples, Revision, Trial
+from perfbisect.service.trials import service as trials
 from tests.factories import create_repository
 from tests.gitrepo import make_repo
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result

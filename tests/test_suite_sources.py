@@ -12,15 +12,15 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from kernels.harness.launch import stop_servers
-from service.jobs.schemas import MAX_SUITE_SOURCE_BYTES
-from service.models import Job, SuiteSource, Trial
-from service.trials import service as trials
+from perfbisect.kernels.harness.launch import stop_servers
+from perfbisect.service.jobs.schemas import MAX_SUITE_SOURCE_BYTES
+from perfbisect.service.models import Job, SuiteSource, Trial
+from perfbisect.service.trials import service as trials
 from tests.gitrepo import git
 from tests.kernels.conftest import CUSTOM_SUITE, write_files
 from tests.kernels.test_launch import POLICY, PROBE
 from tests.test_api import bisect_body, registered, repo_path  # noqa: F401  (fixtures)
-from workers.runner import execute
+from perfbisect.workers.runner import execute
 
 SUITE = textwrap.dedent(CUSTOM_SUITE)
 SHA = hashlib.sha256(SUITE.encode()).hexdigest()
@@ -53,7 +53,7 @@ def test_a_suite_source_is_stored_by_hash_and_shown_with_the_job(client, session
 
 
 def _revision_id(session, sha: str) -> int:
-    from service.models import Revision
+    from perfbisect.service.models import Revision
 
     return session.scalars(select(Revision.id).where(Revision.sha == sha)).one()
 
@@ -139,8 +139,8 @@ def test_the_worker_applies_the_sent_suite_to_a_revision_without_it(tmp_path: Pa
 def test_stored_cases_resolve_again_to_the_same_cases(session) -> None:
     """Alert bisects and the PR bot rebuild benchmarks from stored cases: a suite file's text is
     read back by its hash, so the new job measures the very same cases."""
-    from service.jobs.schemas import Benchmark
-    from service.suites import service as suites
+    from perfbisect.service.jobs.schemas import Benchmark
+    from perfbisect.service.suites import service as suites
 
     benchmarks = [Benchmark(**SOURCE_BENCH), Benchmark(suite="gemm", target="m.k:f", shapes=["M=64,N=64,K=64"])]
     cases = suites.resolve_cases(benchmarks)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from service.jobs import advance
-from service.jobs import service as jobs
-from service.auth.principal import SYSTEM
-from service.jobs.schemas import BisectCreate
-from service.models import Trial
-from service.trials import service as trials
-from service.trials.phases import PHASES, phase_table
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.jobs import advance
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs.schemas import BisectCreate
+from perfbisect.service.models import Trial
+from perfbisect.service.trials import service as trials
+from perfbisect.service.trials.phases import PHASES, phase_table
 from tests.factories import create_repository
 from tests.gitrepo import make_repo
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import json
 import uuid
-from urllib.parse import urlencode
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 import pytest
 from sqlalchemy import func, select
 
-from service.errors import Conflict
-from service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository, Revision
-from service.settings import get_settings
-from service.webhooks.github import marker, post_job_comments
-from service.webhooks.repo_urls import github_slug, normalized_url
-from service.webhooks.signature import sign
+from perfbisect.service.errors import Conflict
+from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository, Revision
+from perfbisect.service.settings import get_settings
+from perfbisect.service.webhooks.github import marker, post_job_comments
+from perfbisect.service.webhooks.repo_urls import github_slug, normalized_url
+from perfbisect.service.webhooks.signature import sign
 from tests.factories import create_repository
 from tests.gitrepo import git, make_repo
 

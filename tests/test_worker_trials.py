@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from kernels.harness.launch import stop_servers
-from service.settings import get_settings
-from service.trials.service import TrialWork
+from perfbisect.kernels.harness.launch import stop_servers
+from perfbisect.service.settings import get_settings
+from perfbisect.service.trials.service import TrialWork
+from perfbisect.workers.runner import execute
+from perfbisect.workers.trialcache import cache_root
 from tests.gitrepo import git
 from tests.kernels.conftest import CUSTOM_SUITE, write_files
-from tests.kernels.test_launch import PROBE, POLICY
-from workers.runner import execute
-from workers.trialcache import cache_root
+from tests.kernels.test_launch import POLICY, PROBE
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.sandbox import Slot
+from perfbisect.workers.sandbox import Slot
 
 LOG_TAIL = 2000
 BUILD_DIR = ".perfbisect-build"

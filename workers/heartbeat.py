@@ -11,9 +11,9 @@ from types import TracebackType
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.db import session_scope
-from service.settings import get_settings
-from service.trials import service as trials
+from perfbisect.service.db import session_scope
+from perfbisect.service.settings import get_settings
+from perfbisect.service.trials import service as trials
 
 log = logging.getLogger(__name__)
 

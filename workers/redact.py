@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from service.settings import get_settings
+from perfbisect.service.settings import get_settings
 
 REDACTED = "[redacted]"
 # Names of environment variables whose values are secrets wherever they come from.

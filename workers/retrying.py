@@ -10,8 +10,8 @@ from typing import TypeVar
 
 from tenacity import Retrying, before_sleep_log, retry_if_exception, stop_after_delay, wait_exponential
 
-from service.db import database_unreachable
-from service.settings import get_settings
+from perfbisect.service.db import database_unreachable
+from perfbisect.service.settings import get_settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -10,15 +10,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kernels.harness.phases import add_worker_phases
-from kernels.harness.runner import run_harness
-from service.settings import get_settings
-from service.trials.service import TrialWork
-from workers.build import run_build
-from workers.checkout import GitError, Mirror
-from workers.redact import redact_tree
-from workers.sandbox import SandboxError, Slot, slot
-from workers.trialcache import caches_for, revision_seed
+from perfbisect.gitrepo import GitError, Mirror
+from perfbisect.kernels.harness.phases import add_worker_phases
+from perfbisect.kernels.harness.runner import run_harness
+from perfbisect.service.settings import get_settings
+from perfbisect.service.trials.service import TrialWork
+from perfbisect.workers.build import run_build
+from perfbisect.workers.redact import redact_tree
+from perfbisect.workers.sandbox import SandboxError, Slot, slot
+from perfbisect.workers.trialcache import caches_for, revision_seed
 
 StopCheck = Callable[[], bool]
 

@@ -38,9 +38,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
-from service.settings import get_settings
-from workers import proctree
+from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
+from perfbisect.service.settings import get_settings
+from perfbisect.workers import proctree
+from perfbisect.workers.trialcache import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class SandboxUser:
 
 
 def _secret_like(name: str) -> bool:
-    from workers.redact import SECRET_NAME
+    from perfbisect.workers.redact import SECRET_NAME
 
     return bool(SECRET_NAME.search(name))
 
@@ -111,12 +112,27 @@ def lookup_user(name: str) -> SandboxUser:
     return SandboxUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
-def _probe(user: SandboxUser) -> str | None:
-    """Why `user` cannot run the harness from a slot, or None."""
-    root = slots_root()
-    root.mkdir(parents=True, exist_ok=True)
+# Run as the sandbox user: import the harness and enter the directories trials work in. (A
+# subprocess changes directory before it switches user, so `cwd=` alone proves nothing: a 0700
+# parent such as /root passes as root, then fails every trial.)
+_PROBE = """
+import os, sys
+import perfbisect.kernels.harness
+for path in sys.argv[1:]:
     try:
-        done = subprocess.run([sys.executable, "-c", "import kernels.harness"], cwd=root, capture_output=True,
+        os.listdir(path)
+    except OSError as exc:
+        sys.exit(f"cannot enter {path}: {exc.strerror}")
+"""
+
+
+def _probe(user: SandboxUser) -> str | None:
+    """Why `user` cannot run the harness from a slot or reach the revision caches, or None."""
+    directories = (slots_root(), cache_root(get_settings()))
+    for directory in directories:
+        directory.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE, *map(str, directories)], cwd="/", capture_output=True,
                               env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(HARNESS_ROOT)},
                               user=user.uid, group=user.gid, extra_groups=[], timeout=120, text=True)
     except (OSError, subprocess.SubprocessError) as exc:

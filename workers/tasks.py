@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import logging
 
-from service.db import database_unreachable, session_scope
-from service.jobs import advance
-from service.trials import reconcile as reconciler
-from service.trials import service as trials
-from workers import dispatch
-from workers.celery_app import CONTROL_QUEUE, celery_app
-from workers.heartbeat import Heartbeat
-from workers.retrying import with_database
-from workers.runner import execute, worker_slot
+from celery.signals import worker_init
+
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, RUN_TRIAL, celery_app
+from perfbisect.service.db import database_unreachable, session_scope
+from perfbisect.service.jobs import advance
+from perfbisect.service.trials import reconcile as reconciler
+from perfbisect.service.trials import service as trials
+from perfbisect.workers.heartbeat import Heartbeat
+from perfbisect.workers.retrying import with_database
+from perfbisect.workers.runner import execute, worker_slot
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +42,9 @@ def advance_job(job_id: int) -> int:
             advance.fail(session, job_id, f"planning failed: {exc}")
         raise
     for trial_id in planned.trial_ids:
-        dispatch.send(run_trial, trial_id, queue=planned.queue)
+        dispatch.send(RUN_TRIAL, trial_id, queue=planned.queue)
     if planned.finished:
-        dispatch.send(notify_job, job_id, queue=CONTROL_QUEUE)
+        dispatch.send(NOTIFY_JOB, job_id, queue=CONTROL_QUEUE)
     return len(planned.trial_ids)
 
 
@@ -51,8 +53,8 @@ def notify_job(job_id: int) -> int:
     """Comment on the pull requests a finished job concerns and set a compare job's check on its
     head commit (both no-ops without a GitHub token). A track job or an alert's bisect continues
     the tracking loop instead."""
-    from service.webhooks.github import post_check, post_job_comments
-    from workers.track_tasks import continue_loop  # imports this module
+    from perfbisect.service.webhooks.github import post_check, post_job_comments
+    from perfbisect.workers.track_tasks import continue_loop  # imports this module
 
     if continue_loop(job_id):
         return 0
@@ -89,7 +91,7 @@ def run_trial(trial_id: int) -> str:
             trials.record(session, trial_id, result, build_s=build_s, attempt=work.attempt)
 
     with_database(store)
-    dispatch.send(advance_job, work.job_id, queue=CONTROL_QUEUE)
+    dispatch.send(ADVANCE_JOB, work.job_id, queue=CONTROL_QUEUE)
     return result.get("status", "error")
 
 
@@ -101,10 +103,19 @@ def reconcile() -> dict[str, int]:
     with session_scope() as session:
         repairs = reconciler.reconcile(session, is_queued)
     for trial_id, queue in repairs.trials:
-        dispatch.send(run_trial, trial_id, queue=queue)
+        dispatch.send(RUN_TRIAL, trial_id, queue=queue)
     for job_id in repairs.jobs:
-        dispatch.send(advance_job, job_id, queue=CONTROL_QUEUE)
+        dispatch.send(ADVANCE_JOB, job_id, queue=CONTROL_QUEUE)
     if repairs:
         log.warning("reconciler: re-sent %d trial(s) (%d of dead workers), re-advanced %d job(s)",
                     len(repairs.trials), len(repairs.revived), len(repairs.jobs))
     return {"trials": len(repairs.trials), "revived": len(repairs.revived), "jobs": len(repairs.jobs)}
+
+
+@worker_init.connect
+def _sweep_sandbox(**_kwargs) -> None:
+    """A worker starting on a node wipes the sandbox slots its dead predecessors left behind
+    (their worktrees, temp files and escaped processes)."""
+    from perfbisect.workers.sandbox import sweep_idle_slots
+
+    sweep_idle_slots()

@@ -11,24 +11,23 @@ from __future__ import annotations
 
 import logging
 
-from service.alerts import bot
-from service.alerts import service as alerts
-from service.db import session_scope
-from service.jobs import repository as jobs_repo
-from service.models import JobKind, utcnow
-from service.tracking import service as tracking
-from workers import dispatch
-from workers.celery_app import CONTROL_QUEUE, celery_app
-from workers.tasks import advance_job
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB, COMMENT_ALERT, CONTROL_QUEUE, DETECT_ALERTS, TRACK_BRANCH, celery_app
+from perfbisect.service.alerts import bot
+from perfbisect.service.alerts import service as alerts
+from perfbisect.service.db import session_scope
+from perfbisect.service.jobs import repository as jobs_repo
+from perfbisect.service.models import JobKind, utcnow
+from perfbisect.service.tracking import service as tracking
 
 log = logging.getLogger(__name__)
 
 
 def send_next(next_: alerts.Next) -> None:
     for job_id in next_.bisect_job_ids:
-        dispatch.send(advance_job, job_id, queue=CONTROL_QUEUE)
+        dispatch.send(ADVANCE_JOB, job_id, queue=CONTROL_QUEUE)
     for alert_id in dict.fromkeys(next_.comment_alert_ids):
-        dispatch.send(comment_alert, alert_id, queue=CONTROL_QUEUE)
+        dispatch.send(COMMENT_ALERT, alert_id, queue=CONTROL_QUEUE)
 
 
 @celery_app.task(name="perfbisect.track_branch")
@@ -39,9 +38,9 @@ def track_branch(tracked_id: int, head: str | None = None, only_if_moved: bool =
         run = tracking.start_run(session, tracked_id, head, only_if_moved=only_if_moved)
         job_id = run.job.id if run.job is not None else None
     if job_id is not None:
-        dispatch.send(advance_job, job_id, queue=CONTROL_QUEUE)
+        dispatch.send(ADVANCE_JOB, job_id, queue=CONTROL_QUEUE)
     elif run.moved:  # every head measured already (by a bisect, say): the histories may still have moved
-        dispatch.send(detect_alerts, tracked_id, queue=CONTROL_QUEUE)
+        dispatch.send(DETECT_ALERTS, tracked_id, queue=CONTROL_QUEUE)
     return run.message
 
 
@@ -70,7 +69,7 @@ def poll_tracked_branches() -> int:
     with session_scope() as session:
         due = tracking.due(session, utcnow())
     for tracked_id, only_if_moved in due:
-        dispatch.send(track_branch, tracked_id, None, only_if_moved, queue=CONTROL_QUEUE)
+        dispatch.send(TRACK_BRANCH, tracked_id, None, only_if_moved, queue=CONTROL_QUEUE)
     return len(due)
 
 
@@ -89,7 +88,7 @@ def continue_loop(job_id: int) -> bool:
             tracked_id = None
             next_ = alerts.job_finished(session, job_id) if job.spec.get("alert_id") else None
     if tracked_id is not None:
-        dispatch.send(detect_alerts, tracked_id, queue=CONTROL_QUEUE)
+        dispatch.send(DETECT_ALERTS, tracked_id, queue=CONTROL_QUEUE)
         return True
     if next_ is not None:
         send_next(next_)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernels.harness.caches import RevisionCaches, prune, revision_caches
-from service.settings import Settings
+from perfbisect.kernels.harness.caches import RevisionCaches, prune, revision_caches
+from perfbisect.service.settings import Settings
 
 
 def cache_root(settings: Settings) -> Path:

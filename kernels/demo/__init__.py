@@ -50,7 +50,7 @@ def write_demo_repo(path):
     """Write the demo repository at `path` and return its Path (see writer.py)."""
     from pathlib import Path
 
-    from kernels.demo.writer import write_demo_repo as _write
+    from perfbisect.kernels.demo.writer import write_demo_repo as _write
     return _write(Path(path))
 
 

@@ -2,7 +2,7 @@
 Written into the demo repository as GROUND_TRUTH.json; only tests read it."""
 from __future__ import annotations
 
-from kernels.cases import case_name
+from perfbisect.kernels.cases import case_name
 
 EVENTS = {
     "swizzle_off_bf16": {

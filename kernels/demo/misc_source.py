@@ -81,8 +81,8 @@ def fill(template: str, tokens: dict) -> str:
 
 def render_package(state: dict) -> dict[str, str]:
     """All files of the minikern package at this state, path -> text."""
-    from kernels.demo.attention_source import render_attention
-    from kernels.demo.gemm_source import render_gemm
+    from perfbisect.kernels.demo.attention_source import render_attention
+    from perfbisect.kernels.demo.gemm_source import render_gemm
     return {
         "minikern/__init__.py": fill(INIT, {"VERSION": state["version"]}),
         "minikern/_utils.py": fill(UTILS, {"CDIV": state["utils_cdiv"]}),

@@ -9,8 +9,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from kernels.demo.history import COMMITS, INITIAL_STATE
-from kernels.demo.misc_source import render_package
+from perfbisect.kernels.demo.history import COMMITS, INITIAL_STATE
+from perfbisect.kernels.demo.misc_source import render_package
 
 AUTHORS = [("Ada Kernel", "ada@minikern.dev"), ("Bo Tiling", "bo@minikern.dev"),
            ("Cy Softmax", "cy@minikern.dev")]
@@ -40,8 +40,8 @@ def write_demo_repo(path: Path, cpu_cases: list[dict] | None = None,
     Each commit renders the package at its state, writes its extra files and commits
     everything; GROUND_TRUTH.json is added in the last commit's tree.
     """
-    from kernels.demo import DEMO_CPU_CASES, DEMO_GPU_CASES
-    from kernels.demo.ground_truth import ground_truth
+    from perfbisect.kernels.demo import DEMO_CPU_CASES, DEMO_GPU_CASES
+    from perfbisect.kernels.demo.ground_truth import ground_truth
     repo = Path(path)
     repo.mkdir(parents=True, exist_ok=True)
     if any(repo.iterdir()):

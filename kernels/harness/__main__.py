@@ -1,4 +1,4 @@
-"""Child-process entry point: python -m kernels.harness --spec SPEC.json --out RESULT.json
+"""Child-process entry point: python -m perfbisect.kernels.harness --spec SPEC.json --out RESULT.json
 
 Runs inside the checked-out revision (cwd = the worktree), in a fresh interpreter or forked
 from the fork server (zygote.py). Always writes a result file, even when the trial fails, so
@@ -16,18 +16,18 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     entered_at, started = time.time(), time.perf_counter()
-    parser = argparse.ArgumentParser(prog="python -m kernels.harness")
+    parser = argparse.ArgumentParser(prog="python -m perfbisect.kernels.harness")
     parser.add_argument("--spec", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--repo-root", type=Path, default=Path.cwd())
     args = parser.parse_args(argv)
     spec = json.loads(args.spec.read_text())
 
-    from kernels.harness.phases import PhaseClock
+    from perfbisect.kernels.harness.phases import PhaseClock
     clock = PhaseClock()
     with clock.track("import"):  # torch, unless the fork server imported it already
-        from kernels.harness.result import failure_result
-        from kernels.harness.trial import describe_exception, run_trial
+        from perfbisect.kernels.harness.result import failure_result
+        from perfbisect.kernels.harness.trial import describe_exception, run_trial
     try:
         result = run_trial(spec, args.repo_root, clock)
     except BaseException as exc:  # a trial never crashes without a result

@@ -1,5 +1,5 @@
 """Starting a trial's process: forked from a fork server that has imported torch (fast), or a
-plain `python -m kernels.harness` subprocess (the fallback). Either way one fresh process per
+plain `python -m perfbisect.kernels.harness` subprocess (the fallback). Either way one fresh process per
 trial, in its own session, its output in a log file.
 
     process = start_trial(request, launcher="auto")   # -> TrialProcess
@@ -37,7 +37,7 @@ LAUNCHERS = ("auto", "fork-server", "subprocess")
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    args: list[str]          # arguments of `python -m kernels.harness`
+    args: list[str]          # arguments of `python -m perfbisect.kernels.harness`
     cwd: Path
     env: dict[str, str]      # the complete environment of the trial, PYTHONPATH included
     import_dir: Path         # the repository's import root, first on PYTHONPATH
@@ -52,13 +52,13 @@ def _kill_group(pid: int) -> None:
 
 
 class SubprocessTrial:
-    """`python -m kernels.harness ...`: a new interpreter imports torch itself."""
+    """`python -m perfbisect.kernels.harness ...`: a new interpreter imports torch itself."""
 
     launcher = "subprocess"
 
     def __init__(self, request: LaunchRequest):
         with open(request.log, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "kernels.harness", *request.args],
+            self.proc = subprocess.Popen([sys.executable, "-m", "perfbisect.kernels.harness", *request.args],
                                          cwd=request.cwd, env=request.env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.pid = self.proc.pid
@@ -105,14 +105,14 @@ class ForkServerUnavailable(RuntimeError):
 
 
 class ForkServer:
-    """One `python -m kernels.harness.zygote` process and its socket."""
+    """One `python -m perfbisect.kernels.harness.zygote` process and its socket."""
 
     def __init__(self, env: dict[str, str]):
         self.dir = Path(tempfile.mkdtemp(prefix="perfbisect-zygote-"))
         self.socket_path = str(self.dir / "socket")
         # cwd: this private directory (only the socket in it), so the server's own sys.path[0]
         # holds no package that could shadow torch or the harness
-        self.proc = subprocess.Popen([sys.executable, "-m", "kernels.harness.zygote", self.socket_path],
+        self.proc = subprocess.Popen([sys.executable, "-m", "perfbisect.kernels.harness.zygote", self.socket_path],
                                      cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, start_new_session=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], SERVER_START_TIMEOUT_S)
@@ -133,7 +133,7 @@ class ForkServer:
         # entries after the import root the server already has), then the interpreter's own
         head = [str(request.cwd), str(request.import_dir)]
         sys_path = head + [p for p in self.hello["sys_path"][1:] if p not in head]
-        message = {"argv": ["kernels.harness", *request.args], "cwd": str(request.cwd),
+        message = {"argv": ["perfbisect.kernels.harness", *request.args], "cwd": str(request.cwd),
                    "env": request.env, "sys_path": sys_path, "log": str(request.log)}
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -210,7 +210,7 @@ atexit.register(stop_servers)
 def shadows_preloaded(import_dirs: list[Path]) -> bool:
     """True when the repository holds a module the server preloads (it measures torch or
     triton itself): then only a fresh interpreter imports the repository's copy."""
-    from kernels.harness.zygote import preloaded_roots
+    from perfbisect.kernels.harness.zygote import preloaded_roots
 
     for directory in import_dirs:
         for root in preloaded_roots() - {"kernels"}:

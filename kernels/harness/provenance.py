@@ -6,8 +6,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.harness.timing import cpu_llc_bytes
-
+from perfbisect.kernels.harness.timing import cpu_llc_bytes
 
 
 def _triton_version() -> str | None:

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from kernels.harness.result import HARNESS_VERSION
+from perfbisect.kernels.harness.result import HARNESS_VERSION
 
 SAMPLE_ELEMENTS = 4096
 # Storing pays only when reading the file back is faster than computing again: a GPU computes

@@ -3,11 +3,11 @@
     run_harness(spec, worktree, *, import_root=".", env=None, timeout_s=900, caches=None,
                 launcher="auto", base_env=None, scratch_root=None, launch=None) -> dict
 
-The child runs `kernels.harness` with cwd = worktree, the worktree's import root first on
-PYTHONPATH and the directory holding this `kernels` package after it (so the harness stays
+The child runs `perfbisect.kernels.harness` with cwd = worktree, the worktree's import root first
+on PYTHONPATH and the directory holding this `perfbisect` package after it (so the harness stays
 importable from a worker's install), and the repository's extra env merged last. Two ways to
 start it, one fresh process per trial either way:
-- `launch` given (a worker's sandbox, workers/sandbox.py): `python -m kernels.harness` started
+- `launch` given (a worker's sandbox, workers/sandbox.py): `python -m perfbisect.kernels.harness` started
   and contained by it (scrubbed env, unprivileged user, memory cap, the whole process tree
   killed at the timeout or on cancel);
 - otherwise (`perfbisect measure`, tests, a worker told to trust its repositories): forked from a
@@ -29,14 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import kernels
-from kernels.harness.caches import RevisionCaches
-from kernels.harness.launch import LaunchRequest, start_trial
-from kernels.harness.phases import close_phases
-from kernels.harness.result import failure_result
+import perfbisect
+from perfbisect.kernels.harness.caches import RevisionCaches
+from perfbisect.kernels.harness.launch import LaunchRequest, start_trial
+from perfbisect.kernels.harness.phases import close_phases
+from perfbisect.kernels.harness.result import failure_result
 
-# The directory that contains the `kernels` package of this install.
-HARNESS_ROOT = Path(kernels.__file__).resolve().parent.parent
+# The directory that contains the `perfbisect` package of this install (site-packages, or the
+# checkout, whose perfbisect/__init__.py maps the top-level folders into the package).
+HARNESS_ROOT = Path(perfbisect.__file__).resolve().parent.parent
 STDERR_TAIL = 4000
 
 
@@ -137,7 +138,7 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
             args = ["--spec", str(spec_path), "--out", str(out_path), "--repo-root", str(worktree)]
             child_env = _child_env(import_dir, cache_env, env, base_env)
             if launch is not None:
-                launched = launch([sys.executable, "-m", "kernels.harness", *args], worktree, child_env,
+                launched = launch([sys.executable, "-m", "perfbisect.kernels.harness", *args], worktree, child_env,
                                   timeout_s, tmp_path)
                 how = "sandbox"
             else:

@@ -7,9 +7,9 @@ CPU it touches a buffer larger than the last-level cache.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
-import os
 from pathlib import Path
 from typing import Callable
 

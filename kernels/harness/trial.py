@@ -14,14 +14,14 @@ from pathlib import Path
 
 import torch
 
-from kernels.cases import case_name
-from kernels.harness.phases import PhaseClock
-from kernels.harness.provenance import describe_device
-from kernels.harness.refcache import ReferenceCache
-from kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
-from kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop
-from kernels.suites import get_suite
-from kernels.suites.base import relative_error, resolve_callable
+from perfbisect.kernels.cases import case_name
+from perfbisect.kernels.harness.phases import PhaseClock
+from perfbisect.kernels.harness.provenance import describe_device
+from perfbisect.kernels.harness.refcache import ReferenceCache
+from perfbisect.kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
+from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop
+from perfbisect.kernels.suites import get_suite
+from perfbisect.kernels.suites.base import relative_error, resolve_callable
 
 DEFAULT_POLICY = {"min_samples": 10, "max_samples": 50, "max_time_s": 2.0, "rel_noise": 0.01,
                   "warmup": 3, "throttle_fraction": 0.75}

@@ -1,7 +1,7 @@
 """A fork server for trials: one interpreter that has imported torch, forking one fresh child
 per trial, so a trial skips the interpreter start and the torch import (2-4 s of each trial).
 
-    python -m kernels.harness.zygote SOCKET      the server (started by launch.ForkServer)
+    python -m perfbisect.kernels.harness.zygote SOCKET      the server (started by launch.ForkServer)
 
 The server imports torch and triton only: it never initialises CUDA (a CUDA context does not
 survive fork) and never imports the measured repository, so every child starts with a clean
@@ -25,7 +25,7 @@ import traceback
 
 # What the server imports before forking: the frameworks and the harness itself, never the
 # measured repository. Names that are not installed (triton on a CPU box) are skipped.
-PRELOAD = ("torch", "numpy", "triton", "kernels.harness.trial")
+PRELOAD = ("torch", "numpy", "triton", "perfbisect.kernels.harness.trial")
 IDLE_POLL_S = 1.0
 
 
@@ -80,7 +80,7 @@ def _run_child(conn: socket.socket, listener: socket.socket, request: dict) -> N
         sys.path[:] = request["sys_path"]
         sys.argv[:] = request["argv"]
         importlib.invalidate_caches()
-        from kernels.harness.__main__ import main
+        from perfbisect.kernels.harness.__main__ import main
         code = main(request["argv"][1:])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernels.suites.attention import AttentionSuite
-from kernels.suites.base import Suite, resolve_callable
-from kernels.suites.gemm import GemmSuite
-from kernels.suites.rmsnorm import RmsNormSuite
+from perfbisect.kernels.suites.attention import AttentionSuite
+from perfbisect.kernels.suites.base import Suite, resolve_callable
+from perfbisect.kernels.suites.gemm import GemmSuite
+from perfbisect.kernels.suites.rmsnorm import RmsNormSuite
 
 BUILTIN_SUITES = {"gemm": GemmSuite, "attention": AttentionSuite, "rmsnorm": RmsNormSuite}
 FILE_PREFIX = "file:"
@@ -38,7 +38,7 @@ def get_suite(name: str, repo_root: str | Path | None = None, source_file: str |
     if not custom:
         known = ", ".join(sorted(BUILTIN_SUITES))
         raise UnknownSuite(f"unknown suite {name!r}: use one of {known} or 'file:path/in/repo.py'")
-    from kernels.suites.custom import CustomSuite, import_suite_file, load_suite_file
+    from perfbisect.kernels.suites.custom import CustomSuite, import_suite_file, load_suite_file
 
     try:
         if name.startswith(SOURCE_PREFIX):

@@ -5,7 +5,7 @@ scaled_dot_product_attention. The target is called as target(q, k, v, causal).
 """
 from __future__ import annotations
 
-from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
+from perfbisect.kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 # The reference covers at most this many (batch, head) pairs, in query blocks, so the
 # accuracy check of a 16k-long sequence does not need an S x S fp64 matrix per head.

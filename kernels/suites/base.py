@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from kernels.cases import canonical_dtype
+from perfbisect.kernels.cases import canonical_dtype
 
 if TYPE_CHECKING:
     import torch

@@ -22,8 +22,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from kernels.cases import canonical_dtype
-from kernels.suites.base import DEFAULT_TOLERANCE, Suite
+from perfbisect.kernels.cases import canonical_dtype
+from perfbisect.kernels.suites.base import DEFAULT_TOLERANCE, Suite
 
 REQUIRED = ("make_inputs", "reference", "control")
 

@@ -1,7 +1,7 @@
 """GEMM: C = A @ B. FLOPs 2*M*N*K; control torch.matmul (cuBLAS on NVIDIA GPUs)."""
 from __future__ import annotations
 
-from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
+from perfbisect.kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 
 class GemmSuite(Suite):

@@ -5,7 +5,7 @@ write y). Control: torch's own rms_norm.
 """
 from __future__ import annotations
 
-from kernels.suites.base import Suite, element_bytes, randn, torch_dtype
+from perfbisect.kernels.suites.base import Suite, element_bytes, randn, torch_dtype
 
 EPS = 1e-6
 

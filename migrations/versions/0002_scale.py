@@ -69,7 +69,7 @@ def upgrade() -> None:
 
 def _backfill() -> None:
     """Positions from the jobs' first-parent ranges, and case points from the stored trials."""
-    from dashboards.history import merge_commit_orders
+    from perfbisect.dashboards.history import merge_commit_orders
 
     conn = op.get_bind()
     ranges: dict[int, list[list[str]]] = defaultdict(list)

@@ -17,14 +17,14 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session
 
-from service.alerts import repository
-from service.alerts.github import github_call
-from service.models import Alert, AlertStatus
-from service.repos.repository import revisions_by_sha
-from service.settings import get_settings
-from service.tracking import repository as tracking_repo
-from service.webhooks.repo_urls import github_slug
-from workers.checkout import pr_number
+from perfbisect.gitrepo import pr_number
+from perfbisect.service.alerts import repository
+from perfbisect.service.alerts.github import github_call
+from perfbisect.service.models import Alert, AlertStatus
+from perfbisect.service.repos.repository import revisions_by_sha
+from perfbisect.service.settings import get_settings
+from perfbisect.service.tracking import repository as tracking_repo
+from perfbisect.service.webhooks.repo_urls import github_slug
 
 log = logging.getLogger(__name__)
 

@@ -4,15 +4,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from service.alerts import repository, service, views
-from service.alerts.schemas import AlertRead, AlertUpdate
-from service.api.deps import SessionDep, SubmitterDep, get_viewer
-from service.api.errors import ERROR_RESPONSES
-from service.bounds import MAX_ID
-from service.models import AlertStatus
-from workers import dispatch
-from workers.celery_app import CONTROL_QUEUE
-from workers.track_tasks import detect_alerts
+from perfbisect import dispatch
+from perfbisect.queue import CONTROL_QUEUE, DETECT_ALERTS
+from perfbisect.service.alerts import repository, service, views
+from perfbisect.service.alerts.schemas import AlertRead, AlertUpdate
+from perfbisect.service.api.deps import SessionDep, SubmitterDep, get_viewer
+from perfbisect.service.api.errors import ERROR_RESPONSES
+from perfbisect.service.bounds import MAX_ID
+from perfbisect.service.models import AlertStatus
 
 router = APIRouter(prefix="/api/alerts", tags=["alerts"], responses=ERROR_RESPONSES)
 READ = [Depends(get_viewer)]
@@ -38,5 +37,5 @@ def triage_alert(session: SessionDep, _submitter: SubmitterDep, alert_id: AlertI
     """Triage: new, acknowledged, invalid, fixed or expected (and a note). A triaged alert is
     not raised again; invalid or expected cancels its bisect, whose slot goes to the next alert."""
     alert = service.triage(session, alert_id, body)
-    dispatch.after_commit(session, detect_alerts, alert.tracked_branch_id, queue=CONTROL_QUEUE)
+    dispatch.after_commit(session, DETECT_ALERTS, alert.tracked_branch_id, queue=CONTROL_QUEUE)
     return views.alert_reads(session, [alert])[0]

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from service.settings import get_settings
+from perfbisect.service.settings import get_settings
 
 API_VERSION = "2022-11-28"
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from service.alerts.grouping import CaseHistory
-from service.models import Case, TrackedBranch
-from service.repos import service as repos
-from service.settings import get_settings
-from service.tracking import repository as tracking_repo
-from service.tracking.service import first_parent_shas
-from workers.checkout import GitError
+from perfbisect.gitrepo import GitError
+from perfbisect.service.alerts.grouping import CaseHistory
+from perfbisect.service.models import Case, TrackedBranch
+from perfbisect.service.repos import service as repos
+from perfbisect.service.settings import get_settings
+from perfbisect.service.tracking import repository as tracking_repo
+from perfbisect.service.tracking.service import first_parent_shas
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from service.models import Alert, AlertCase, AlertStatus, Job, JobStatus, TrackedBranch
+from perfbisect.service.models import Alert, AlertCase, AlertStatus, Job, JobStatus, TrackedBranch
 
 _LOAD = (selectinload(Alert.cases).selectinload(AlertCase.case),)
 

@@ -14,18 +14,18 @@ from functools import partial
 
 from sqlalchemy.orm import Session
 
-from service.auth.principal import SYSTEM
-from service.alerts import grouping, history, repository
-from service.alerts.grouping import KnownAlert, StepGroup
-from service.alerts.schemas import AlertUpdate
-from service.bisect.changepoints import compute_change_points
-from service.errors import BadRequest, NotFound
-from service.jobs import service as jobs
-from service.jobs.schemas import BisectCreate
-from service.models import (Alert, AlertCase, AlertKind, AlertStatus, CulpritKind, Job, JobStatus, TrackedBranch,
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.alerts import grouping, history, repository
+from perfbisect.service.alerts.grouping import KnownAlert, StepGroup
+from perfbisect.service.alerts.schemas import AlertUpdate
+from perfbisect.service.bisect.changepoints import compute_change_points
+from perfbisect.service.errors import BadRequest, NotFound
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs.schemas import BisectCreate
+from perfbisect.service.models import (Alert, AlertCase, AlertKind, AlertStatus, CulpritKind, Job, JobStatus, TrackedBranch,
                             utcnow)
-from service.suites import service as suites
-from service.tracking import service as tracking
+from perfbisect.service.suites import service as suites
+from perfbisect.service.tracking import service as tracking
 
 BISECT_WORKERS = 2  # revisions measured per round of an alert's bisect
 # A level needs this many measured heads: an alert waits for 3 heads after a step (each head the

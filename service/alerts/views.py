@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from service.alerts import repository
-from service.alerts.schemas import AlertCaseRead, AlertRead
-from service.models import Alert
-from service.repos.repository import revisions_by_sha
+from perfbisect.service.alerts import repository
+from perfbisect.service.alerts.schemas import AlertCaseRead, AlertRead
+from perfbisect.service.models import Alert
+from perfbisect.service.repos.repository import revisions_by_sha
 
 
 def alert_reads(session: Session, alerts: Sequence[Alert]) -> list[AlertRead]:

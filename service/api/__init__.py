@@ -4,22 +4,21 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from service.api.backpressure import InFlightLimit, size_thread_pool
-from service.api.errors import install_error_handler
-from service.settings import get_settings
-
+from perfbisect.service.api.backpressure import InFlightLimit, size_thread_pool
+from perfbisect.service.api.errors import install_error_handler
+from perfbisect.service.settings import get_settings
 
 
 def create_app() -> FastAPI:
-    from dashboards import pages
-    from dashboards.routes import router as dashboard_router
-    from service.alerts.endpoints import router as alerts_router
-    from service.api.health import router as health_router
-    from service.jobs.endpoints import router as jobs_router
-    from service.repos.endpoints import router as repos_router
-    from service.suites.endpoints import router as suites_router
-    from service.tracking.endpoints import router as tracking_router
-    from service.webhooks.endpoints import router as webhooks_router
+    from perfbisect.dashboards import pages
+    from perfbisect.dashboards.routes import router as dashboard_router
+    from perfbisect.service.alerts.endpoints import router as alerts_router
+    from perfbisect.service.api.health import router as health_router
+    from perfbisect.service.jobs.endpoints import router as jobs_router
+    from perfbisect.service.repos.endpoints import router as repos_router
+    from perfbisect.service.suites.endpoints import router as suites_router
+    from perfbisect.service.tracking.endpoints import router as tracking_router
+    from perfbisect.service.webhooks.endpoints import router as webhooks_router
 
     app = FastAPI(
         title="perfbisect",

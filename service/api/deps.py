@@ -15,12 +15,12 @@ from fastapi import Depends, Header
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from service.auth import service as auth
-from service.auth.principal import Principal, Scope
-from service.db import session_scope
-from service.errors import Forbidden, Unauthenticated
-from service.settings import get_settings
-from workers import dispatch
+from perfbisect import dispatch
+from perfbisect.service.auth import service as auth
+from perfbisect.service.auth.principal import Principal, Scope
+from perfbisect.service.db import session_scope
+from perfbisect.service.errors import Forbidden, Unauthenticated
+from perfbisect.service.settings import get_settings
 
 
 def get_session() -> Iterator[Session]:

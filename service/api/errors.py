@@ -11,13 +11,13 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.db import database_unreachable
-from service.errors import PerfbisectError
+from perfbisect.service.db import database_unreachable
+from perfbisect.service.errors import PerfbisectError
 
 RETRY_AFTER_S = 5
 
@@ -62,7 +62,7 @@ def validation_issues(exc: RequestValidationError) -> list[dict]:
 
 def install_error_handler(app: FastAPI) -> None:
     """Every error answers JSON to API clients and an HTML page to a browser (dashboards.pages)."""
-    from dashboards.pages import error_response
+    from perfbisect.dashboards.pages import error_response
 
     @app.exception_handler(PerfbisectError)
     def _domain_error(request: Request, exc: PerfbisectError) -> Response:

@@ -7,8 +7,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from service.db import get_engine
-from service.settings import get_settings
+from perfbisect.service.db import get_engine
+from perfbisect.service.settings import get_settings
 
 router = APIRouter(tags=["health"])
 

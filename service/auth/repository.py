@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import ApiToken
+from perfbisect.service.models import ApiToken
 
 
 def by_hash(session: Session, token_hash: str) -> ApiToken | None:

@@ -15,10 +15,10 @@ from datetime import timedelta, timezone
 
 from sqlalchemy.orm import Session
 
-from service.auth import repository
-from service.auth.principal import Principal, Scope
-from service.errors import BadRequest, Conflict, NotFound, Unauthenticated
-from service.models import ApiToken, utcnow
+from perfbisect.service.auth import repository
+from perfbisect.service.auth.principal import Principal, Scope
+from perfbisect.service.errors import BadRequest, Conflict, NotFound, Unauthenticated
+from perfbisect.service.models import ApiToken, utcnow
 
 TOKEN_PREFIX = "pbt_"
 # last_used_at is a hint for `token list`; writing it on every request would make reads writes.

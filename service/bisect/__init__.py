@@ -3,10 +3,19 @@
 No database, git, Celery or CUDA inside; see docs/architecture.md section 2 for the contract.
 """
 
-from service.bisect.model import (BisectConfig, CaseEffect, CorrectnessFinding, CulpritReport,
-                                  Observation, Plan, RevisionState, TrialRequest, Verdict)
-from service.bisect.planner import plan_next
-from service.bisect.verdict import Comparison, RankTest, SignificanceTest, WelchTest, assess, compare
+from perfbisect.service.bisect.model import (
+                                  BisectConfig,
+                                  CaseEffect,
+                                  CorrectnessFinding,
+                                  CulpritReport,
+                                  Observation,
+                                  Plan,
+                                  RevisionState,
+                                  TrialRequest,
+                                  Verdict,
+)
+from perfbisect.service.bisect.planner import plan_next
+from perfbisect.service.bisect.verdict import Comparison, RankTest, SignificanceTest, WelchTest, assess, compare
 
 __all__ = [
     "BisectConfig", "CaseEffect", "Comparison", "CorrectnessFinding", "CulpritReport", "Observation",

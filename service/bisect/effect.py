@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from service.bisect.model import CaseEffect
-from service.bisect.verdict import median_step_se
+from perfbisect.service.bisect.model import CaseEffect
+from perfbisect.service.bisect.verdict import median_step_se
 
 
 def _sides(before: Sequence[float], after: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

@@ -27,9 +27,9 @@ from enum import Enum
 
 import numpy as np
 
-from service.bisect.model import BisectConfig, CaseEffect, Observation, Plan, RevisionState, Verdict
-from service.bisect.pairs import case_noise_df, effective_min_effect
-from service.bisect.planner import step_effect
+from perfbisect.service.bisect.model import BisectConfig, CaseEffect, Observation, Plan, RevisionState, Verdict
+from perfbisect.service.bisect.pairs import case_noise_df, effective_min_effect
+from perfbisect.service.bisect.planner import step_effect
 
 # A run whose throttled samples exceed this share of its samples gets a noise warning.
 THROTTLED_SHARE = 0.05

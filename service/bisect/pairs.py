@@ -15,8 +15,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from service.bisect.model import BisectConfig, Observation, Verdict
-from service.bisect.verdict import Comparison, assess, pooled_noise
+from perfbisect.service.bisect.model import BisectConfig, Observation, Verdict
+from perfbisect.service.bisect.verdict import Comparison, assess, pooled_noise
 
 
 @dataclass(frozen=True)

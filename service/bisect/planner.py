@@ -39,11 +39,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from service.bisect.effect import bootstrap_effect, t_effect
-from service.bisect.model import (BisectConfig, CaseEffect, CulpritReport, Observation, Plan, RevisionState,
-                                  TrialRequest, Verdict)
-from service.bisect.pairs import PairJudgement, case_noise_df, judge_pairs
-from service.bisect.probes import allocate, correctness, edge_probes
+from perfbisect.service.bisect.effect import bootstrap_effect, t_effect
+from perfbisect.service.bisect.model import (
+    BisectConfig,
+    CaseEffect,
+    CulpritReport,
+    Observation,
+    Plan,
+    RevisionState,
+    TrialRequest,
+    Verdict,
+)
+from perfbisect.service.bisect.pairs import PairJudgement, case_noise_df, judge_pairs
+from perfbisect.service.bisect.probes import allocate, correctness, edge_probes
 
 
 class _Requests:

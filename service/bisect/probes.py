@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from service.bisect.model import CorrectnessFinding, Observation, RevisionState
+from perfbisect.service.bisect.model import CorrectnessFinding, Observation, RevisionState
 
 
 def unmeasured_between(lo: int, hi: int, measured: Mapping[int, Observation]) -> list[int]:

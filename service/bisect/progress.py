@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from service.bisect.model import BisectConfig, Observation, Plan
-from service.bisect.probes import unmeasured_between
+from perfbisect.service.bisect.model import BisectConfig, Observation, Plan
+from perfbisect.service.bisect.probes import unmeasured_between
 
 
 def expected_trials(finished: int, observations: Mapping[int, Observation], plan: Plan,

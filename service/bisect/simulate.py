@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from service.bisect.history import History, HistoryError, load_history
-from service.bisect.model import BisectConfig, Observation, Plan, RevisionState
-from service.bisect.planner import plan_next
+from perfbisect.service.bisect.history import History, HistoryError, load_history
+from perfbisect.service.bisect.model import BisectConfig, Observation, Plan, RevisionState
+from perfbisect.service.bisect.planner import plan_next
 
 __all__ = ["History", "HistoryError", "format_simulation", "load_history", "run", "simulate"]
 

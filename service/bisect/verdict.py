@@ -31,7 +31,7 @@ from typing import Protocol
 import numpy as np
 from scipy import stats
 
-from service.bisect.model import Verdict
+from perfbisect.service.bisect.model import Verdict
 
 # Standard error of a median relative to that of a mean, for normal data: sqrt(pi/2).
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)

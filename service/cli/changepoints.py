@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from service.cli.errors import CLIError
+from perfbisect.service.cli.errors import CLIError
 
 console = Console(stderr=True)
 
@@ -46,7 +46,7 @@ def _number(value: float) -> float | None:
 
 def report(values: list[float], *, min_magnitude: float, pvalue: float, trend_pvalue: float,
            min_size: int) -> dict[str, Any]:
-    from service.bisect.changepoints import compute_change_points
+    from perfbisect.service.bisect.changepoints import compute_change_points
 
     try:
         points = compute_change_points(values, min_magnitude=min_magnitude, pvalue=pvalue,

@@ -7,7 +7,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the CLI entry point imports this module: keep it light
-    from service.jobs.schemas import JobRead
+    from perfbisect.service.jobs.schemas import JobRead
 
 OK = 0  # the job completed with a verdict for every case
 REGRESSION = 1  # --fail-on regression (or change) and the verdict says so

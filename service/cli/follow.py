@@ -14,15 +14,15 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from service.cli.errors import CLIError, Interrupted  # noqa: F401  (re-exported: runs.py imports them from here)
-from service.db import session_scope
-from service.errors import PerfbisectError
-from service.jobs import advance, views
-from service.jobs import service as jobs
-from service.jobs.schemas import BisectCreate, CompareCreate, JobRead
-from service.settings import get_settings
-from workers import dispatch
-from workers.tasks import advance_job
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB
+from perfbisect.service.cli.errors import CLIError, Interrupted  # noqa: F401  (re-exported: runs.py imports them from here)
+from perfbisect.service.db import session_scope
+from perfbisect.service.errors import PerfbisectError
+from perfbisect.service.jobs import advance, views
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate, JobRead
+from perfbisect.service.settings import get_settings
 
 FINISHED = ("succeeded", "inconclusive", "failed", "cancelled")
 
@@ -31,7 +31,7 @@ def submit_local(request: BisectCreate | CompareCreate) -> int:
     """Create the job in one transaction, then (after commit) queue its first planning round.
     Embedded, an identical open job can only be one left by a CLI process that ended (tasks run
     in the process that submitted them): it is cancelled and replaced."""
-    from service.cli.tokens import local_principal
+    from perfbisect.service.cli.tokens import local_principal
 
     principal = local_principal()
     submit = jobs.submit_compare if isinstance(request, CompareCreate) else jobs.submit_bisect
@@ -47,7 +47,7 @@ def submit_local(request: BisectCreate | CompareCreate) -> int:
         raise CLIError(exc.message) from exc
     if submission.created:
         try:
-            dispatch.send(advance_job, job_id)
+            dispatch.send(ADVANCE_JOB, job_id)
         except Exception as exc:  # kombu/redis connection errors: the job can never start
             with session_scope() as session:
                 advance.fail(session, job_id, f"could not queue the job: {exc}")
@@ -59,7 +59,7 @@ def submit_local(request: BisectCreate | CompareCreate) -> int:
 def cancel_local(job_id: int, wait_s: float = 600) -> JobRead:
     """Cancel an embedded job (Ctrl-C): pending trials are dropped; a running one finishes and is
     ignored. Waits for the in-process queue to empty, so no task is cut off at interpreter exit."""
-    from service.cli.tokens import local_principal
+    from perfbisect.service.cli.tokens import local_principal
 
     try:
         with session_scope() as session:
@@ -78,7 +78,7 @@ def read_local(job_id: int) -> JobRead:
 
 
 def _auth_headers() -> dict[str, str]:
-    from service.cli.tokens import api_token
+    from perfbisect.service.cli.tokens import api_token
 
     token = api_token()
     return {"Authorization": f"Bearer {token}"} if token else {}

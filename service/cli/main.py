@@ -13,13 +13,13 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from service.cli.changepoints import changepoints
-from service.cli.errors import CLIError, Interrupted
-from service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
-from service.cli.repo import repo_app
-from service.cli.submit import SuiteFileOpt, bisect, compare
-from service.cli.tokens import app as token_app
-from service.cli.track import track_app
+from perfbisect.service.cli.changepoints import changepoints
+from perfbisect.service.cli.errors import CLIError, Interrupted
+from perfbisect.service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
+from perfbisect.service.cli.repo import repo_app
+from perfbisect.service.cli.submit import SuiteFileOpt, bisect, compare
+from perfbisect.service.cli.tokens import app as token_app
+from perfbisect.service.cli.track import track_app
 
 app = typer.Typer(help="Automated performance-regression bisection for GPU kernel libraries.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
@@ -53,7 +53,7 @@ def user_errors() -> Iterator[None]:
         console.print(f"[yellow]interrupted:[/yellow] {exc.message}")
         raise typer.Exit(INTERRUPTED) from None
     except OperationalError as exc:
-        from service.settings import get_settings
+        from perfbisect.service.settings import get_settings
 
         where = get_settings().sqlalchemy_url.split("@")[-1]
         fail(f"cannot open the database at {where}: {str(exc.orig).strip().splitlines()[0]}")
@@ -63,8 +63,8 @@ def prepare_database() -> None:
     """The embedded SQLite database migrates itself; PostgreSQL is migrated by `db upgrade`."""
     from sqlalchemy.engine import make_url
 
-    from service.migrate import sqlite_at_head, upgrade
-    from service.settings import get_settings
+    from perfbisect.service.migrate import sqlite_at_head, upgrade
+    from perfbisect.service.settings import get_settings
 
     url = get_settings().sqlalchemy_url
     if url.startswith("sqlite") and not sqlite_at_head(Path(make_url(url).database or "")):
@@ -75,8 +75,8 @@ def prepare_database() -> None:
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
     """Apply the migrations to DATABASE_URL (or the embedded SQLite file)."""
-    from service.migrate import upgrade
-    from service.settings import get_settings
+    from perfbisect.service.migrate import upgrade
+    from perfbisect.service.settings import get_settings
 
     get_settings().home.mkdir(parents=True, exist_ok=True)
     upgrade(revision=revision)
@@ -90,23 +90,23 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
     """Run the REST API and the dashboard (uvicorn)."""
     import uvicorn
 
-    from service.settings import get_settings
+    from perfbisect.service.settings import get_settings
 
     if migrate:
-        from service.migrate import upgrade
-        from service.settings import get_settings
+        from perfbisect.service.migrate import upgrade
+        from perfbisect.service.settings import get_settings
 
         get_settings().home.mkdir(parents=True, exist_ok=True)  # the embedded SQLite file lives there
         with user_errors():
             upgrade()
     settings = get_settings()
     if settings.embedded:  # no beat without a broker: this process repairs its own jobs
-        from workers.dispatch import start_embedded_reconciler
+        from perfbisect.dispatch import start_embedded_reconciler
 
         start_embedded_reconciler()
     # Embedded, tasks run inside the server process: one process keeps them in one place.
     processes = workers or settings.web_workers or (1 if settings.embedded else os.cpu_count() or 1)
-    uvicorn.run("service.api:create_app", factory=True, host=host, port=port, log_level="info",
+    uvicorn.run("perfbisect.service.api:create_app", factory=True, host=host, port=port, log_level="info",
                 workers=processes, backlog=settings.max_in_flight * 4,
                 timeout_worker_healthcheck=60)  # a loaded node may take a while to import the app
 
@@ -123,20 +123,20 @@ def worker(
     concurrency: int = 1,
 ) -> None:
     """Run a Celery worker on REDIS_URL: one process per GPU, one trial at a time."""
-    from service.settings import get_settings
+    from perfbisect.service.settings import get_settings
 
     if get_settings().embedded:
         fail("REDIS_URL is not set: a worker needs a broker (the embedded default runs tasks in-process)")
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     if trials:
-        from workers.sandbox import SandboxError, sandbox_user
+        from perfbisect.workers.sandbox import SandboxError, sandbox_user
 
         try:
             sandbox_user()  # refuse to start rather than fail every trial (production), or warn
         except SandboxError as exc:
             fail(str(exc))
-    from workers.celery_app import CONTROL_QUEUE, celery_app
+    from perfbisect.queue import CONTROL_QUEUE, celery_app
 
     queues = ([device_class] if trials else []) + ([CONTROL_QUEUE] if control else [])
     if not queues:
@@ -162,10 +162,10 @@ def demo(
 
     Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s.
     With --track: pushes to a tracked branch raise alerts, whose bisects name the culprits."""
-    from service.cli import runs
+    from perfbisect.service.cli import runs
 
     if track:
-        from service.cli.track_demo import demo_track
+        from perfbisect.service.cli.track_demo import demo_track
 
         demo_track(path, device, workers, as_json, console)
         return
@@ -180,7 +180,7 @@ def demo(
 @app.command("demo-repo")
 def demo_repo(path: Path) -> None:
     """Write the demo kernel repository (40+ commits with planted regressions) at PATH."""
-    from kernels.demo import write_demo_repo
+    from perfbisect.kernels.demo import write_demo_repo
 
     if path.exists() and any(path.iterdir()):
         fail(f"{path} exists and is not empty")
@@ -202,8 +202,8 @@ def measure(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run one trial (a fresh process, cold caches, control interleaved) and print it."""
-    from service.cli import runs
-    from service.cli.submit import benchmarks_of
+    from perfbisect.service.cli import runs
+    from perfbisect.service.cli.submit import benchmarks_of
 
     with user_errors():
         if suite is None and suite_file is None:
@@ -213,7 +213,7 @@ def measure(
     if as_json:
         print(json.dumps(result, indent=2))
     else:
-        from kernels.report import format_result
+        from perfbisect.kernels.report import format_result
 
         print(format_result(result))
     if result.get("status") != "ok":
@@ -228,7 +228,7 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run the real planner against a noise model (HISTORY.json, format in the README)."""
-    from service.cli import runs
+    from perfbisect.service.cli import runs
 
     try:
         result, text = runs.run_simulation(history, workers, seed)
@@ -240,8 +240,8 @@ def simulate(
 @app.command()
 def jobs(limit: int = 20) -> None:
     """List recent jobs."""
-    from service.db import session_scope
-    from service.jobs import repository
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.jobs import repository
 
     with user_errors():
         prepare_database()
@@ -262,7 +262,7 @@ def show(
     wide: Annotated[bool, typer.Option(help="one table row per case, wider than 100 columns")] = False,
 ) -> None:
     """Show one job's report; the exit code is the job's (see `bisect`; 6 while it is still running)."""
-    from service.cli import runs
+    from perfbisect.service.cli import runs
 
     with user_errors():
         job = runs.read_job(job_id, api)
@@ -276,7 +276,7 @@ def cancel(
     api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="cancel it on this API server")] = None,
 ) -> None:
     """Cancel a queued or running job: pending trials are dropped."""
-    from service.cli import runs
+    from perfbisect.service.cli import runs
 
     with user_errors():
         job = runs.cancel_job(job_id, api)

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from service.cli.errors import CLIError
-from service.cli.submit import (ApiOpt, EnvOpt, JsonOpt, ShapeOpt, SuiteFileOpt, SuiteOpt, TargetOpt,
+from perfbisect.service.cli.errors import CLIError
+from perfbisect.service.cli.submit import (ApiOpt, EnvOpt, JsonOpt, ShapeOpt, SuiteFileOpt, SuiteOpt, TargetOpt,
                                 benchmarks_of, parse_env, validated)
 
 repo_app = typer.Typer(help="Registered repositories and their benchmark sets.", no_args_is_help=True)
@@ -18,9 +18,9 @@ repo_app = typer.Typer(help="Registered repositories and their benchmark sets.",
 
 def _local(work):
     """Run `work(session)` on this machine's database as its admin; domain errors are CLIErrors."""
-    from service.cli.main import prepare_database
-    from service.db import session_scope
-    from service.errors import PerfbisectError
+    from perfbisect.service.cli.main import prepare_database
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.errors import PerfbisectError
 
     prepare_database()
     try:
@@ -31,7 +31,7 @@ def _local(work):
 
 
 def _remote(method: str, api: str, path: str, body: Any = None) -> Any:
-    from service.cli.follow import _call
+    from perfbisect.service.cli.follow import _call
 
     return _call(method, f"{api.rstrip('/')}{path}", json=body, timeout=120).json()
 
@@ -64,14 +64,14 @@ def add(
     api: ApiOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Register a repository (its build command and env run on the workers)."""
-    from service.cli.main import user_errors
-    from service.repos.schemas import RepositoryCreate, RepositoryRead
+    from perfbisect.service.cli.main import user_errors
+    from perfbisect.service.repos.schemas import RepositoryCreate, RepositoryRead
 
     with user_errors():
         path = Path(url).expanduser()
         if path.exists() and not api:  # a local checkout, registered (or updated) as `bisect --repo PATH` does
-            from service.cli.main import prepare_database
-            from service.cli.runs import register_path
+            from perfbisect.service.cli.main import prepare_database
+            from perfbisect.service.cli.runs import register_path
 
             prepare_database()
             name = register_path(path, build, name, import_root, parse_env(env))
@@ -83,16 +83,16 @@ def add(
             if api:
                 shown = _remote("POST", api, "/api/repositories", data.model_dump())
             else:
-                from service.repos import service
+                from perfbisect.service.repos import service
 
                 shown = _local(lambda session: RepositoryRead.of(service.create(session, data), reveal=True).model_dump())
     _print(shown, as_json)
 
 
 def _read(session, name: str) -> dict[str, Any]:
-    from service.repos import service
-    from service.repos.schemas import RepositoryRead
-    from service.suites import service as suites
+    from perfbisect.service.repos import service
+    from perfbisect.service.repos.schemas import RepositoryRead
+    from perfbisect.service.suites import service as suites
 
     repo = service.get(session, name)
     return {**RepositoryRead.of(repo, reveal=True).model_dump(),
@@ -102,14 +102,14 @@ def _read(session, name: str) -> dict[str, Any]:
 @repo_app.command("list")
 def list_repositories(api: ApiOpt = None, as_json: JsonOpt = False) -> None:
     """Every registered repository."""
-    from service.cli.main import user_errors
+    from perfbisect.service.cli.main import user_errors
 
     with user_errors():
         if api:
             shown = _remote("GET", api, "/api/repositories")
         else:
-            from service.repos import repository
-            from service.repos.schemas import RepositoryRead
+            from perfbisect.service.repos import repository
+            from perfbisect.service.repos.schemas import RepositoryRead
 
             shown = _local(lambda session: [RepositoryRead.of(r, reveal=True).model_dump()
                                             for r in repository.list_all(session)])
@@ -119,7 +119,7 @@ def list_repositories(api: ApiOpt = None, as_json: JsonOpt = False) -> None:
 @repo_app.command("show")
 def show(name: str, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
     """One repository with its benchmark sets."""
-    from service.cli.main import user_errors
+    from perfbisect.service.cli.main import user_errors
 
     with user_errors():
         if api:
@@ -139,8 +139,8 @@ def add_set(
 ) -> None:
     """Register a named benchmark set: one suite (built in, file:path in the repository, or a local
     --suite-file) with its target and shape presets; jobs use it with --benchmark-set."""
-    from service.cli.main import user_errors
-    from service.suites.schemas import BenchmarkSetCreate
+    from perfbisect.service.cli.main import user_errors
+    from perfbisect.service.suites.schemas import BenchmarkSetCreate
 
     with user_errors():
         data = validated(BenchmarkSetCreate, name=set_name,
@@ -149,8 +149,8 @@ def add_set(
             created = _remote("POST", api, f"/api/repositories/{name}/benchmark-sets", data.model_dump(exclude_none=True))
         else:
             def register(session):
-                from service.repos import service
-                from service.suites import service as suites
+                from perfbisect.service.repos import service
+                from perfbisect.service.suites import service as suites
 
                 repo = service.get(session, name)
                 return suites.set_read(session, repo, suites.register_set(session, repo, data)).model_dump()

@@ -12,13 +12,13 @@ from typing import Any
 
 from rich.console import Console
 
-from service.cli.follow import (CLIError, Interrupted, cancel_local, embedded_stalled, follow, read_local,
+from perfbisect.service.cli.follow import (CLIError, Interrupted, cancel_local, embedded_stalled, follow, read_local,
                                 read_remote, submit_local, submit_remote)
-from service.db import session_scope
-from service.errors import PerfbisectError
-from service.jobs.schemas import BisectCreate, CompareCreate, JobRead
-from service.reports.culprits import report_lines
-from service.settings import get_settings
+from perfbisect.service.db import session_scope
+from perfbisect.service.errors import PerfbisectError
+from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate, JobRead
+from perfbisect.service.reports.culprits import report_lines
+from perfbisect.service.settings import get_settings
 
 GROUND_TRUTH_FILE = "GROUND_TRUTH.json"
 # The planted CPU steps are 25% or more and a CPU trial is noisy (cv 4-7% of the control ratio on
@@ -27,7 +27,7 @@ DEMO_MIN_EFFECT = {"cpu": 0.15, "cuda": 0.02}
 
 
 def prepare_database() -> None:
-    from service.cli.main import prepare_database as prepare
+    from perfbisect.service.cli.main import prepare_database as prepare
 
     prepare()
 
@@ -48,9 +48,9 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
     given is an allowed root. Raises CLIError with the API's validation message."""
     from pydantic import ValidationError
 
-    from service.cli.errors import validation_message
-    from service.repos import repository, service
-    from service.repos.schemas import RepositoryCreate
+    from perfbisect.service.cli.errors import validation_message
+    from perfbisect.service.repos import repository, service
+    from perfbisect.service.repos.schemas import RepositoryCreate
 
     url = str(path.resolve())
     name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", path.resolve().name) or "repo"
@@ -127,7 +127,7 @@ def run_job(request: BisectCreate | CompareCreate, *, api: str | None, repo_sett
 def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> BisectCreate:
     import git
 
-    from kernels import demo
+    from perfbisect.kernels import demo
 
     cases = demo.DEMO_GPU_CASES if device == "cuda" else demo.DEMO_CPU_CASES
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
@@ -147,7 +147,7 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
              console: Console) -> tuple[JobRead, dict]:
     import os
 
-    from kernels import demo
+    from perfbisect.kernels import demo
 
     if device == "auto":
         import torch
@@ -217,12 +217,12 @@ def run_measure(repo: Path, rev: str, bench: dict[str, Any], device: str, build:
     """One trial of `bench` (a request's benchmark: suite or suite_source, target, shapes) at `rev`."""
     from pydantic import ValidationError
 
-    from service.cli.errors import validation_message
-    from service.jobs.schemas import Benchmark
-    from service.suites.service import resolve_cases, source_sha256
-    from workers.checkout import GitError, Mirror
-    from workers.runner import harness_spec, run_in_slot
-    from workers.sandbox import SandboxError, slot
+    from perfbisect.service.cli.errors import validation_message
+    from perfbisect.service.jobs.schemas import Benchmark
+    from perfbisect.service.suites.service import resolve_cases, source_sha256
+    from perfbisect.gitrepo import GitError, Mirror
+    from perfbisect.workers.runner import harness_spec, run_in_slot
+    from perfbisect.workers.sandbox import SandboxError, slot
 
     if not (repo / ".git").exists() and not (repo / "HEAD").exists():
         raise CLIError(f"{repo} is not a git repository")
@@ -252,7 +252,7 @@ def run_measure(repo: Path, rev: str, bench: dict[str, Any], device: str, build:
 
 
 def first_parent_shas(path: str, good: str, bad: str) -> list[str]:
-    from workers.checkout import GitError, Mirror
+    from perfbisect.gitrepo import GitError, Mirror
 
     with tempfile.TemporaryDirectory() as tmp:
         mirror = Mirror(Path(tmp), "sim", str(Path(path).resolve()))
@@ -265,7 +265,7 @@ def first_parent_shas(path: str, good: str, bad: str) -> list[str]:
 
 
 def run_simulation(history: Path, workers: int, seed: int) -> tuple[dict, str]:
-    from service.bisect.simulate import format_simulation, load_history, simulate
+    from perfbisect.service.bisect.simulate import format_simulation, load_history, simulate
 
     if not history.exists():
         raise CLIError(f"{history} does not exist")
@@ -288,8 +288,8 @@ def read_job(job_id: int, api: str | None = None) -> JobRead:
 
 
 def cancel_job(job_id: int, api: str | None = None) -> JobRead:
-    from service.cli.follow import cancel_remote
-    from service.jobs import service as jobs
+    from perfbisect.service.cli.follow import cancel_remote
+    from perfbisect.service.jobs import service as jobs
 
     if api:
         return cancel_remote(api.rstrip("/"), job_id)

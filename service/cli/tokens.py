@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from service.errors import PerfbisectError, Unauthenticated
+from perfbisect.service.errors import PerfbisectError, Unauthenticated
 
 if TYPE_CHECKING:
-    from service.auth.principal import Principal
+    from perfbisect.service.auth.principal import Principal
 
 LOCAL_TOKEN_FILE = "cli-token"
 LOCAL_TOKEN_NAME = "local-cli"
@@ -32,7 +32,7 @@ console = Console(stderr=True)
 
 
 def _prepare() -> None:
-    from service.cli.main import prepare_database
+    from perfbisect.service.cli.main import prepare_database
 
     prepare_database()
 
@@ -51,8 +51,8 @@ def create(
     if not NAME_RE.match(name):
         _fail(f"token name {name!r}: letters, digits, '_', '.', '-', at most 100")
     _prepare()
-    from service.auth import service as auth  # the database, only for the commands that open it
-    from service.db import session_scope
+    from perfbisect.service.auth import service as auth  # the database, only for the commands that open it
+    from perfbisect.service.db import session_scope
 
     try:
         with session_scope() as session:
@@ -68,8 +68,8 @@ def create(
 def list_tokens(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every token: id, name, prefix, scopes, created, last used, revoked."""
     _prepare()
-    from service.auth import service as auth  # the database, only for the commands that open it
-    from service.db import session_scope
+    from perfbisect.service.auth import service as auth  # the database, only for the commands that open it
+    from perfbisect.service.db import session_scope
 
     with session_scope() as session:
         rows = [{"id": t.id, "name": t.name, "prefix": t.prefix, "scopes": t.scopes,
@@ -87,8 +87,8 @@ def list_tokens(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 def revoke(name_or_id: Annotated[str, typer.Argument(help="the token's name or id")]) -> None:
     """Revoke a token: requests with it get 401 from now on."""
     _prepare()
-    from service.auth import service as auth  # the database, only for the commands that open it
-    from service.db import session_scope
+    from perfbisect.service.auth import service as auth  # the database, only for the commands that open it
+    from perfbisect.service.db import session_scope
 
     try:
         with session_scope() as session:
@@ -100,7 +100,7 @@ def revoke(name_or_id: Annotated[str, typer.Argument(help="the token's name or i
 
 
 def local_token_path() -> Path:
-    from service.settings import get_settings
+    from perfbisect.service.settings import get_settings
 
     return get_settings().home / LOCAL_TOKEN_FILE
 
@@ -127,10 +127,10 @@ def read_local_token() -> str | None:
 def local_principal() -> Principal:
     """The CLI's admin principal on the configured database: the token in PERFBISECT_HOME when
     the database knows it, else a new admin token written there (0600)."""
-    from service.auth.principal import Scope
+    from perfbisect.service.auth.principal import Scope
 
-    from service.auth import service as auth  # the database, only for the commands that open it
-    from service.db import session_scope
+    from perfbisect.service.auth import service as auth  # the database, only for the commands that open it
+    from perfbisect.service.db import session_scope
 
     token = read_local_token()
     with session_scope() as session:

@@ -12,8 +12,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from service.cli.errors import CLIError
-from service.errors import PerfbisectError
+from perfbisect.service.cli.errors import CLIError
+from perfbisect.service.errors import PerfbisectError
 
 track_app = typer.Typer(help="Track branches: measure every push, raise alerts, bisect them.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -26,18 +26,17 @@ def fail(message: str, code: int = 2) -> None:
 
 def run_loop(tracked_id: int, head: str | None = None) -> None:
     """Queue a run of the tracked branch; embedded, carry it out (and what it starts) now."""
-    from service.settings import get_settings
-    from workers import dispatch
-    from workers.celery_app import CONTROL_QUEUE
-    from workers.track_tasks import track_branch
+    from perfbisect import dispatch
+    from perfbisect.queue import CONTROL_QUEUE, TRACK_BRANCH
+    from perfbisect.service.settings import get_settings
 
-    dispatch.send(track_branch, tracked_id, head, queue=CONTROL_QUEUE)
+    dispatch.send(TRACK_BRANCH, tracked_id, head, queue=CONTROL_QUEUE)
     if get_settings().embedded:
         dispatch.drain()
 
 
 def _prepare() -> None:
-    from service.cli.main import prepare_database
+    from perfbisect.service.cli.main import prepare_database
 
     prepare_database()
 
@@ -62,10 +61,10 @@ def add(
     start: Annotated[bool, typer.Option(help="run the backfill now")] = True,
 ) -> None:
     """Track a branch with one benchmark set on one device class."""
-    from service.db import session_scope
-    from service.cli.runs import register_path
-    from service.tracking import service
-    from service.tracking.schemas import TrackedBranchCreate
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.cli.runs import register_path
+    from perfbisect.service.tracking import service
+    from perfbisect.service.tracking.schemas import TrackedBranchCreate
 
     _prepare()
     try:
@@ -96,8 +95,8 @@ def add(
 @track_app.command("list")
 def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Tracked branches."""
-    from service.db import session_scope
-    from service.tracking import repository, service
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.tracking import repository, service
 
     _prepare()
     with session_scope() as session:
@@ -113,9 +112,9 @@ def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
 @track_app.command("run")
 def run(tracked_id: int) -> None:
     """Measure the branch's head now (embedded: also detect, bisect and comment before returning)."""
-    from service.db import session_scope
-    from service.settings import get_settings
-    from service.tracking import service
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.settings import get_settings
+    from perfbisect.service.tracking import service
 
     _prepare()
     try:
@@ -130,8 +129,8 @@ def run(tracked_id: int) -> None:
 @track_app.command("remove")
 def remove(tracked_id: int) -> None:
     """Stop tracking (the branch's alerts go too; measurements stay)."""
-    from service.db import session_scope
-    from service.tracking import service
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.tracking import service
 
     _prepare()
     try:
@@ -162,8 +161,8 @@ def alert_lines(alerts: list) -> list[str]:
 def list_alerts(tracked_id: Annotated[Optional[int], typer.Argument()] = None,
                 as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Alerts (of one tracked branch, or all), with their cases and culprits."""
-    from service.db import session_scope
-    from service.alerts import repository, views
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.alerts import repository, views
 
     _prepare()
     with session_scope() as session:

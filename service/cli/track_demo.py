@@ -18,10 +18,10 @@ from typing import Any
 
 from rich.console import Console
 
-from service.cli.follow import CLIError
-from service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE, register_path
-from service.db import session_scope
-from service.settings import get_settings
+from perfbisect.service.cli.follow import CLIError
+from perfbisect.service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE, register_path
+from perfbisect.service.db import session_scope
+from perfbisect.service.settings import get_settings
 
 START, BACKFILL_EVERY, PUSH_EVERY, QUIET_COMMITS = 5, 2, 4, 8
 EPOCH = 1767225600 + 7 * 3600 * 60  # after the demo's own commit dates
@@ -59,10 +59,10 @@ def push_heads(n_commits: int) -> list[int]:
 
 
 def _track(repo_name: str, device: str) -> int:
-    from kernels import demo
-    from service.repos import service as repos
-    from service.tracking import repository, service
-    from service.tracking.schemas import TrackedBranchCreate
+    from perfbisect.kernels import demo
+    from perfbisect.service.repos import service as repos
+    from perfbisect.service.tracking import repository, service
+    from perfbisect.service.tracking.schemas import TrackedBranchCreate
 
     cases = demo.DEMO_GPU_CASES if device == "cuda" else demo.DEMO_CPU_CASES
     benchmarks: dict[tuple[str, str], list[dict]] = {}
@@ -82,7 +82,7 @@ def _track(repo_name: str, device: str) -> int:
 
 
 def _alerts(tracked_id: int) -> list:
-    from service.alerts import repository, views
+    from perfbisect.service.alerts import repository, views
 
     with session_scope() as session:
         return sorted(views.alert_reads(session, repository.listing(session, tracked_id=tracked_id, limit=1000)),
@@ -113,9 +113,9 @@ def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int]
 
 def run_track_demo(path: Path, device: str, workers: int, console: Console) -> tuple[list, dict]:
     """Replay the history; returns the alerts and the score against the planted ground truth."""
-    from kernels import demo
-    from service.cli.main import prepare_database
-    from service.cli.track import run_loop
+    from perfbisect.kernels import demo
+    from perfbisect.service.cli.main import prepare_database
+    from perfbisect.service.cli.track import run_loop
 
     if not get_settings().embedded:
         raise CLIError("demo --track runs embedded: unset REDIS_URL")
@@ -163,7 +163,7 @@ def demo_track(path: Path, device: str, workers: int | None, as_json: bool, cons
     """The CLI entry: run, print the alerts (or JSON), exit 1 unless every step was named exactly."""
     import typer
 
-    from service.cli.track import alert_lines
+    from perfbisect.service.cli.track import alert_lines
 
     if device == "auto":
         import torch

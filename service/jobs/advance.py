@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
-from service.bisect.progress import expected_trials
-from service.errors import NotFound
-from service.jobs import outcome, repository, sweep
-from service.trials.repository import samples_of
-from service.repos.repository import revisions_by_sha
-from service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
+from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
+from perfbisect.service.bisect.progress import expected_trials
+from perfbisect.service.errors import NotFound
+from perfbisect.service.jobs import outcome, repository, sweep
+from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
+from perfbisect.service.repos.repository import revisions_by_sha
+from perfbisect.service.trials.repository import samples_of
 
 UNBUILDABLE = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
 BROKEN_CASE = ("compile_error", "error")

@@ -5,17 +5,17 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from fastapi.responses import PlainTextResponse
 
-from service.api.deps import SessionDep, SubmitterDep, ViewerDep, get_viewer
-from service.api.errors import ERROR_RESPONSES
-from service.bounds import MAX_ID
-from service.jobs import repository, service, views
-from service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, JobSummary, TrialRead
-from service.models import JobStatus
-from service.reports.culprits import culprit_table
-from service.reports.pr_comment import render_job
-from service.settings import get_settings
-from workers import dispatch
-from workers.tasks import advance_job
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB
+from perfbisect.service.api.deps import SessionDep, SubmitterDep, ViewerDep, get_viewer
+from perfbisect.service.api.errors import ERROR_RESPONSES
+from perfbisect.service.bounds import MAX_ID
+from perfbisect.service.jobs import repository, service, views
+from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, JobSummary, TrialRead
+from perfbisect.service.models import JobStatus
+from perfbisect.service.reports.culprits import culprit_table
+from perfbisect.service.reports.pr_comment import render_job
+from perfbisect.service.settings import get_settings
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 READ = [Depends(get_viewer)]  # public, or a read token when PERFBISECT_PUBLIC_READS is off
@@ -31,7 +31,7 @@ SUBMIT_RESPONSES = {200: {"model": JobAccepted, "description": "the same job as 
 def _accepted(session: SessionDep, response: Response, submission: service.Submission) -> JobAccepted:
     job = submission.job
     if submission.created:
-        dispatch.after_commit(session, advance_job, job.id)
+        dispatch.after_commit(session, ADVANCE_JOB, job.id)
     else:
         response.status_code = status.HTTP_200_OK
     return JobAccepted(id=job.id, status=job.status.value, revisions=len(job.revision_shas), url=f"/api/jobs/{job.id}")

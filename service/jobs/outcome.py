@@ -15,9 +15,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from service.bisect import BisectConfig, Observation, Plan
-from service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
-from service.models import JobStatus, Trial, TrialStatus
+from perfbisect.service.bisect import BisectConfig, Observation, Plan
+from perfbisect.service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
+from perfbisect.service.models import JobStatus, Trial, TrialStatus
 
 ERROR_LINES, ERROR_CHARS = 8, 1200
 # kernels/harness/trial.py says this when a CUDA job lands on a host whose torch sees no GPU.

@@ -7,7 +7,17 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from service.models import Case, Culprit, IdempotencyKey, Job, JobStatus, Measurement, Repository, Trial, TrialStatus
+from perfbisect.service.models import (
+    Case,
+    Culprit,
+    IdempotencyKey,
+    Job,
+    JobStatus,
+    Measurement,
+    Repository,
+    Trial,
+    TrialStatus,
+)
 
 IN_FLIGHT = (TrialStatus.pending, TrialStatus.running)
 OPEN = (JobStatus.queued, JobStatus.running)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from service.bounds import Id, ShapeKey, ShapeValue, text
+from perfbisect.service.bounds import Id, ShapeKey, ShapeValue, text
 
 # A shape: 'M=512,N=512,K=512,dtype=fp32' or the same as an object; sizes fit the case columns.
 ShapeText = text(500, min_length=1)

@@ -18,16 +18,16 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.auth.principal import SYSTEM, Principal
-from service.db import insert_or_skip
-from service.errors import BadRequest, Conflict, Forbidden, NotFound
-from service.jobs import repository
-from service.jobs.schemas import Benchmark, BisectCreate, CompareCreate
-from service.models import Case, IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
-from service.repos import service as repos
-from service.settings import get_settings
-from service.suites import service as suites
-from workers.checkout import GitError
+from perfbisect.service.auth.principal import SYSTEM, Principal
+from perfbisect.service.db import insert_or_skip
+from perfbisect.service.errors import BadRequest, Conflict, Forbidden, NotFound
+from perfbisect.service.jobs import repository
+from perfbisect.service.jobs.schemas import Benchmark, BisectCreate, CompareCreate
+from perfbisect.service.models import Case, IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
+from perfbisect.service.repos import service as repos
+from perfbisect.service.settings import get_settings
+from perfbisect.service.suites import service as suites
+from perfbisect.gitrepo import GitError
 
 
 @dataclass(frozen=True)

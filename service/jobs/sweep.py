@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from service.bisect import CorrectnessFinding, Observation, Plan, RevisionState
-from service.bisect.probes import correctness
-from service.models import Job, Revision, Trial, TrialStatus
+from perfbisect.service.bisect import CorrectnessFinding, Observation, Plan, RevisionState
+from perfbisect.service.bisect.probes import correctness
+from perfbisect.service.models import Job, Revision, Trial, TrialStatus
 
 CASE_WRONG = "wrong_results"
 

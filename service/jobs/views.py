@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from service.jobs import repository
-from service.repos.repository import revisions_by_sha
-from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, JobSummary, OutcomeRead, TrialRead
-from service.models import Job, Revision
-from service.trials import repository as trials_repo
+from perfbisect.service.jobs import repository
+from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, JobSummary, OutcomeRead, TrialRead
+from perfbisect.service.models import Job, Revision
+from perfbisect.service.repos.repository import revisions_by_sha
+from perfbisect.service.trials import repository as trials_repo
 
 
 def job_summaries(session: Session, **filters) -> list[JobSummary]:

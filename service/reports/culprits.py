@@ -15,7 +15,7 @@ import textwrap
 
 from rich.text import Text
 
-from service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead
+from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead
 
 STYLE = {"regressed": "bold red", "regression": "red", "improved": "bold green", "improvement": "green",
          "failed": "bold red", "inconclusive": "bold yellow", "unchanged": "", "warning": "yellow"}

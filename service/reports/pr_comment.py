@@ -9,8 +9,16 @@
 
 from __future__ import annotations
 
-from service.jobs.schemas import CulpritRead, JobRead
-from service.reports.culprits import before_after, decided_on, is_regression, moved_effects, ref, step_text, where
+from perfbisect.service.jobs.schemas import CulpritRead, JobRead
+from perfbisect.service.reports.culprits import (
+    before_after,
+    decided_on,
+    is_regression,
+    moved_effects,
+    ref,
+    step_text,
+    where,
+)
 
 ICON = {"regressed": ":red_circle:", "improved": ":green_circle:", "unchanged": ":white_check_mark:",
         "inconclusive": ":grey_question:", "failed": ":x:"}

@@ -4,13 +4,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, status
 
-from service.api.deps import AdminDep, SessionDep, ViewerDep
-from service.api.errors import ERROR_RESPONSES
-from service.bounds import NO_NUL
-from service.repos import repository, service
-from service.repos.schemas import RepositoryCreate, RepositoryRead
-from service.suites import service as suites
-from service.suites.schemas import BenchmarkSetCreate, BenchmarkSetRead
+from perfbisect.service.api.deps import AdminDep, SessionDep, ViewerDep
+from perfbisect.service.api.errors import ERROR_RESPONSES
+from perfbisect.service.bounds import NO_NUL
+from perfbisect.service.repos import repository, service
+from perfbisect.service.repos.schemas import RepositoryCreate, RepositoryRead
+from perfbisect.service.suites import service as suites
+from perfbisect.service.suites.schemas import BenchmarkSetCreate, BenchmarkSetRead
 
 router = APIRouter(prefix="/api/repositories", tags=["repositories"], responses=ERROR_RESPONSES)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from service.models import CasePoint, Repository, Revision
+from perfbisect.service.models import CasePoint, Repository, Revision
 
 
 def get_by_name(session: Session, name: str) -> Repository | None:

@@ -5,9 +5,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.bounds import text
-from service.models import Repository
-from service.repos.urls import public_url
+from perfbisect.service.bounds import text
+from perfbisect.service.models import Repository
+from perfbisect.service.repos.urls import public_url
 
 EnvName = text(100, min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 HIDDEN = "***"

@@ -7,15 +7,15 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from service.bounds import MAX_ID
-from service.db import insert_or_skip
-from service.errors import BadRequest, Conflict, NotFound
-from service.models import Repository, Revision
-from service.repos import repository
-from service.repos.schemas import RepositoryCreate
-from service.repos.urls import checked_url
-from service.settings import get_settings
-from workers.checkout import CommitInfo, GitError, Mirror
+from perfbisect.gitrepo import CommitInfo, GitError, Mirror
+from perfbisect.service.bounds import MAX_ID
+from perfbisect.service.db import insert_or_skip
+from perfbisect.service.errors import BadRequest, Conflict, NotFound
+from perfbisect.service.models import Repository, Revision
+from perfbisect.service.repos import repository
+from perfbisect.service.repos.schemas import RepositoryCreate
+from perfbisect.service.repos.urls import checked_url
+from perfbisect.service.settings import get_settings
 
 
 def mirror_of(repo: Repository) -> Mirror:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from service.errors import BadRequest
+from perfbisect.service.errors import BadRequest
 
 REMOTE_SCHEMES = ("https", "http", "ssh", "git")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

@@ -5,10 +5,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import PlainTextResponse
 
-from service.api.deps import SessionDep, get_viewer
-from service.api.errors import ERROR_RESPONSES
-from service.errors import NotFound
-from service.suites import repository
+from perfbisect.service.api.deps import SessionDep, get_viewer
+from perfbisect.service.api.errors import ERROR_RESPONSES
+from perfbisect.service.errors import NotFound
+from perfbisect.service.suites import repository
 
 router = APIRouter(prefix="/api/suite-sources", tags=["jobs"], responses=ERROR_RESPONSES,
                    dependencies=[Depends(get_viewer)])

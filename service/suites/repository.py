@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import BenchmarkSet, SuiteSource
+from perfbisect.service.models import BenchmarkSet, SuiteSource
 
 
 def sources_by_sha(session: Session, shas: Iterable[str]) -> dict[str, str]:

@@ -4,7 +4,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from service.jobs.schemas import Benchmark, SetName
+from perfbisect.service.jobs.schemas import Benchmark, SetName
 
 
 class BenchmarkSetCreate(BaseModel):

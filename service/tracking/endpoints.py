@@ -5,16 +5,15 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Response, status
 from pydantic import ValidationError
 
-from service.api.deps import AdminDep, SessionDep, SubmitterDep, get_viewer
-from service.api.errors import ERROR_RESPONSES
-from service.bounds import MAX_ID
-from service.errors import BadRequest
-from service.tracking import repository, service
-from service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead, TrackRunAccepted
-from service.webhooks.schemas import WebhookReply
-from workers import dispatch
-from workers.celery_app import CONTROL_QUEUE
-from workers.track_tasks import track_branch
+from perfbisect import dispatch
+from perfbisect.queue import CONTROL_QUEUE, TRACK_BRANCH
+from perfbisect.service.api.deps import AdminDep, SessionDep, SubmitterDep, get_viewer
+from perfbisect.service.api.errors import ERROR_RESPONSES
+from perfbisect.service.bounds import MAX_ID
+from perfbisect.service.errors import BadRequest
+from perfbisect.service.tracking import repository, service
+from perfbisect.service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead, TrackRunAccepted
+from perfbisect.service.webhooks.schemas import WebhookReply
 
 router = APIRouter(prefix="/api/tracked-branches", tags=["tracking"], responses=ERROR_RESPONSES)
 READ = [Depends(get_viewer)]
@@ -28,7 +27,7 @@ def track(session: SessionDep, _admin: AdminDep, body: TrackedBranchCreate) -> T
     is queued now."""
     tracked = service.create(session, body)
     if body.start:
-        dispatch.after_commit(session, track_branch, tracked.id, queue=CONTROL_QUEUE)
+        dispatch.after_commit(session, TRACK_BRANCH, tracked.id, queue=CONTROL_QUEUE)
     return service.read(tracked)
 
 
@@ -46,7 +45,7 @@ def get_tracked(session: SessionDep, tracked_id: TrackedId) -> TrackedBranchRead
 def run(session: SessionDep, _submitter: SubmitterDep, tracked_id: TrackedId) -> TrackRunAccepted:
     """Measure the branch's head now (nothing is measured twice)."""
     tracked = service.get(session, tracked_id)
-    dispatch.after_commit(session, track_branch, tracked.id, queue=CONTROL_QUEUE)
+    dispatch.after_commit(session, TRACK_BRANCH, tracked.id, queue=CONTROL_QUEUE)
     return TrackRunAccepted(tracked_branch_id=tracked.id, message=f"queued a run of {tracked.branch}")
 
 
@@ -67,7 +66,7 @@ def push_reply(session: SessionDep, payload: dict) -> WebhookReply:
         raise BadRequest(f"push payload: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from exc
     targets = service.push_targets(session, event)
     for tracked in targets:
-        dispatch.after_commit(session, track_branch, tracked.id, event.after, queue=CONTROL_QUEUE)
+        dispatch.after_commit(session, TRACK_BRANCH, tracked.id, event.after, queue=CONTROL_QUEUE)
     if not targets:
         return WebhookReply(message=f"ignored: {event.ref} is not a tracked branch (push trigger)")
     return WebhookReply(message=f"queued a run of {len(targets)} tracked branch(es) at {event.after[:10]}: "

@@ -7,8 +7,18 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from service.models import (Case, Job, JobKind, JobStatus, Measurement, Revision, TrackedBranch, TrackTrigger,
-                            Trial, TrialStatus)
+from perfbisect.service.models import (
+    Case,
+    Job,
+    JobKind,
+    JobStatus,
+    Measurement,
+    Revision,
+    TrackedBranch,
+    TrackTrigger,
+    Trial,
+    TrialStatus,
+)
 
 OPEN_JOB = (JobStatus.queued, JobStatus.running)
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.jobs.schemas import Benchmark, DeviceClass, HarnessPolicy, RepositoryName
+from perfbisect.service.jobs.schemas import Benchmark, DeviceClass, HarnessPolicy, RepositoryName
 
 
 class TrackedBranchCreate(BaseModel):

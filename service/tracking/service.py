@@ -15,15 +15,15 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from service.errors import BadRequest, Conflict, NotFound
-from service.jobs import service as jobs
-from service.models import Job, Repository, TrackedBranch, TrackTrigger, Trial, TrialStatus, utcnow
-from service.repos import service as repos
-from service.suites import service as suites
-from service.tracking import repository
-from service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead
-from service.webhooks.service import match_repository
-from workers.checkout import GitError, Mirror
+from perfbisect.service.errors import BadRequest, Conflict, NotFound
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.models import Job, Repository, TrackedBranch, TrackTrigger, Trial, TrialStatus, utcnow
+from perfbisect.service.repos import service as repos
+from perfbisect.service.suites import service as suites
+from perfbisect.service.tracking import repository
+from perfbisect.service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead
+from perfbisect.service.webhooks.service import match_repository
+from perfbisect.gitrepo import GitError, Mirror
 
 FAILED_WHOLE = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
 

@@ -20,10 +20,10 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
-from service.models import TrialStatus, utcnow
-from service.settings import get_settings
-from service.trials import repository
-from service.trials.service import beating
+from perfbisect.service.models import TrialStatus, utcnow
+from perfbisect.service.settings import get_settings
+from perfbisect.service.trials import repository
+from perfbisect.service.trials.service import beating
 
 # is_queued(trial_id, queue) -> whether a message for the trial may still be waiting in the broker.
 IsQueued = Callable[[int, str], bool]

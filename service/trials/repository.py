@@ -11,8 +11,16 @@ from datetime import datetime
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
-from service.models import CasePoint, Job, JobStatus, Measurement, MeasurementSamples, Revision, Trial, TrialStatus
-
+from perfbisect.service.models import (
+    CasePoint,
+    Job,
+    JobStatus,
+    Measurement,
+    MeasurementSamples,
+    Revision,
+    Trial,
+    TrialStatus,
+)
 
 OPEN_JOBS = (JobStatus.queued, JobStatus.running)
 

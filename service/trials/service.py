@@ -12,13 +12,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.errors import NotFound
-from service.jobs import repository as jobs_repo
-from service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
+from perfbisect.service.errors import NotFound
+from perfbisect.service.jobs import repository as jobs_repo
+from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
-from service.settings import get_settings
-from service.suites import service as suites
-from service.trials import repository as trials_repo
+from perfbisect.service.settings import get_settings
+from perfbisect.service.suites import service as suites
+from perfbisect.service.trials import repository as trials_repo
 
 
 log = logging.getLogger(__name__)

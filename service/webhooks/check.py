@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.jobs.schemas import JobRead
+from perfbisect.service.jobs.schemas import JobRead
 
 CHECK_NAME = "perfbisect"
 # A commit status has no "neutral": an inconclusive job must not block a merge, so it reads success

@@ -17,16 +17,16 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Depends, Header, Request, Response, status
 from pydantic import ValidationError
 
-from service.api.deps import SessionDep
-from service.api.errors import ERROR_RESPONSES
-from service.errors import BadRequest, NotFound
-from service.settings import get_settings
-from service.webhooks import service
-from service.webhooks.schemas import HANDLED_ACTIONS, PullRequestEvent, WebhookReply
-from service.webhooks.signature import verify_signature
-from service.tracking.endpoints import push_reply
-from workers import dispatch
-from workers.tasks import advance_job
+from perfbisect import dispatch
+from perfbisect.queue import ADVANCE_JOB
+from perfbisect.service.api.deps import SessionDep
+from perfbisect.service.api.errors import ERROR_RESPONSES
+from perfbisect.service.errors import BadRequest, NotFound
+from perfbisect.service.settings import get_settings
+from perfbisect.service.tracking.endpoints import push_reply
+from perfbisect.service.webhooks import service
+from perfbisect.service.webhooks.schemas import HANDLED_ACTIONS, PullRequestEvent, WebhookReply
+from perfbisect.service.webhooks.signature import verify_signature
 
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"], responses=ERROR_RESPONSES)
 DUPLICATE = {200: {"model": WebhookReply, "description": "a delivery handled before: nothing is done again"}}
@@ -96,7 +96,7 @@ def github_webhook(
     job = outcome.job
     delivery.job_id = job.id
     if outcome.created:
-        dispatch.after_commit(session, advance_job, job.id)
+        dispatch.after_commit(session, ADVANCE_JOB, job.id)
     pr = event.pull_request
     verb = "queued" if outcome.created else "already have"
     superseded = f"; cancelled superseded job(s) {', '.join(map(str, outcome.superseded))}" if outcome.superseded else ""

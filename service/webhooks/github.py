@@ -16,15 +16,15 @@ from typing import Any
 import httpx
 from sqlalchemy.orm import Session
 
-from service.errors import Conflict
-from service.jobs import service as jobs
-from service.jobs import views
-from service.jobs.schemas import CulpritRead, JobRead
-from service.reports.pr_comment import render_culprit_comment, render_job
-from service.settings import get_settings
-from service.webhooks.check import CHECK_NAME, STATUS_STATE, check_verdict
-from service.webhooks.github_client import GitHubClient
-from service.webhooks.repo_urls import github_slug
+from perfbisect.service.errors import Conflict
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs import views
+from perfbisect.service.jobs.schemas import CulpritRead, JobRead
+from perfbisect.service.reports.pr_comment import render_culprit_comment, render_job
+from perfbisect.service.settings import get_settings
+from perfbisect.service.webhooks.check import CHECK_NAME, STATUS_STATE, check_verdict
+from perfbisect.service.webhooks.github_client import GitHubClient
+from perfbisect.service.webhooks.repo_urls import github_slug
 
 log = logging.getLogger(__name__)
 

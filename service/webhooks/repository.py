@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from service.models import Job, JobKind, JobStatus, Repository, WebhookDelivery
+from perfbisect.service.models import Job, JobKind, JobStatus, Repository, WebhookDelivery
 
 
 def all_repositories(session: Session) -> Sequence[Repository]:

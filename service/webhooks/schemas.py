@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.bounds import Id
+from perfbisect.service.bounds import Id
 
 HANDLED_ACTIONS = ("opened", "synchronize", "reopened")
 

@@ -18,17 +18,17 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.auth.principal import SYSTEM
-from service.errors import BadRequest, NotFound
-from service.jobs import service as jobs
-from service.jobs.schemas import CompareCreate
-from service.models import Job, Repository, WebhookDelivery
-from service.repos import service as repos
-from service.suites import service as suites
-from service.webhooks import repository
-from service.webhooks.repo_urls import event_urls, normalized_url
-from service.webhooks.schemas import PullRequestEvent
-from workers.checkout import GitError
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.errors import BadRequest, NotFound
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs.schemas import CompareCreate
+from perfbisect.service.models import Job, Repository, WebhookDelivery
+from perfbisect.service.repos import service as repos
+from perfbisect.service.suites import service as suites
+from perfbisect.service.webhooks import repository
+from perfbisect.service.webhooks.repo_urls import event_urls, normalized_url
+from perfbisect.service.webhooks.schemas import PullRequestEvent
+from perfbisect.gitrepo import GitError
 
 log = logging.getLogger(__name__)
 

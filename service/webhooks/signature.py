@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from service.errors import PerfbisectError
+from perfbisect.service.errors import PerfbisectError
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 

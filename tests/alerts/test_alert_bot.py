@@ -9,9 +9,18 @@ import json
 import httpx
 import pytest
 
-from service.alerts import bot
-from service.models import Alert, AlertCase, AlertKind, AlertStatus, Case, Repository, Revision, TrackedBranch
-from service.settings import get_settings
+from perfbisect.service.alerts import bot
+from perfbisect.service.models import (
+    Alert,
+    AlertCase,
+    AlertKind,
+    AlertStatus,
+    Case,
+    Repository,
+    Revision,
+    TrackedBranch,
+)
+from perfbisect.service.settings import get_settings
 
 CULPRIT, FIX = "c" * 40, "f" * 40
 

@@ -6,10 +6,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.alerts.grouping import (IMPROVEMENT, REGRESSION, WRONG_FIXED, WRONG_RESULTS, CaseHistory, KnownAlert,
-                                     Step, correctness_steps, detect_steps, group_steps, overlap, perf_steps,
-                                     reconcile, restoring_step)
-from service.bisect.changepoints import compute_change_points
+from perfbisect.service.alerts.grouping import (
+    IMPROVEMENT,
+    REGRESSION,
+    WRONG_FIXED,
+    WRONG_RESULTS,
+    CaseHistory,
+    KnownAlert,
+    Step,
+    correctness_steps,
+    detect_steps,
+    group_steps,
+    overlap,
+    perf_steps,
+    reconcile,
+    restoring_step,
+)
+from perfbisect.service.bisect.changepoints import compute_change_points
 
 
 @dataclass(frozen=True)

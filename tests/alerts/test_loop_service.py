@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from service.alerts import service as alerts
-from service.alerts.schemas import AlertUpdate
-from service.jobs import advance
-from service.jobs import repository as jobs_repo
-from service.models import Alert, AlertStatus, Culprit, CulpritKind, Job, JobKind, JobStatus
-from service.tracking import service as tracking
-from service.tracking.schemas import TrackedBranchCreate
-from service.trials import service as trials
-from service.webhooks.signature import sign
+from perfbisect.service.alerts import service as alerts
+from perfbisect.service.alerts.schemas import AlertUpdate
+from perfbisect.service.jobs import advance
+from perfbisect.service.jobs import repository as jobs_repo
+from perfbisect.service.models import Alert, AlertStatus, Culprit, CulpritKind, Job, JobKind, JobStatus
+from perfbisect.service.tracking import service as tracking
+from perfbisect.service.tracking.schemas import TrackedBranchCreate
+from perfbisect.service.trials import service as trials
+from perfbisect.service.webhooks.signature import sign
 from tests.factories import create_repository
 from tests.gitrepo import git, make_repo
 
@@ -240,7 +240,7 @@ def test_alert_api_lists_reads_and_triages(client, session, lib, sent_tasks) -> 
 
 
 def test_push_webhook_queues_a_run_of_the_tracked_branch(client, session, lib, sent_tasks, monkeypatch) -> None:
-    from service.settings import get_settings
+    from perfbisect.service.settings import get_settings
 
     secret = "push-secret"
     monkeypatch.setattr(get_settings(), "webhook_secret", secret)
@@ -267,7 +267,7 @@ def test_push_webhook_queues_a_run_of_the_tracked_branch(client, session, lib, s
 def test_beat_runs_scheduled_and_polled_branches_when_due_and_poll_only_when_moved(session, lib) -> None:
     from datetime import timedelta
 
-    from service.models import utcnow
+    from perfbisect.service.models import utcnow
 
     polled = track(session, lib, trigger="poll", interval_s=600)
     pushed = track(session, lib, trigger="push", device_class="cuda")

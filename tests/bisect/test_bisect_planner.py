@@ -3,9 +3,9 @@ Each history is run over a few fixed seeds: the assertions must hold for every o
 
 import pytest
 
-from service.bisect import BisectConfig, Observation, RevisionState, TrialRequest, plan_next
-from service.bisect.history import load_history
-from service.bisect.simulate import simulate
+from perfbisect.service.bisect import BisectConfig, Observation, RevisionState, TrialRequest, plan_next
+from perfbisect.service.bisect.history import load_history
+from perfbisect.service.bisect.simulate import simulate
 
 SEEDS = (0, 1, 2)
 

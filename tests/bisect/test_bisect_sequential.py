@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from service.bisect import BisectConfig, Observation, RevisionState, TrialRequest, Verdict, assess, plan_next
-from service.bisect.effect import t_effect
-from service.bisect.history import load_history
-from service.bisect.simulate import simulate
+from perfbisect.service.bisect import BisectConfig, Observation, RevisionState, TrialRequest, Verdict, assess, plan_next
+from perfbisect.service.bisect.effect import t_effect
+from perfbisect.service.bisect.history import load_history
+from perfbisect.service.bisect.simulate import simulate
 
 LEVEL = [1.000, 1.002, 0.998, 1.001, 0.999]
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "histories"

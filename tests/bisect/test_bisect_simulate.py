@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from service.bisect.history import HistoryError, load_history
-from service.bisect.simulate import format_simulation, simulate
+from perfbisect.service.bisect.history import HistoryError, load_history
+from perfbisect.service.bisect.simulate import format_simulation, simulate
 
 HISTORY = {
     "commits": 120, "samples_per_trial": 20, "process_drift_cv": 0.02,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from service.bisect import CaseEffect, RankTest, Verdict, WelchTest, assess, compare
-from service.bisect.effect import bootstrap_effect
+from perfbisect.service.bisect import CaseEffect, RankTest, Verdict, WelchTest, assess, compare
+from perfbisect.service.bisect.effect import bootstrap_effect
 
 BASE = [1.000, 1.004, 0.998, 1.002, 0.999, 1.001]
 DROP = [0.900, 0.903, 0.897, 0.902, 0.899, 0.901]

@@ -2,11 +2,10 @@
 
 import math
 
+import numpy as np
 import pytest
 
-import numpy as np
-
-from service.bisect.changepoints import ChangePoint, compute_change_points, robust_noise
+from perfbisect.service.bisect.changepoints import ChangePoint, compute_change_points, robust_noise
 
 # One fixed draw of 23 normal values (mean 0, sd 1, no lag-1 correlation): the noise of a level.
 NOISE = [0.17, 1.17, -1.69, 1.32, -0.18, -0.84, -0.84, -1.08, -0.34, 0.58, 0.36, 0.41, -1.62, -1.51, 1.21,

@@ -3,8 +3,8 @@ what was not measured, the failed end's error kept, noise that hides the minimum
 
 from __future__ import annotations
 
-from service.bisect import BisectConfig, Observation, RevisionState, plan_next
-from service.bisect.outcomes import CaseNoise, Failure, Outcome, decide
+from perfbisect.service.bisect import BisectConfig, Observation, RevisionState, plan_next
+from perfbisect.service.bisect.outcomes import CaseNoise, Failure, Outcome, decide
 
 CASE, OTHER = "gemm M=64,N=64,K=64,dtype=fp32", "rmsnorm M=64,N=64,dtype=fp32"
 CALM = [1.00, 1.01, 0.99, 1.00, 1.02, 0.98, 1.00]

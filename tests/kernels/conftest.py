@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels.demo import write_demo_repo
-from kernels.demo.writer import load_ground_truth
+from perfbisect.kernels.demo import write_demo_repo
+from perfbisect.kernels.demo.writer import load_ground_truth
 
 
 class DemoRepo:

@@ -2,9 +2,9 @@
 repository, without warm-up or timing loop, in the result schema."""
 from __future__ import annotations
 
-from kernels import demo as demo_pkg
-from kernels.harness.result import validate_result
-from kernels.harness.runner import run_harness
+from perfbisect.kernels import demo as demo_pkg
+from perfbisect.kernels.harness.result import validate_result
+from perfbisect.kernels.harness.runner import run_harness
 
 CASE = {"suite": "gemm", "target": demo_pkg.GEMM_TARGET, "params": {"M": 256, "N": 256, "K": 520, "dtype": "fp32"}}
 

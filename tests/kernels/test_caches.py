@@ -9,8 +9,8 @@ import shutil
 import pytest
 import torch
 
-from kernels.harness.caches import prune, revision_caches
-from kernels.harness.refcache import ReferenceCache
+from perfbisect.kernels.harness.caches import prune, revision_caches
+from perfbisect.kernels.harness.refcache import ReferenceCache
 
 SHA_A, SHA_B = "a" * 40, "b" * 40
 PARAMS = {"N": 8, "dtype": "fp32"}

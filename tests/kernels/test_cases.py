@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.cases import DTYPE_ALIASES, case_name, parse_shape
-from kernels.suites import UnknownSuite, get_suite
+from perfbisect.kernels.cases import DTYPE_ALIASES, case_name, parse_shape
+from perfbisect.kernels.suites import UnknownSuite, get_suite
 
 
 def test_parse_shape_types():
@@ -85,7 +85,7 @@ def test_custom_suite_must_stay_inside_the_repository(custom_repo):
 
 @pytest.mark.parametrize("alias", sorted(DTYPE_ALIASES) + ["BF16", "BFloat16", "FP32", "Torch.Float16", " half "])
 def test_every_dtype_alias_names_the_case_as_the_harness_does(alias):
-    from kernels.cases import normalise_params
+    from perfbisect.kernels.cases import normalise_params
 
     params = normalise_params({"M": 8, "N": 8, "K": 8, "dtype": alias})
     assert params["dtype"] == DTYPE_ALIASES[alias.strip().lower()]
@@ -94,7 +94,7 @@ def test_every_dtype_alias_names_the_case_as_the_harness_does(alias):
 
 
 def test_an_unknown_dtype_is_refused():
-    from kernels.cases import normalise_params
+    from perfbisect.kernels.cases import normalise_params
 
     with pytest.raises(ValueError, match="unknown dtype 'int3'"):
         normalise_params({"dtype": "int3"})

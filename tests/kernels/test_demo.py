@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from kernels.cases import case_name
-from kernels.demo import DEMO_CPU_CASES, DEMO_CPU_POLICY, write_demo_repo
-from kernels.demo.ground_truth import event_hits
-from kernels.harness.runner import run_harness
+from perfbisect.kernels.cases import case_name
+from perfbisect.kernels.demo import DEMO_CPU_CASES, DEMO_CPU_POLICY, write_demo_repo
+from perfbisect.kernels.demo.ground_truth import event_hits
+from perfbisect.kernels.harness.runner import run_harness
 
 GEMM = "minikern.gemm:matmul"
 ATTENTION = "minikern.attention:attention"

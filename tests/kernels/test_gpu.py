@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.demo import DEMO_GPU_POLICY
-from kernels.harness.result import validate_result
-from kernels.harness.runner import run_harness
+from perfbisect.kernels.demo import DEMO_GPU_POLICY
+from perfbisect.kernels.harness.result import validate_result
+from perfbisect.kernels.harness.runner import run_harness
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -33,7 +33,7 @@ SMALL_ATTENTION = [{"suite": "attention", "target": "minikern.attention:attentio
 
 
 def test_forked_trials_make_their_own_cuda_context_and_share_the_revision_jit_cache(demo, tmp_path):
-    from kernels.harness.caches import revision_caches
+    from perfbisect.kernels.harness.caches import revision_caches
 
     sha = demo.shas[-1]
     caches = revision_caches(tmp_path / "cache", sha)

@@ -7,26 +7,27 @@ from __future__ import annotations
 import subprocess
 import sys
 
-# The service stack (pyproject's dependencies beyond torch and numpy) and perfbisect's own other packages.
-BLOCKED = ("service", "workers", "dashboards", "migrations", "sqlalchemy", "alembic", "psycopg", "pydantic",
-           "pydantic_settings", "fastapi", "starlette", "uvicorn", "celery", "kombu", "redis", "git", "httpx",
-           "typer", "rich", "tenacity", "scipy")
+# The service stack (pyproject's dependencies beyond torch and numpy) and perfbisect's other packages.
+BLOCKED = ("sqlalchemy", "alembic", "psycopg", "pydantic", "pydantic_settings", "fastapi", "starlette", "uvicorn",
+           "celery", "kombu", "redis", "git", "httpx", "typer", "rich", "tenacity", "scipy")
+BLOCKED_OWN = ("perfbisect.service", "perfbisect.workers", "perfbisect.dashboards", "perfbisect.migrations",
+               "perfbisect.dispatch", "perfbisect.queue", "perfbisect.gitrepo")
 
 CODE = f"""
 import importlib, importlib.abc, pkgutil, sys
 
 class Blocked(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {BLOCKED!r}:
+        if name.split(".")[0] in {BLOCKED!r} or name.startswith({BLOCKED_OWN!r}):
             raise ImportError(f"{{name}} is not installed on a GPU node's stock image")
         return None
 
 sys.meta_path.insert(0, Blocked())
-import kernels
-for module in pkgutil.walk_packages(kernels.__path__, "kernels."):
-    if module.name != "kernels.harness.__main__":
+import perfbisect.kernels
+for module in pkgutil.walk_packages(perfbisect.kernels.__path__, "perfbisect.kernels."):
+    if module.name != "perfbisect.kernels.harness.__main__":
         importlib.import_module(module.name)
-print("imported", len([m for m in sys.modules if m.startswith("kernels")]))
+print("imported", len([m for m in sys.modules if m.startswith("perfbisect.kernels")]))
 """
 
 

@@ -8,11 +8,11 @@ import os
 
 import pytest
 
-from kernels.harness.caches import revision_caches
-from kernels.harness.launch import fork_available, stop_servers
-from kernels.harness.phases import PHASES
-from kernels.harness.result import validate_result
-from kernels.harness.runner import run_harness
+from perfbisect.kernels.harness.caches import revision_caches
+from perfbisect.kernels.harness.launch import fork_available, stop_servers
+from perfbisect.kernels.harness.phases import PHASES
+from perfbisect.kernels.harness.result import validate_result
+from perfbisect.kernels.harness.runner import run_harness
 from tests.kernels.conftest import CUSTOM_SUITE, write_files
 
 pytestmark = pytest.mark.skipif(not fork_available(), reason="the fork server needs Linux fork")

@@ -9,9 +9,9 @@ import time
 import jsonschema
 import pytest
 
-from kernels.harness.result import failure_result, validate_result
-from kernels.harness.runner import run_harness
-from kernels.report import format_result
+from perfbisect.kernels.harness.result import failure_result, validate_result
+from perfbisect.kernels.harness.runner import run_harness
+from perfbisect.kernels.report import format_result
 
 SUITE = "file:bench/tanh_bwd.py"
 FAST_POLICY = {"min_samples": 5, "max_samples": 8, "max_time_s": 0.2, "rel_noise": 0.01,

@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import math
 
-from kernels.harness.timing import (CPU_FLUSH_CAP_BYTES, CpuTimer, SmClock, cpu_llc_bytes, relative_noise_of_median,
-                                    should_stop)
+from perfbisect.kernels.harness.timing import (
+    CPU_FLUSH_CAP_BYTES,
+    CpuTimer,
+    SmClock,
+    cpu_llc_bytes,
+    relative_noise_of_median,
+    should_stop,
+)
 
 POLICY = {"min_samples": 5, "max_samples": 20, "max_time_s": 1.0, "rel_noise": 0.01}
 

@@ -1,4 +1,7 @@
-"""Enqueue tasks only after the transaction that made their rows has committed.
+"""Enqueue tasks, by name, only after the transaction that made their rows has committed.
+
+Tasks are named by the constants of perfbisect.queue, so the API and the CLI send work without
+importing the workers (which import the service).
 
 With a broker, `send` hands the task to Celery at once (callers call it after commit). In the
 embedded default, Celery is eager; running a task inside another would nest every trial of a
@@ -18,22 +21,31 @@ from typing import Any
 
 from celery import Task
 
-from service.settings import get_settings
+from perfbisect.queue import ADVANCE_JOB, RECONCILE, RUN_TRIAL, celery_app
+from perfbisect.service.settings import get_settings
 
 log = logging.getLogger(__name__)
 
-_pending: deque[tuple[Task, tuple[Any, ...], str | None]] = deque()
+_pending: deque[tuple[str, tuple[Any, ...], str | None]] = deque()
 _lock = threading.Lock()
 _plan_lock = threading.Lock()
 _drainer: threading.Thread | None = None
 
 
-def send(task: Task, *args: Any, queue: str | None = None) -> None:
+def send(task: str, *args: Any, queue: str | None = None) -> None:
+    """Send the task named `task` (a perfbisect.queue constant) with `args`."""
     if get_settings().embedded:
         with _lock:
             _pending.append((task, args, queue))
     else:
-        task.apply_async(args=args, queue=queue)
+        celery_app.send_task(task, args=args, queue=queue)
+
+
+def task_named(name: str) -> Task:
+    """The task function registered under `name`; the first call imports the task modules."""
+    if name not in celery_app.tasks:
+        celery_app.loader.import_default_modules()
+    return celery_app.tasks[name]
 
 
 def queued_probe() -> Callable[[int, str], bool]:
@@ -43,10 +55,8 @@ def queued_probe() -> Callable[[int, str], bool]:
     runs has lost its message). When the broker cannot be asked, assume it is queued."""
     if get_settings().embedded:
         with _lock:
-            queued = {args[0] for task, args, _q in _pending if task.name == "perfbisect.run_trial"}
+            queued = {args[0] for name, args, _q in _pending if name == RUN_TRIAL}
         return lambda trial_id, _queue: trial_id in queued
-    from workers.celery_app import celery_app
-
     sizes: dict[str, int | None] = {}
 
     def size(queue: str) -> int | None:
@@ -61,7 +71,7 @@ def queued_probe() -> Callable[[int, str], bool]:
     return lambda _trial_id, queue: size(queue) != 0
 
 
-def _take(limit: int) -> list[tuple[Task, tuple[Any, ...]]]:
+def _take(limit: int) -> list[tuple[str, tuple[Any, ...]]]:
     with _lock:
         taken = []
         while _pending and len(taken) < limit:
@@ -82,8 +92,9 @@ def _finished() -> bool:
         return True
 
 
-def _apply(task: Task, args: tuple[Any, ...]) -> None:
-    if task.name == "perfbisect.advance_job":
+def _apply(name: str, args: tuple[Any, ...]) -> None:
+    task = task_named(name)
+    if name == ADVANCE_JOB:
         # SQLite has no row locks: embedded planning rounds run one at a time.
         with _plan_lock:
             task.apply(args=args, throw=True)
@@ -124,7 +135,7 @@ def drain_in_background() -> None:
             _drainer.start()
 
 
-def after_commit(session: Any, task: Task, *args: Any, queue: str | None = None) -> None:
+def after_commit(session: Any, task: str, *args: Any, queue: str | None = None) -> None:
     """Remember a task to send once `session`'s transaction commits (see send_committed)."""
     session.info.setdefault("after_commit", []).append((task, args, queue))
 
@@ -137,7 +148,7 @@ def send_committed(session: Any) -> None:
         try:
             send(task, *args, queue=queue)
         except Exception:
-            log.exception("could not send %s%r after commit; the reconciler will", task.name, args)
+            log.exception("could not send %s%r after commit; the reconciler will", task, args)
     if get_settings().embedded:
         drain_in_background()
 
@@ -151,12 +162,10 @@ def idle() -> bool:
 def start_embedded_reconciler() -> threading.Thread:
     """Embedded server: reconcile at start (jobs a previous process left in flight) and every
     reconcile_interval_s, running what it re-sends on the embedded queue."""
-    from workers.tasks import reconcile
-
     def loop() -> None:
         while True:
             try:
-                reconcile()
+                task_named(RECONCILE)()
                 drain_in_background()
             except Exception:
                 log.exception("embedded reconciler failed")

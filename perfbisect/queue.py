@@ -1,4 +1,4 @@
-"""The Celery application. With REDIS_URL set, tasks go through Redis to `perfbisect worker`
+"""The Celery application and the names of its tasks. With REDIS_URL set, tasks go through Redis to `perfbisect worker`
 processes; without it (the embedded default) they run in-process in eager mode.
 
 Trials are long and expensive, so: acknowledge late (a worker killed mid-trial leaves the message
@@ -8,9 +8,21 @@ to be redelivered), prefetch one (a GPU node takes one trial at a time), and rej
 from __future__ import annotations
 
 from celery import Celery
-from celery.signals import worker_init
 
-from service.settings import get_settings
+from perfbisect.service.settings import get_settings
+
+# The service and the CLI send tasks by these names (perfbisect.dispatch); the task functions are
+# defined in perfbisect.workers.tasks and .track_tasks, imported by the worker (and, embedded, on
+# the first send), so nothing below the workers imports them.
+ADVANCE_JOB = "perfbisect.advance_job"
+RUN_TRIAL = "perfbisect.run_trial"
+NOTIFY_JOB = "perfbisect.notify_job"
+RECONCILE = "perfbisect.reconcile"
+TRACK_BRANCH = "perfbisect.track_branch"
+DETECT_ALERTS = "perfbisect.detect_alerts"
+COMMENT_ALERT = "perfbisect.comment_alert"
+POLL_TRACKED_BRANCHES = "perfbisect.poll_tracked_branches"
+TASK_MODULES = ["perfbisect.workers.tasks", "perfbisect.workers.track_tasks"]
 
 CONTROL_QUEUE = "control"
 TRACK_POLL_S = 60.0  # how often beat looks for tracked branches that are due
@@ -18,7 +30,7 @@ TRACK_POLL_S = 60.0  # how often beat looks for tracked branches that are due
 
 def make_celery() -> Celery:
     settings = get_settings()
-    app = Celery("perfbisect", broker=settings.redis_url or "memory://", include=["workers.tasks", "workers.track_tasks"])
+    app = Celery("perfbisect", broker=settings.redis_url or "memory://", include=TASK_MODULES)
     app.conf.update(
         task_always_eager=settings.embedded,
         task_eager_propagates=True,
@@ -28,17 +40,15 @@ def make_celery() -> Celery:
         task_default_queue=CONTROL_QUEUE,
         # Planning and notifying run on the control queue; trials are sent to their job's
         # device-class queue explicitly (workers/tasks.py).
-        task_routes={"perfbisect.advance_job": {"queue": CONTROL_QUEUE},
-                     "perfbisect.notify_job": {"queue": CONTROL_QUEUE},
-                     "perfbisect.reconcile": {"queue": CONTROL_QUEUE}},
+        task_routes={name: {"queue": CONTROL_QUEUE} for name in (ADVANCE_JOB, NOTIFY_JOB, RECONCILE)},
         # The reconciler (service/trials/reconcile.py) re-sends what the broker lost; run by
         # `perfbisect worker --beat` (one per deployment) or `perfbisect beat`. A run that
         # waited longer than one interval is dropped: the next one does the same work.
         # `perfbisect worker --beat` runs these: the reconciler, and tracked branches on a
         # schedule or polled.
-        beat_schedule={"reconcile": {"task": "perfbisect.reconcile", "schedule": settings.reconcile_interval_s,
+        beat_schedule={"reconcile": {"task": RECONCILE, "schedule": settings.reconcile_interval_s,
                                      "options": {"queue": CONTROL_QUEUE, "expires": settings.reconcile_interval_s}},
-                       "poll-tracked-branches": {"task": "perfbisect.poll_tracked_branches",
+                       "poll-tracked-branches": {"task": POLL_TRACKED_BRANCHES,
                                                  "schedule": TRACK_POLL_S, "options": {"queue": CONTROL_QUEUE}}},
         beat_schedule_filename=str(settings.home / "celerybeat-schedule"),
         task_ignore_result=True,
@@ -55,11 +65,3 @@ def make_celery() -> Celery:
 
 celery_app = make_celery()
 
-
-@worker_init.connect
-def _sweep_sandbox(**_kwargs) -> None:
-    """A worker starting on a node wipes the sandbox slots its dead predecessors left behind
-    (their worktrees, temp files and escaped processes)."""
-    from workers.sandbox import sweep_idle_slots
-
-    sweep_idle_slots()

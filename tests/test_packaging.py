@@ -1,0 +1,52 @@
+"""The built wheel: one top-level package, `perfbisect`, that works without the checkout.
+
+`kernels` is also the name of a popular PyPI package installed on GPU nodes, exactly where the
+harness runs; installing perfbisect must not shadow it (or `service`, `workers`, ...)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
+                    str(ROOT)], check=True, capture_output=True)
+    [built] = out.glob("perfbisect-*.whl")
+    return built
+
+
+def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/", 1)[0] for name in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"perfbisect"}
+    # the migrations and the dashboard's assets travel with it
+    assert any(n.startswith("perfbisect/migrations/versions/0001_") for n in names)
+    assert "perfbisect/migrations/script.py.mako" in names
+    assert any(n.startswith("perfbisect/dashboards/static/vendor/") for n in names)
+
+
+def test_the_installed_package_imports_from_its_own_tree(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True)
+    probe = ("import perfbisect, perfbisect.kernels.harness.runner as r, perfbisect.service.migrate as m, "
+             "perfbisect.workers.tasks, perfbisect.service.api; "
+             "print(perfbisect.__file__); print(r.HARNESS_ROOT); print(len(list(m.MIGRATIONS_DIR.glob('versions/0*.py'))))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(target), "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    package_file, harness_root, migrations = done.stdout.split()
+    assert package_file == str(target / "perfbisect" / "__init__.py")
+    assert harness_root == str(target)
+    assert int(migrations) == len(list((ROOT / "migrations" / "versions").glob("0*.py")))
