@@ -2,7 +2,7 @@
 Redis; GitHub mocked at its edge by a small local HTTP server (the commit-to-PR lookup and issue
 comments) and git's `insteadOf` pointing the GitHub URL at a local copy of the demo repository.
 
-A tracked branch is backfilled, three pushes arrive through the push webhook, the step planted
+A tracked branch is backfilled, six pushes arrive through the push webhook, the step planted
 before them raises one alert, its bisect names the exact commit, and the PR bot comments on the
 pull request GitHub says merged it."""
 
@@ -129,7 +129,10 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
             [backfill] = wait_for_jobs(base, "track", 1, timeout_s=300)
             backfill = httpx.get(f"{base}/api/jobs/{backfill['id']}").json()  # the list has no revisions
             assert [shas.index(sha) for sha in backfill["revision_shas"]] == [2, 3, 4, 5]
-            for index in (9, 10, 11):  # the step is at 8: three heads after it
+            # The step is at 8: six heads after it, against four before. The detector asks every
+            # level for 3 heads, and its jump test (a line fitted to each side, which is what keeps
+            # trends from raising alerts) needs about six on the new level to reach p < 0.001.
+            for index in (9, 10, 11, 12, 13, 17):  # 14..16 do not import (a planted breakage)
                 subprocess.run(["git", "update-ref", "refs/heads/main", shas[index]], cwd=origin, check=True)
                 deliver_push(base, shas[index])
 
@@ -144,7 +147,7 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
             assert "alert=" in comment["body"] and step["sha"][:10] in comment["body"]
             assert ("GET", f"/repos/acme/minikern/commits/{step['sha']}/pulls") in FakeGitHub.seen
             jobs = httpx.get(f"{base}/api/jobs").json()
-            assert sum(j["kind"] == "track" for j in jobs) == 4  # the backfill and three pushes
+            assert sum(j["kind"] == "track" for j in jobs) == 7  # the backfill and six pushes
     finally:
         stop(worker)
         github.shutdown()
