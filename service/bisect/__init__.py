@@ -4,15 +4,15 @@ No database, git, Celery or CUDA inside; see docs/architecture.md section 2 for 
 """
 
 from perfbisect.service.bisect.model import (
-                                  BisectConfig,
-                                  CaseEffect,
-                                  CorrectnessFinding,
-                                  CulpritReport,
-                                  Observation,
-                                  Plan,
-                                  RevisionState,
-                                  TrialRequest,
-                                  Verdict,
+    BisectConfig,
+    CaseEffect,
+    CorrectnessFinding,
+    CulpritReport,
+    Observation,
+    Plan,
+    RevisionState,
+    TrialRequest,
+    Verdict,
 )
 from perfbisect.service.bisect.planner import plan_next
 from perfbisect.service.bisect.verdict import Comparison, RankTest, SignificanceTest, WelchTest, assess, compare

@@ -35,6 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+# The fewest points on one side of a split that the jump test fits a line to (fewer: a level).
+LINE_MIN = 5
+LEVEL_SPREAD = 1 / 3  # of the jump: the most a short level's point may stray
 # Normal consistency of the MAD, and sqrt(2) because a first difference holds two noises.
 _MAD_TO_SIGMA = 1.4826 / math.sqrt(2.0)
 
@@ -148,13 +151,27 @@ def _jump_pvalue(x: np.ndarray, lo: int, tau: int, hi: int, window: int) -> floa
     y = x[a:b]
     t = np.arange(a, b, dtype=float) - (tau - 0.5)
     right = (t > 0).astype(float)
-    design = np.column_stack([1 - right, right, t * (1 - right), t * right])
-    dof = y.size - 4
+    # The side before the split gets a slope only with LINE_MIN points: a line through three or
+    # four noisy points tells no trend from noise, and its extrapolated end hides any step (a
+    # tracked branch's first heads, then a drop). The side after always gets one: at the newest
+    # heads a short last side may still hold a point of the old level, and only its slope
+    # refuses that split. With min_size >= LINE_MIN (the default) both sides always have slopes.
+    columns = [1 - right, right, t * right]
+    level_before = tau - a < LINE_MIN
+    if not level_before:
+        columns.append(t * (1 - right))
+    design = np.column_stack(columns)
+    dof = y.size - design.shape[1]
     if dof < 1:
         return 1.0
     coef, *_ = np.linalg.lstsq(design, y, rcond=None)
     residuals = y - design @ coef
     jump = coef[1] - coef[0]
+    if level_before and np.max(np.abs(residuals[: tau - a])) > abs(jump) * LEVEL_SPREAD:
+        # A short side fitted as a level must look like one: at the start of a history a split
+        # forced one head late holds a point of the new level, off the side's mean by at least
+        # half the jump; noise that large would hide the step anyway.
+        return 1.0
     cov = np.linalg.pinv(design.T @ design)
     inflation = _ar1_inflation(residuals[: tau - a], residuals[tau - a:])
     se = math.sqrt(float(residuals @ residuals) / dof * inflation * (cov[0, 0] + cov[1, 1] - 2 * cov[0, 1]))
