@@ -157,8 +157,9 @@ def demo_repo(tmp_path_factory) -> Path:
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Under xdist (`make test` runs two workers), the e2e tests, which start servers and workers
-    of their own and time their recovery, run one after another on one worker; the rest spread."""
+    """Under xdist, the e2e tests, which start servers and workers of their own and time their
+    recovery, run one after another on one worker; the rest spread. (`make test` runs them in a
+    second, serial pytest after the parallel one.)"""
     for item in items:
         if item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.xdist_group("e2e"))
