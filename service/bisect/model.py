@@ -105,6 +105,14 @@ class CaseEffect:
         """True when the step makes the case worse in the metric's own direction."""
         return self.rel < 0 if higher_is_better else self.rel > 0
 
+    def moved(self, min_effect: float) -> bool:
+        """The step reaches the minimum effect and its interval excludes 0."""
+        return abs(self.rel) >= min_effect and (self.ci[0] > 0 or self.ci[1] < 0)
+
+    def ruled_out(self, min_effect: float) -> bool:
+        """The interval lies inside +-min_effect: no step of the minimum effect here."""
+        return max(abs(self.ci[0]), abs(self.ci[1])) < min_effect
+
 
 @dataclass(frozen=True)
 class CulpritReport:

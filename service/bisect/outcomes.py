@@ -115,11 +115,6 @@ class JobOutcome:
     counts: Mapping[str, int] = field(default_factory=dict)
 
 
-def moved(effect: CaseEffect, min_effect: float) -> bool:
-    """A case moved at a culprit when its step reaches the minimum and its interval excludes 0."""
-    return abs(effect.rel) >= min_effect and (effect.ci[0] > 0 or effect.ci[1] < 0)
-
-
 def log_spread(groups: Sequence[Sequence[float]]) -> float | None:
     """Pooled within-group standard deviation of log values; None without a group of two."""
     total, df = 0.0, 0
@@ -135,7 +130,7 @@ def log_spread(groups: Sequence[Sequence[float]]) -> float | None:
 def _steps(case: str, plan: Plan, config: BisectConfig) -> tuple[Step, ...]:
     return tuple(
         Step(c.first, c.last, c.effects[case], c.effects[case].is_regression(config.higher_is_better))
-        for c in plan.culprits if case in c.effects and moved(c.effects[case], config.min_effect)
+        for c in plan.culprits if case in c.effects and c.effects[case].moved(config.min_effect)
     )
 
 
@@ -152,14 +147,25 @@ def _end_failure(case: str, end: int, observations: Mapping[int, Observation],
     return Failure(end, "error", "never measured: the search did not reach this end", case)
 
 
-def _unresolved(case: str, plan: Plan) -> list[tuple[int, int, Verdict]]:
-    """Judged pairs still DIFFERENT without a culprit there, or UNKNOWN, on this case."""
-    culprit_pairs = {(c.first - 1, c.last) for c in plan.culprits}
+def _unresolved(case: str, plan: Plan, min_effect: float) -> list[tuple[int, int, str]]:
+    """What keeps this case from "unchanged", as (a, b, why) per judged pair: a pair still
+    DIFFERENT without a culprit there, or UNKNOWN; at a confirmed culprit (a step on other
+    cases), a step on this case whose interval neither reaches the minimum nor rules it out."""
+    culprits = {(c.first - 1, c.last): c for c in plan.culprits}
     out = []
     for (a, b), verdicts in plan.verdicts.items():
-        verdict = verdicts.get(case)
-        if verdict == Verdict.UNKNOWN or (verdict == Verdict.DIFFERENT and (a, b) not in culprit_pairs):
-            out.append((a, b, verdict))
+        verdict, culprit = verdicts.get(case), culprits.get((a, b))
+        if culprit is not None and case in culprit.effects:
+            effect = culprit.effects[case]
+            if not effect.ruled_out(min_effect):
+                at = f"revision {b}" if culprit.first == b else f"revisions {culprit.first}..{b}"
+                out.append((a, b, f"the step at {at} (a culprit on other cases) is {_pct(effect.rel)} "
+                                  f"[{_pct(effect.ci[0])}, {_pct(effect.ci[1])}] on this case: the minimum "
+                                  f"effect is neither reached nor ruled out"))
+        elif verdict == Verdict.UNKNOWN:
+            out.append((a, b, f"the verdict stayed unknown between revisions {a} and {b}"))
+        elif verdict == Verdict.DIFFERENT:
+            out.append((a, b, f"a step was seen between revisions {a} and {b} but was not confirmed"))
     return sorted(out)
 
 
@@ -187,13 +193,11 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
     ci = (effect.ci[0], effect.ci[1])
     if not plan.done:
         return CaseOutcome(case, Outcome.inconclusive, "the search did not finish", ci=ci)
-    unresolved = _unresolved(case, plan)
+    unresolved = _unresolved(case, plan, config.min_effect)
     if unresolved:
-        a, b, verdict = unresolved[0]
-        capped = _at_cap([a, b], observations, config)
-        what = "a step was seen" if verdict == Verdict.DIFFERENT else "the verdict stayed unknown"
-        why = f"{what} between revisions {a} and {b} but was not confirmed" + (
-            f": trial cap reached ({config.max_trials} trials per revision)" if capped else "")
+        a, b, why = unresolved[0]
+        if _at_cap([a, b], observations, config):
+            why += f": trial cap reached ({config.max_trials} trials per revision)"
         return CaseOutcome(case, Outcome.inconclusive, why, ci=ci)
     bound = max(abs(ci[0]), abs(ci[1]))
     if bound < config.min_effect:

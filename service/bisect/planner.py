@@ -74,12 +74,10 @@ class _Requests:
         return tuple(TrialRequest(r, t) for r, t in sorted(self.wanted.items()))
 
 
-def _escalate(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig,
-              requests: _Requests) -> None:
+def _escalate(a: int, b: int, counts: Mapping[int, int], config: BisectConfig, requests: _Requests) -> None:
     """UNKNOWN: a block more on the side with fewer trials (both when equal; the other side when
     the one with fewer is already at the cap)."""
-    a, b = counts[pair.a], counts[pair.b]
-    for revision, mine, other in ((pair.a, a, b), (pair.b, b, a)):
+    for revision, mine, other in ((a, counts[a], counts[b]), (b, counts[b], counts[a])):
         if mine < config.max_trials and (mine <= other or other >= config.max_trials):
             requests.up_to(revision, mine + config.block)
 
@@ -133,6 +131,16 @@ def _tighten_ends(observations: Mapping[int, Observation], ok: Sequence[int], co
             return
 
 
+def _tighten_culprits(culprits: Sequence[CulpritReport], counts: Mapping[int, int], config: BisectConfig,
+                      requests: _Requests) -> None:
+    """A culprit moves some cases; on the others its step must either reach the minimum effect or
+    be ruled out ("the size of each step per shape"). While a case's interval straddles the
+    minimum (and the pair is under the cap), a block more on the side with fewer trials."""
+    for c in culprits:
+        if any(not e.moved(config.min_effect) and not e.ruled_out(config.min_effect) for e in c.effects.values()):
+            _escalate(c.first - 1, c.last, counts, config, requests)
+
+
 def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig,
             requests: _Requests) -> bool:
     """A closed DIFFERENT pair: True when it is confirmed on its own trials (a culprit), else
@@ -150,7 +158,7 @@ def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig
         requests.up_to(pair.a, target)
         requests.up_to(pair.b, target)
     elif confirmed == Verdict.UNKNOWN and fewest < config.max_trials:
-        _escalate(pair, counts, config, requests)
+        _escalate(pair.a, pair.b, counts, config, requests)
     return False
 
 
@@ -186,7 +194,7 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     culprits, open_pairs = [], []
     for pair in judgements:
         if pair.verdict == Verdict.UNKNOWN:
-            _escalate(pair, counts, config, requests)
+            _escalate(pair.a, pair.b, counts, config, requests)
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
             open_pairs.append((pair.a, pair.b))
         elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests):
@@ -194,6 +202,7 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
     if not requests.wanted and not open_pairs:
+        _tighten_culprits(culprits, counts, config, requests)
         stepped = {case for c in culprits for case, e in c.effects.items() if e.ci[0] > 0 or e.ci[1] < 0}
         _tighten_ends(observations, ok, counts, config, requests, skip=stepped)
     wanted = requests.as_tuple()

@@ -94,3 +94,41 @@ def test_unfinished_search_is_inconclusive() -> None:
     assert not plan.done
     result = decide(6, observations, plan, CONFIG, (CASE,))
     assert result.cases[0].outcome == Outcome.inconclusive and result.cases[0].reason == "the search did not finish"
+
+
+def two(first: list[float], second: list[float]) -> Observation:
+    return ok(first, second, cases=(CASE, OTHER))
+
+
+def test_a_culprit_on_one_case_is_tightened_until_the_other_case_is_decided_there() -> None:
+    # A -40% step on CASE at revision 2; OTHER, 3 and 2 trials around it, moves by about -12%
+    # there: its interval straddles the 15% minimum, so the search is not done yet.
+    config = BisectConfig(min_effect=0.15)
+    observations = {0: two([1.0, 1.01, 0.99], [1.0, 0.96, 1.04]), 1: two([1.0, 1.0], [1.03, 0.98]),
+                    2: two([0.6, 0.61, 0.6], [0.88, 0.845, 0.915])}
+    plan = plan_next(3, observations, config)
+    assert not plan.done and [(r.revision, r.trials) for r in plan.requests] == [(1, 2)]
+    [culprit] = plan.culprits
+    assert culprit.effects[OTHER].ci[0] < -0.15 < culprit.effects[OTHER].ci[1]
+    # more trials show OTHER about -5% there: ruled out, and OTHER is unchanged
+    observations[1] = two([1.0, 1.0, 1.01, 0.99], [1.03, 0.98, 1.0, 1.01])
+    observations[2] = two([0.6, 0.61, 0.6, 0.6, 0.6], [0.95, 0.912, 0.988, 0.95, 0.94])
+    plan = plan_next(3, observations, config)
+    assert plan.done
+    by_case = {c.case: c for c in decide(3, observations, plan, config, (CASE, OTHER)).cases}
+    assert by_case[CASE].outcome == Outcome.regressed
+    assert by_case[OTHER].outcome == Outcome.unchanged and by_case[OTHER].bound < 0.15
+
+
+def test_a_step_neither_reached_nor_ruled_out_at_the_cap_is_inconclusive_and_says_where() -> None:
+    config = BisectConfig(min_effect=0.15, max_trials=6)
+    observations = {0: two([1.0, 1.01, 0.99] * 2, [1.0, 0.96, 1.04] * 2), 1: two([1.0] * 6, [1.03, 0.98] * 3),
+                    2: two([0.6, 0.61, 0.6] * 2, [0.88, 0.845, 0.915] * 2)}
+    plan = plan_next(3, observations, config)
+    assert plan.done
+    by_case = {c.case: c for c in decide(3, observations, plan, config, (CASE, OTHER)).cases}
+    assert by_case[CASE].outcome == Outcome.regressed
+    other = by_case[OTHER]
+    assert other.outcome == Outcome.inconclusive
+    assert other.reason.startswith("the step at revision 2 (a culprit on other cases) is -12.")
+    assert "neither reached nor ruled out: trial cap reached (6 trials per revision)" in other.reason
