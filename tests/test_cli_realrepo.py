@@ -180,3 +180,32 @@ def test_measure_and_compare_with_a_suite_file(embedded, scalepkg, tmp_path: Pat
     job = json.loads(compared.output[compared.output.index("{"):])
     assert job["kind"] == "compare" and job["outcome"]["verdict"] == "regressed"
     assert job["spec"]["pr_number"] == 4
+
+
+def test_track_a_branch_with_a_suite_file_or_a_benchmark_set(embedded, scalepkg, tmp_path: Path) -> None:
+    root, shas = scalepkg
+    suite = tmp_path / "bench_scale.py"
+    suite.write_text(textwrap.dedent(SUITE))
+    neither = runner.invoke(app, ["track", "add", "--repo", str(root), "--no-start"])
+    assert neither.exit_code == USAGE and "or --benchmark-set" in " ".join(neither.output.split())
+    # the suite file is measured at the last two heads of main, outside the history it measures
+    added = runner.invoke(app, ["track", "add", "--repo", str(root), "--suite-file", str(suite), "--target",
+                                "scalepkg.ops:scale", "--shape", "N=4096", "--backfill-depth", "2", "--trials", "1",
+                                "--build", INSTALL, "--import-root", ".perfbisect-build"])
+    assert added.exit_code == OK, added.output
+    [tracked] = json.loads(runner.invoke(app, ["track", "list", "--json"]).output)
+    [case] = tracked["cases"]
+    assert case["name"].startswith("source:bench_scale.py@") and case["name"].endswith(" N=4096")
+    with sqlite3.connect(embedded / "perfbisect.sqlite") as db:
+        measured = db.execute("SELECT r.sha FROM measurements m JOIN trials t ON t.id = m.trial_id "
+                              "JOIN revisions r ON r.id = t.revision_id").fetchall()
+    assert {sha for (sha,) in measured} == set(shas[-2:])
+    # a benchmark set registered on the repository, on another device class's track
+    made = runner.invoke(app, ["repo", "add-set", "scalepkg", "scale", "--suite-file", str(suite),
+                               "--target", "scalepkg.ops:scale", "--shape", "N=1024"])
+    assert made.exit_code == OK, made.output
+    by_set = runner.invoke(app, ["track", "add", "--repo", "scalepkg", "--benchmark-set", "scale", "--branch", "main",
+                                 "--device-class", "cuda", "--no-start"])
+    assert by_set.exit_code == OK, by_set.output
+    tracked = json.loads(runner.invoke(app, ["track", "list", "--json"]).output)
+    assert [c["params"] for c in tracked[1]["cases"]] == [{"N": 1024}]

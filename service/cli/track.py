@@ -13,6 +13,18 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from perfbisect.service.cli.errors import CLIError
+from perfbisect.service.cli.submit import (
+    BuildOpt,
+    EnvOpt,
+    ImportRootOpt,
+    SetOpt,
+    ShapeOpt,
+    SuiteFileOpt,
+    SuiteOpt,
+    TargetOpt,
+    benchmarks_of,
+    parse_env,
+)
 from perfbisect.service.errors import PerfbisectError
 
 track_app = typer.Typer(help="Track branches: measure every push, raise alerts, bisect them.", no_args_is_help=True)
@@ -44,9 +56,11 @@ def _prepare() -> None:
 @track_app.command("add")
 def add(
     repo: Annotated[str, typer.Option(help="registered repository name, or a local path to register")],
-    suite: Annotated[str, typer.Option(help="gemm, attention, rmsnorm or file:path.py")],
-    target: Annotated[str, typer.Option(help="module:function inside the repository")],
-    shape: Annotated[list[str], typer.Option(help="repeatable, e.g. M=8192,N=8192,K=8192,dtype=bf16")],
+    suite: SuiteOpt = None,
+    suite_file: SuiteFileOpt = None,
+    benchmark_set: SetOpt = None,
+    target: TargetOpt = None,
+    shape: ShapeOpt = None,
     branch: str = "main",
     device_class: str = "cpu",
     trigger: Annotated[str, typer.Option(help="push (webhook), schedule or poll (Celery beat)")] = "push",
@@ -56,11 +70,14 @@ def add(
     trials: Annotated[int, typer.Option(help="trials per measured head")] = 3,
     min_magnitude: Annotated[float, typer.Option(help="smallest relative step that alerts")] = 0.05,
     max_bisects: Annotated[int, typer.Option(help="alert bisects running at once")] = 2,
-    build: Annotated[Optional[str], typer.Option(help="build command, when registering a path")] = None,
+    build: BuildOpt = None,
+    import_root: ImportRootOpt = None,
+    env: EnvOpt = None,
     policy: Annotated[Optional[str], typer.Option(help="harness sample policy as JSON")] = None,
     start: Annotated[bool, typer.Option(help="run the backfill now")] = True,
 ) -> None:
-    """Track a branch with one benchmark set on one device class."""
+    """Track a branch with one benchmark (--suite or --suite-file, --target, --shape) or a benchmark
+    set of the repository, on one device class."""
     from perfbisect.service.db import session_scope
     from perfbisect.service.cli.runs import register_path
     from perfbisect.service.tracking import service
@@ -68,9 +85,12 @@ def add(
 
     _prepare()
     try:
-        name = register_path(Path(repo), build) if Path(repo).exists() else repo
+        benchmarks = benchmarks_of(suite, suite_file, target, shape)
+        if (benchmarks is None) == (benchmark_set is None):
+            raise CLIError("give --suite or --suite-file with --target and --shape, or --benchmark-set")
+        name = register_path(Path(repo), build, import_root=import_root, env=parse_env(env)) if Path(repo).exists() else repo
         data = TrackedBranchCreate(
-            repository=name, branch=branch, benchmarks=[{"suite": suite, "target": target, "shapes": shape}],
+            repository=name, branch=branch, benchmarks=benchmarks, benchmark_set=benchmark_set,
             device_class=device_class, trigger=trigger, interval_s=interval, backfill_every=backfill_every,
             backfill_depth=backfill_depth, trials_per_head=trials, min_magnitude=min_magnitude,
             max_bisects=max_bisects, policy=json.loads(policy) if policy else None, start=start)

@@ -6,15 +6,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfbisect.service.jobs.schemas import Benchmark, DeviceClass, HarnessPolicy, RepositoryName
+from perfbisect.service.jobs.schemas import Benchmark, DeviceClass, HarnessPolicy, RepositoryName, SetName
 
 
 class TrackedBranchCreate(BaseModel):
     repository: RepositoryName = Field(description="name of a registered repository")
     branch: str = Field(default="main", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$", examples=["main"])
-    benchmarks: list[Benchmark] = Field(min_length=1, description="the benchmark set measured at every head")
+    benchmarks: list[Benchmark] | None = Field(default=None, min_length=1,
+                                               description="the benchmarks measured at every head")
+    benchmark_set: SetName | None = Field(default=None, description="instead of benchmarks: a set registered on "
+                                          "the repository (its cases are copied when tracking starts)")
     device_class: DeviceClass = Field(default="cpu", examples=["cpu", "cuda", "h200"])
     trigger: Literal["push", "schedule", "poll"] = Field(
         default="push", description="push webhook; schedule (every interval_s); poll (every interval_s, "
@@ -28,6 +31,12 @@ class TrackedBranchCreate(BaseModel):
     metric: Literal["ratio", "raw"] = "ratio"
     policy: HarnessPolicy | None = Field(default=None, description="harness sample policy override")
     start: bool = Field(default=True, description="run the backfill now")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TrackedBranchCreate:
+        if (self.benchmarks is None) == (self.benchmark_set is None):
+            raise ValueError("give benchmarks or benchmark_set, not both or neither")
+        return self
 
 
 class TrackedBranchRead(BaseModel):

@@ -52,7 +52,7 @@ def create(session: Session, data: TrackedBranchCreate) -> TrackedBranch:
     """Validate the repository, the benchmark set and the branch, then write. Raises NotFound,
     BadRequest (bad suite or shape, a branch that does not resolve), Conflict (already tracked)."""
     repo = repos.get(session, data.repository)
-    cases = suites.cases_for(session, repo, data.benchmarks)
+    cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
     mirror = _mirror(repo, fetch=True)
     try:
         mirror.resolve(f"refs/heads/{data.branch}")
