@@ -12,7 +12,10 @@ they share is still in L2 when the next program needs it.
 On the CPU: the same tiles in torch, walked in the same launch order. Consecutive
 tiles that share a B column panel (a run down a column, which the grouped order
 produces) are computed as one taller block against that panel, once it is packed:
-the CPU's counterpart of the L2 reuse the launch order buys on the GPU.
+the CPU's counterpart of the L2 reuse the launch order buys on the GPU. Tiles are
+small and, as tl.dot does, multiplied in fp32 whatever the input dtype, so the cost
+of a tile is its packing and launch-like overhead more than its FLOPs on any CPU
+(with or without native bf16).
 @@GEMM_DOC@@"""
 from dataclasses import dataclass
 
@@ -38,8 +41,8 @@ CONFIGS = {
     torch.float32: GemmConfig(128, 128, 32, group_m=8, num_warps=8, num_stages=3),
 }
 
-# CPU tiles: C in 64 x 128 blocks, K in slabs of CPU_K_UNROLL * block_k.
-CPU_BLOCK_M, CPU_BLOCK_N, CPU_K_UNROLL = 64, 128, 4
+# CPU tiles: C in 32 x 64 blocks, K in slabs of CPU_K_UNROLL * block_k.
+CPU_BLOCK_M, CPU_BLOCK_N, CPU_K_UNROLL = 32, 64, 1
 
 
 def tile_coords(pid, grid_m, grid_n, group_m):
@@ -78,9 +81,9 @@ def _matmul_cpu(a, b, cfg):
         rows = slice(first_m * CPU_BLOCK_M, (last_m + 1) * CPU_BLOCK_M)
         cols = slice(pid_n * CPU_BLOCK_N, (pid_n + 1) * CPU_BLOCK_N)
         if pid_n != packed_n:  # pack B's column panel once per run of tiles sharing it
-            b_panel = b[:, cols].contiguous()
+            b_panel = b[:, cols].float()  # packed (contiguous, fp32) once per run
             packed_n = pid_n
-        a_rows = a[rows]
+        a_rows = a[rows].float()
         acc = torch.zeros((a_rows.shape[0], b_panel.shape[1]), device=a.device)
         for kt in range(k_tiles):
             k0 = kt * k_step

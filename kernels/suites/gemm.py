@@ -1,4 +1,7 @@
-"""GEMM: C = A @ B. FLOPs 2*M*N*K; control torch.matmul (cuBLAS on NVIDIA GPUs)."""
+"""GEMM: C = A @ B. FLOPs 2*M*N*K; control torch.matmul (cuBLAS on NVIDIA GPUs; on a CPU,
+half-precision inputs are multiplied by the fp32 BLAS: a CPU without bf16/fp16 instructions
+emulates them some 30x slower and less steadily, which would make the control the slowest and
+noisiest part of a trial)."""
 from __future__ import annotations
 
 from perfbisect.kernels.suites.base import Suite, element_bytes, randn, torch_dtype
@@ -24,7 +27,10 @@ class GemmSuite(Suite):
     def control(self, inputs, params):
         import torch
 
-        return torch.matmul(*inputs)
+        a, b = inputs
+        if a.device.type == "cpu" and a.dtype in (torch.bfloat16, torch.float16):
+            return torch.matmul(a.float(), b.float()).to(a.dtype)
+        return torch.matmul(a, b)
 
     def reference(self, inputs, params):
         import torch

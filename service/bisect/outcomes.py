@@ -194,18 +194,18 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
     if not plan.done:
         return CaseOutcome(case, Outcome.inconclusive, "the search did not finish", ci=ci)
     unresolved = _unresolved(case, plan, config.min_effect)
-    if unresolved:
-        a, b, why = unresolved[0]
-        if _at_cap([a, b], observations, config):
-            why += f": trial cap reached ({config.max_trials} trials per revision)"
-        return CaseOutcome(case, Outcome.inconclusive, why, ci=ci)
     bound = max(abs(ci[0]), abs(ci[1]))
-    if bound < config.min_effect:
+    if not unresolved and bound < config.min_effect:
         return CaseOutcome(case, Outcome.unchanged, f"no step beyond {_pct(bound)} (minimum effect "
                            f"{_pct(config.min_effect)})", bound=bound, ci=ci)
     if detectable > config.min_effect:
         why = (f"too noisy for the minimum effect: the smallest step this run could detect is {_pct(detectable)}, "
                f"over the minimum {_pct(config.min_effect)}")
+    elif unresolved:
+        a, b, why = unresolved[0]
+        if _at_cap([a, b], observations, config):
+            why += f": trial cap reached ({config.max_trials} trials per revision)"
+        return CaseOutcome(case, Outcome.inconclusive, why, ci=ci)
     elif _at_cap([0, n - 1], observations, config):
         why = f"trial cap reached ({config.max_trials} trials per revision)"
     else:

@@ -50,7 +50,7 @@ from perfbisect.service.bisect.model import (
     TrialRequest,
     Verdict,
 )
-from perfbisect.service.bisect.pairs import PairJudgement, case_noise_df, judge_pairs
+from perfbisect.service.bisect.pairs import PairJudgement, case_noise_df, effective_min_effect, judge_pairs
 from perfbisect.service.bisect.probes import allocate, correctness, edge_probes
 
 
@@ -131,13 +131,21 @@ def _tighten_ends(observations: Mapping[int, Observation], ok: Sequence[int], co
             return
 
 
-def _tighten_culprits(culprits: Sequence[CulpritReport], counts: Mapping[int, int], config: BisectConfig,
-                      requests: _Requests) -> None:
+def _tighten_culprits(culprits: Sequence[CulpritReport], observations: Mapping[int, Observation], ok: Sequence[int],
+                      counts: Mapping[int, int], config: BisectConfig, requests: _Requests) -> None:
     """A culprit moves some cases; on the others its step must either reach the minimum effect or
     be ruled out ("the size of each step per shape"). While a case's interval straddles the
-    minimum (and the pair is under the cap), a block more on the side with fewer trials."""
+    minimum (and the pair is under the cap), a block more on the side with fewer trials. A case
+    too noisy for the minimum effect (its trial noise raised the planner's) is not chased: more
+    trials would not decide it, and its outcome says so."""
+    if not culprits:
+        return
+    noise = case_noise_df(observations, ok, sorted({case for c in culprits for case in c.effects}))
+    decidable = {case for case, n in noise.items()
+                 if effective_min_effect(config, n[0] if n else None) <= config.min_effect}
     for c in culprits:
-        if any(not e.moved(config.min_effect) and not e.ruled_out(config.min_effect) for e in c.effects.values()):
+        if any(case in decidable and not e.moved(config.min_effect) and not e.ruled_out(config.min_effect)
+               for case, e in c.effects.items()):
             _escalate(c.first - 1, c.last, counts, config, requests)
 
 
@@ -202,7 +210,7 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
     if not requests.wanted and not open_pairs:
-        _tighten_culprits(culprits, counts, config, requests)
+        _tighten_culprits(culprits, observations, ok, counts, config, requests)
         stepped = {case for c in culprits for case, e in c.effects.items() if e.ci[0] > 0 or e.ci[1] < 0}
         _tighten_ends(observations, ok, counts, config, requests, skip=stepped)
     wanted = requests.as_tuple()
