@@ -83,7 +83,7 @@ def test_two_steps_one_shape_only_are_both_named(session, repo) -> None:
 
     rounds = run_job(session, job_id, truth)
     job = views.job_read(session, jobs.get(session, job_id))
-    assert job.status == "succeeded"
+    assert job.status == "succeeded", job.outcome.cases[1].reason
     named = [job.revision_shas.index(c.last_sha) for c in job.culprits if c.kind == "performance"]
     assert named == [5, 12]
     first = job.culprits[0]

@@ -29,7 +29,7 @@ import numpy as np
 
 from perfbisect.service.bisect.model import BisectConfig, CaseEffect, Observation, Plan, RevisionState, Verdict
 from perfbisect.service.bisect.pairs import case_noise_df, effective_min_effect
-from perfbisect.service.bisect.planner import step_effect
+from perfbisect.service.bisect.planner import step_effect, undecided_at_culprit
 
 # A run whose throttled samples exceed this share of its samples gets a noise warning.
 THROTTLED_SHARE = 0.05
@@ -150,14 +150,14 @@ def _end_failure(case: str, end: int, observations: Mapping[int, Observation],
 def _unresolved(case: str, plan: Plan, min_effect: float) -> list[tuple[int, int, str]]:
     """What keeps this case from "unchanged", as (a, b, why) per judged pair: a pair still
     DIFFERENT without a culprit there, or UNKNOWN; at a confirmed culprit (a step on other
-    cases), a step on this case whose interval neither reaches the minimum nor rules it out."""
+    cases), a case not judged SAME whose step neither reaches the minimum nor is ruled out."""
     culprits = {(c.first - 1, c.last): c for c in plan.culprits}
     out = []
     for (a, b), verdicts in plan.verdicts.items():
         verdict, culprit = verdicts.get(case), culprits.get((a, b))
         if culprit is not None and case in culprit.effects:
             effect = culprit.effects[case]
-            if not effect.ruled_out(min_effect):
+            if undecided_at_culprit(verdict, effect, min_effect):
                 at = f"revision {b}" if culprit.first == b else f"revisions {culprit.first}..{b}"
                 out.append((a, b, f"the step at {at} (a culprit on other cases) is {_pct(effect.rel)} "
                                   f"[{_pct(effect.ci[0])}, {_pct(effect.ci[1])}] on this case: the minimum "

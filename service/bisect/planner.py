@@ -131,22 +131,28 @@ def _tighten_ends(observations: Mapping[int, Observation], ok: Sequence[int], co
             return
 
 
-def _tighten_culprits(culprits: Sequence[CulpritReport], observations: Mapping[int, Observation], ok: Sequence[int],
-                      counts: Mapping[int, int], config: BisectConfig, requests: _Requests) -> None:
-    """A culprit moves some cases; on the others its step must either reach the minimum effect or
-    be ruled out ("the size of each step per shape"). While a case's interval straddles the
-    minimum (and the pair is under the cap), a block more on the side with fewer trials. A case
-    too noisy for the minimum effect (its trial noise raised the planner's) is not chased: more
-    trials would not decide it, and its outcome says so."""
-    if not culprits:
+def _tighten_culprits(settled: Sequence[tuple[PairJudgement, CulpritReport]], observations: Mapping[int, Observation],
+                      ok: Sequence[int], counts: Mapping[int, int], config: BisectConfig, requests: _Requests) -> None:
+    """A culprit moves some cases; on the others the pair's verdict must be SAME, or the step must
+    reach the minimum effect or be ruled out by its interval ("the size of each step per shape").
+    While a case is none of these (and the pair is under the cap), a block more on the side with
+    fewer trials. A case too noisy for the minimum effect (its trial noise raised the planner's)
+    is not chased: more trials would not decide it, and its outcome says so."""
+    if not settled:
         return
-    noise = case_noise_df(observations, ok, sorted({case for c in culprits for case in c.effects}))
+    noise = case_noise_df(observations, ok, sorted({case for _, c in settled for case in c.effects}))
     decidable = {case for case, n in noise.items()
                  if effective_min_effect(config, n[0] if n else None) <= config.min_effect}
-    for c in culprits:
-        if any(case in decidable and not e.moved(config.min_effect) and not e.ruled_out(config.min_effect)
-               for case, e in c.effects.items()):
-            _escalate(c.first - 1, c.last, counts, config, requests)
+    for pair, c in settled:
+        if any(case in decidable and undecided_at_culprit(pair.cases[case].verdict, e, config.min_effect)
+               for case, e in c.effects.items() if case in pair.cases):
+            _escalate(pair.a, pair.b, counts, config, requests)
+
+
+def undecided_at_culprit(verdict: Verdict, effect: CaseEffect, min_effect: float) -> bool:
+    """A case at a confirmed culprit (a step on other cases) that is neither judged SAME there,
+    nor moved by the minimum effect, nor ruled out by the step's interval."""
+    return verdict != Verdict.SAME and not effect.moved(min_effect) and not effect.ruled_out(min_effect)
 
 
 def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig,
@@ -199,7 +205,7 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     unmeasured = {r for r in range(n) if r not in observations}
     counts = {i: observations[i].trials() for i in ok}
     judgements = judge_pairs(observations, ok, unmeasured, config)
-    culprits, open_pairs = [], []
+    culprits, open_pairs, settled = [], [], []
     for pair in judgements:
         if pair.verdict == Verdict.UNKNOWN:
             _escalate(pair.a, pair.b, counts, config, requests)
@@ -207,10 +213,11 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
             open_pairs.append((pair.a, pair.b))
         elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests):
             culprits.append(_culprit(pair, observations, ok, config))
+            settled.append((pair, culprits[-1]))
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
     if not requests.wanted and not open_pairs:
-        _tighten_culprits(culprits, observations, ok, counts, config, requests)
+        _tighten_culprits(settled, observations, ok, counts, config, requests)
         stepped = {case for c in culprits for case, e in c.effects.items() if e.ci[0] > 0 or e.ci[1] < 0}
         _tighten_ends(observations, ok, counts, config, requests, skip=stepped)
     wanted = requests.as_tuple()
