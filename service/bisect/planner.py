@@ -205,15 +205,15 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     unmeasured = {r for r in range(n) if r not in observations}
     counts = {i: observations[i].trials() for i in ok}
     judgements = judge_pairs(observations, ok, unmeasured, config)
-    culprits, open_pairs, settled = [], [], []
+    settled, open_pairs = [], []  # settled: (pair, its culprit)
     for pair in judgements:
         if pair.verdict == Verdict.UNKNOWN:
             _escalate(pair.a, pair.b, counts, config, requests)
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
             open_pairs.append((pair.a, pair.b))
         elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests):
-            culprits.append(_culprit(pair, observations, ok, config))
-            settled.append((pair, culprits[-1]))
+            settled.append((pair, _culprit(pair, observations, ok, config)))
+    culprits = [c for _, c in settled]
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
     if not requests.wanted and not open_pairs:
