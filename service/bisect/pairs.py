@@ -12,8 +12,10 @@ DIFFERENT is a culprit candidate; the planner confirms it on the pair's own tria
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from perfbisect.service.bisect.model import BisectConfig, Observation, Verdict
 from perfbisect.service.bisect.verdict import Comparison, assess, pooled_noise
@@ -32,22 +34,23 @@ class PairJudgement:
     raw: Mapping[str, Comparison]  # on the pair's own trials only (the confirmation)
 
     def confirmed(self, alpha: float, sequential_alpha: float | None = None, replicates: int = 2,
-                  rank_ready: bool = True) -> Verdict:
+                  rank_ready: bool = True, rank_only: Collection[str] = ()) -> Verdict:
         """The confirmation verdict on the pair's own trials, with `alpha` (rank tests) and
         `sequential_alpha` (t route) split over the cases (Bonferroni: the pair is blamed when
         any case moves, so the family-wise false alarm stays at the level). The t route needs
         `replicates` trials on each side: one trial in a rare mode of a bimodal case can look
         many noise widths away, two such trials on one side are far less likely, and a single
         outlier among them inflates the pooled noise. A raw DIFFERENT that misses both split
-        levels is UNKNOWN. `rank_ready` False holds the rank route back (too few trials yet)."""
+        levels is UNKNOWN. `rank_ready` False holds the rank route back (too few trials yet);
+        the cases in `rank_only` (heavy-tailed noise, a spike) are confirmed by the rank tests only."""
         split = alpha / max(1, len(self.raw))
         seq_split = (sequential_alpha or 0.0) / max(1, len(self.raw))
 
-        def holds(c: Comparison) -> bool:
-            replicated = min(c.trials) >= replicates
+        def holds(case: str, c: Comparison) -> bool:
+            replicated = min(c.trials) >= replicates and case not in rank_only
             return (rank_ready and c.pvalue < split) or (replicated and c.seq_pvalue < seq_split)
 
-        if any(c.verdict == Verdict.DIFFERENT and holds(c) for c in self.raw.values()):
+        if any(c.verdict == Verdict.DIFFERENT and holds(case, c) for case, c in self.raw.items()):
             return Verdict.DIFFERENT
         verdict = _overall(self.raw)
         return Verdict.UNKNOWN if verdict == Verdict.DIFFERENT else verdict
@@ -70,6 +73,30 @@ def case_noise_df(observations: Mapping[int, Observation], ok: Sequence[int],
     """Per case, the pooled per-trial standard deviation of log values over all ok revisions
     and its degrees of freedom (None while no revision has two trials)."""
     return {case: pooled_noise(observations[i].values.get(case, ()) for i in ok) for case in cases}
+
+
+# A trial this many robust noise widths from its revision's median is out of a normal model's
+# reach (p ~ 1e-9 a trial): the case's noise has a rare mode or outliers.
+OUTLIER_WIDTHS = 6.0
+
+
+def heavy_tailed(groups: Iterable[Sequence[float]]) -> bool:
+    """True when some trial lies more than OUTLIER_WIDTHS robust noise widths from its revision's
+    median (log values; the width is the median absolute deviation, scaled to a standard
+    deviation, over all revisions with two trials or more). Then the t route's normal model
+    does not hold for the case: a machine's rare slow mode can put two trials of one revision as
+    far from its neighbours as a real step. One group per revision."""
+    residuals = []
+    for group in groups:
+        if len(group) >= 2:
+            logs = np.log(np.asarray(group, dtype=float))
+            dev = logs - np.median(logs)
+            residuals.extend(dev[dev != 0] if len(group) % 2 else dev)
+    if len(residuals) < 4:
+        return False
+    spread = np.abs(np.asarray(residuals))
+    width = 1.4826 * float(np.median(spread))
+    return width > 0 and float(spread.max()) > OUTLIER_WIDTHS * width
 
 
 def effective_min_effect(config: BisectConfig, noise: float | None) -> float:

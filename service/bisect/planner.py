@@ -32,12 +32,17 @@ The t route leans on a normal noise model whose width is estimated, hence Studen
 pooled degrees of freedom and a level ten times below `alpha`; its weak spot is a bimodal case
 whose rare mode no trial has shown yet, which replication at the culprit guards against (a
 navigation error costs trials, not precision: the stateless re-derivation recovers from it).
+Two rare-mode trials on one revision defeat replication, so the rank tests alone confirm a
+culprit on a case whose noise has shown a trial far outside its revision's spread
+(`pairs.heavy_tailed`), and at a spike, a revision standing apart from both neighbours
+(`spikes`). On a demo-like history with a 5-10% rare mode at 0.4x, 4% of simulated runs named a
+false culprit without these two rules and none of 400 with them, at 8% more trials.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from perfbisect.service.bisect.effect import bootstrap_effect, t_effect
 from perfbisect.service.bisect.model import (
@@ -50,7 +55,14 @@ from perfbisect.service.bisect.model import (
     TrialRequest,
     Verdict,
 )
-from perfbisect.service.bisect.pairs import PairJudgement, case_noise_df, effective_min_effect, judge_pairs
+from perfbisect.service.bisect.pairs import (
+    PairJudgement,
+    case_names,
+    case_noise_df,
+    effective_min_effect,
+    heavy_tailed,
+    judge_pairs,
+)
 from perfbisect.service.bisect.probes import allocate, correctness, edge_probes
 
 
@@ -155,8 +167,28 @@ def undecided_at_culprit(verdict: Verdict, effect: CaseEffect, min_effect: float
     return verdict != Verdict.SAME and not effect.moved(min_effect) and not effect.ruled_out(min_effect)
 
 
+def spikes(judgements: Sequence[PairJudgement]) -> set[tuple[int, int]]:
+    """Pairs whose step is undone, at least half way, by the next or the previous pair on the
+    same case: one revision standing apart from both neighbours. A step and its fix in the next
+    commit look like this, and so do a revision's few trials that all fell in a rare slow (or
+    fast) mode of the machine: two such trials are as far from the neighbours' level as a real
+    step, and the t route would confirm both edges of the spike. So a spike is confirmed by the
+    rank tests only, on `confirm_trials` a side, which a rare mode cannot fake."""
+    flagged: set[tuple[int, int]] = set()
+    for left, right in zip(judgements, judgements[1:]):
+        for case in set(left.raw) & set(right.raw):
+            first, second = math.log1p(left.raw[case].rel), math.log1p(right.raw[case].rel)
+            if first * second >= 0:
+                continue
+            if left.raw[case].verdict == Verdict.DIFFERENT and abs(second) >= abs(first) / 2:
+                flagged.add((left.a, left.b))
+            if right.raw[case].verdict == Verdict.DIFFERENT and abs(first) >= abs(second) / 2:
+                flagged.add((right.a, right.b))
+    return flagged
+
+
 def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig,
-            requests: _Requests) -> bool:
+            requests: _Requests, rank_only: Collection[str] = ()) -> bool:
     """A closed DIFFERENT pair: True when it is confirmed on its own trials (a culprit), else
     the trials it needs. The sequential t route confirms with `replicates` trials a side; when
     that is not enough, both sides go to `confirm_trials` at once (one round, as the rank tests
@@ -164,11 +196,12 @@ def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig
     fewest = min(counts[pair.a], counts[pair.b])
     confirm = min(confirm_trials(config, len(pair.raw)), config.max_trials)
     confirmed = pair.confirmed(config.alpha, config.sequential_alpha, config.replicates,
-                               rank_ready=fewest >= confirm)
+                               rank_ready=fewest >= confirm, rank_only=rank_only)
     if confirmed == Verdict.DIFFERENT:
         return True
     if fewest < confirm:
-        target = config.replicates if fewest < config.replicates else confirm
+        t_route = any(case not in rank_only for case, c in pair.raw.items() if c.verdict == Verdict.DIFFERENT)
+        target = config.replicates if fewest < config.replicates and t_route else confirm
         requests.up_to(pair.a, target)
         requests.up_to(pair.b, target)
     elif confirmed == Verdict.UNKNOWN and fewest < config.max_trials:
@@ -206,12 +239,16 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     counts = {i: observations[i].trials() for i in ok}
     judgements = judge_pairs(observations, ok, unmeasured, config)
     settled, open_pairs = [], []  # settled: (pair, its culprit)
+    spiked = spikes(judgements)
+    heavy = {case for case in case_names(observations, ok)
+             if heavy_tailed([observations[i].values.get(case, ()) for i in ok])}
     for pair in judgements:
         if pair.verdict == Verdict.UNKNOWN:
             _escalate(pair.a, pair.b, counts, config, requests)
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
             open_pairs.append((pair.a, pair.b))
-        elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests):
+        elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests,
+                                                          set(pair.raw) if (pair.a, pair.b) in spiked else heavy):
             settled.append((pair, _culprit(pair, observations, ok, config)))
     culprits = [c for _, c in settled]
     for revision in allocate(open_pairs, config.workers, observations):

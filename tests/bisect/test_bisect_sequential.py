@@ -113,3 +113,52 @@ def test_issue_12_histories_within_their_trial_targets(name, limit):
         result = simulate(history, seed=seed)
         assert len(result["culprits"]) == 1 and result["culprits"][0]["revision"] in (23, 41)
         assert result["trials"] <= limit
+
+
+# A machine's rare slow mode: on a CPU runner a few trials in a hundred run 2-3x slower on the
+# target than on its control (seen on the demo's Python-heavy CPU gemm). Two such trials on one
+# revision are as far from their neighbours as a real step; the t route alone would blame it.
+
+def test_a_trial_far_outside_its_revision_s_spread_marks_the_case_heavy_tailed():
+    from perfbisect.service.bisect.pairs import heavy_tailed
+
+    clean = [[0.40, 0.41, 0.395], [0.398, 0.404], [0.402, 0.399, 0.41, 0.401]]
+    assert not heavy_tailed(clean)
+    assert heavy_tailed(clean + [[0.158, 0.391, 0.148]])  # one revision, two trials in the rare mode
+    assert not heavy_tailed([[0.4, 0.16]])  # too few trials to tell a spread from an outlier
+
+
+def test_a_rare_mode_at_the_bad_end_is_confirmed_by_the_rank_tests_only():
+    # Every revision before the bad end measured twice on one level (0.5% noise); the bad end's
+    # three trials: two in the rare mode, so its median is there. Pooled over 30 degrees of
+    # freedom the end sits 5.6 noise widths from revision 27: the t route alone would name 28
+    # with two trials a side. The outlier marks the case heavy-tailed: the rank tests decide,
+    # on confirm_trials (5) a side.
+    observations = {i: ok(("a", [0.4 * (1 + 0.005 * (i % 3 - 1)), 0.4 * (1 - 0.005 * (i % 3 - 1))]))
+                    for i in range(28)}
+    observations[28] = ok(("a", [0.158, 0.391, 0.148]))
+    plan = plan_next(29, observations, BisectConfig(min_effect=0.15))
+    assert not plan.culprits
+    assert set(plan.requests) == {TrialRequest(27, 3), TrialRequest(28, 2)}
+
+
+def test_a_revision_apart_from_both_neighbours_is_a_spike_the_rank_tests_must_confirm():
+    # Revision 24's two trials both fell in a rare mode (0.4x): a drop at 24 and a recovery at
+    # 25 on the t route. Nothing else shows the mode, so only the spike's shape gives it away.
+    observations = {0: ok(("a", [0.200, 0.201, 0.199])), 12: ok(("a", [0.2])), 18: ok(("a", [0.201])),
+                    23: ok(("a", [0.199, 0.2])), 24: ok(("a", [0.052, 0.054])),
+                    25: ok(("a", [0.199, 0.202])), 28: ok(("a", [0.200, 0.198, 0.201]))}
+    plan = plan_next(29, observations, BisectConfig(min_effect=0.15))
+    assert not plan.culprits
+    assert TrialRequest(24, 3) in plan.requests  # to confirm_trials (5) on the spike
+
+
+def test_a_step_and_its_fix_in_the_next_commit_are_still_both_named():
+    # A real one-commit regression: the spike holds up under the rank tests' trials.
+    spike = [0.100, 0.101, 0.099, 0.1005, 0.0995]
+    level = [0.200, 0.201, 0.199, 0.2005, 0.1995]
+    observations = {0: ok(("a", level[:3])), 12: ok(("a", [0.2])), 18: ok(("a", [0.201])),
+                    23: ok(("a", level)), 24: ok(("a", spike)), 25: ok(("a", level)),
+                    28: ok(("a", level[:3]))}
+    plan = plan_next(29, observations, BisectConfig(min_effect=0.15))
+    assert [(c.first, c.last) for c in plan.culprits] == [(24, 24), (25, 25)]
