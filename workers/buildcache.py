@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect.gitrepo import TreeEntry
+from perfbisect.kernels.harness.caches import last_used
 
 WHOLE_TREE = "."
 META = "meta.json"
@@ -150,11 +151,11 @@ def prune(root: Path, keep: int, protect: str | None = None) -> list[str]:
     entries, now = [], time.time()
     for path in root.iterdir():
         if path.name.startswith(TMP_PREFIX):
-            if now - _mtime(path) > STALE_TMP_S:
+            if now - last_used(path) > STALE_TMP_S:
                 shutil.rmtree(path, ignore_errors=True)
         elif path.is_dir():
             entries.append(path)
-    entries.sort(key=_mtime, reverse=True)
+    entries.sort(key=last_used, reverse=True)
     removed = []
     for path in entries[keep:]:
         if path.name != protect and _discard(root, path):
@@ -179,10 +180,3 @@ def _files(top: Path) -> Iterable[Path]:
             path = Path(base, name)
             if path.is_file() and not path.is_symlink():
                 yield path
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:  # removed by a concurrent prune
-        return time.time()
