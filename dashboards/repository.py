@@ -232,6 +232,13 @@ def trial_counts(session: Session, job_id: int) -> dict[str, int]:
 def trial_phases(session: Session, job_id: int) -> list[dict[str, Any] | None]:
     """The recorded phases of every trial of one job (None where a trial recorded none)."""
     return list(session.scalars(select(Trial.phases).where(Trial.job_id == job_id)))
+
+
+def trial_builds(session: Session, job_id: int) -> list[dict[str, Any] | None]:
+    """What the build cache did in every trial of one job (None where it was not used)."""
+    return list(session.scalars(select(Trial.build_cache).where(Trial.job_id == job_id)))
+
+
 def devices_of(session: Session, fingerprints: Sequence[str]) -> dict[str, dict]:
     """fingerprint -> the provenance (device, driver, CUDA, torch, triton) of its newest trial:
     one indexed probe per fingerprint shown, never a scan of the trials."""

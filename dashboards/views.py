@@ -30,7 +30,7 @@ from perfbisect.service.jobs import views as job_views
 from perfbisect.service.jobs.schemas import JobRead
 from perfbisect.service.models import JobStatus, Repository
 from perfbisect.service.reports.culprits import culprit_rows
-from perfbisect.service.trials.phases import PhaseRow, phase_table
+from perfbisect.service.trials.phases import PhaseRow, build_cache_summary, phase_table
 
 
 @dataclass
@@ -71,6 +71,7 @@ class JobPage:
     links: RepoLinks
     devices: dict[str, str] = field(default_factory=dict)
     phase_rows: list[PhaseRow] = field(default_factory=list)
+    builds: str | None = None  # what the build cache did, in words
 
     @property
     def finished(self) -> bool:
@@ -253,7 +254,8 @@ def job_page(session: Session, job_id: int) -> JobPage:
     return JobPage(job=read, culprit_rows=culprit_rows(read), panels=_panels(histories, order, revisions, links, devices,
                                                                           job.repository.name),
                    trial_counts=repository.trial_counts(session, job.id), links=links, devices=devices,
-                   phase_rows=phase_table(repository.trial_phases(session, job.id)))
+                   phase_rows=phase_table(repository.trial_phases(session, job.id)),
+                   builds=build_cache_summary(repository.trial_builds(session, job.id)))
 
 
 def jobs_list(session: Session, *, status: JobStatus | None = None, limit: int = 50) -> list[JobRead]:

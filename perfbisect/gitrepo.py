@@ -37,6 +37,15 @@ class CommitInfo:
     position: int | None = None  # first-parent depth (0 = root); None for a commit off the branch
 
 
+@dataclass(frozen=True)
+class TreeEntry:
+    """One file (or submodule) of a revision's tree."""
+
+    path: str
+    oid: str          # the git object id of its content
+    size: int | None  # bytes of a file; None for a submodule
+
+
 def validate_ref(ref: str) -> str:
     """Return `ref` if it is shaped like a git ref, sha or rev expression; raise GitError."""
     if not isinstance(ref, str) or not _REF_RE.match(ref) or ".." in ref or ref.endswith((".lock", "/")):
@@ -131,6 +140,21 @@ class Mirror:
     def count_first_parent(self, good_sha: str, bad_sha: str) -> int:
         repo = self.ensure(fetch=False)
         return int(repo.git.rev_list("--first-parent", "--count", f"{good_sha}..{bad_sha}"))
+
+    def tree_entries(self, sha: str) -> list[TreeEntry]:
+        """Every file of `sha`'s tree with its object id and size (`git ls-tree -r -l`: object
+        headers only, no checkout). Raises GitError."""
+        repo = self.ensure(fetch=False)
+        try:
+            listing = repo.git.ls_tree("-r", "-l", "-z", "--full-tree", "--end-of-options", sha)
+        except git.GitCommandError as exc:
+            raise GitError(f"cannot list the tree of {sha[:12]}: {exc.stderr.strip() or exc}") from exc
+        entries = []
+        for line in filter(None, listing.split("\0")):
+            meta, path = line.split("\t", 1)
+            _mode, _kind, oid, size = meta.split()
+            entries.append(TreeEntry(path, oid, int(size) if size.isdigit() else None))
+        return entries
 
     def commit_info(self, sha: str) -> CommitInfo:
         return _commit_info(self.ensure(fetch=False).commit(sha))

@@ -78,6 +78,8 @@ class Repository(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     url: Mapped[str] = mapped_column(Text, doc="git URL or local path, cloned as a mirror")
     build_command: Mapped[str | None] = mapped_column(Text)
+    build_inputs: Mapped[list[Any]] = mapped_column(
+        default=list, doc="paths and globs its build's output depends on (the build cache's key); []: no cache")
     import_root: Mapped[str] = mapped_column(String(200), default=".")
     env: Mapped[dict[str, Any]] = mapped_column(default=dict, doc="extra variables, e.g. cold JIT caches")
     default_branch: Mapped[str] = mapped_column(String(200), default="main")
@@ -194,6 +196,8 @@ class Trial(Base):
     dispatched_at: Mapped[datetime | None] = mapped_column(doc="last time its message was sent (the reconciler re-sends lost ones)")
     heartbeat_at: Mapped[datetime | None] = mapped_column(doc="a running trial's worker says it is alive every few seconds")
     build_s: Mapped[float | None] = mapped_column(Float)
+    build_cache: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="what the build cache did: key, cached, built_for, stored, note; None where no inputs are declared")
     run_s: Mapped[float | None] = mapped_column(Float)
     phases: Mapped[dict[str, Any] | None] = mapped_column(
         doc="seconds per phase: checkout, build, start, import, compile, inputs_reference, timing, teardown")

@@ -50,6 +50,8 @@ class Settings(BaseSettings):
         default="auto", description="workers: fork-server trusts the repositories (forked trials, no sandbox user, "
         "memory cap or cancel polling; seconds faster); otherwise trials run contained in a subprocess")
     trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a worker keeps")
+    build_cache_keep: int = Field(default=32, ge=1, description="build outputs (of repositories that declare their "
+                                  "build inputs) a worker keeps under HOME/build-cache")
     # Containment of repository code (workers/sandbox.py). As root, builds and trials run as this
     # user ("" keeps root: only for a worker that is itself an unprivileged account).
     sandbox_user: str = "nobody"

@@ -11,12 +11,18 @@ interpreter as `{python}`, e.g. `{python} -m pip install --no-deps --no-build-is
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from perfbisect.gitrepo import GitError, Mirror
+from perfbisect.kernels.harness.caches import toolchain_fingerprint
+from perfbisect.service.settings import Settings, get_settings
+from perfbisect.workers import buildcache
 from perfbisect.workers.sandbox import Slot
 
 LOG_TAIL = 2000
@@ -35,6 +41,7 @@ class BuildResult:
     seconds: float
     log_tail: str
     stopped: str | None = None
+    cache: dict[str, Any] | None = None  # what the build cache did; None where no inputs are declared
 
 
 def run_build(command: str | None, slot: Slot, env: dict[str, str], timeout_s: float,
@@ -57,3 +64,94 @@ def run_build(command: str | None, slot: Slot, env: dict[str, str], timeout_s: f
     if done.returncode != 0:
         return BuildResult(False, seconds, f"build command exited {done.returncode}\n{tail}")
     return BuildResult(True, seconds, tail[-500:])
+
+
+def build_cache_root(settings: Settings) -> Path:
+    return settings.home.resolve() / "build-cache"
+
+
+def gpu_models() -> list[str]:
+    """The NVIDIA GPUs of this host as the driver names them (an extension compiled for the
+    visible GPU's architecture must not be served to another)."""
+    models = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            models += [line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
+                       if line.startswith("Model:")]
+        except OSError:
+            pass
+    return models
+
+
+def build_toolchain(build_env: dict[str, str], device: str) -> dict[str, Any]:
+    """What besides its inputs a build's output depends on: the interpreter, torch, triton and
+    driver, the device, and the environment the command runs with (the slot's own HOME and
+    TMPDIR left out: they differ between slots, not between builds)."""
+    env = {k: v for k, v in build_env.items() if k not in ("HOME", "TMPDIR")}
+    return {"toolchain": toolchain_fingerprint(), "device": device, "gpus": gpu_models(), "env": sorted(env.items())}
+
+
+def build_revision(command: str | None, inputs: Sequence[str], slot: Slot, mirror: Mirror, sha: str, *,
+                   env: dict[str, str], device: str, should_stop: Callable[[], bool] | None = None) -> BuildResult:
+    """Build `sha` in the slot's worktree: from the build cache when the repository declares its
+    build inputs and an entry has their key, else by running the command (and then storing its
+    output, unless it failed or copied undeclared files). The result's `cache` says which."""
+    settings = get_settings()
+    if not command or not inputs:
+        return run_build(command, slot, env, settings.build_timeout_s, should_stop)
+    try:
+        entries = mirror.tree_entries(sha)
+    except GitError as exc:
+        built = run_build(command, slot, env, settings.build_timeout_s, should_stop)
+        return replace(built, cache={"cached": False, "stored": False, "note": f"not cached: {exc}"})
+    declared = buildcache.declared_files(entries, inputs)
+    key = buildcache.build_key(command, build_toolchain(slot.env(env), device), inputs, declared)
+    root, build_dir = build_cache_root(settings), slot.worktree / BUILD_DIR
+    hit = _restored(root, key, build_dir, slot)
+    if hit is not None:
+        return hit
+    built = run_build(command, slot, env, settings.build_timeout_s, should_stop)
+    if not built.ok:
+        return replace(built, cache={"key": key, "cached": False, "stored": False, "note": "build failed: not cached"})
+    refused = _uncacheable(build_dir, slot.worktree, entries, declared)
+    stored = refused is None and buildcache.store(
+        root, key, build_dir, {"key": key, "built_for": sha, "seconds": round(built.seconds, 3), "at": time.time()})
+    buildcache.prune(root, settings.build_cache_keep, protect=key)
+    if stored:
+        note = f"built in {built.seconds:.1f} s, cached as key {key[:12]}"
+    else:
+        note = f"built in {built.seconds:.1f} s, not cached: {refused or 'another worker cached this key first'}"
+    return replace(built, cache={"key": key, "cached": False, "stored": stored, "note": note})
+
+
+def _restored(root: Path, key: str, build_dir: Path, slot: Slot) -> BuildResult | None:
+    """The cache hit for `key`, copied into `build_dir` and handed to the sandbox user; None on a
+    miss (or an entry pruned under the copy)."""
+    started = time.perf_counter()
+    meta = buildcache.lookup(root, key)
+    if meta is None:
+        return None
+    try:
+        buildcache.restore(root, key, build_dir)
+    except OSError:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        return None
+    slot.give(build_dir)
+    seconds = time.perf_counter() - started
+    note = (f"cached (key {key[:12]}, built for {str(meta.get('built_for'))[:10]} "
+            f"in {float(meta.get('seconds') or 0):.1f} s)")
+    return BuildResult(True, seconds, note, cache={"key": key, "cached": True, "built_for": meta.get("built_for"),
+                                                   "built_s": meta.get("seconds"), "note": note})
+
+
+def _uncacheable(build_dir: Path, worktree: Path, entries: Sequence, declared: Sequence) -> str | None:
+    """Why this build's output must not be served to another revision, or None."""
+    copied = buildcache.undeclared_copies(build_dir, entries, declared) if build_dir.is_dir() else []
+    if copied:
+        more = f" (+{len(copied) - 3} more)" if len(copied) > 3 else ""
+        return (f"the output holds copies of files that are not declared build inputs: "
+                f"{', '.join(copied[:3])}{more}; declare them")
+    pinned = buildcache.names_worktree(build_dir, worktree) if build_dir.is_dir() else []
+    if pinned:
+        return f"{', '.join(pinned[:3])} names the worktree's path: the output is not relocatable"
+    return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from perfbisect.gitrepo import GitError, Mirror
@@ -15,7 +15,7 @@ from perfbisect.kernels.harness.phases import add_worker_phases
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import TrialWork
-from perfbisect.workers.build import run_build
+from perfbisect.workers.build import build_revision
 from perfbisect.workers.redact import redact_tree
 from perfbisect.workers.sandbox import SandboxError, Slot, slot
 from perfbisect.workers.trialcache import caches_for, revision_seed
@@ -54,10 +54,11 @@ def harness_spec(cases: list[dict[str, Any]], device_class: str, policy: dict[st
 
 
 def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | None, env: dict[str, str],
-                spec: dict[str, Any], import_root: str,
+                spec: dict[str, Any], import_root: str, build_inputs: Sequence[str] = (),
                 should_stop: StopCheck | None = None) -> tuple[dict[str, Any], float | None]:
-    """Check out `sha` into the slot, build and measure it; returns (result, build seconds), the
-    result carrying the checkout and build phases too."""
+    """Check out `sha` into the slot, build it (from the build cache where `build_inputs` are
+    declared) and measure it; returns (result, build seconds), the result carrying the checkout
+    and build phases too, and under "build" what the build cache did."""
     settings = get_settings()
     started = time.perf_counter()
     try:
@@ -67,10 +68,12 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         return add_worker_phases(failure("error", f"checkout failed: {exc}"), time.perf_counter() - started, None), None
     checkout_s = time.perf_counter() - started
     box.give(box.worktree)
-    build = run_build(build_command, box, env, settings.build_timeout_s, should_stop)
+    build = build_revision(build_command, build_inputs, box, mirror, sha, env=env, device=spec["device"],
+                           should_stop=should_stop)
     if not build.ok:
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
-        return add_worker_phases(failure(status, build.log_tail), checkout_s, build.seconds), build.seconds
+        return add_worker_phases(with_build(failure(status, build.log_tail), build.cache), checkout_s,
+                                 build.seconds), build.seconds
     caches = caches_for(settings, sha, env)
     box.give(caches.jit_dir, caches.reference_dir)  # the sandbox user fills the revision's caches
     if settings.trial_launcher == "fork-server":
@@ -85,7 +88,12 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         result = run_harness(spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
                              base_env=box.env({}), scratch_root=box.scratch, caches=caches,
                              launch=box.launcher(memory, should_stop))
-    return add_worker_phases(result, checkout_s, build.seconds), build.seconds
+    return add_worker_phases(with_build(result, build.cache), checkout_s, build.seconds), build.seconds
+
+
+def with_build(result: dict[str, Any], cache: dict[str, Any] | None) -> dict[str, Any]:
+    """The result with what the build cache did (nothing where no inputs are declared)."""
+    return {**result, "build": cache} if cache is not None else result
 
 
 def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict[str, Any], float | None]:
@@ -99,7 +107,8 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
     try:
         with slot() as box:
             result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,
-                                          spec=spec, import_root=work.import_root, should_stop=should_stop)
+                                          spec=spec, import_root=work.import_root, build_inputs=work.build_inputs,
+                                          should_stop=should_stop)
     except SandboxError as exc:
         result, build_s = failure("error", f"sandbox: {exc}"), None
     return redact_tree(result), build_s

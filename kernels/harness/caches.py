@@ -86,7 +86,7 @@ def prune(root: Path, keep: int = DEFAULT_KEEP, protect: Path | None = None) -> 
     for toolchain in root.iterdir():
         if toolchain.is_dir():
             entries.extend(p for p in toolchain.iterdir() if p.is_dir())
-    entries.sort(key=_mtime, reverse=True)
+    entries.sort(key=last_used, reverse=True)
     removed = []
     for path in entries[keep:]:
         if protect is not None and path == protect:
@@ -102,7 +102,8 @@ def prune(root: Path, keep: int = DEFAULT_KEEP, protect: Path | None = None) -> 
     return removed
 
 
-def _mtime(path: Path) -> float:
+def last_used(path: Path) -> float:
+    """A cache directory's last use (its mtime; now when a concurrent prune removed it)."""
     try:
         return path.stat().st_mtime
     except OSError:  # removed by a concurrent prune

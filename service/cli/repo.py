@@ -44,6 +44,9 @@ def _print(data: Any, as_json: bool) -> None:
         print(f"{repo['name']:<24} {repo['url']}")
         print(f"{'':<24} build: {repo.get('build_command') or '-'}; import root: {repo['import_root']}; "
               f"env: {', '.join(f'{k}={v}' for k, v in repo.get('env', {}).items()) or '-'}")
+        if repo.get("build_inputs"):
+            print(f"{'':<24} build inputs (a revision that changes none of them reuses a cached build): "
+                  f"{', '.join(repo['build_inputs'])}")
         for bench_set in repo.get("benchmark_sets", []):
             print(f"{'':<24} benchmark set {bench_set['name']}: {len(bench_set['cases'])} case(s)")
             for case in bench_set["cases"]:
@@ -58,6 +61,10 @@ def add(
     name: Annotated[Optional[str], typer.Option(help="default: the path's last component")] = None,
     build: Annotated[Optional[str], typer.Option(
         help="build command ({build_dir}: a per-revision install directory, {python}: the worker's interpreter)")] = None,
+    build_input: Annotated[Optional[list[str]], typer.Option(
+        help="repeatable: a path or glob (relative to the repository) the build's output depends on; a revision "
+             "whose declared inputs are unchanged reuses a cached build. Declare every file the build copies or "
+             "compiles into {build_dir} (a file left out is served stale); '.' is the whole tree")] = None,
     import_root: Annotated[str, typer.Option(help="directory on sys.path, relative to the repository")] = ".",
     env: EnvOpt = None,
     default_branch: str = "main",
@@ -74,11 +81,12 @@ def add(
             from perfbisect.service.cli.runs import register_path
 
             prepare_database()
-            name = register_path(path, build, name, import_root, parse_env(env))
+            name = register_path(path, build, name, import_root, parse_env(env), build_inputs=build_input)
             shown = _local(lambda session: _read(session, name))
         else:
             data = validated(RepositoryCreate, name=name or Path(url).stem, url=str(path.resolve()) if path.exists() else url,
-                             build_command=build, import_root=import_root, env=parse_env(env) or {},
+                             build_command=build, build_inputs=build_input or [], import_root=import_root,
+                             env=parse_env(env) or {},
                              default_branch=default_branch)
             if api:
                 shown = _remote("POST", api, "/api/repositories", data.model_dump())

@@ -42,7 +42,7 @@ class RepoSettings:
 
 
 def register_path(path: Path, build: str | None, name: str | None = None, import_root: str | None = None,
-                  env: dict[str, str] | None = None) -> str:
+                  env: dict[str, str] | None = None, *, build_inputs: list[str] | None = None) -> str:
     """Register a local repository by path (idempotent; the settings given replace the registered
     ones); returns its name. The CLI acts as the operator on its own database, so the path it is
     given is an allowed root. Raises CLIError with the API's validation message."""
@@ -58,9 +58,13 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
         existing = repository.get_by_name(session, name)
         if existing is not None and existing.url != url:
             raise CLIError(f"a repository named {name!r} is registered for {existing.url}, not {url}")
-        given = {k: v for k, v in (("build_command", build), ("import_root", import_root), ("env", env)) if v is not None}
+        settings = (("build_command", build), ("build_inputs", build_inputs), ("import_root", import_root), ("env", env))
+        given = {k: v for k, v in settings if v is not None}
+        # Validated together with what stays registered (declared inputs need a build command).
+        kept = {} if existing is None else {"build_command": existing.build_command,
+                                            "build_inputs": list(existing.build_inputs or [])}
         try:
-            data = RepositoryCreate(name=name, url=url, **given)
+            data = RepositoryCreate(name=name, url=url, **{**kept, **given})
         except ValidationError as exc:
             raise CLIError(validation_message(exc)) from None
         if existing is not None:

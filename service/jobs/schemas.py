@@ -276,6 +276,10 @@ class TrialRead(BaseModel):
     worker_host: str | None
     attempts: int
     build_s: float | None
+    build_cache: dict[str, Any] | None = Field(
+        default=None, description="what the build cache did (key, cached, built_for, stored, note: \"cached (key ..., "
+        "built for <sha> in 12.3 s)\" or \"built in 12.3 s, cached as key ...\"); null where the repository declares "
+        "no build inputs")
     run_s: float | None
     phases: dict[str, float] | None = None  # seconds: checkout, build, start, import, compile, ...
     measurements: dict[str, dict[str, Any]]

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from perfbisect.service.bounds import text
 from perfbisect.service.models import Repository
@@ -11,6 +11,29 @@ from perfbisect.service.repos.urls import public_url
 
 EnvName = text(100, min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 HIDDEN = "***"
+MAX_BUILD_INPUTS = 64
+BuildInput = text(200, min_length=1, pattern=r"^[^\x00-\x1f\\]*$")
+BUILD_INPUTS_HELP = (
+    "paths or globs, relative to the repository root, that the build's output depends on (\"setup.py\", "
+    "\"csrc/\", \"src/*/ops\"; \".\" is the whole tree). A revision whose declared files, build command, env "
+    "and toolchain equal those of one already built on the worker reuses that build instead of running the "
+    "command. Declare EVERY file the command copies or compiles into {build_dir}: a file left out is served "
+    "stale once it changes (a build whose output holds a copy of an undeclared file is not cached). "
+    "Empty: every trial builds.")
+
+
+def checked_build_input(value: str) -> str:
+    """A declared build input, normalised ("./csrc" -> "csrc"); raises ValueError naming the rule."""
+    if value.startswith("/"):
+        raise ValueError(f"build input {value!r} must be relative to the repository root (no leading '/')")
+    if ".." in value.split("/"):
+        raise ValueError(f"build input {value!r} must stay inside the repository (no '..')")
+    if value != value.strip():
+        raise ValueError(f"build input {value!r} must not start or end with white space")
+    trimmed = value
+    while trimmed.startswith("./"):
+        trimmed = trimmed[2:]
+    return trimmed or "."
 
 
 class RepositoryCreate(BaseModel):
@@ -20,6 +43,8 @@ class RepositoryCreate(BaseModel):
     url: text(2000, min_length=1) = Field(description="git URL (https, ssh, git) or an absolute local path "
                                           "under PERFBISECT_LOCAL_REPO_ROOTS")
     build_command: text(10_000) | None = Field(default=None, examples=["pip install -e . --no-deps"])
+    build_inputs: Annotated[list[BuildInput], Field(max_length=MAX_BUILD_INPUTS)] = Field(
+        default_factory=list, description=BUILD_INPUTS_HELP, examples=[["setup.py", "pyproject.toml", "csrc/", "src/"]])
     import_root: str = Field(default=".", max_length=200, pattern=r"^[A-Za-z0-9_./-]+$", examples=[".", "src"])
     env: Annotated[dict[EnvName, text(4000)], Field(max_length=64)] = Field(
         default_factory=dict, examples=[{"FLYDSL_RUNTIME_ENABLE_CACHE": "0"}])
@@ -32,6 +57,17 @@ class RepositoryCreate(BaseModel):
             raise ValueError("import_root is a relative path inside the repository (no '/' prefix, no '..')")
         return value
 
+    @field_validator("build_inputs")
+    @classmethod
+    def _build_inputs_inside(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(checked_build_input(v) for v in value))
+
+    @model_validator(mode="after")
+    def _inputs_need_a_command(self) -> RepositoryCreate:
+        if self.build_inputs and not self.build_command:
+            raise ValueError("build_inputs declare what the build command reads: give a build_command too")
+        return self
+
 
 class RepositoryRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -40,6 +76,7 @@ class RepositoryRead(BaseModel):
     name: str
     url: str
     build_command: str | None
+    build_inputs: list[str] = Field(default_factory=list, description=BUILD_INPUTS_HELP)
     import_root: str
     env: dict[str, str] = Field(description=f"values are {HIDDEN!r} unless the caller is an admin")
     default_branch: str

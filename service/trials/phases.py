@@ -1,6 +1,7 @@
 """Where trial time goes, over many trials: pure, for the job page and the benches.
 
     phase_table([trial.phases, ...]) -> [PhaseRow(name, median_s, share), ...]
+    build_cache_summary([trial.build_cache, ...]) -> "4 built, 8 from the build cache" or None
 """
 
 from __future__ import annotations
@@ -36,3 +37,17 @@ def phase_table(phases: list[dict[str, Any] | None]) -> list[PhaseRow]:
                          medians["timed_kernels"] / whole if whole else None))
     rows += [PhaseRow(name, medians[name], None) for name in ("first_sample", "total")]
     return rows
+
+
+def build_cache_summary(builds: list[dict[str, Any] | None]) -> str | None:
+    """What the build cache did over a job's trials, in words; None when no trial used it (the
+    repository declares no build inputs)."""
+    used = [b for b in builds if b]
+    if not used:
+        return None
+    cached = sum(1 for b in used if b.get("cached"))
+    stored = sum(1 for b in used if b.get("stored"))
+    refused = sorted({b["note"].split("not cached: ", 1)[1] for b in used
+                      if not b.get("cached") and "not cached: " in (b.get("note") or "")})
+    words = f"{len(used) - cached} built ({stored} stored), {cached} from the build cache"
+    return words + "".join(f"; not cached: {reason}" for reason in refused[:3])

@@ -46,6 +46,7 @@ class TrialWork:
     attempt: int = 1
     accuracy_only: bool = False
     suite_sources: dict[str, str] = field(default_factory=dict)  # sha256 -> text of the suite files sent with the job
+    build_inputs: tuple[str, ...] = ()  # declared build inputs: the build cache's key (none: build every trial)
 
 
 def beating(trial: Trial, now: datetime, timeout_s: float) -> bool:
@@ -81,6 +82,7 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
         attempt=trial.attempts,
         accuracy_only=trial.accuracy_only,
         suite_sources=suites.sources_of(session, job.spec["cases"]),
+        build_inputs=tuple(repo.build_inputs or ()),
     )
 
 
@@ -131,6 +133,7 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     trial.fingerprint = fingerprint(repo.name, {**device, "harness_version": result.get("harness_version")})
     trial.finished_at = utcnow()
     trial.build_s = build_s
+    trial.build_cache = result.get("build")
     trial.run_s = result.get("wall_s")
     trial.phases = result.get("phases")
     if job.status == JobStatus.cancelled:

@@ -1,0 +1,182 @@
+"""The build cache: a revision whose declared build inputs, build command, env and toolchain
+equal those of a revision already built on this worker gets that build's output, copied into its
+build directory, instead of running the command again.
+
+    inputs = declared_files(mirror.tree_entries(sha), patterns)   # pure
+    key = build_key(command, toolchain, patterns, inputs)          # pure
+    meta = lookup(root, key); restore(root, key, build_dir)        # a hit
+    store(root, key, build_dir, meta)                              # after a successful build
+
+THE RULE that makes a hit correct: what the command leaves in `{build_dir}` must depend only on
+the declared inputs (and the command, env and toolchain, which are in the key). A build that also
+copies a file that is not declared (pip copies every Python source of the package) would be
+served stale after that file changes. Two checks refuse to store such a build (the trial says
+why): a file of the output whose content equals an undeclared file of the revision's tree, and a
+`.pth`/`.egg-link` file naming the worktree (an output that imports from wherever it was built).
+Only `{build_dir}` is kept, and it is restored into another slot's worktree, so the output must
+not need files the build wrote elsewhere, nor absolute paths of the worktree.
+
+Layout: ROOT/<key>/{build/, meta.json}. An entry is complete or absent: it is written under
+ROOT/.tmp-<key>-<random>/ and renamed into place (rename is atomic; a worker that built the same
+key meanwhile finds the name taken and drops its copy), so a copy cut short leaves only a temp
+directory, which is never served and is removed once it is old. Entries are copied, never
+hard-linked: a trial runs as the sandbox user in its build directory and must not be able to
+change the cached files.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from perfbisect.gitrepo import TreeEntry
+from perfbisect.kernels.harness.caches import last_used
+
+WHOLE_TREE = "."
+META = "meta.json"
+TMP_PREFIX = ".tmp-"
+STALE_TMP_S = 6 * 3600  # a temp directory this old belongs to a copy that was cut short
+PATH_FILES = (".pth", ".egg-link")  # outputs whose lines go on sys.path
+
+
+def matches(path: str, pattern: str) -> bool:
+    """Whether the tree path `path` is declared by `pattern`: the whole tree ("."), the path
+    itself, a file under a declared directory, or a glob matched against the path or one of its
+    parent directories (`*` also crosses `/`, as in git pathspecs)."""
+    pattern = pattern.rstrip("/")
+    if pattern == WHOLE_TREE:
+        return True
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatchcase(prefix, pattern) for prefix in prefixes)
+
+
+def declared_files(entries: Iterable[TreeEntry], patterns: Sequence[str]) -> list[TreeEntry]:
+    """The entries of a revision's tree that the patterns declare, in path order."""
+    return sorted((e for e in entries if any(matches(e.path, p) for p in patterns)), key=lambda e: e.path)
+
+
+def build_key(command: str, toolchain: dict[str, Any], patterns: Sequence[str], inputs: Sequence[TreeEntry]) -> str:
+    """sha256 over what a build's output may depend on: the command, the toolchain (interpreter,
+    torch, triton, driver, device, the build's environment), the declarations and the object id
+    of every declared file."""
+    basis = {"command": command, "toolchain": toolchain, "patterns": sorted(patterns),
+             "inputs": [[e.path, e.oid] for e in inputs]}
+    return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()
+
+
+def blob_id(data: bytes) -> str:
+    """The git object id of a file's content."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def undeclared_copies(build_dir: Path, entries: Sequence[TreeEntry], declared: Sequence[TreeEntry]) -> list[str]:
+    """Undeclared (non-empty) files of the tree whose exact content is also a file of the build
+    output: the build copied them, so a hit would serve them stale. Reads only the output files
+    whose size is that of an undeclared file."""
+    declared_paths = {e.path for e in declared}
+    undeclared: dict[str, list[str]] = {}
+    for entry in entries:
+        if entry.path not in declared_paths and entry.size:
+            undeclared.setdefault(entry.oid, []).append(entry.path)
+    sizes = {e.size for e in entries if e.oid in undeclared}
+    copied: set[str] = set()
+    for path in _files(build_dir):
+        if path.stat().st_size in sizes:
+            copied.update(undeclared.get(blob_id(path.read_bytes()), []))
+    return sorted(copied)
+
+
+def names_worktree(build_dir: Path, worktree: Path) -> list[str]:
+    """The `.pth`/`.egg-link` files of the output that name the worktree (paths relative to it)."""
+    marker = str(worktree).encode()
+    return sorted(str(p.relative_to(build_dir)) for p in _files(build_dir)
+                  if p.name.endswith(PATH_FILES) and marker in p.read_bytes())
+
+
+def lookup(root: Path, key: str) -> dict[str, Any] | None:
+    """The metadata of the complete entry `key` (marked used), or None."""
+    entry = root / key
+    try:
+        meta = json.loads((entry / META).read_text())
+        os.utime(entry)  # last use, for prune()
+    except (OSError, ValueError):
+        return None
+    return meta
+
+
+def restore(root: Path, key: str, build_dir: Path) -> None:
+    """Copy entry `key`'s output to `build_dir` (replacing it). Raises OSError when the entry
+    vanished under the copy (pruned meanwhile): the caller then builds."""
+    shutil.rmtree(build_dir, ignore_errors=True)
+    shutil.copytree(root / key / "build", build_dir, symlinks=True)
+
+
+def store(root: Path, key: str, build_dir: Path, meta: dict[str, Any]) -> bool:
+    """Keep a copy of `build_dir` as entry `key`; False when another worker stored it first or
+    the copy failed (the entry is then absent, never partial). A damaged entry of that key (no
+    metadata: never written so, since the rename is the last step) is replaced."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{TMP_PREFIX}{key}-{uuid.uuid4().hex}"
+    try:
+        if build_dir.is_dir():
+            shutil.copytree(build_dir, tmp / "build", symlinks=True)
+        else:  # the command installed nothing there: an empty output is cached too
+            (tmp / "build").mkdir(parents=True)
+        (tmp / META).write_text(json.dumps(meta))
+        if (root / key).exists() and not (root / key / META).exists():
+            _discard(root, root / key)
+        os.rename(tmp, root / key)
+        return True
+    except OSError:  # the key was taken by a concurrent worker, or the disk is full
+        return False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prune(root: Path, keep: int, protect: str | None = None) -> list[str]:
+    """Remove all but the `keep` most recently used entries (never `protect`) and the temp
+    directories of copies cut short long ago. An entry is renamed away before it is deleted, so
+    a lookup never sees it half removed. Returns the removed keys."""
+    if not root.is_dir():
+        return []
+    entries, now = [], time.time()
+    for path in root.iterdir():
+        if path.name.startswith(TMP_PREFIX):
+            if now - last_used(path) > STALE_TMP_S:
+                shutil.rmtree(path, ignore_errors=True)
+        elif path.is_dir():
+            entries.append(path)
+    entries.sort(key=last_used, reverse=True)
+    removed = []
+    for path in entries[keep:]:
+        if path.name != protect and _discard(root, path):
+            removed.append(path.name)
+    return removed
+
+
+def _discard(root: Path, path: Path) -> bool:
+    """Rename `path` out of the way, then delete it; False when it was already gone."""
+    doomed = root / f"{TMP_PREFIX}discarded-{uuid.uuid4().hex}"
+    try:
+        os.rename(path, doomed)
+    except OSError:  # removed by a concurrent worker
+        return False
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True
+
+
+def _files(top: Path) -> Iterable[Path]:
+    for base, _dirs, names in os.walk(top):
+        for name in names:
+            path = Path(base, name)
+            if path.is_file() and not path.is_symlink():
+                yield path
