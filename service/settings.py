@@ -47,8 +47,10 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
     db_pool_timeout_s: float = Field(default=10.0, gt=0)
     trial_launcher: Literal["auto", "fork-server", "subprocess"] = Field(
-        default="auto", description="workers: fork-server trusts the repositories (forked trials, no sandbox user, "
-        "memory cap or cancel polling; seconds faster); otherwise trials run contained in a subprocess")
+        default="auto", description="workers: trials are contained either way (sandbox user, limits, deadline, "
+        "cancel); auto forks them from a contained fork server that has imported torch, or runs a subprocess when "
+        "it cannot (the repository shadows torch/triton, no fork); fork-server never falls back; subprocess always "
+        "starts a fresh interpreter")
     trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a worker keeps")
     build_cache_keep: int = Field(default=32, ge=1, description="build outputs (of repositories that declare their "
                                   "build inputs) a worker keeps under HOME/build-cache")

@@ -5,7 +5,9 @@ The worker process makes itself a child subreaper (prctl PR_SET_CHILD_SUBREAPER)
 trial is re-parented to the worker, not to init, so it stays among the worker's descendants and
 can be found by walking /proc. Every process of a trial carries the trial's marker in its
 environment (inherited across fork and exec unless a program clears it on purpose) and, unless it
-called setsid, the session of the trial's root. Linux only; elsewhere these are no-ops.
+called setsid, the session of the trial's root. A trial forked from a fork server has the marker
+written into its environment block (kernels/harness/zygote.py) and is a child subreaper, so
+its orphans stay among its descendants while it lives. Linux only; elsewhere these are no-ops.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfbisect.kernels.harness.zygote import MARKER_NAME
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-MARKER = "PERFBISECT_SANDBOX"
+MARKER = MARKER_NAME  # PERFBISECT_SANDBOX
 _PROC = Path("/proc")
 
 
@@ -41,12 +45,6 @@ def harden_worker_process() -> None:
     /proc/<pid>/environ (the service's secrets) or ptrace it."""
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_DUMPABLE, 0)
-
-
-def die_with_parent() -> None:
-    """preexec: the trial's root gets SIGKILL when the worker dies (a killed worker leaves
-    no running harness behind; escaped descendants are swept by the slot janitor)."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -98,11 +96,12 @@ def descendants(of: int, processes: list[ProcInfo]) -> list[ProcInfo]:
     return found
 
 
-def _belongs(info: ProcInfo, marker: str, root_pid: int) -> bool:
-    """A descendant of the worker is the trial's when it is in the trial's session or carries
-    its marker. git and other children of the worker itself share the worker's session and
-    carry no marker, so they are never touched."""
-    if info.session == root_pid:
+def _belongs(info: ProcInfo, marker: str, root_pid: int, under_root: set[int]) -> bool:
+    """A descendant of the worker is the trial's when it descends from the trial's root, is in
+    the trial's session or carries its marker. git and other children of the worker itself
+    share the worker's session and carry no marker, so they are never touched; neither is a
+    fork server (its own session, a placeholder marker), only the trial it forked."""
+    if info.session == root_pid or info.pid in under_root:
         return True
     found = marker_of(info.pid)
     return found is not None and found.startswith(marker)
@@ -114,7 +113,9 @@ def kill_tree(root_pid: int, marker: str, rounds: int = 50) -> int:
     Returns how many processes were killed."""
     me, killed = os.getpid(), 0
     for _ in range(rounds):
-        victims = [p for p in descendants(me, all_processes()) if _belongs(p, marker, root_pid)]
+        processes = all_processes()
+        under_root = {root_pid} | {p.pid for p in descendants(root_pid, processes)}
+        victims = [p for p in descendants(me, processes) if _belongs(p, marker, root_pid, under_root)]
         live = [p for p in victims if not p.zombie]
         for info in live:
             try:

@@ -76,18 +76,11 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
                                  build.seconds), build.seconds
     caches = caches_for(settings, sha, env)
     box.give(caches.jit_dir, caches.reference_dir)  # the sandbox user fills the revision's caches
-    if settings.trial_launcher == "fork-server":
-        # Trusted repositories only: forked from a server that has imported torch (seconds saved
-        # per trial), with the slot's scrubbed environment but not the sandbox's user switch,
-        # memory cap or cancel polling.
-        result = run_harness(spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
-                             base_env=box.env({}), scratch_root=box.scratch, caches=caches, launcher="fork-server")
-    else:
-        # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
-        memory = "as" if spec["device"] == "cpu" else "data"
-        result = run_harness(spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
-                             base_env=box.env({}), scratch_root=box.scratch, caches=caches,
-                             launch=box.launcher(memory, should_stop))
+    # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
+    memory = "as" if spec["device"] == "cpu" else "data"
+    result = run_harness(spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
+                         base_env=box.env({}), scratch_root=box.scratch, caches=caches,
+                         launch=box.launcher(memory, should_stop, fork=settings.trial_launcher))
     return add_worker_phases(with_build(result, build.cache), checkout_s, build.seconds), build.seconds
 
 

@@ -16,6 +16,12 @@ Inside a slot a command gets:
 - its output in a file, never a pipe, and a deadline enforced on its whole process tree,
   including processes that called setsid (workers/proctree.py), with a stop check (a cancel)
   polled while it runs.
+
+A trial's harness is forked from a fork server (kernels/harness/launch.py, zygote.py) that has
+imported torch and runs as the sandbox user under the same limits, one server per distinct
+(user, limits, environment): the forked trial inherits them, carries the slot's marker, and is
+waited for, cancelled and killed like a subprocess. A repository that shadows torch or triton,
+or a host without fork, gets the subprocess; PERFBISECT_TRIAL_LAUNCHER=subprocess always does.
 """
 
 from __future__ import annotations
@@ -33,11 +39,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailable, LaunchRequest, forkable,
+                                               start_contained)
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
 from perfbisect.service.settings import get_settings
 from perfbisect.workers import proctree
@@ -140,22 +148,19 @@ def _probe(user: SandboxUser) -> str | None:
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["exit code"])[-1]
 
 
-def _limits(memory_kind: MemoryKind | None) -> Callable[[], None]:
-    """preexec (after the user switch): resource limits and death with the worker."""
+def containment(user: SandboxUser | None, memory_kind: MemoryKind | None) -> Containment:
+    """How repository code of a slot starts: as `user`, with the memory cap of `memory_kind`,
+    the file size cap, no core dumps, and death with the worker. A subprocess applies it
+    itself; a fork server runs under it and its trials inherit it."""
     settings = get_settings()
-    memory = settings.trial_memory_mb * 2**20 if settings.trial_memory_mb and memory_kind else None
-    max_file = settings.max_file_mb * 2**20 if settings.max_file_mb else None
-
-    def apply() -> None:
-        if memory is not None:
-            which = resource.RLIMIT_AS if memory_kind == "as" else resource.RLIMIT_DATA
-            resource.setrlimit(which, (memory, memory))
-        if max_file is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (max_file, max_file))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        proctree.die_with_parent()
-
-    return apply
+    limits = []
+    if settings.trial_memory_mb and memory_kind:
+        memory = settings.trial_memory_mb * 2**20
+        limits.append((resource.RLIMIT_AS if memory_kind == "as" else resource.RLIMIT_DATA, memory))
+    if settings.max_file_mb:
+        limits.append((resource.RLIMIT_FSIZE, settings.max_file_mb * 2**20))
+    limits.append((resource.RLIMIT_CORE, 0))
+    return Containment(uid=user.uid if user else None, gid=user.gid if user else None, limits=tuple(limits))
 
 
 @dataclass
@@ -203,32 +208,66 @@ class Slot:
             memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None) -> Launched:
         """Run `cmd` (a shell string or argv) contained; returns how it ended. `should_stop`
         is polled about every half second: when it says so, the whole tree is killed."""
-        user_args = {} if self.user is None else {"user": self.user.uid, "group": self.user.gid, "extra_groups": []}
         with open(self.log_path, "wb") as out:
             proc = subprocess.Popen(cmd, shell=isinstance(cmd, str), cwd=cwd, env={**env, proctree.MARKER: self.marker},
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=_limits(memory), **user_args)
-            stopped = _wait(proc, time.monotonic() + timeout_s, should_stop)
+                                    start_new_session=True, **containment(self.user, memory).popen_args())
+            stopped = _wait(lambda timeout: _poll(proc, timeout), time.monotonic() + timeout_s, should_stop)
             proctree.kill_tree(proc.pid, self.marker)  # also after a clean exit: nothing outlives it
             proc.wait()
         return Launched(None if stopped else proc.returncode, read_tail(self.log_path), stopped)
 
-    def launcher(self, memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None) -> Launcher:
-        """A `kernels.harness.runner.Launcher` that runs the harness in this slot."""
-        def launch(cmd: list[str], cwd: Path, env: dict, timeout_s: float, scratch: Path) -> Launched:
+    def run_forked(self, request: LaunchRequest, *, timeout_s: float, memory: MemoryKind | None,
+                   should_stop: Callable[[], bool] | None = None) -> Launched:
+        """Run the harness of `request` forked from a fork server that runs as this slot's user
+        under its limits (started on first use, shared by the slots of the same containment);
+        contained like `run`: output in the slot's log, the deadline and `should_stop` enforced
+        on the trial's whole tree. Raises ForkServerUnavailable (then use `run`)."""
+        request = replace(request, env={**request.env, proctree.MARKER: self.marker})
+        with open(self.log_path, "wb") as out:
+            trial = start_contained(request, containment(self.user, memory), out.fileno())
+        try:
+            stopped = _wait(trial.poll, time.monotonic() + timeout_s, should_stop)
+        finally:
+            proctree.kill_tree(trial.pid, self.marker)  # also after a clean exit: nothing outlives it
+            trial.close()
+        return Launched(None if stopped else trial.returncode, read_tail(self.log_path), stopped,
+                        how="sandbox-fork-server")
+
+    def launcher(self, memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None,
+                 fork: Literal["auto", "fork-server", "subprocess"] = "auto") -> Launcher:
+        """A `kernels.harness.runner.Launcher` that runs the harness in this slot: forked from
+        a contained fork server unless `fork` is "subprocess" or (with "auto") the fork server
+        cannot run this trial, else in a contained subprocess."""
+        def launch(request: LaunchRequest, timeout_s: float, scratch: Path) -> Launched:
             self.give(scratch)
-            return self.run(cmd, cwd=cwd, env=env, timeout_s=timeout_s, memory=memory, should_stop=should_stop)
+            if fork == "fork-server" or (fork == "auto" and forkable(request)):
+                try:
+                    return self.run_forked(request, timeout_s=timeout_s, memory=memory, should_stop=should_stop)
+                except ForkServerUnavailable as exc:
+                    if fork == "fork-server":
+                        return Launched(1, f"fork server unavailable: {exc}", None, how="sandbox-fork-server")
+                    log.warning("trial in a subprocess: %s", exc)
+            cmd = [sys.executable, "-m", "perfbisect.kernels.harness", *request.args]
+            return self.run(cmd, cwd=request.cwd, env=request.env, timeout_s=timeout_s, memory=memory,
+                            should_stop=should_stop)
 
         return launch
 
 
-def _wait(proc: subprocess.Popen, deadline: float, should_stop: Callable[[], bool] | None) -> str | None:
+def _poll(proc: subprocess.Popen, timeout_s: float) -> int | None:
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _wait(poll: Callable[[float], int | None], deadline: float, should_stop: Callable[[], bool] | None) -> str | None:
+    """Wait until `poll(timeout)` gives an exit code (None), the deadline ("timeout") or
+    `should_stop` ("cancelled"), checking the last two about every half second."""
     while True:
-        try:
-            proc.wait(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+        if poll(max(0.0, min(0.5, deadline - time.monotonic()))) is not None:
             return None
-        except subprocess.TimeoutExpired:
-            pass
         if time.monotonic() >= deadline:
             return "timeout"
         if should_stop is not None and should_stop():

@@ -8,8 +8,12 @@ trial, in its own session, its output in a log file.
 
 `request` is a LaunchRequest: the harness arguments, the working directory, the complete
 environment of the trial, the sys.path its interpreter would have and the log file. One fork
-server serves each distinct server environment (the trial's environment without the keys that
-change from trial to trial) and stops with this process.
+server serves each distinct (containment, server environment) pair, the server environment
+being the trial's without the keys that change from trial to trial; it stops with this process.
+
+A worker's sandbox (workers/sandbox.py) starts its servers with a Containment: the server then
+runs as the sandbox user under the slot's resource limits, and every trial it forks inherits
+them (`start_contained`); the sandbox waits, polls for a cancel and kills the trial's tree.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import atexit
 import hashlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -28,9 +33,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfbisect.kernels.harness.zygote import (MARKER_NAME, MARKER_PLACEHOLDER, PR_SET_PDEATHSIG,
+                                               preloaded_roots, prctl)
+
 # Keys that differ between trials of one server and are only read after the import of torch
-# (Triton reads its cache directory when it compiles): the server starts without them.
-PER_TRIAL_KEYS = ("PYTHONPATH", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+# (Triton reads its cache directory when it compiles; HOME and TMPDIR are the slot's): the
+# server starts without them.
+PER_TRIAL_KEYS = ("PYTHONPATH", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "HOME", "TMPDIR", MARKER_NAME)
 SERVER_START_TIMEOUT_S = 120
 LAUNCHERS = ("auto", "fork-server", "subprocess")
 
@@ -44,11 +53,44 @@ class LaunchRequest:
     log: Path
 
 
+@dataclass(frozen=True)
+class Containment:
+    """How a process of repository code is started: as `uid`:`gid` (None: this process's user),
+    under the resource limits `limits` ((RLIMIT_*, value) pairs, soft = hard), and killed when
+    the thread that started it dies. Hashable: it is part of a fork server's key."""
+
+    uid: int | None = None
+    gid: int | None = None
+    limits: tuple[tuple[int, int], ...] = ()
+    die_with_parent: bool = True
+
+    def preexec(self) -> None:
+        """Run in the child after the user switch (subprocess's preexec_fn)."""
+        for which, value in self.limits:
+            resource.setrlimit(which, (value, value))
+        if self.die_with_parent:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    def popen_args(self) -> dict:
+        user = {} if self.uid is None else {"user": self.uid, "group": self.gid, "extra_groups": []}
+        return {**user, "preexec_fn": self.preexec}
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except OSError:  # the group is already gone
         pass
+
+
+def process_gone(pid: int) -> bool:
+    """True when `pid` has exited (reaped, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            raw = stat.read()
+    except OSError:
+        return True
+    return raw[raw.rindex(b")") + 2:][:1] == b"Z"
 
 
 class SubprocessTrial:
@@ -81,23 +123,45 @@ class ForkedTrial:
 
     def __init__(self, conn: socket.socket, pid: int, pending: bytes):
         self.conn, self.pid, self.buffer = conn, pid, pending
+        self.returncode: int | None = None
+
+    def _read(self, timeout_s: float) -> bool:
+        """Read what the connection has within `timeout_s`; False when nothing came."""
+        if not select.select([self.conn], [], [], max(0.0, timeout_s))[0]:
+            return False
+        chunk = self.conn.recv(4096)
+        if not chunk:  # killed before it could answer
+            self.returncode = -signal.SIGKILL
+        self.buffer += chunk
+        return True
+
+    def poll(self, timeout_s: float) -> int | None:
+        """The exit code, waiting up to `timeout_s` for it; None while the child runs."""
+        deadline = time.monotonic() + timeout_s
+        while self.returncode is None and b"\n" not in self.buffer:
+            if not self._read(deadline - time.monotonic()):
+                # a descendant that kept the connection open must not hide the child's death
+                if process_gone(self.pid) and not self._read(0) and b"\n" not in self.buffer:
+                    self.returncode = -signal.SIGKILL
+                break
+        if self.returncode is None and b"\n" in self.buffer:
+            line, _, self.buffer = self.buffer.partition(b"\n")
+            self.returncode = int(json.loads(line)["exit"])
+        return self.returncode
 
     def wait(self, timeout_s: float) -> int:
         deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.conn], [], [], left)[0]:
+        while (code := self.poll(min(0.5, max(0.0, deadline - time.monotonic())))) is None:
+            if time.monotonic() >= deadline:
                 raise TimeoutError(f"trial process {self.pid} still running after {timeout_s:g} s")
-            chunk = self.conn.recv(4096)
-            if not chunk:  # killed before it could answer
-                return -signal.SIGKILL
-            self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return int(json.loads(line)["exit"])
+        return code
+
+    def close(self) -> None:
+        self.conn.close()
 
     def kill(self) -> None:
         _kill_group(self.pid)
-        self.conn.close()
+        self.close()
 
 
 class ForkServerUnavailable(RuntimeError):
@@ -105,16 +169,22 @@ class ForkServerUnavailable(RuntimeError):
 
 
 class ForkServer:
-    """One `python -m perfbisect.kernels.harness.zygote` process and its socket."""
+    """One `python -m perfbisect.kernels.harness.zygote` process and its socket. This process
+    binds the socket (in a directory only it may list) and hands it to the server; the server
+    accepts connections from this process only."""
 
-    def __init__(self, env: dict[str, str]):
+    def __init__(self, env: dict[str, str], containment: Containment | None = None):
+        self.containment = containment or Containment()
         self.dir = Path(tempfile.mkdtemp(prefix="perfbisect-zygote-"))
         self.socket_path = str(self.dir / "socket")
-        # cwd: this private directory (only the socket in it), so the server's own sys.path[0]
-        # holds no package that could shadow torch or the harness
-        self.proc = subprocess.Popen([sys.executable, "-m", "perfbisect.kernels.harness.zygote", self.socket_path],
-                                     cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.socket_path)
+            os.chmod(self.socket_path, 0o600)
+            listener.listen(16)
+            self._start(self._server_env(env), listener)
+        finally:
+            listener.close()  # the server holds it now
         ready, _, _ = select.select([self.proc.stdout], [], [], SERVER_START_TIMEOUT_S)
         line = self.proc.stdout.readline() if ready else b""
         try:
@@ -125,20 +195,69 @@ class ForkServer:
             self.stop()
             raise ForkServerUnavailable("the fork server did not start (torch not importable?)")
 
+    def _server_env(self, env: dict[str, str]) -> dict[str, str]:
+        """The server's own HOME and TMPDIR (a directory of its user inside this server's), and
+        the placeholder its children overwrite with their trial's marker."""
+        home = self.dir / "home"
+        home.mkdir()
+        if self.containment.uid is not None:
+            os.chown(home, self.containment.uid, self.containment.gid)
+            self.dir.chmod(0o711)  # the server's user may reach its HOME, not list the directory
+        return {**env, "HOME": str(home), "TMPDIR": str(home), MARKER_NAME: MARKER_PLACEHOLDER}
+
+    def _start(self, env: dict[str, str], listener: socket.socket) -> None:
+        """Start the server from a thread that lives as long as it does: the server dies with
+        the thread that started it (PR_SET_PDEATHSIG), not with whichever worker thread first
+        needed it."""
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def keep() -> None:
+            try:
+                # cwd: this private directory (only the socket in it), so the server's own
+                # sys.path[0] holds no package that could shadow torch or the harness
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "perfbisect.kernels.harness.zygote", "--fd", str(listener.fileno()),
+                     "--client-uid", str(os.geteuid())],
+                    cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(listener.fileno(),),
+                    **self.containment.popen_args())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                failure.append(exc)
+                return
+            finally:
+                started.set()
+            self.proc.wait()
+
+        threading.Thread(target=keep, name="perfbisect-fork-server", daemon=True).start()
+        started.wait()
+        if failure:
+            raise ForkServerUnavailable(f"the fork server did not start: {failure[0]}")
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def launch(self, request: LaunchRequest) -> ForkedTrial:
+    def launch(self, request: LaunchRequest, log_fd: int | None = None) -> ForkedTrial:
+        """Fork one trial. Its output goes to `log_fd` (an open file of the caller), else to
+        request.log."""
+        marker = request.env.get(MARKER_NAME)
+        if marker is not None and len(marker.encode()) > self.hello.get("marker_room", 0):
+            raise ForkServerUnavailable("the trial's marker does not fit the fork server's placeholder")
         # what `python -m` in request.cwd would put first: the cwd, then PYTHONPATH (whose
         # entries after the import root the server already has), then the interpreter's own
         head = [str(request.cwd), str(request.import_dir)]
         sys_path = head + [p for p in self.hello["sys_path"][1:] if p not in head]
         message = {"argv": ["perfbisect.kernels.harness", *request.args], "cwd": str(request.cwd),
-                   "env": request.env, "sys_path": sys_path, "log": str(request.log)}
+                   "env": request.env, "sys_path": sys_path}
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(30)
             conn.connect(self.socket_path)
+            if log_fd is None:
+                with open(request.log, "wb") as log:
+                    socket.send_fds(conn, [b"L"], [log.fileno()])
+            else:
+                socket.send_fds(conn, [b"L"], [log_fd])
             conn.sendall((json.dumps(message) + "\n").encode())
             buffer = b""
             while b"\n" not in buffer:
@@ -149,6 +268,9 @@ class ForkServer:
         except OSError as exc:
             conn.close()
             raise ForkServerUnavailable(f"fork server: {exc}") from exc
+        except ForkServerUnavailable:
+            conn.close()
+            raise
         conn.settimeout(None)
         # the child may have answered before the server: both lines carry their key
         messages, _, rest = buffer.rpartition(b"\n")
@@ -162,14 +284,14 @@ class ForkServer:
         self.proc.wait()
         if self.proc.stdout:
             self.proc.stdout.close()
-        for path in (Path(self.socket_path), self.dir):
+        for path in (Path(self.socket_path), self.dir / "home", self.dir):
             try:
                 path.unlink() if path.is_socket() else path.rmdir()
             except OSError:
                 pass
 
 
-_servers: dict[str, ForkServer] = {}
+_servers: dict[tuple, ForkServer] = {}
 _servers_lock = threading.Lock()
 
 
@@ -184,15 +306,16 @@ def server_env(request: LaunchRequest) -> dict[str, str]:
     return base
 
 
-def _server_for(env: dict[str, str]) -> ForkServer:
-    key = hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest()
+def server_for(env: dict[str, str], containment: Containment | None = None) -> ForkServer:
+    """The running fork server of (containment, env), started when there is none."""
+    key = (containment, hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest())
     with _servers_lock:
         server = _servers.get(key)
         if server is not None and not server.alive():
             server.stop()
             server = None
         if server is None:
-            server = ForkServer(env)
+            server = ForkServer(env, containment)
             _servers[key] = server
         return server
 
@@ -207,11 +330,17 @@ def stop_servers() -> None:
 atexit.register(stop_servers)
 
 
+def _stop_at_fork_in_child() -> None:
+    _servers.clear()  # a forked worker (a Celery pool process) starts its own servers
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_stop_at_fork_in_child)
+
+
 def shadows_preloaded(import_dirs: list[Path]) -> bool:
     """True when the repository holds a module the server preloads (it measures torch or
     triton itself): then only a fresh interpreter imports the repository's copy."""
-    from perfbisect.kernels.harness.zygote import preloaded_roots
-
     for directory in import_dirs:
         for root in preloaded_roots() - {"kernels"}:
             if (directory / root).is_dir() or (directory / f"{root}.py").is_file():
@@ -220,7 +349,19 @@ def shadows_preloaded(import_dirs: list[Path]) -> bool:
 
 
 def fork_available() -> bool:
-    return hasattr(os, "fork") and hasattr(socket, "AF_UNIX") and sys.platform.startswith("linux")
+    return hasattr(os, "fork") and hasattr(socket, "send_fds") and sys.platform.startswith("linux")
+
+
+def forkable(request: LaunchRequest) -> bool:
+    return fork_available() and not shadows_preloaded([request.cwd, request.import_dir])
+
+
+def start_contained(request: LaunchRequest, containment: Containment, log_fd: int) -> ForkedTrial:
+    """Fork the trial from the server of `containment` (started when needed), its output to
+    `log_fd`. Raises ForkServerUnavailable when that cannot be done: run a subprocess."""
+    if not forkable(request):
+        raise ForkServerUnavailable("fork is unavailable or the repository shadows a preloaded package")
+    return server_for(server_env(request), containment).launch(request, log_fd)
 
 
 def start_trial(request: LaunchRequest, launcher: str = "auto"):
@@ -228,11 +369,9 @@ def start_trial(request: LaunchRequest, launcher: str = "auto"):
     else a subprocess. Returns a SubprocessTrial or ForkedTrial."""
     if launcher not in LAUNCHERS:
         raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, not {launcher!r}")
-    use_fork = launcher != "subprocess" and fork_available() and not shadows_preloaded(
-        [request.cwd, request.import_dir])
-    if use_fork:
+    if launcher != "subprocess" and forkable(request):
         try:
-            return _server_for(server_env(request)).launch(request)
+            return server_for(server_env(request)).launch(request)
         except ForkServerUnavailable:
             if launcher == "fork-server":
                 raise

@@ -7,9 +7,9 @@ The child runs `perfbisect.kernels.harness` with cwd = worktree, the worktree's 
 on PYTHONPATH and the directory holding this `perfbisect` package after it (so the harness stays
 importable from a worker's install), and the repository's extra env merged last. Two ways to
 start it, one fresh process per trial either way:
-- `launch` given (a worker's sandbox, workers/sandbox.py): `python -m perfbisect.kernels.harness` started
-  and contained by it (scrubbed env, unprivileged user, memory cap, the whole process tree
-  killed at the timeout or on cancel);
+- `launch` given (a worker's sandbox, workers/sandbox.py): started and contained by it (scrubbed
+  env, unprivileged user, memory cap, the whole process tree killed at the timeout or on
+  cancel), forked from a fork server running under that containment or a subprocess;
 - otherwise (`perfbisect measure`, tests, a worker told to trust its repositories): forked from a
   fork server that has already imported torch (launch.py), or a plain subprocess, in its own
   process group.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -76,10 +75,11 @@ class Launched:
     returncode: int | None
     output_tail: str
     stopped: str | None = None
+    how: str = "sandbox"      # how it was started, the result's "launcher"
 
 
-# launch(cmd, cwd, env, timeout_s, scratch) -> Launched. A worker passes its sandbox here.
-Launcher = Callable[[list[str], Path, dict, float, Path], Launched]
+# launch(request, timeout_s, scratch) -> Launched. A worker passes its sandbox here.
+Launcher = Callable[[LaunchRequest, float, Path], Launched]
 
 
 def read_tail(path: Path, limit: int = STDERR_TAIL) -> str:
@@ -137,12 +137,11 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
             spec_path.write_text(json.dumps({**spec, "launched_at": launched_at}))
             args = ["--spec", str(spec_path), "--out", str(out_path), "--repo-root", str(worktree)]
             child_env = _child_env(import_dir, cache_env, env, base_env)
+            request = LaunchRequest(args=args, cwd=worktree, env=child_env, import_dir=import_dir, log=log_path)
             if launch is not None:
-                launched = launch([sys.executable, "-m", "perfbisect.kernels.harness", *args], worktree, child_env,
-                                  timeout_s, tmp_path)
-                how = "sandbox"
+                launched = launch(request, timeout_s, tmp_path)
+                how = launched.how
             else:
-                request = LaunchRequest(args=args, cwd=worktree, env=child_env, import_dir=import_dir, log=log_path)
                 launched, how = _launch_forked(request, launcher, timeout_s)
             exited_at = time.time()
             wall_s = time.perf_counter() - started

@@ -1,7 +1,7 @@
 """A fork server for trials: one interpreter that has imported torch, forking one fresh child
 per trial, so a trial skips the interpreter start and the torch import (2-4 s of each trial).
 
-    python -m perfbisect.kernels.harness.zygote SOCKET      the server (started by launch.ForkServer)
+    python -m perfbisect.kernels.harness.zygote --fd N --client-uid UID     (started by launch.ForkServer)
 
 The server imports torch and triton only: it never initialises CUDA (a CUDA context does not
 survive fork) and never imports the measured repository, so every child starts with a clean
@@ -9,24 +9,61 @@ module state for the target package and makes its own CUDA context. A child is a
 (its own process group, killable as a whole), with the trial's environment, working directory,
 sys.path and argv; it runs kernels.harness.__main__ and reports its exit code.
 
-Protocol, one Unix-socket connection per trial: the client sends one JSON line
-{argv, cwd, env, sys_path, log}; the server answers {"pid": N} and the child, when done,
-{"exit": code}. A child killed before it answers closes the connection (EOF).
+Containment (a worker's sandbox starts the server as its unprivileged user with the slot's
+resource limits; every child inherits both):
+- the listening socket is made and bound by the process that starts the server, which passes
+  it as fd N; the server accepts a connection only from that process (SO_PEERCRED: its pid
+  and uid), so a trial running as the same user cannot make the server fork for it;
+- the server is not dumpable (PR_SET_DUMPABLE 0): a trial of the same uid cannot ptrace it or
+  read its memory, and so cannot poison the trials forked after it;
+- a child dies with the server (PR_SET_PDEATHSIG) and is a child subreaper, so the orphans of
+  its descendants stay in its subtree while it lives;
+- the trial's marker (PERFBISECT_SANDBOX, see workers/proctree.py) is written into the child's
+  own environment block, in the room the server's placeholder value keeps there, so that
+  /proc/<pid>/environ of the child and of everything it forks names the trial (a forked
+  process shows its initial environment there, not os.environ).
+
+Protocol, one Unix-socket connection per trial: the client sends one byte carrying the log
+file's descriptor (SCM_RIGHTS), then one JSON line {argv, cwd, env, sys_path}; the server
+answers {"pid": N} and the child, when done, {"exit": code}. A child killed before it answers
+closes the connection (EOF).
 """
 from __future__ import annotations
 
+import argparse
+import ctypes
 import importlib
 import json
 import os
 import signal
 import socket
+import struct
 import sys
+import tempfile
 import traceback
 
 # What the server imports before forking: the frameworks and the harness itself, never the
 # measured repository. Names that are not installed (triton on a CPU box) are skipped.
 PRELOAD = ("torch", "numpy", "triton", "perfbisect.kernels.harness.trial")
 IDLE_POLL_S = 1.0
+MAX_REQUEST_BYTES = 1 << 22
+# The environment variable that names the trial a process belongs to (workers/proctree.py) and
+# the server's own value of it: room for a trial's marker, matching no sandbox slot.
+MARKER_NAME = "PERFBISECT_SANDBOX"
+MARKER_PLACEHOLDER = "fork-server#" + "_" * 1024
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def prctl(option: int, value: int) -> bool:
+    """Linux prctl(2) through libc; False where it is unavailable or refused."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def preloaded_roots() -> set[str]:
@@ -49,37 +86,107 @@ def _preload() -> list[str]:
     return loaded
 
 
+def marker_room() -> tuple[int, int] | None:
+    """(address, size) of the placeholder's value inside this process's environment block, the
+    memory /proc/<pid>/environ shows; None when the block holds no placeholder."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            raw = stat.read()
+        fields = raw[raw.rindex(b")") + 2:].split()
+        env_start, env_end = int(fields[47]), int(fields[48])  # fields 50 and 51 of proc(5)
+    except (OSError, ValueError, IndexError):
+        return None
+    if not 0 < env_start < env_end:
+        return None
+    # read from memory: /proc/self/environ of a non-dumpable process is root's (mode 0400)
+    block = ctypes.string_at(env_start, env_end - env_start)
+    entry = f"{MARKER_NAME}={MARKER_PLACEHOLDER}\0".encode()
+    offset = block.find(entry)
+    if offset != 0 and (offset < 0 or block[offset - 1] != 0):
+        return None
+    value_at = env_start + offset + len(MARKER_NAME) + 1
+    return value_at, len(MARKER_PLACEHOLDER)
+
+
+def write_marker(room: tuple[int, int], marker: str) -> None:
+    """Overwrite the placeholder in place with `marker` (NUL-padded); raises ValueError when
+    it does not fit."""
+    address, size = room
+    value = marker.encode()
+    if len(value) > size or b"\0" in value:
+        raise ValueError(f"marker of {len(value)} bytes does not fit the {size} kept for it")
+    ctypes.memmove(address, value.ljust(size, b"\0"), size)
+
+
 def _send(conn: socket.socket, message: dict) -> None:
     conn.sendall((json.dumps(message) + "\n").encode())
 
 
-def _read_request(conn: socket.socket) -> dict:
+def peer_of(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process that connected, from the kernel (SO_PEERCRED)."""
+    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                         struct.calcsize("3i")))
+    return pid, uid
+
+
+def _read_request(conn: socket.socket) -> tuple[dict, int]:
+    """The request and the log file descriptor sent with its first byte."""
+    _, fds, _, _ = socket.recv_fds(conn, 1, 1)
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        raise ConnectionError("no log file descriptor with the request")
     data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(65536)
-        if not chunk:
-            raise ConnectionError("client closed before sending a request")
-        data += chunk
-    return json.loads(data)
+    try:
+        while not data.endswith(b"\n"):
+            chunk = conn.recv(65536)
+            if not chunk or len(data) > MAX_REQUEST_BYTES:
+                raise ConnectionError("client closed before sending a request")
+            data += chunk
+        return json.loads(data), fds[0]
+    except BaseException:
+        os.close(fds[0])
+        raise
 
 
-def _run_child(conn: socket.socket, listener: socket.socket, request: dict) -> None:
+def _become_trial(request: dict, log_fd: int, server: int, room: tuple[int, int] | None) -> None:
+    """In the forked child, before any trial code: its own session, death with the server, the
+    trial's marker, output, directory, environment and sys.path."""
+    os.setsid()
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != server:  # the server died before the line above
+        os._exit(1)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    marker = request["env"].get(MARKER_NAME)
+    if marker is not None:
+        if room is None:
+            raise RuntimeError("the fork server has no room for the trial's marker")
+        write_marker(room, marker)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server ignores it; subprocess needs it
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(null)
+    os.close(log_fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None  # TMPDIR is the trial's, not the one the server may have cached
+    sys.path[:] = request["sys_path"]
+    sys.argv[:] = request["argv"]
+    importlib.invalidate_caches()
+    # dumpable again, like a process that exec'd: the server's memory is behind this fork
+    prctl(PR_SET_DUMPABLE, 1)
+
+
+def _run_child(conn: socket.socket, listener: socket.socket, request: dict, log_fd: int, server: int,
+               room: tuple[int, int] | None) -> None:
     """In the forked child: become the trial's process, run the harness, report, exit."""
     code = 1
     try:
         listener.close()
-        os.setsid()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server ignores it; subprocess needs it
-        log_fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(log_fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        sys.path[:] = request["sys_path"]
-        sys.argv[:] = request["argv"]
-        importlib.invalidate_caches()
+        _become_trial(request, log_fd, server, room)
         from perfbisect.kernels.harness.__main__ import main
         code = main(request["argv"][1:])
     except SystemExit as exc:
@@ -95,35 +202,65 @@ def _run_child(conn: socket.socket, listener: socket.socket, request: dict) -> N
             os._exit(code)
 
 
-def serve(socket_path: str) -> None:
+def _serve_one(conn: socket.socket, listener: socket.socket, client: tuple[int, int],
+               room: tuple[int, int] | None) -> None:
+    if peer_of(conn) != client:  # only the process that started this server may ask it to fork
+        return
+    conn.settimeout(10)
+    try:
+        request, log_fd = _read_request(conn)
+    except (OSError, ValueError):
+        return
+    server = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        _run_child(conn, listener, request, log_fd, server, room)
+    os.close(log_fd)
+    try:
+        _send(conn, {"pid": pid})
+    except OSError:  # the client left; the child still runs and is reaped
+        pass
+
+
+def traced() -> bool:
+    """True when a debugger is attached to this process (TracerPid in /proc/self/status)."""
+    try:
+        with open("/proc/self/status") as status:
+            return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in status)
+    except OSError:
+        return False
+
+
+def serve(listen_fd: int, client_uid: int) -> None:
+    # First: from now on nothing of the same uid may ptrace this process or read its memory.
+    # Refuse to serve if something attached between exec and this line (see the README).
+    prctl(PR_SET_DUMPABLE, 0)
+    if traced():
+        raise SystemExit("the fork server is being traced: not serving")
+    client = (os.getppid(), client_uid)
+    room = marker_room()
     loaded = _preload()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
-    parent = os.getppid()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(socket_path)
-    listener.listen(16)
+    listener = socket.socket(fileno=listen_fd)
     listener.settimeout(IDLE_POLL_S)
-    print(json.dumps({"ready": True, "pid": os.getpid(), "preloaded": loaded, "sys_path": sys.path}),
-          flush=True)
-    while os.getppid() == parent:  # the worker that started us is gone: stop
+    print(json.dumps({"ready": True, "pid": os.getpid(), "preloaded": loaded, "sys_path": sys.path,
+                      "marker_room": room[1] if room else 0}), flush=True)
+    while os.getppid() == client[0]:  # the worker that started us is gone: stop
         try:
             conn, _ = listener.accept()
         except TimeoutError:
             continue
         with conn:
-            conn.settimeout(10)
-            try:
-                request = _read_request(conn)
-            except (OSError, ValueError):
-                continue
-            pid = os.fork()
-            if pid == 0:
-                _run_child(conn, listener, request)
-            try:
-                _send(conn, {"pid": pid})
-            except OSError:  # the client left; the child still runs and is reaped
-                continue
+            _serve_one(conn, listener, client, room)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m perfbisect.kernels.harness.zygote")
+    parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
+    parser.add_argument("--client-uid", type=int, required=True, help="the uid allowed to connect")
+    args = parser.parse_args(argv)
+    serve(args.fd, args.client_uid)
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    main()
