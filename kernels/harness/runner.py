@@ -10,8 +10,8 @@ start it, one fresh process per trial either way:
 - `launch` given (a worker's sandbox, workers/sandbox.py): started and contained by it (scrubbed
   env, unprivileged user, memory cap, the whole process tree killed at the timeout or on
   cancel), forked from a fork server running under that containment or a subprocess;
-- otherwise (`perfbisect measure`, tests, a worker told to trust its repositories): forked from a
-  fork server that has already imported torch (launch.py), or a plain subprocess, in its own
+- otherwise (`perfbisect measure`, tests): forked from a fork server of this process's user
+  that has already imported torch (launch.py), or a plain subprocess, in its own
   process group.
 
 JIT cache: `caches` (a caches.RevisionCaches) shares Triton's cache and the accuracy references

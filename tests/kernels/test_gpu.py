@@ -47,3 +47,37 @@ def test_forked_trials_make_their_own_cuda_context_and_share_the_revision_jit_ca
     assert any(caches.jit_dir.iterdir())  # the first trial compiled into the revision's cache
     assert second["phases"]["compile"] < first["phases"]["compile"]
     assert second["reference_cache"]["hits"] == 1
+
+
+def test_a_contained_forked_trial_uses_the_gpu_under_the_data_cap(demo, tmp_path, monkeypatch):
+    """What a worker does by default: the trial forked from a fork server that runs as the sandbox
+    user (when this is root and that user can run this interpreter) under RLIMIT_DATA."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from perfbisect.kernels.harness import launch
+    from perfbisect.service.settings import get_settings
+    from perfbisect.workers import sandbox
+
+    shared = Path(tempfile.mkdtemp(prefix="perfbisect-gpu-sandbox-"))
+    shared.chmod(0o755)
+    monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
+    spec = {"cases": SMALL_ATTENTION, "device": "cuda", "policy": DEMO_GPU_POLICY, "seed": 3}
+    try:
+        with sandbox.slot(user=sandbox.lookup_user("nobody") if os.geteuid() == 0 else None) as box:
+            shutil.copytree(demo.worktree(demo.shas[-1]), box.worktree, ignore=shutil.ignore_patterns(".git"))
+            box.give(box.worktree)
+            results = [run_harness(spec, box.worktree, timeout_s=600, base_env=box.env({}), scratch_root=box.scratch,
+                                   launch=box.launcher("data")) for _ in range(2)]
+            user = box.user
+    finally:
+        launch.stop_servers()
+        shutil.rmtree(shared, ignore_errors=True)
+    for res in results:
+        validate_result(res)
+        assert res["status"] == "ok" and res["launcher"] == "sandbox-fork-server", res.get("log_tail")
+        assert res["cases"][0]["status"] == "ok"
+    print(f"contained fork server as {user.name if user else 'this user'}: first sample "
+          f"{[r['phases'].get('first_sample') for r in results]} s, process {[r['phases']['process'] for r in results]} s")
