@@ -23,6 +23,7 @@ import json
 import os
 import resource
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -183,6 +184,9 @@ class ForkServer:
             os.chmod(self.socket_path, 0o600)
             listener.listen(16)
             self._start(self._server_env(env), listener)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         finally:
             listener.close()  # the server holds it now
         ready, _, _ = select.select([self.proc.stdout], [], [], SERVER_START_TIMEOUT_S)
