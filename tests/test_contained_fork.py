@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from perfbisect.kernels.harness import launch
+from perfbisect.kernels.harness.phases import PHASES
+from perfbisect.kernels.harness.result import validate_result
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, run_harness
 from perfbisect.service.settings import get_settings
 from perfbisect.workers import proctree, sandbox
@@ -276,10 +278,27 @@ def test_a_stopped_forked_trial_leaves_no_process_behind(ending, shared_sandbox)
         assert markers_seen == [box.marker] * 3
 
 
+def test_a_forked_trial_gives_the_same_result_and_phases_as_a_subprocess(shared_sandbox):
+    results = {}
+    for fork in ("auto", "subprocess"):
+        with sandbox.slot(user=None) as box:
+            box.worktree.mkdir()
+            results[fork], out = _trial_in(box, "as", fork=fork)
+            assert json.loads(out.read_text())["marker"] == box.marker
+    forked, plain = results["auto"], results["subprocess"]
+    assert (forked["launcher"], plain["launcher"]) == ("sandbox-fork-server", "sandbox")
+    for result in (forked, plain):
+        validate_result(result)
+        assert result["status"] == "ok" and set(PHASES) - {"checkout", "build"} <= set(result["phases"])
+    assert set(forked) == set(plain) and set(forked["phases"]) == set(plain["phases"])
+    assert forked["phases"]["import"] < plain["phases"]["import"]  # torch came with the fork
+
+
 def test_a_repository_shadowing_torch_runs_in_a_contained_subprocess(shared_sandbox):
     with sandbox.slot(user=None) as box:
         box.worktree.mkdir()
         result, out = _trial_in(box, "as", files={"src/triton/__init__.py": ""})
         assert result["status"] == "ok", result
+        validate_result(result)
         assert result["launcher"] == "sandbox" and json.loads(out.read_text())["ppid"] == os.getpid()
         assert json.loads(out.read_text())["marker"] == box.marker
