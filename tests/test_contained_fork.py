@@ -270,12 +270,47 @@ def test_a_stopped_forked_trial_leaves_no_process_behind(ending, shared_sandbox)
         pids = json.loads(out.read_text())["pids"]  # the trial, the setsid sleep, the forked orphan
         assert _marked(box.marker) == []
         left = [pid for pid in pids if not launch.process_gone(pid)]
-    assert left == []
+    assert left == [] and _zombies_of_this_process() == []  # killed and reaped
     assert result["status"] in ("error", "timeout") and ending in result["error"], result
     if ending == "cancelled":
         assert took < 30
         # even the orphan forked without exec carries the trial's marker in /proc/<pid>/environ
         assert markers_seen == [box.marker] * 3
+
+
+def test_a_trial_dies_with_its_fork_server_and_is_cleaned_up(shared_sandbox):
+    """The server killed mid-trial (a worker dying takes it along): the trial dies with it at
+    once, though a forked grandchild still holds its connection, and nothing is left behind."""
+    killed: list[int] = []
+    with sandbox.slot(user=_user_for_tree_tests()) as box:
+        box.worktree.mkdir()
+        out = box.tmp / "hang.json"
+
+        def kill_the_server() -> bool:
+            if out.exists() and not killed:
+                pid = json.loads(out.read_text())["pids"][0]
+                killed.append(_ppid(pid))
+                os.kill(killed[0], signal.SIGKILL)
+            return False
+
+        started = time.monotonic()
+        result, out = _trial_in(box, "as", mode="hang", timeout_s=60, should_stop=kill_the_server)
+        took = time.monotonic() - started
+        pids = json.loads(out.read_text())["pids"]
+        assert _marked(box.marker) == []
+    assert killed and killed[0] != os.getpid()
+    assert result["status"] == "error" and "without a result" in result["error"] and took < 30, result
+    assert [pid for pid in pids if not launch.process_gone(pid)] == []
+    assert _zombies_of_this_process() == []
+
+
+def _zombies_of_this_process() -> list[proctree.ProcInfo]:
+    return [p for p in proctree.all_processes() if p.ppid == os.getpid() and p.zombie]
+
+
+def _ppid(pid: int) -> int:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return int(raw[raw.rindex(")") + 2:].split()[1])
 
 
 def test_a_forked_trial_gives_the_same_result_and_phases_as_a_subprocess(shared_sandbox):

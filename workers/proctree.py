@@ -107,15 +107,19 @@ def _belongs(info: ProcInfo, marker: str, root_pid: int, under_root: set[int]) -
     return found is not None and found.startswith(marker)
 
 
-def kill_tree(root_pid: int, marker: str, rounds: int = 50) -> int:
+def kill_tree(root_pid: int, marker: str, rounds: int = 50, reap_root: bool = False) -> int:
     """SIGKILL every process of the trial rooted at `root_pid` until none is left (a process
-    may fork while its siblings are killed); reap the orphans re-parented to this worker.
+    may fork while its siblings are killed); reap the orphans re-parented to this worker, the
+    root too when `reap_root` (a forked trial whose fork server died: no Popen waits for it).
     Returns how many processes were killed."""
     me, killed = os.getpid(), 0
+    known: set[int] = set()  # a dead process shows no environment: remember whom we killed
     for _ in range(rounds):
         processes = all_processes()
         under_root = {root_pid} | {p.pid for p in descendants(root_pid, processes)}
-        victims = [p for p in descendants(me, processes) if _belongs(p, marker, root_pid, under_root)]
+        victims = [p for p in descendants(me, processes)
+                   if p.pid in known or _belongs(p, marker, root_pid, under_root)]
+        known |= {p.pid for p in victims}
         live = [p for p in victims if not p.zombie]
         for info in live:
             try:
@@ -123,9 +127,12 @@ def kill_tree(root_pid: int, marker: str, rounds: int = 50) -> int:
                 killed += 1
             except ProcessLookupError:
                 pass
-        # The root is the caller's Popen, which reaps it; orphans re-parented here are reaped now.
-        _reap(p.pid for p in victims if p.ppid == me and p.pid != root_pid)
-        if not live:
+        # A subprocess root is the caller's Popen, which reaps it; orphans re-parented here are reaped now.
+        _reap(p.pid for p in victims if p.ppid == me and (reap_root or p.pid != root_pid))
+        # a dead process whose parent is dying too (a forked trial's root adopts its orphans) is
+        # re-parented here only once that parent is gone: wait for it, then reap it
+        dying = {p.pid for p in victims}
+        if not live and not any(p.zombie and p.ppid in dying for p in victims):
             return killed
         time.sleep(0.02)
     log.warning("processes of sandbox %s survived %d kill rounds", marker, rounds)

@@ -229,7 +229,7 @@ class Slot:
         try:
             stopped = _wait(trial.poll, time.monotonic() + timeout_s, should_stop)
         finally:
-            proctree.kill_tree(trial.pid, self.marker)  # also after a clean exit: nothing outlives it
+            proctree.kill_tree(trial.pid, self.marker, reap_root=True)  # also after a clean exit
             trial.close()
         return Launched(None if stopped else trial.returncode, read_tail(self.log_path), stopped,
                         how="sandbox-fork-server")
