@@ -7,7 +7,10 @@ calls run on logits the first call overwrote (the kernel's work does not depend 
 the accuracy check uses a pristine copy made in setup(). The target is imported without running
 `liger_kernel/ops/__init__.py`, which imports every op of the revision (and, in some revisions,
 backends a node may lack), and called with the keyword arguments its signature at that revision
-names, so the same file serves the whole history.
+names, so the same file serves the whole history. `liger_kernel/utils.py` tries `import peft` at
+import time for a flag the cross entropy never reads; on a node with peft (and so transformers)
+installed that import was most of a trial (4.8 s of 6.2 s on the H200), so the suite makes it
+fail as it does where peft is missing (`PEFT_AVAILABLE = False`), unless peft is already loaded.
 """
 import importlib
 import importlib.util
@@ -51,6 +54,7 @@ def bytes_moved(params):
 def resolve_target(target):
     module_name, _, name = target.partition(":")
     package = Path(importlib.util.find_spec("liger_kernel").submodule_search_locations[0])
+    sys.modules.setdefault("peft", None)  # `import peft` raises ImportError: liger's except branch
     if "liger_kernel.ops" not in sys.modules:
         ops = types.ModuleType("liger_kernel.ops")
         ops.__path__ = [str(package / "ops")]
