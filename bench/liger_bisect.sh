@@ -6,7 +6,8 @@
 # stack on PYTHONPATH:
 #   bash bench/liger_bisect.sh LIGER_REPO OUTDIR
 # OUTDIR gets the bisect's output, the job's report (text and JSON), its trial phases and the
-# SQLite file. BISECT_TIMEOUT (default 520 s) bounds the bisect so what it has is still printed.
+# SQLite file. BISECT_TIMEOUT (default 520 s) bounds the bisect so what it has is still printed;
+# MIN_EFFECT (default 0.05) is the smallest step of the ratio to control worth naming.
 set -uo pipefail
 repo=$(realpath "$1")
 out=${2:-/tmp/liger-bisect}
@@ -25,7 +26,7 @@ timeout "${BISECT_TIMEOUT:-520}" $pb bisect --repo "$repo" --good "$good" --bad 
   --suite-file bench/suites/liger_cross_entropy.py \
   --target liger_kernel.ops.cross_entropy:cross_entropy_forward \
   --shape BT=8192,V=128256,dtype=bf16 --shape BT=8192,V=128256,dtype=fp32 \
-  --device-class cuda --min-effect 0.03 --import-root src --policy "$policy" --wide > "$out/bisect.txt" 2>&1
+  --device-class cuda --min-effect "${MIN_EFFECT:-0.05}" --import-root src --policy "$policy" --wide > "$out/bisect.txt" 2>&1
 echo "bisect rc=$? wall_s=$(( $(date +%s) - start ))"
 cat "$out/bisect.txt"
 $pb show 1 --wide > "$out/show.txt" 2>&1; echo "show rc=$?"
