@@ -83,3 +83,30 @@ def test_unchanged_says_so_and_failed_shows_the_error() -> None:
     text = culprit_table(job([], failed, status="failed"))
     assert "No performance step" not in text and "verdict: FAILED" in text
     assert "import failed at the bad end" in text and "ModuleNotFoundError: No module named 'lib.nope'" in text
+
+
+SOURCE = "source:liger_cross_entropy.py@08d5a460867a BT=8192,V=128256,dtype="
+
+
+def test_long_case_names_that_differ_at_the_end_stay_apart() -> None:
+    # A suite file's cases share a long prefix: cut at the end, bf16 and fp32 read the same
+    # ("...V=128256,d..." twice, as on the first H200 run of Liger's cross entropy).
+    cases = [{"case": SOURCE + dtype, "outcome": "inconclusive", "reason": "too noisy", "steps": []}
+             for dtype in ("bf16", "fp32")]
+    text = culprit_table(job([], outcome("inconclusive", cases), status="inconclusive"))
+    rows = [line for line in text.splitlines() if "inconclusive" in line and line.startswith("  ")]
+    assert len(rows) == 2 and rows[0].split()[-2] != rows[1].split()[-2]
+    assert any("dtype=bf16" in r for r in rows) and any("dtype=fp32" in r for r in rows)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    wide = culprit_table(job([], outcome("inconclusive", cases), status="inconclusive"), wide=True)
+    assert f"  {SOURCE}bf16  " in wide and f"  {SOURCE}fp32  " in wide
+
+
+def test_case_labels_cut_at_the_end_when_that_keeps_them_apart() -> None:
+    from perfbisect.service.reports.culprits import case_labels
+    assert case_labels([BIG, SMALL], 100) == {BIG: BIG, SMALL: SMALL}
+    labels = case_labels([BIG, SMALL], 30)
+    assert len(set(labels.values())) == 2 and all(len(v) <= 30 for v in labels.values())
+    assert labels[BIG].startswith("attention B=1,H=32,S=4096")
+    same_ends = ["x" * 40 + "A" + "y" * 40, "x" * 40 + "B" + "y" * 40]
+    assert case_labels(same_ends, 30) == {n: n for n in same_ends}

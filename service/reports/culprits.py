@@ -114,17 +114,35 @@ def headline(job: JobRead) -> Text:
     return line
 
 
+def case_labels(names: list[str], width: int) -> dict[str, str]:
+    """Each case name in at most `width` columns, the labels kept distinct: cut at the end when
+    that keeps them apart; else the middle elided, then the head (cases of one suite file share a
+    long prefix and differ in their last parameters: "source:x.py@sha BT=8192,V=128256,dtype=bf16"
+    and "...dtype=fp32" cut at the end read the same); else the full names, however long."""
+    if all(len(n) <= width for n in names):
+        return {n: n for n in names}
+    keep = max(width - 3, 1)
+    head = keep // 3
+    for cut in (lambda n: n[:keep] + "...",
+                lambda n: n[:head] + "..." + n[len(n) - (keep - head):],
+                lambda n: "..." + n[len(n) - keep:]):
+        labels = {n: n if len(n) <= width else cut(n) for n in names}
+        if len(set(labels.values())) == len(set(names)):
+            return labels
+    return {n: n for n in names}
+
+
 def _culprit_block(job: JobRead, c: CulpritRead, width: int) -> list[Text]:
     title = f"{where(c)}  {pr_label(c)}  " if c.pr_number else f"{where(c)}  "
     subject = textwrap.shorten(c.subject or "", max(20, width - len(title)), placeholder=" ...")
     lines = [Text(title + subject, "bold")]
     effects = moved_effects(job, c)
-    case_width = min(max(len(k) for k in effects), width - 40)
+    labels = case_labels(list(effects), width - 40)
+    case_width = max((len(label) for label in labels.values()), default=0)
     for case, e in effects.items():
         regression = is_regression(job, c, case, e)
         word = "regression" if regression else "improvement"
-        name = case if len(case) <= case_width else case[: case_width - 3] + "..."
-        line = Text(f"  {name.ljust(case_width)}  ")
+        line = Text(f"  {labels[case].ljust(case_width)}  ")
         line.append(f"{step_text(e)} {word}", STYLE[word])
         decided, absolute = before_after(job, e)
         lines += [line, Text(f"      {decided_on(job)} {decided}; {absolute}")]
@@ -154,15 +172,16 @@ def _indent_error(error: str | None, width: int) -> list[Text]:
                  else "      " + line, "dim") for line in tail]
 
 
-def _case_outcomes(job: JobRead, width: int) -> list[Text]:
+def _case_outcomes(job: JobRead, width: int, wide: bool = False) -> list[Text]:
     cases = job.outcome.cases if job.outcome else []
     if not cases:
         return []
-    name_width = min(max(len(c.case) for c in cases), width - 36)
+    names = [c.case for c in cases]
+    labels = {n: n for n in names} if wide else case_labels(names, width - 36)
+    name_width = max(len(label) for label in labels.values())
     lines = [Text("Cases:")]
     for c in cases:
-        name = c.case if len(c.case) <= name_width else c.case[: name_width - 3] + "..."
-        line = Text(f"  {name.ljust(name_width)}  ")
+        line = Text(f"  {labels[c.case].ljust(name_width)}  ")
         line.append(c.outcome.ljust(12), STYLE[c.outcome])
         if c.steps:
             moves = ", ".join(f"{pct(s.rel)} at {s.last_sha[:10]}" for s in c.steps)
@@ -204,7 +223,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
             fixed = f"fixed at {c.fixed_sha[:10]}" if c.fixed_sha else "not fixed in this range"
             lines.append(Text(textwrap.shorten(f"  {c.first_sha[:10]} {pr_label(c)} {c.subject or ''}: first wrong "
                                                f"results; {fixed}", width, placeholder=" ..."), STYLE["regression"]))
-    case_lines = _case_outcomes(job, width)
+    case_lines = _case_outcomes(job, width, wide)
     if case_lines:
         lines += [Text(""), *case_lines]
     if job.error and not case_lines:
