@@ -110,3 +110,26 @@ def test_case_labels_cut_at_the_end_when_that_keeps_them_apart() -> None:
     assert labels[BIG].startswith("attention B=1,H=32,S=4096")
     same_ends = ["x" * 40 + "A" + "y" * 40, "x" * 40 + "B" + "y" * 40]
     assert case_labels(same_ends, 30) == {n: n for n in same_ends}
+
+
+def test_a_range_culprit_says_why_it_is_a_range() -> None:
+    # Liger's #1266 did not compile on triton 3.6 and #1275 fixed that: the step is named as the
+    # range #1266..#1275, and the report says the first was not measured, and why.
+    shas = ["a" * 40, "b" * 40, "c" * 40, "d" * 40]
+    step = {**STEP, "first_sha": shas[2], "last_sha": shas[3], "exact": False, "pr_number": 1275,
+            "subject": "Make LOG2_E a tl.constexpr (#1275)",
+            "effects": {SOURCE + "bf16": {**STEP["effects"][BIG], "rel": 0.187, "ci": [0.129, 0.248]},
+                        SOURCE + "fp32": {**STEP["effects"][SMALL]}}}
+    cases = [{"case": SOURCE + "bf16", "outcome": "improved", "steps": []},
+             {"case": SOURCE + "fp32", "outcome": "inconclusive", "reason": "too noisy", "steps": []}]
+    failures = [{"sha": shas[2], "reason": "compile_error", "words": "compile failed", "case": SOURCE + dtype,
+                 "trials": 1, "error": "NameError"} for dtype in ("bf16", "fp32")]
+    report = job([step], {**outcome("inconclusive", cases), "failures": failures}, status="inconclusive")
+    report = report.model_copy(update={"revision_shas": shas})
+    text = culprit_table(report)
+    assert "a range, not one commit: the step is at dddddddddd or before it at cccccccccc compile failed" in text
+    moved_row = next(line for line in text.splitlines() if "+18.7%" in line)
+    assert "dtype=bf16" in moved_row  # the moved case named as in the case list, its dtype kept
+    assert max(len(line) for line in text.splitlines()) <= 100
+    wide = culprit_table(report, wide=True)
+    assert "cccccccccc..dddddddddd: a range, not one commit: the step is at dddddddddd or before" in wide

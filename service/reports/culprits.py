@@ -132,12 +132,33 @@ def case_labels(names: list[str], width: int) -> dict[str, str]:
     return {n: n for n in names}
 
 
+def range_note(job: JobRead, c: CulpritRead) -> str | None:
+    """Why a culprit is a range and not one commit: the commits before its last one were not
+    measured (with the failure the job recorded there, such as a build or compile error)."""
+    shas = job.revision_shas
+    if c.exact or c.first_sha not in shas or c.last_sha not in shas:
+        return None
+    lo, hi = shas.index(c.first_sha), shas.index(c.last_sha)
+    words: dict[str, list[str]] = {sha: [] for sha in shas[lo:hi]}
+    for f in job.outcome.failures if job.outcome else []:
+        if f.sha in words and f.words not in words[f.sha]:
+            words[f.sha].append(f.words)
+    if not words:
+        return None
+    parts = [f"{sha[:10]} {', '.join(w) if w else 'not measured'}" for sha, w in words.items()]
+    return f"a range, not one commit: the step is at {c.last_sha[:10]} or before it at " + "; ".join(parts)
+
+
 def _culprit_block(job: JobRead, c: CulpritRead, width: int) -> list[Text]:
     title = f"{where(c)}  {pr_label(c)}  " if c.pr_number else f"{where(c)}  "
     subject = textwrap.shorten(c.subject or "", max(20, width - len(title)), placeholder=" ...")
     lines = [Text(title + subject, "bold")]
+    note = range_note(job, c)
+    if note:
+        lines += [Text("  " + part) for part in textwrap.wrap(note, width - 2)]
     effects = moved_effects(job, c)
-    labels = case_labels(list(effects), width - 40)
+    every = [*effects, *(o.case for o in (job.outcome.cases if job.outcome else []) if o.case not in effects)]
+    labels = case_labels(every, width - 40)  # the labels of the case list below
     case_width = max((len(label) for label in labels.values()), default=0)
     for case, e in effects.items():
         regression = is_regression(job, c, case, e)
@@ -210,6 +231,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
                                  "cases that did not move are left out):")]
         if wide:
             lines += _wide_table(job)
+            lines += [Text(f"{where(c)}: {note}") for c in perf if (note := range_note(job, c))]
         else:
             for c in perf:
                 lines += _culprit_block(job, c, width)
