@@ -41,10 +41,27 @@ def test_a_target_that_does_not_import_fails_the_job_with_its_error(session, rep
 
 def test_cuda_missing_is_named(session, repo) -> None:
     job_id = submit(session, device_class="cuda")
-    run_job(session, job_id, failing("error", NO_CUDA))
+    rounds = run_job(session, job_id, failing("error", NO_CUDA))
     job = views.job_read(session, jobs.get(session, job_id))
     assert job.status == "failed" and job.outcome.verdict == "failed"
     assert job.outcome.cases[0].reason == "CUDA missing at the good end" and job.outcome.cases[0].error == NO_CUDA
+    # The worker's fault, the same at every revision: the job stops at its ends instead of
+    # walking inward from them as from unbuildable revisions (on a CPU box a 45-revision range
+    # ran 135 trials, 7 minutes, to say the same thing).
+    assert rounds == 1 and job.progress["measured"] == 2 and job.progress["trials"] == 6
+
+
+def test_cuda_missing_after_trials_ran_does_not_stop_the_job(session, repo) -> None:
+    # One worker without a GPU among several is not every revision failing: once a trial ran,
+    # a missing device is a failed revision like any other and the search goes on.
+    job_id = submit(session, device_class="cuda")
+
+    def truth(i: int, rng: random.Random) -> dict:
+        return failing("error", NO_CUDA)(i, rng) if i == 8 else harness_result({CASE_BIG: 1.0, CASE_SMALL: 1.0}, rng)
+
+    run_job(session, job_id, truth)
+    job = views.job_read(session, jobs.get(session, job_id))
+    assert job.status == "succeeded" and job.outcome.verdict == "unchanged"
 
 
 def test_a_compare_whose_head_fails_to_import_is_failed(session, repo) -> None:

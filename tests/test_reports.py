@@ -83,3 +83,53 @@ def test_unchanged_says_so_and_failed_shows_the_error() -> None:
     text = culprit_table(job([], failed, status="failed"))
     assert "No performance step" not in text and "verdict: FAILED" in text
     assert "import failed at the bad end" in text and "ModuleNotFoundError: No module named 'lib.nope'" in text
+
+
+SOURCE = "source:liger_cross_entropy.py@08d5a460867a BT=8192,V=128256,dtype="
+
+
+def test_long_case_names_that_differ_at_the_end_stay_apart() -> None:
+    # A suite file's cases share a long prefix: cut at the end, bf16 and fp32 read the same
+    # ("...V=128256,d..." twice, as on the first H200 run of Liger's cross entropy).
+    cases = [{"case": SOURCE + dtype, "outcome": "inconclusive", "reason": "too noisy", "steps": []}
+             for dtype in ("bf16", "fp32")]
+    text = culprit_table(job([], outcome("inconclusive", cases), status="inconclusive"))
+    rows = [line for line in text.splitlines() if "inconclusive" in line and line.startswith("  ")]
+    assert len(rows) == 2 and rows[0].split()[-2] != rows[1].split()[-2]
+    assert any("dtype=bf16" in r for r in rows) and any("dtype=fp32" in r for r in rows)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    wide = culprit_table(job([], outcome("inconclusive", cases), status="inconclusive"), wide=True)
+    assert f"  {SOURCE}bf16  " in wide and f"  {SOURCE}fp32  " in wide
+
+
+def test_case_labels_cut_at_the_end_when_that_keeps_them_apart() -> None:
+    from perfbisect.service.reports.culprits import case_labels
+    assert case_labels([BIG, SMALL], 100) == {BIG: BIG, SMALL: SMALL}
+    labels = case_labels([BIG, SMALL], 30)
+    assert len(set(labels.values())) == 2 and all(len(v) <= 30 for v in labels.values())
+    assert labels[BIG].startswith("attention B=1,H=32,S=4096")
+    same_ends = ["x" * 40 + "A" + "y" * 40, "x" * 40 + "B" + "y" * 40]
+    assert case_labels(same_ends, 30) == {n: n for n in same_ends}
+
+
+def test_a_range_culprit_says_why_it_is_a_range() -> None:
+    # Liger's #1266 did not compile on triton 3.6 and #1275 fixed that: the step is named as the
+    # range #1266..#1275, and the report says the first was not measured, and why.
+    shas = ["a" * 40, "b" * 40, "c" * 40, "d" * 40]
+    step = {**STEP, "first_sha": shas[2], "last_sha": shas[3], "exact": False, "pr_number": 1275,
+            "subject": "Make LOG2_E a tl.constexpr (#1275)",
+            "effects": {SOURCE + "bf16": {**STEP["effects"][BIG], "rel": 0.187, "ci": [0.129, 0.248]},
+                        SOURCE + "fp32": {**STEP["effects"][SMALL]}}}
+    cases = [{"case": SOURCE + "bf16", "outcome": "improved", "steps": []},
+             {"case": SOURCE + "fp32", "outcome": "inconclusive", "reason": "too noisy", "steps": []}]
+    failures = [{"sha": shas[2], "reason": "compile_error", "words": "compile failed", "case": SOURCE + dtype,
+                 "trials": 1, "error": "NameError"} for dtype in ("bf16", "fp32")]
+    report = job([step], {**outcome("inconclusive", cases), "failures": failures}, status="inconclusive")
+    report = report.model_copy(update={"revision_shas": shas})
+    text = culprit_table(report)
+    assert "a range, not one commit: the step is at dddddddddd or before it at cccccccccc compile failed" in text
+    moved_row = next(line for line in text.splitlines() if "+18.7%" in line)
+    assert "dtype=bf16" in moved_row  # the moved case named as in the case list, its dtype kept
+    assert max(len(line) for line in text.splitlines()) <= 100
+    wide = culprit_table(report, wide=True)
+    assert "cccccccccc..dddddddddd: a range, not one commit: the step is at dddddddddd or before" in wide

@@ -53,6 +53,15 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
             for i, states in seen.items()}
 
 
+def device_missing(trials: Sequence[Trial]) -> bool:
+    """True when no trial has run and one found no CUDA device where the job asked for one: the
+    worker's fault, the same at every revision, so walking inward from a failed end (as for a
+    revision that does not build) would only fail every revision of the range in turn."""
+    finished = [t for t in trials if t.status.finished and t.status != TrialStatus.cancelled]
+    return (not any(t.status == TrialStatus.ok for t in finished)
+            and any(t.status == TrialStatus.error and outcome.NO_CUDA in (t.failure_reason or "") for t in finished))
+
+
 def config_of(job: Job, trials: Sequence[Trial]) -> BisectConfig:
     spec = job.spec
     higher = True
@@ -158,6 +167,8 @@ def advance(session: Session, job_id: int) -> Round:
     observations = observations_from(timed, job.revision_shas, job.spec.get("metric", "ratio"))
     config = config_of(job, timed)
     plan = plan_next(len(job.revision_shas), observations, config)
+    if not plan.done and device_missing(timed):  # stop at the ends: every revision would fail alike
+        plan = Plan((), done=True, correctness=plan.correctness)
     job.progress = _progress(job, trials, observations, plan, config)
     if plan.done or not plan.requests:
         if sweep.in_flight(trials):  # the sweep's last result advances the job again

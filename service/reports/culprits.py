@@ -114,17 +114,56 @@ def headline(job: JobRead) -> Text:
     return line
 
 
+def case_labels(names: list[str], width: int) -> dict[str, str]:
+    """Each case name in at most `width` columns, the labels kept distinct: cut at the end when
+    that keeps them apart; else the middle elided, then the head (cases of one suite file share a
+    long prefix and differ in their last parameters: "source:x.py@sha BT=8192,V=128256,dtype=bf16"
+    and "...dtype=fp32" cut at the end read the same); else the full names, however long."""
+    if all(len(n) <= width for n in names):
+        return {n: n for n in names}
+    keep = max(width - 3, 1)
+    head = keep // 3
+    for cut in (lambda n: n[:keep] + "...",
+                lambda n: n[:head] + "..." + n[len(n) - (keep - head):],
+                lambda n: "..." + n[len(n) - keep:]):
+        labels = {n: n if len(n) <= width else cut(n) for n in names}
+        if len(set(labels.values())) == len(set(names)):
+            return labels
+    return {n: n for n in names}
+
+
+def range_note(job: JobRead, c: CulpritRead) -> str | None:
+    """Why a culprit is a range and not one commit: the commits before its last one were not
+    measured (with the failure the job recorded there, such as a build or compile error)."""
+    shas = job.revision_shas
+    if c.exact or c.first_sha not in shas or c.last_sha not in shas:
+        return None
+    lo, hi = shas.index(c.first_sha), shas.index(c.last_sha)
+    words: dict[str, list[str]] = {sha: [] for sha in shas[lo:hi]}
+    for f in job.outcome.failures if job.outcome else []:
+        if f.sha in words and f.words not in words[f.sha]:
+            words[f.sha].append(f.words)
+    if not words:
+        return None
+    parts = [f"{sha[:10]} {', '.join(w) if w else 'not measured'}" for sha, w in words.items()]
+    return f"a range, not one commit: the step is at {c.last_sha[:10]} or before it at " + "; ".join(parts)
+
+
 def _culprit_block(job: JobRead, c: CulpritRead, width: int) -> list[Text]:
     title = f"{where(c)}  {pr_label(c)}  " if c.pr_number else f"{where(c)}  "
     subject = textwrap.shorten(c.subject or "", max(20, width - len(title)), placeholder=" ...")
     lines = [Text(title + subject, "bold")]
+    note = range_note(job, c)
+    if note:
+        lines += [Text("  " + part) for part in textwrap.wrap(note, width - 2)]
     effects = moved_effects(job, c)
-    case_width = min(max(len(k) for k in effects), width - 40)
+    every = [*effects, *(o.case for o in (job.outcome.cases if job.outcome else []) if o.case not in effects)]
+    labels = case_labels(every, width - 40)  # the labels of the case list below
+    case_width = max((len(label) for label in labels.values()), default=0)
     for case, e in effects.items():
         regression = is_regression(job, c, case, e)
         word = "regression" if regression else "improvement"
-        name = case if len(case) <= case_width else case[: case_width - 3] + "..."
-        line = Text(f"  {name.ljust(case_width)}  ")
+        line = Text(f"  {labels[case].ljust(case_width)}  ")
         line.append(f"{step_text(e)} {word}", STYLE[word])
         decided, absolute = before_after(job, e)
         lines += [line, Text(f"      {decided_on(job)} {decided}; {absolute}")]
@@ -154,15 +193,16 @@ def _indent_error(error: str | None, width: int) -> list[Text]:
                  else "      " + line, "dim") for line in tail]
 
 
-def _case_outcomes(job: JobRead, width: int) -> list[Text]:
+def _case_outcomes(job: JobRead, width: int, wide: bool = False) -> list[Text]:
     cases = job.outcome.cases if job.outcome else []
     if not cases:
         return []
-    name_width = min(max(len(c.case) for c in cases), width - 36)
+    names = [c.case for c in cases]
+    labels = {n: n for n in names} if wide else case_labels(names, width - 36)
+    name_width = max(len(label) for label in labels.values())
     lines = [Text("Cases:")]
     for c in cases:
-        name = c.case if len(c.case) <= name_width else c.case[: name_width - 3] + "..."
-        line = Text(f"  {name.ljust(name_width)}  ")
+        line = Text(f"  {labels[c.case].ljust(name_width)}  ")
         line.append(c.outcome.ljust(12), STYLE[c.outcome])
         if c.steps:
             moves = ", ".join(f"{pct(s.rel)} at {s.last_sha[:10]}" for s in c.steps)
@@ -191,6 +231,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
                                  "cases that did not move are left out):")]
         if wide:
             lines += _wide_table(job)
+            lines += [Text(f"{where(c)}: {note}") for c in perf if (note := range_note(job, c))]
         else:
             for c in perf:
                 lines += _culprit_block(job, c, width)
@@ -204,7 +245,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
             fixed = f"fixed at {c.fixed_sha[:10]}" if c.fixed_sha else "not fixed in this range"
             lines.append(Text(textwrap.shorten(f"  {c.first_sha[:10]} {pr_label(c)} {c.subject or ''}: first wrong "
                                                f"results; {fixed}", width, placeholder=" ..."), STYLE["regression"]))
-    case_lines = _case_outcomes(job, width)
+    case_lines = _case_outcomes(job, width, wide)
     if case_lines:
         lines += [Text(""), *case_lines]
     if job.error and not case_lines:
