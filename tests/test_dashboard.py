@@ -366,3 +366,24 @@ def test_jobs_list_shows_progress_and_refreshes_while_running(client, measured) 
     assert f'/dashboard/jobs/{measured["running"].id}"' not in running_only
     index = client.get("/dashboard").text
     assert "/dashboard/repositories/kern" in index and GEMM in index
+
+
+def test_the_overview_s_newest_points_are_the_same_with_or_without_lateral(session, measured, monkeypatch) -> None:
+    # PostgreSQL reads each case's newest points by a LATERAL index scan; SQLite (the embedded
+    # default) by a window over the repository's points. Both answer the same rows.
+    from perfbisect.dashboards import repository
+
+    repo = repository.repository_by_name(session, "kern")
+    lateral = repository.latest_points(session, repo.id, per_case=3)
+    monkeypatch.setattr(type(session.get_bind().dialect), "name", "sqlite")
+    windowed = repository.latest_points(session, repo.id, per_case=3)
+    assert lateral == windowed and {p.sha for p in lateral} == set(SHAS[2:5])
+
+
+def test_revision_meta_for_many_shas_reads_the_repository_instead_of_an_in_list(session, measured, monkeypatch) -> None:
+    from perfbisect.dashboards import repository
+
+    repo = repository.repository_by_name(session, "kern")
+    small = repository.revision_meta(session, repo.id, SHAS[1:4])
+    monkeypatch.setattr(repository, "META_IN_LIMIT", 1)
+    assert repository.revision_meta(session, repo.id, SHAS[1:4]) == small and set(small) == set(SHAS[1:4])
