@@ -28,7 +28,7 @@ from enum import Enum
 import numpy as np
 
 from perfbisect.service.bisect.model import BisectConfig, CaseEffect, Observation, Plan, RevisionState, Verdict
-from perfbisect.service.bisect.pairs import case_noise_df, effective_min_effect, median_noise
+from perfbisect.service.bisect.pairs import case_noise_df, effective_min_effect
 from perfbisect.service.bisect.planner import step_effect, undecided_at_culprit
 
 # A run whose throttled samples exceed this share of its samples gets a noise warning.
@@ -217,8 +217,7 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
 def case_noise(case: str, observations: Mapping[int, Observation], inputs: CaseNoise | None,
                config: BisectConfig) -> NoiseReport:
     """Spread of one trial's value and the smallest step the planner could tell from it."""
-    pooled = median_noise([o.values.get(case, ()) for o in observations.values()])
-    noise = pooled[0] if pooled else None
+    noise = log_spread([o.values.get(case, ()) for o in observations.values()])
     inputs = inputs or CaseNoise()
     control = log_spread(inputs.control)
     detectable = effective_min_effect(config, noise)

@@ -70,44 +70,14 @@ def case_noise(observations: Mapping[int, Observation], ok: Sequence[int],
 
 def case_noise_df(observations: Mapping[int, Observation], ok: Sequence[int],
                   cases: Sequence[str]) -> dict[str, tuple[float, int] | None]:
-    """Per case, one trial's noise as the medians of trials see it (`median_noise`, over all ok
-    revisions) and its degrees of freedom (None while no revision has two trials)."""
-    return {case: median_noise([observations[i].values.get(case, ()) for i in ok]) for case in cases}
+    """Per case, the pooled per-trial standard deviation of log values over all ok revisions
+    and its degrees of freedom (None while no revision has two trials)."""
+    return {case: pooled_noise(observations[i].values.get(case, ()) for i in ok) for case in cases}
 
 
 # A trial this many robust noise widths from its revision's median is out of a normal model's
 # reach (p ~ 1e-9 a trial): the case's noise has a rare mode or outliers.
 OUTLIER_WIDTHS = 6.0
-
-
-# Trials further than this from their revision's median (in robust widths) are outside the core
-# of a heavy-tailed case's noise: their share widens the medians' standard error.
-CORE_WIDTHS = 4.0
-
-
-def _residuals(groups: Iterable[Sequence[float]]) -> np.ndarray:
-    """|log value - its revision's median|, scaled by sqrt(n/(n-1)) so that the median of the
-    absolute residuals times 1.4826 estimates one trial's standard deviation (the median trial
-    of an odd group, always 0, is left out)."""
-    residuals: list[float] = []
-    for group in groups:
-        n = len(group)
-        if n >= 2:
-            logs = np.log(np.asarray(group, dtype=float))
-            dev = np.abs(logs - np.median(logs))
-            if n % 2:
-                dev = np.delete(dev, int(np.argmin(dev)))
-            residuals.extend(dev * math.sqrt(n / (n - 1)))
-    return np.asarray(residuals)
-
-
-def _robust_width(residuals: np.ndarray) -> float | None:
-    """One trial's standard deviation from the median absolute residual; None when there are
-    too few residuals to judge, or no spread at all."""
-    if residuals.size < 4:
-        return None
-    width = 1.4826 * float(np.median(residuals))
-    return width if width > 0 else None
 
 
 def heavy_tailed(groups: Iterable[Sequence[float]]) -> bool:
@@ -116,27 +86,17 @@ def heavy_tailed(groups: Iterable[Sequence[float]]) -> bool:
     deviation, over all revisions with two trials or more). Then the t route's normal model
     does not hold for the case: a machine's rare slow mode can put two trials of one revision as
     far from its neighbours as a real step. One group per revision."""
-    residuals = _residuals(groups)
-    width = _robust_width(residuals)
-    return width is not None and float(residuals.max()) > OUTLIER_WIDTHS * width
-
-
-def median_noise(groups: Sequence[Sequence[float]]) -> tuple[float, int] | None:
-    """One trial's noise as the medians of a revision's trials see it, with its degrees of
-    freedom (None while no revision has two trials). For a normal case it is the pooled
-    standard deviation. For a heavy-tailed one (a rare slow mode) the pooled standard deviation
-    is mostly the outliers', which a median of several trials ignores: the core's robust width,
-    widened by 1/(1 - share of trials outside the core), the large-sample standard error of a
-    median of contaminated normal data. Means (the t route) keep the pooled value."""
-    pooled = pooled_noise(groups)
-    if pooled is None:
-        return None
-    residuals = _residuals(groups)
-    width = _robust_width(residuals)
-    if width is None or float(residuals.max()) <= OUTLIER_WIDTHS * width:
-        return pooled
-    outside = float(np.mean(residuals > CORE_WIDTHS * width))
-    return min(pooled[0], width / (1.0 - outside)), pooled[1]
+    residuals = []
+    for group in groups:
+        if len(group) >= 2:
+            logs = np.log(np.asarray(group, dtype=float))
+            dev = logs - np.median(logs)
+            residuals.extend(dev[dev != 0] if len(group) % 2 else dev)
+    if len(residuals) < 4:
+        return False
+    spread = np.abs(np.asarray(residuals))
+    width = 1.4826 * float(np.median(spread))
+    return width > 0 and float(spread.max()) > OUTLIER_WIDTHS * width
 
 
 def effective_min_effect(config: BisectConfig, noise: float | None) -> float:
@@ -171,15 +131,14 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
     """Judge every adjacent pair of `ok` (sorted revision indices with trials). `unmeasured`
     are the revisions not tried yet (they decide whether a pair is closed). Touches nothing."""
     cases = case_names(observations, ok)
-    pooled = {case: pooled_noise(observations[i].values.get(case, ()) for i in ok) for case in cases}
-    noise = {case: p[0] if p else None for case, p in pooled.items()}  # the t route's (means)
-    medians = {case: p[0] if p else None for case, p in case_noise_df(observations, ok, cases).items()}
+    pooled = case_noise_df(observations, ok, cases)
+    noise = {case: p[0] if p else None for case, p in pooled.items()}
     values = {i: observations[i].values for i in ok}
     counts = {i: observations[i].trials() for i in ok}
 
     def one(a_vals: Sequence[float], b_vals: Sequence[float], case: str, at_cap: bool) -> Comparison:
-        return assess(a_vals, b_vals, min_effect=effective_min_effect(config, medians[case]),
-                      noise=noise[case], median_noise=medians[case], alpha=config.alpha, same_z=config.same_z, at_cap=at_cap,
+        return assess(a_vals, b_vals, min_effect=effective_min_effect(config, noise[case]),
+                      noise=noise[case], alpha=config.alpha, same_z=config.same_z, at_cap=at_cap,
                       noise_df=pooled[case][1] if pooled[case] else None,
                       sequential_alpha=config.sequential_alpha)
 

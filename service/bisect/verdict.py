@@ -121,15 +121,13 @@ def pooled_noise(groups: Iterable[Sequence[float]]) -> tuple[float, int] | None:
 def assess(a: Sequence[float], b: Sequence[float], *, min_effect: float, noise: float | None = None,
            alpha: float = 0.01, same_z: float = 1.28, at_cap: bool = False,
            test: SignificanceTest = RankTest(), noise_df: int | None = None,
-           sequential_alpha: float | None = None, median_noise: float | None = None) -> Comparison:
+           sequential_alpha: float | None = None) -> Comparison:
     """Compare revision a's per-trial values with revision b's on one case.
 
     `noise` is the standard deviation of one trial's log value (pooled over many revisions by
     the planner); without it the two samples' own pooled spread is used. With `noise_df` (the
     degrees of freedom of that estimate) and `sequential_alpha`, the sequential t route may
-    also call the pair DIFFERENT. `median_noise`, when given, is the noise that the medians see
-    (smaller than `noise` when a rare mode inflates the pooled standard deviation, see
-    `pairs.median_noise`): it sets the SAME bound; the t route on means keeps `noise`. Raises ValueError on a non-positive value (decision values
+    also call the pair DIFFERENT. Raises ValueError on a non-positive value (decision values
     are ratios or rates)."""
     if len(a) == 0 or len(b) == 0:
         return Comparison(Verdict.UNKNOWN, 0.0, 1.0, None, min_effect)
@@ -142,8 +140,7 @@ def assess(a: Sequence[float], b: Sequence[float], *, min_effect: float, noise: 
     if noise is None:
         own = pooled_noise([a, b])
         noise = own[0] if own else None
-    spread = noise if median_noise is None else median_noise
-    se = None if spread is None else median_step_se(spread, len(a), len(b))
+    se = None if noise is None else median_step_se(noise, len(a), len(b))
     rel = math.expm1(step)
     if (p < alpha or seq_p < (sequential_alpha or 0.0)) and abs(step) >= threshold:
         verdict = Verdict.DIFFERENT

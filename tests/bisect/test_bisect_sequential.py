@@ -162,14 +162,3 @@ def test_a_step_and_its_fix_in_the_next_commit_are_still_both_named():
                     28: ok(("a", level[:3]))}
     plan = plan_next(29, observations, BisectConfig(min_effect=0.15))
     assert [(c.first, c.last) for c in plan.culprits] == [(24, 24), (25, 25)]
-
-
-def test_the_medians_noise_is_the_core_s_when_a_rare_mode_inflates_the_pooled_one():
-    from perfbisect.service.bisect.pairs import median_noise
-    from perfbisect.service.bisect.verdict import pooled_noise
-
-    normal = [[1.0, 1.01, 0.99], [0.995, 1.005], [1.02, 0.98, 1.0, 1.01]]
-    assert median_noise(normal) == pooled_noise(normal)  # no outlier: the pooled value
-    rare = normal + [[1.0, 0.5, 1.01, 0.99], [1.005, 0.995, 1.0]]
-    classical, robust = pooled_noise(rare)[0], median_noise(rare)[0]
-    assert classical > 0.2 and robust < 0.03
