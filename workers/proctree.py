@@ -12,7 +12,6 @@ its orphans stay among its descendants while it lives. Linux only; elsewhere the
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -20,31 +19,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfbisect.kernels.harness.zygote import MARKER_NAME
+from perfbisect.kernels.harness.zygote import MARKER_NAME, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, prctl
 
 log = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
-PR_SET_CHILD_SUBREAPER = 36
 MARKER = MARKER_NAME  # PERFBISECT_SANDBOX
 _PROC = Path("/proc")
-
-
-def _prctl(option: int, value: int) -> bool:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def harden_worker_process() -> None:
     """Called once in every process that runs untrusted code: become the subreaper of its
     orphans, and non-dumpable, so a child of the same uid cannot read this process's
     /proc/<pid>/environ (the service's secrets) or ptrace it."""
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_DUMPABLE, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_DUMPABLE, 0)
 
 
 @dataclass(frozen=True)
