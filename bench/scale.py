@@ -22,6 +22,8 @@ import asyncio
 import json
 import os
 import random
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -165,38 +167,84 @@ def timed(client: httpx.Client, path: str, params: dict | None = None, reps: int
     return statistics.median(times), times[int(0.95 * (len(times) - 1))], size
 
 
-async def offered_load(base: str, path: str, rps: int, seconds: float) -> dict:
-    """Open loop: send at `rps` whatever the answers; latency per request, status counts."""
-    results: list[tuple[float, int]] = []
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
-    async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as client:
-        async def one() -> None:
-            t0 = time.perf_counter()
-            try:
-                status = (await client.get(path)).status_code
-            except httpx.HTTPError:
-                status = 599
-            results.append(((time.perf_counter() - t0) * 1000, status))
+class RawHTTP:
+    """A minimal keep-alive HTTP/1.1 GET client on asyncio streams. httpx's async client costs
+    about 1-2 ms of CPU per request and, under overload, a cancelled request could leave its
+    pool stuck: on 2 cores shared with the server it was the bottleneck and hung the run."""
 
-        tasks, start = [], time.perf_counter()
-        for i in range(int(rps * seconds)):
-            delay = start + i / rps - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one()))
-        await asyncio.gather(*tasks)
-        wall = time.perf_counter() - start
+    def __init__(self, host: str, port: int, max_connections: int) -> None:
+        self.host, self.port = host, port
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.slots = asyncio.Semaphore(max_connections)
+
+    async def get(self, path: str) -> int:
+        async with self.slots:
+            conn = self.idle.pop() if self.idle else await asyncio.open_connection(self.host, self.port)
+            reader, writer = conn
+            try:
+                writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
+                status = int((await reader.readline()).split()[1])
+                length, close = 0, False
+                while (line := await reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.decode("latin-1").partition(":")
+                    if name.lower() == "content-length":
+                        length = int(value)
+                    elif name.lower() == "connection" and "close" in value.lower():
+                        close = True
+                await reader.readexactly(length)
+            except BaseException:
+                writer.close()  # a cancelled or broken exchange: never reuse the connection
+                raise
+            if close:
+                writer.close()
+            else:
+                self.idle.append(conn)
+            return status
+
+    def close(self) -> None:
+        for _, writer in self.idle:
+            writer.close()
+
+
+async def offered_load(base: str, path: str, rps: int, seconds: float, deadline_s: float = 10.0) -> dict:
+    """Open loop: send at `rps` whatever the answers; latency per request from the moment it
+    was due (a client that falls behind counts against the server, never in its favour),
+    status counts. A request without an answer after `deadline_s` counts as failed (599)."""
+    host, port = base.removeprefix("http://").split(":")
+    client = RawHTTP(host, int(port), max_connections=512)
+    results: list[tuple[float, int]] = []
+
+    async def one(due: float) -> None:
+        try:
+            status = await asyncio.wait_for(client.get(path), deadline_s)
+        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+            status = 599
+        results.append(((time.perf_counter() - due) * 1000, status))
+
+    tasks, start = [], time.perf_counter()
+    for i in range(int(rps * seconds)):
+        due = start + i / rps
+        if (delay := due - time.perf_counter()) > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(due)))
+    await asyncio.gather(*tasks)
+    wall = time.perf_counter() - start
+    client.close()
     ok = sorted(ms for ms, s in results if s == 200)
     return {"offered": rps, "achieved_ok_rps": len(ok) / wall,
             "p50_ms": statistics.median(ok) if ok else None,
             "p99_ms": ok[int(0.99 * (len(ok) - 1))] if ok else None,
-            "shed_503": sum(s == 503 for _, s in results), "errors_5xx": sum(s >= 500 and s != 503 for _, s in results)}
+            "shed_503": sum(s == 503 for _, s in results),
+            "errors_5xx": sum(s >= 500 and s not in (503, 599) for _, s in results),
+            "no_answer": sum(s == 599 for _, s in results)}
 
 
 def recovery(client: httpx.Client, path: str, normal_ms: float, base: str) -> float:
     """Overload (1000 rps offered for 5 s), then seconds until 5 requests in a row are back
     under 2x the normal latency."""
-    asyncio.run(offered_load(base, path, 1000, 5))
+    overload = asyncio.run(offered_load(base, path, 1000, 5, deadline_s=5.0))
+    print(f"overload: {overload['achieved_ok_rps']:.0f} ok rps, {overload['shed_503']} shed (503), "
+          f"{overload['no_answer']} without an answer in 5 s, {overload['errors_5xx']} other 5xx")
     stop = time.perf_counter()
     streak = 0
     while time.perf_counter() - stop < 120:
@@ -222,6 +270,7 @@ def main() -> None:
     ap.add_argument("--rates", default="50,100,200")
     ap.add_argument("--quick", action="store_true", help="5 s per rate instead of 10")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` still stops the server below
 
     url = f"{PG}/{args.database}"
     env = {**os.environ, "DATABASE_URL": url, "PERFBISECT_HOME": "/tmp/perfbisect-scale-home"}
@@ -240,6 +289,9 @@ def main() -> None:
     print("bytes:", json.dumps({k: round(v) for k, v in sizes(url).items()}))
 
     port = 18765
+    with socket.socket() as probe:  # a server left by an interrupted run would be measured instead
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            sys.exit(f"port {port} is in use (a server from an earlier run?): stop it first")
     server = subprocess.Popen([str(BIN / "perfbisect"), "serve", "--port", str(port), "--no-migrate",
                                "--workers", str(args.workers)], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
@@ -271,11 +323,11 @@ def main() -> None:
                 print(f"{label:<28}{p50:>9.1f}{p95:>9.1f}{size:>11,}")
             per = 5 if args.quick else 10
             print(f"\njob reads offered at a fixed rate for {per} s ({args.workers} server processes):")
-            print(f"{'offered rps':>12}{'ok rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'503 shed':>10}{'other 5xx':>11}")
+            print(f"{'offered rps':>12}{'ok rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'503 shed':>10}{'other 5xx':>11}{'no answer':>11}")
             for rate in (int(r) for r in args.rates.split(",")):
                 res = asyncio.run(offered_load(base, f"/api/jobs/{job_id}", rate, per))
                 print(f"{res['offered']:>12}{res['achieved_ok_rps']:>9.0f}{res['p50_ms'] or 0:>9.1f}"
-                      f"{res['p99_ms'] or 0:>9.1f}{res['shed_503']:>10}{res['errors_5xx']:>11}")
+                      f"{res['p99_ms'] or 0:>9.1f}{res['shed_503']:>10}{res['errors_5xx']:>11}{res['no_answer']:>11}")
             seconds = recovery(client, f"/api/jobs/{job_id}", normal or 5.0, base)
             print(f"\nback to normal latency {seconds:.1f} s after a 5 s overload (1000 rps offered) stopped")
     finally:

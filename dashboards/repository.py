@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from typing import NamedTuple
+
 from sqlalchemy import exists, func, select, true
 from sqlalchemy.orm import Session, selectinload
 
@@ -29,12 +31,15 @@ from perfbisect.service.models import (
     TrialStatus,
 )
 
-SPREAD = (CasePoint.value_min, CasePoint.value_max, CasePoint.ratio_min, CasePoint.ratio_max)
+# The columns of a PointRow, in its field order (an empty fingerprint reads as None).
+POINT_COLUMNS = (Case.suite, Case.target, Case.name, func.nullif(CasePoint.fingerprint, ""), Revision.sha,
+                 CasePoint.position, CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio,
+                 CasePoint.unit, CasePoint.higher_is_better, CasePoint.value_min, CasePoint.value_max,
+                 CasePoint.ratio_min, CasePoint.ratio_max)
 FAILED_TRIALS = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
 
 
-@dataclass(frozen=True)
-class RevisionMeta:
+class RevisionMeta(NamedTuple):
     sha: str
     subject: str
     pr_number: int | None
@@ -82,18 +87,24 @@ def revision_positions(session: Session, repository_id: int, shas: Sequence[str]
     return {sha: position for sha, position in session.execute(stmt)}
 
 
+# Above this many commits, revision_meta and point_rows read the repository's revisions and keeps the asked ones:
+# an IN list of thousands of bound parameters costs more to send and plan than the scan.
+META_IN_LIMIT = 500
+
+
 def point_rows(session: Session, repository_id: int, *, suite: str | None = None, target: str | None = None,
                case: str | None = None, min_position: int | None = None,
-               case_ids: Sequence[int] | None = None) -> list[PointRow]:
+               case_ids: Sequence[int] | None = None) -> tuple[list[PointRow], dict[str, RevisionMeta]]:
     """The per-revision medians of the repository's cases (optionally one suite, target or case;
-    optionally only from `min_position` on), in case then position order: an index range scan
-    over case_points (case_id, position)."""
-    stmt = (select(Case.suite, Case.target, Case.name, CasePoint.fingerprint, Revision.sha, CasePoint.position,
-                   CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio, CasePoint.unit,
-                   CasePoint.higher_is_better, *SPREAD)
-            .join(Case, CasePoint.case_id == Case.id).join(Revision, CasePoint.revision_id == Revision.id)
+    optionally only from `min_position` on), in case id then position order, and the metadata
+    of their commits. The points are an index-only range scan over case_points (case_id,
+    position) in the index's order; their commits are read once, apart (joined per point, they
+    made PostgreSQL hash and re-sort every point, and each sha was decoded once per case)."""
+    stmt = (select(Case.suite, Case.target, Case.name, func.nullif(CasePoint.fingerprint, ""), CasePoint.revision_id,
+                   *POINT_COLUMNS[5:])
+            .join(Case, CasePoint.case_id == Case.id)
             .where(Case.repository_id == repository_id, CasePoint.position.is_not(None))
-            .order_by(Case.suite, Case.target, Case.name, CasePoint.fingerprint, CasePoint.position))
+            .order_by(CasePoint.case_id, CasePoint.position))
     for column, wanted in ((Case.suite, suite), (Case.target, target), (Case.name, case)):
         if wanted:
             stmt = stmt.where(column == wanted)
@@ -101,14 +112,28 @@ def point_rows(session: Session, repository_id: int, *, suite: str | None = None
         stmt = stmt.where(CasePoint.position >= min_position)
     if case_ids is not None:
         stmt = stmt.where(CasePoint.case_id.in_(list(case_ids)))
-    return [_point_row(r) for r in session.execute(stmt)]
+    rows = session.connection().execute(stmt).all()
+    commits = _commits_by_id(session, repository_id, {r[4] for r in rows}, min(r[5] for r in rows) if rows else 0)
+    points = [PointRow(r[0], r[1], r[2], r[3], commits[r[4]].sha, *r[5:]) for r in rows]
+    return points, {meta.sha: meta for meta in commits.values()}
 
 
-def _point_row(r) -> PointRow:
-    return PointRow(suite=r.suite, target=r.target, case=r.name, fingerprint=r.fingerprint or None, sha=r.sha,
-                    position=r.position, trials=r.trials, value=r.value, control_value=r.control_value,
-                    ratio=r.ratio, unit=r.unit, higher_is_better=r.higher_is_better, value_min=r.value_min,
-                    value_max=r.value_max, ratio_min=r.ratio_min, ratio_max=r.ratio_max)
+def _commits_by_id(session: Session, repository_id: int, ids: set[int], min_position: int) -> dict[int, RevisionMeta]:
+    """revision id -> metadata of the commits `ids` (whose positions are min_position or more)."""
+    if not ids:
+        return {}
+    stmt = select(Revision.id, Revision.sha, Revision.subject, Revision.pr_number, Revision.authored_at)
+    if len(ids) <= META_IN_LIMIT:
+        stmt = stmt.where(Revision.id.in_(sorted(ids)))
+    else:  # a range of the first-parent history (most of its commits measured): keep the asked ones
+        stmt = stmt.where(Revision.repository_id == repository_id, Revision.position >= min_position)
+    return {rid: RevisionMeta(sha, subject or "", pr_number, authored_at)
+            for rid, sha, subject, pr_number, authored_at in session.connection().execute(stmt).all() if rid in ids}
+
+
+def _point_rows(session: Session, stmt) -> list[PointRow]:
+    # Core execution on the session's connection: plain tuples, none of the ORM's row loading.
+    return [PointRow._make(r) for r in session.connection().execute(stmt).all()]
 
 
 def latest_points(session: Session, repository_id: int, per_case: int) -> list[PointRow]:
@@ -126,18 +151,11 @@ def latest_points(session: Session, repository_id: int, per_case: int) -> list[P
                   .join(Case, CasePoint.case_id == Case.id)
                   .where(Case.repository_id == repository_id, CasePoint.position.is_not(None))).subquery()
         ids = select(ranked.c.id).where(ranked.c.n <= per_case)
-    stmt = (select(Case.suite, Case.target, Case.name, CasePoint.fingerprint, Revision.sha, CasePoint.position,
-                   CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio, CasePoint.unit,
-                   CasePoint.higher_is_better, *SPREAD)
+    stmt = (select(*POINT_COLUMNS)
             .join(Case, CasePoint.case_id == Case.id).join(Revision, CasePoint.revision_id == Revision.id)
             .where(CasePoint.id.in_(ids))
             .order_by(Case.suite, Case.target, Case.name, CasePoint.fingerprint, CasePoint.position))
-    return [_point_row(r) for r in session.execute(stmt)]
-
-
-# Above this many shas, revision_meta reads the repository's revisions and keeps the asked ones:
-# an IN list of thousands of bound parameters costs more to send and plan than the scan.
-META_IN_LIMIT = 500
+    return _point_rows(session, stmt)
 
 
 def revision_meta(session: Session, repository_id: int, shas: Sequence[str] | None = None) -> dict[str, RevisionMeta]:
@@ -147,8 +165,9 @@ def revision_meta(session: Session, repository_id: int, shas: Sequence[str] | No
     wanted = None if shas is None else set(shas)
     if wanted is not None and len(wanted) <= META_IN_LIMIT:
         stmt = stmt.where(Revision.sha.in_(sorted(wanted)))
-    return {row.sha: RevisionMeta(row.sha, row.subject or "", row.pr_number, row.authored_at)
-            for row in session.execute(stmt) if wanted is None or row.sha in wanted}
+    return {sha: RevisionMeta(sha, subject or "", pr_number, authored_at)
+            for sha, subject, pr_number, authored_at in session.connection().execute(stmt).all()
+            if wanted is None or sha in wanted}
 
 
 def measurement_rows(session: Session, repository_id: int, *, job_id: int | None = None,
@@ -267,13 +286,11 @@ def devices_of(session: Session, fingerprints: Sequence[str]) -> dict[str, dict]
 def revision_points(session: Session, repository_id: int, revision_ids: Sequence[int]) -> list[tuple[int, PointRow]]:
     """(revision id, point) of every case at the given revisions, from case_points (what the
     compare view reads: no measurement is loaded)."""
-    stmt = (select(CasePoint.revision_id, Case.suite, Case.target, Case.name, CasePoint.fingerprint, Revision.sha,
-                   CasePoint.position, CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio,
-                   CasePoint.unit, CasePoint.higher_is_better, *SPREAD)
+    stmt = (select(CasePoint.revision_id, *POINT_COLUMNS)
             .join(Case, CasePoint.case_id == Case.id).join(Revision, CasePoint.revision_id == Revision.id)
             .where(Case.repository_id == repository_id, CasePoint.revision_id.in_(list(revision_ids)))
             .order_by(Case.suite, Case.target, Case.name, CasePoint.fingerprint))
-    return [(r.revision_id, _point_row(r)) for r in session.execute(stmt)]
+    return [(revision_id, PointRow._make(rest)) for revision_id, *rest in session.connection().execute(stmt).all()]
 
 
 def revision_by_ref(session: Session, repository_id: int, ref: str) -> Revision | None:

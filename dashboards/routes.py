@@ -18,6 +18,7 @@ from perfbisect.dashboards import repository, views
 from perfbisect.dashboards.charts import format_value
 from perfbisect.service.api.deps import SessionDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
+from perfbisect.service.api.responses import FastJSONResponse
 from perfbisect.service.bounds import MAX_ID, NO_NUL
 from perfbisect.service.models import JobStatus
 from perfbisect.service.repos.urls import public_url
@@ -113,14 +114,19 @@ def history_index(session: SessionDep) -> list[dict[str, Any]]:
             for r in repository.list_repositories(session)]
 
 
-@router.get("/api/history/{name}", tags=["history"])
+# The history is returned already rendered: FastAPI would otherwise validate and copy a body of
+# 10,000s of points against dict[str, Any], which checks nothing.
+JSON_OBJECT = {200: {"content": {"application/json": {"schema": {"type": "object"}}}}}
+
+
+@router.get("/api/history/{name}", tags=["history"], response_class=FastJSONResponse, responses=JSON_OBJECT)
 def history(session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
-            case: Filter = None, last: int | None = Query(None, ge=2, le=100_000)) -> dict[str, Any]:
+            case: Filter = None, last: int | None = Query(None, ge=2, le=100_000)) -> FastJSONResponse:
     """Per case of repository `name`: one series per fingerprint (per-revision medians of the
     target metric and of the control, in first-parent commit order) and the culprit steps;
     `last` keeps only the newest N commits of that order."""
-    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last)
-    return views.history_json(view)
+    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last, panels=False)
+    return FastJSONResponse(views.history_json(view))
 
 
 @router.get("/api/history/{name}/overview", tags=["history"])

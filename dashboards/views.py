@@ -47,9 +47,10 @@ class CasePanel:
 @dataclass
 class RepositoryHistory:
     repository: Repository
-    positions: dict[str, int]  # sha -> first-parent position of every commit the panels use
+    positions: dict[str, int]  # sha -> first-parent position of every commit the histories use
     revisions: dict[str, RevisionMeta]
-    panels: list[CasePanel]
+    histories: list[CaseHistory]
+    panels: list[CasePanel]  # the charts and tables of the page; empty for the JSON API
     cases: list[CaseKey]
     links: RepoLinks
     devices: dict[str, str] = field(default_factory=dict)
@@ -138,18 +139,20 @@ def _build_panels(histories: list[CaseHistory], order: Order, revisions: dict[st
 
 def repository_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
                        case: str | None = None, last: int | None = None, shape: dict[str, str] | None = None,
-                       overlay: bool = False) -> RepositoryHistory:
+                       overlay: bool = False, panels: bool = True) -> RepositoryHistory:
     """The history of every measured case of repository `name` (optionally one suite, target
     or case, or the cases whose shape parameters match `shape`; optionally only the `last`
-    commits) in first-parent order, from the stored per-revision medians; `overlay` draws the
-    shapes of each kernel in one chart. Raises NotFound."""
+    commits) in first-parent order, from the stored per-revision medians; with `panels`, the
+    page's charts and tables too (`overlay` draws the shapes of each kernel in one chart).
+    Raises NotFound."""
     repo = _repository(session, name)
     newest = repository.max_position(session, repo.id)
     since = newest - last + 1 if last and newest is not None else None
-    points = repository.point_rows(session, repo.id, suite=suite, target=target, case=case, min_position=since)
+    points, revisions = repository.point_rows(session, repo.id, suite=suite, target=target, case=case,
+                                              min_position=since)
     shapes: dict[str, set[str]] = {}
-    for p in points:
-        for k, v in shape_params(p.case).items():
+    for case_name in {p.case for p in points}:
+        for k, v in shape_params(case_name).items():
             shapes.setdefault(k, set()).add(v)
     if shape:
         points = [p for p in points if shape_matches(p.case, shape)]
@@ -161,10 +164,12 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
     if since is not None:
         positions = {sha: p for sha, p in positions.items() if p >= since}
     histories = assemble_histories(series_from_points(points), culprits, positions, failed)
-    revisions = repository.revision_meta(session, repo.id, list(positions))
+    if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
+        revisions.update(repository.revision_meta(session, repo.id, missing))
     links, devices = repo_links(repo.url), _devices(session, histories)
-    return RepositoryHistory(repository=repo, positions=positions, revisions=revisions,
-                             panels=_panels(histories, positions, revisions, links, devices, repo.name, overlay),
+    return RepositoryHistory(repository=repo, positions=positions, revisions=revisions, histories=histories,
+                             panels=(_panels(histories, positions, revisions, links, devices, repo.name, overlay)
+                                     if panels else []),
                              cases=repository.measured_cases(session, repo.id), links=links, devices=devices,
                              shapes={k: sorted(v, key=_natural) for k, v in shapes.items()})
 
@@ -183,9 +188,9 @@ def _repository(session: Session, name: str) -> Repository:
 def history_json(view: RepositoryHistory) -> dict[str, Any]:
     """The JSON body of /api/history/{name}: the commits that carry a point or a mark, and per
     case one series per fingerprint plus the culprit steps."""
-    used = {p.sha for panel in view.panels for s in panel.history.series for p in s.points}
-    used |= {sha for panel in view.panels for m in panel.history.steps for sha in (m.first_sha, m.last_sha)}
-    used |= {f.sha for panel in view.panels for f in panel.history.failed}
+    used = {p.sha for h in view.histories for s in h.series for p in s.points}
+    used |= {sha for h in view.histories for m in h.steps for sha in (m.first_sha, m.last_sha)}
+    used |= {f.sha for h in view.histories for f in h.failed}
     commits = []
     for sha in sorted(used, key=view.positions.__getitem__):
         meta = view.revisions.get(sha)
@@ -193,16 +198,13 @@ def history_json(view: RepositoryHistory) -> dict[str, Any]:
                         "pr_number": meta.pr_number if meta else None,
                         "authored_at": meta.authored_at.isoformat() if meta and meta.authored_at else None})
     cases = []
-    for panel in view.panels:
-        h = panel.history
+    for h in view.histories:
         cases.append({
             "suite": h.suite, "target": h.target, "case": h.case, "units": h.units,
             "series": [{"fingerprint": s.fingerprint, "unit": s.unit, "higher_is_better": s.higher_is_better,
                         "device": view.devices.get(s.fingerprint or ""),
-                        "points": [{"sha": p.sha, "index": p.index, "value": p.value, "control_value": p.control_value,
-                                    "ratio": p.ratio, "trials": p.trials, "value_min": p.value_min,
-                                    "value_max": p.value_max, "ratio_min": p.ratio_min, "ratio_max": p.ratio_max}
-                                   for p in s.points]}
+                        # sha, index, value, control_value, ratio, trials, value/ratio min and max
+                        "points": [dict(zip(RevisionPoint._fields, p)) for p in s.points]}
                        for s in h.series],
             "steps": [{"kind": m.kind, "first_sha": m.first_sha, "last_sha": m.last_sha, "exact": m.exact,
                        "rel": m.rel, "ci": list(m.ci) if m.ci else None, "job_id": m.job_id,

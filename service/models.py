@@ -246,8 +246,12 @@ class CasePoint(Base):
     up to date as trials are stored, so a history is an index range scan over (case, position)."""
 
     __tablename__ = "case_points"
+    # On PostgreSQL the index covers what a history reads: an index-only range scan.
     __table_args__ = (UniqueConstraint("case_id", "revision_id", "fingerprint"),
-                      Index("ix_case_points_case_position", "case_id", "position"))
+                      Index("ix_case_points_case_position", "case_id", "position",
+                            postgresql_include=["fingerprint", "revision_id", "trials", "value", "control_value",
+                                                "ratio", "unit", "higher_is_better", "value_min", "value_max",
+                                                "ratio_min", "ratio_max"]))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     case_id: Mapped[int] = mapped_column(ForeignKey("cases.id", ondelete="CASCADE"))

@@ -106,7 +106,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
         start_embedded_reconciler()
     # Embedded, tasks run inside the server process: one process keeps them in one place.
     processes = workers or settings.web_workers or (1 if settings.embedded else os.cpu_count() or 1)
-    uvicorn.run("perfbisect.service.api:create_app", factory=True, host=host, port=port, log_level="info",
+    uvicorn.run("perfbisect.service.api:create_served_app", factory=True, host=host, port=port, log_level="info",
                 workers=processes, backlog=settings.max_in_flight * 4,
                 timeout_worker_healthcheck=60)  # a loaded node may take a while to import the app
 

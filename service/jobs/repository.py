@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, joinedload, selectinload
 
 from perfbisect.service.models import (
     Case,
@@ -24,7 +24,10 @@ OPEN = (JobStatus.queued, JobStatus.running)
 
 
 def get_job(session: Session, job_id: int, *, lock: bool = False) -> Job | None:
-    stmt = select(Job).where(Job.id == job_id).options(selectinload(Job.repository), selectinload(Job.culprits))
+    """The job with its repository (joined: the job read is the hottest query of the API) and
+    its culprits; `lock` takes the job's row lock (FOR UPDATE OF jobs)."""
+    stmt = select(Job).where(Job.id == job_id).options(joinedload(Job.repository, innerjoin=True),
+                                                       selectinload(Job.culprits))
     if lock:
         stmt = stmt.with_for_update(of=Job)
     return session.scalars(stmt).one_or_none()

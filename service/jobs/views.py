@@ -37,7 +37,7 @@ def job_reads(session: Session, jobs: Sequence[Job]) -> list[JobRead]:
 def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None = None) -> JobRead:
     if revisions is None:
         shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
-        revisions = revisions_by_sha(session, job.repository_id, list(shas))
+        revisions = revisions_by_sha(session, job.repository_id, list(shas)) if shas else {}
     culprits = []
     for c in job.culprits:
         rev = revisions.get(c.last_sha)
