@@ -16,6 +16,10 @@ from typing import Callable
 import torch
 
 DEFAULT_LLC_BYTES = 64 << 20
+# glibc malloc options (mallopt(3)): M_TRIM_THRESHOLD and M_MMAP_THRESHOLD.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+STEADY_MMAP_THRESHOLD = 256 << 20
+STEADY_TRIM_THRESHOLD = 1 << 30
 # Device-side spin before each timed GPU call: 400k cycles, about 0.2 ms at 2 GHz,
 # longer than the launch overhead of a Python-launched Triton kernel.
 SPIN_CYCLES = 400_000
@@ -47,7 +51,13 @@ def cpu_llc_bytes() -> int:
 
 
 class CpuTimer:
-    """perf_counter around the call; the flush touches 1.5x the LLC (read + write)."""
+    """perf_counter around the call; the flush reads 1.5x the LLC.
+
+    A read, not a write: a written flush buffer leaves the LLC full of dirty lines, and the
+    timed call then pays for writing them back to memory, a cost that follows the memory
+    traffic of whatever else runs on the machine (two trials side by side, other tenants of a
+    VM's host). In the CPU demo, with the written flush, RMSNorm's control varied 0.27-2.7x of
+    its median from trial to trial."""
 
     kind = "cpu"
 
@@ -57,7 +67,7 @@ class CpuTimer:
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
-            self.flush_buffer.add_(1.0)
+            self.flush_buffer.sum()
 
     def time_ms(self, fn: Callable[[], object]) -> float:
         self.flush()
@@ -154,3 +164,24 @@ def should_stop(samples: list[float], elapsed_s: float, policy: dict) -> bool:
     if n < policy["min_samples"]:
         return elapsed_s > 10 * policy["max_time_s"]  # a very slow kernel still ends
     return relative_noise_of_median(samples) <= policy["rel_noise"] or elapsed_s >= policy["max_time_s"]
+
+
+def steady_host_allocator() -> bool:
+    """Keep the trial's host memory in its heap: blocks up to 256 MiB come from the heap, and
+    freed memory is not handed back to the kernel below 1 GiB (glibc's mallopt; True when set).
+
+    By default glibc serves a large block with a fresh mmap and adjusts that threshold as the
+    process frees blocks, so whether a 4 MiB tensor lands on already-touched heap pages or on
+    new pages that fault in one by one on every call depends on the process's allocation
+    history. Measured on the CPU demo's RMSNorm (1024x1024 fp32): torch's rms_norm took 1.6 ms
+    with 0 page faults a call in one process and 7-10 ms with 2,016 in another (a child forked
+    by the fork server), so its control swung 0.27-2.7x between trials. Fixed thresholds make
+    every trial the same. A no-op off glibc."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, STEADY_MMAP_THRESHOLD)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, STEADY_TRIM_THRESHOLD))
+    except (OSError, AttributeError):
+        return False

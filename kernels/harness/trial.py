@@ -19,7 +19,7 @@ from perfbisect.kernels.harness.phases import PhaseClock
 from perfbisect.kernels.harness.provenance import describe_device
 from perfbisect.kernels.harness.refcache import ReferenceCache
 from perfbisect.kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
-from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop
+from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop, steady_host_allocator
 from perfbisect.kernels.suites import get_suite
 from perfbisect.kernels.suites.base import relative_error, resolve_callable
 
@@ -167,6 +167,7 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
     """Run every case of the spec in this process and return the result dict; `phases`
     collects where the time went."""
     started = time.perf_counter()
+    steady_host_allocator()
     phases = phases or PhaseClock()
     policy = {**DEFAULT_POLICY, **(spec.get("policy") or {})}
     policy["accuracy_only"] = bool(spec.get("accuracy_only"))  # no warm-up, no timing loop
