@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 SCHEMA_ID = "perfbisect.trial/1"
-# 2: the CPU cache flush reads its buffer instead of writing it (timing.CpuTimer), and the
-# trial's host allocator keeps fixed thresholds (timing.steady_host_allocator).
+# 2: the trial's host allocator keeps fixed thresholds (timing.steady_host_allocator).
 HARNESS_VERSION = "2"
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
 TRIAL_STATUSES = ("ok", "import_error", "build_error", "timeout", "error")

@@ -51,13 +51,11 @@ def cpu_llc_bytes() -> int:
 
 
 class CpuTimer:
-    """perf_counter around the call; the flush reads 1.5x the LLC.
+    """perf_counter around the call; the flush touches 1.5x the LLC (read + write).
 
-    A read, not a write: a written flush buffer leaves the LLC full of dirty lines, and the
-    timed call then pays for writing them back to memory, a cost that follows the memory
-    traffic of whatever else runs on the machine (two trials side by side, other tenants of a
-    VM's host). In the CPU demo, with the written flush, RMSNorm's control varied 0.27-2.7x of
-    its median from trial to trial."""
+    A read-only flush was tried (2026-12-03): cheaper, but with the two demo trials side by side
+    the timed calls then overlapped more, and the Python-heavy bf16 gemm's ratio drifted between
+    rounds enough to name a false culprit in 2 of 3 demo runs (bench/RESULTS.md)."""
 
     kind = "cpu"
 
@@ -67,7 +65,7 @@ class CpuTimer:
 
     def flush(self) -> None:
         if self.flush_buffer is not None:
-            self.flush_buffer.sum()
+            self.flush_buffer.add_(1.0)
 
     def time_ms(self, fn: Callable[[], object]) -> float:
         self.flush()

@@ -185,9 +185,9 @@ def advance(session: Session, job_id: int) -> Round:
         job.status, job.started_at = JobStatus.running, utcnow()
     revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)
     new = [
-        Trial(job_id=job.id, revision_id=revisions[job.revision_shas[r.revision]].id,
+        Trial(job_id=job.id, revision_id=revisions[job.revision_shas[revision]].id,
               device_class=job.spec["device_class"], dispatched_at=utcnow())
-        for r in plan.requests for _ in range(r.trials)
+        for revision in plan.dispatch_order()
     ]
     new += sweep.new_trials(job, trials, plan, revisions)  # queued after the round's, run beside them
     session.add_all(new)

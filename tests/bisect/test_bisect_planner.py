@@ -3,7 +3,7 @@ Each history is run over a few fixed seeds: the assertions must hold for every o
 
 import pytest
 
-from perfbisect.service.bisect import BisectConfig, Observation, RevisionState, TrialRequest, plan_next
+from perfbisect.service.bisect import BisectConfig, Observation, Plan, RevisionState, TrialRequest, plan_next
 from perfbisect.service.bisect.history import load_history
 from perfbisect.service.bisect.simulate import simulate
 
@@ -179,3 +179,11 @@ def test_everything_inside_unbuildable_blames_the_whole_range():
     h = history({"a": [[0, 100.0], [4, 80.0]]}, commits=8, unbuildable=[1, 2, 3, 4, 5, 6, 7])
     result = simulate(h, seed=0)
     assert [c["range"] for c in result["culprits"]] == [[1, 8]]
+
+
+def test_trials_are_dispatched_round_robin_over_the_requested_revisions():
+    """Side by side trials come from different revisions while more than one is requested, so a
+    slow spell of the machine cannot fall on one revision's trials only."""
+    plan = Plan((TrialRequest(3, 3), TrialRequest(4, 2), TrialRequest(9, 1), TrialRequest(3, 1)), done=False)
+    assert plan.dispatch_order() == [3, 4, 9, 3, 4, 3, 3]
+    assert Plan((), done=True).dispatch_order() == []
