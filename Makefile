@@ -25,8 +25,8 @@ services:
 # Both cores for the unit and service tests; then the end-to-end tests one at a time on a quiet
 # machine (they start servers and workers of their own and time real trials and recoveries).
 test: install services
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not e2e"
-	$(BIN)/python -m pytest -q -m e2e
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not e2e" --durations=10
+	$(BIN)/python -m pytest -q -m e2e --durations=0
 
 bench: install
 	$(BIN)/python bench/bisect_accuracy.py --quick

@@ -239,6 +239,22 @@ async def offered_load(base: str, path: str, rps: int, seconds: float, deadline_
             "no_answer": sum(s == 599 for _, s in results)}
 
 
+def server_cpu_ms(pid: int, client: httpx.Client, path: str, n: int = 1000) -> float:
+    """CPU time the server's processes (the parent and its workers) spend per request."""
+    def cpu_s() -> float:
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+        total = 0
+        for p in [pid, *map(int, children)]:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+        return total / os.sysconf("SC_CLK_TCK")
+
+    before = cpu_s()
+    for _ in range(n):
+        client.get(path).raise_for_status()
+    return (cpu_s() - before) / n * 1000
+
+
 def recovery(client: httpx.Client, path: str, normal_ms: float, base: str) -> float:
     """Overload (1000 rps offered for 5 s), then seconds until 5 requests in a row are back
     under 2x the normal latency."""
@@ -321,6 +337,8 @@ def main() -> None:
                 p50, p95, size = timed(client, path, params)
                 normal = p50 if label == "job read" else normal
                 print(f"{label:<28}{p50:>9.1f}{p95:>9.1f}{size:>11,}")
+            print(f"server CPU per job read: {server_cpu_ms(server.pid, client, f'/api/jobs/{job_id}'):.2f} ms "
+                  "(1,000 sequential reads)")
             per = 5 if args.quick else 10
             print(f"\njob reads offered at a fixed rate for {per} s ({args.workers} server processes):")
             print(f"{'offered rps':>12}{'ok rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'503 shed':>10}{'other 5xx':>11}{'no answer':>11}")
