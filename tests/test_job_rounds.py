@@ -24,10 +24,11 @@ CASE_BIG = "gemm M=256,N=256,K=256,dtype=fp32"
 CASE_SMALL = "gemm M=64,N=64,K=64,dtype=fp32"
 
 
-def harness_result(ratios: dict[str, float], rng: random.Random, status: str = "ok", wrong: bool = False) -> dict:
+def harness_result(ratios: dict[str, float], rng: random.Random, status: str = "ok", wrong: bool = False,
+                   noise: float = 0.01) -> dict:
     cases = []
     for name, ratio in ratios.items():
-        value = ratio * rng.lognormvariate(0, 0.01)
+        value = ratio * rng.lognormvariate(0, noise)
         params = dict(kv.split("=") for kv in name.split(" ", 1)[1].split(","))
         params = {k: int(v) if v.isdigit() else v for k, v in params.items()}
         cases.append({

@@ -26,7 +26,9 @@ def compare(session, head_ratio: float | None) -> str:
         if i == 1 and head_ratio is None:
             return {**harness_result({}, rng, status="import_error"), "error": IMPORT}
         big = head_ratio if i == 1 else 1.0
-        result = harness_result({CASE_BIG: big, CASE_SMALL: 1.0}, rng)
+        # 0.5% trial noise: well under what the 2% minimum effect needs (at 1% the noise-raised
+        # minimum sits at 2.0-2.1%, and whether a case is "too noisy" depends on the draws)
+        result = harness_result({CASE_BIG: big, CASE_SMALL: 1.0}, rng, noise=0.005)
         result["device"] = {"name": "NVIDIA H200", "driver": "550.54", "cuda": "12.4", "torch": "2.11.0", "triton": "3.6.0"}
         return result
 
