@@ -10,9 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import exists, func, select, true
 from sqlalchemy.orm import Session, selectinload
@@ -87,8 +85,8 @@ def revision_positions(session: Session, repository_id: int, shas: Sequence[str]
     return {sha: position for sha, position in session.execute(stmt)}
 
 
-# Above this many commits, revision_meta and point_rows read the repository's revisions and keeps the asked ones:
-# an IN list of thousands of bound parameters costs more to send and plan than the scan.
+# Above this many commits, revision_meta and point_rows read the repository's revisions and keep
+# the asked ones: an IN list of thousands of bound parameters costs more to send and plan than the scan.
 META_IN_LIMIT = 500
 
 
@@ -100,8 +98,8 @@ def point_rows(session: Session, repository_id: int, *, suite: str | None = None
     of their commits. The points are an index-only range scan over case_points (case_id,
     position) in the index's order; their commits are read once, apart (joined per point, they
     made PostgreSQL hash and re-sort every point, and each sha was decoded once per case)."""
-    stmt = (select(Case.suite, Case.target, Case.name, func.nullif(CasePoint.fingerprint, ""), CasePoint.revision_id,
-                   *POINT_COLUMNS[5:])
+    # POINT_COLUMNS with the revision's id in place of its sha (no join to revisions)
+    stmt = (select(*POINT_COLUMNS[:4], CasePoint.revision_id, *POINT_COLUMNS[5:])
             .join(Case, CasePoint.case_id == Case.id)
             .where(Case.repository_id == repository_id, CasePoint.position.is_not(None))
             .order_by(CasePoint.case_id, CasePoint.position))

@@ -119,7 +119,7 @@ def history_index(session: SessionDep) -> list[dict[str, Any]]:
 JSON_OBJECT = {200: {"content": {"application/json": {"schema": {"type": "object"}}}}}
 
 
-@router.get("/api/history/{name}", tags=["history"], response_class=FastJSONResponse, responses=JSON_OBJECT)
+@router.get("/api/history/{name}", tags=["history"], responses=JSON_OBJECT)
 def history(session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
             case: Filter = None, last: int | None = Query(None, ge=2, le=100_000)) -> FastJSONResponse:
     """Per case of repository `name`: one series per fingerprint (per-revision medians of the

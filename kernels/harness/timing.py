@@ -53,9 +53,9 @@ def cpu_llc_bytes() -> int:
 class CpuTimer:
     """perf_counter around the call; the flush touches 1.5x the LLC (read + write).
 
-    A read-only flush was tried (2026-12-03): cheaper, but with the two demo trials side by side
-    the timed calls then overlapped more, and the Python-heavy bf16 gemm's ratio drifted between
-    rounds enough to name a false culprit in 2 of 3 demo runs (bench/RESULTS.md)."""
+    A read-only flush was tried (2026-12-03): it did not make the CPU demo's RMSNorm quieter
+    once the trial's allocator was fixed (steady_host_allocator), so it was reverted
+    (bench/RESULTS.md)."""
 
     kind = "cpu"
 
