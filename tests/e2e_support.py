@@ -99,7 +99,7 @@ def api_server(env: dict[str, str], log: Path):
         stop(proc)
 
 
-def wait_for_job(base: str, job_id: int, timeout_s: float, on_poll=None) -> dict:
+def wait_for_job(base: str, job_id: int, timeout_s: float, on_poll=None, log: Path | None = None) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         job = httpx.get(f"{base}/api/jobs/{job_id}", timeout=10).json()
@@ -108,4 +108,18 @@ def wait_for_job(base: str, job_id: int, timeout_s: float, on_poll=None) -> dict
         if on_poll is not None:
             on_poll(job)
         time.sleep(1)
-    raise AssertionError(f"job {job_id} did not finish in {timeout_s}s: {job}")
+    tail = log.read_text(errors="replace")[-4000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"job {job_id} did not finish in {timeout_s}s: {job}\n{trial_digest(base, job_id)}\n{tail}")
+
+
+def trial_digest(base: str, job_id: int) -> str:
+    """Trials per status and the last failures' reasons and hosts: what a stuck job's CI log needs."""
+    trials = httpx.get(f"{base}/api/jobs/{job_id}/trials", timeout=30).json()
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[t["status"]] = counts.get(t["status"], 0) + 1
+    failed = [t for t in trials if t["status"] not in ("ok", "pending", "running")]
+    lines = [f"trials by status: {counts}"]
+    lines += [f"trial {t['id']} {t['status']} on {t['worker_host']} (attempts {t['attempts']}): "
+              f"{(t.get('failure_reason') or '')[-600:]}" for t in failed[-5:]]
+    return "\n".join(lines)

@@ -143,7 +143,7 @@ def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: 
             job_id = submitted.json()["id"]
 
             killed = kill_worker_running_a_trial(base, job_id, after_trials=6)
-            job = wait_for_job(base, job_id, timeout_s=900)
+            job = wait_for_job(base, job_id, timeout_s=480, log=log)
             assert_finished_honestly(job, log)
 
             # The two large planted steps (-40% or more on these cases) named at their exact

@@ -70,7 +70,7 @@ def measurement_rows(database_url: str, job_id: int) -> tuple[int, int]:
 def check_job(stack: Stack, job_id: int, before: dict[int, tuple[str, dict]], database_url: str) -> dict:
     """The job succeeded with exactly the planted culprit, nothing is in flight, nothing stored
     before the fault changed, and no measurement row is duplicated. Returns the figures."""
-    job = wait_for_job(stack.base, job_id, timeout_s=600)
+    job = wait_for_job(stack.base, job_id, timeout_s=600, log=stack.log)
     assert job["status"] == "succeeded", (job, stack.log.read_text()[-4000:])
     pos = {sha: i for i, sha in enumerate(job["revision_shas"])}
     spans = [(pos[c["first_sha"]], pos[c["last_sha"]]) for c in job["culprits"] if c["kind"] == "performance"]

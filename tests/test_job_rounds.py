@@ -116,6 +116,35 @@ def test_unbuildable_and_wrong_results_are_reported(session, repo) -> None:
     assert failed and all(t.failure_reason == "ImportError: boom" for t in failed)
 
 
+def test_a_worker_failing_every_trial_mid_job_ends_the_job_at_the_cap(session, repo) -> None:
+    """CI saw a job plan 1976 rounds: once a worker broke, every trial it ran failed without a
+    value at revisions that had run before, and those revisions were asked again every round.
+    Here every trial from the 7th on fails: the job must still end, with no revision given more
+    than the cap, and its outcome must say why it could not decide."""
+    job_id = submit(session)
+    ran = 0
+
+    def truth(i: int, rng: random.Random) -> dict:
+        nonlocal ran
+        ran += 1
+        if ran > 6:
+            return harness_result({}, rng, status="error")
+        return harness_result({CASE_BIG: 0.7 if i >= 8 else 1.0, CASE_SMALL: 1.0}, rng, noise=0.2)
+
+    rounds = run_job(session, job_id, truth, max_rounds=200)
+    job = jobs.get(session, job_id)
+    assert job.status.finished and job.status != JobStatus.succeeded, (rounds, job.status, job.error)
+    per_revision: dict[int, int] = {}
+    for trial in session.scalars(select(Trial).where(Trial.job_id == job_id)):
+        per_revision[trial.revision_id] = per_revision.get(trial.revision_id, 0) + 1
+    assert max(per_revision.values()) <= job.spec["max_trials"]
+    assert job.error.startswith("2 of 2 case(s) could not be decided"), job.error
+    for case in job.result["outcome"]["cases"]:  # the failures, not the noise, named first
+        assert case["outcome"] == "inconclusive" and "trials at revision" in case["reason"], case
+        assert "failed without a value and its trial cap (12) was reached" in case["reason"], case
+    assert any(f["reason"] == "error" for f in job.result["outcome"]["failures"])
+
+
 def test_cancel_stops_dispatch_and_late_results_are_ignored(session, repo) -> None:
     job_id = submit(session)
     trial_ids = advance.advance(session, job_id).trial_ids

@@ -34,10 +34,16 @@ class Observation:
 
     state: RevisionState
     values: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    failed: int = 0  # finished trials that gave no value (a crash or timeout at a revision that ran)
 
     def trials(self) -> int:
-        """Finished trials: the longest value list over the cases (0 for a failed build)."""
+        """Finished trials with values: the longest value list over the cases (0 for a failed build)."""
         return max((len(v) for v in self.values.values()), default=0)
+
+    def attempts(self) -> int:
+        """Every finished trial, those that gave no value included: what `max_trials` caps, so a
+        revision whose trials keep failing is not asked for more forever."""
+        return self.trials() + self.failed
 
 
 @dataclass(frozen=True)

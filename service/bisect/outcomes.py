@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 import numpy as np
@@ -169,8 +169,17 @@ def _unresolved(case: str, plan: Plan, min_effect: float) -> list[tuple[int, int
     return sorted(out)
 
 
-def _at_cap(revisions: Sequence[int], observations: Mapping[int, Observation], config: BisectConfig) -> bool:
-    return any(observations[r].trials() >= config.max_trials for r in revisions if r in observations)
+def _cap_note(revisions: Sequence[int], observations: Mapping[int, Observation], config: BisectConfig) -> str | None:
+    capped = [r for r in revisions if r in observations and observations[r].attempts() >= config.max_trials]
+    return f"trial cap reached ({config.max_trials} trials per revision)" if capped else None
+
+
+def _starved(observations: Mapping[int, Observation], config: BisectConfig) -> int | None:
+    """A revision whose trials reached the cap with some of them failing without a value (a
+    broken worker or a flaky revision), the one with the most failures; None when none did."""
+    starved = [(o.failed, r) for r, o in observations.items() if o.failed and o.attempts() >= config.max_trials
+               and o.state != RevisionState.unbuildable]
+    return max(starved)[1] if starved else None
 
 
 def _pct(x: float) -> str:
@@ -203,11 +212,11 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
                f"over the minimum {_pct(config.min_effect)}")
     elif unresolved:
         a, b, why = unresolved[0]
-        if _at_cap([a, b], observations, config):
-            why += f": trial cap reached ({config.max_trials} trials per revision)"
+        if note := _cap_note([a, b], observations, config):
+            why += f": {note}"
         return CaseOutcome(case, Outcome.inconclusive, why, ci=ci)
-    elif _at_cap([0, n - 1], observations, config):
-        why = f"trial cap reached ({config.max_trials} trials per revision)"
+    elif note := _cap_note([0, n - 1], observations, config):
+        why = note
     else:
         why = "too noisy for the minimum effect"
     why += f"; the end-to-end step is {_pct(effect.rel)} [{_pct(ci[0])}, {_pct(ci[1])}]"
@@ -258,7 +267,16 @@ def decide_case(case: str, n: int, observations: Mapping[int, Observation], plan
                            failed_at=failed and failed.failed_at, steps=steps)
     if failed:
         return failed
-    return _measured_case(case, n, observations, plan, config, detectable)
+    measured = _measured_case(case, n, observations, plan, config, detectable)
+    starved = _starved(observations, config)
+    if measured.outcome != Outcome.inconclusive or starved is None:
+        return measured
+    # Failed trials used up the budget: that, not the noise, is the first thing to fix.
+    errors = [f.error for f in failures if f.revision == starved and f.case is None and f.error]
+    o = observations[starved]
+    why = (f"{o.failed} of the {o.attempts()} trials at revision {starved} failed without a value and its "
+           f"trial cap ({config.max_trials}) was reached; {measured.reason}")
+    return replace(measured, reason=why, error=errors[-1] if errors else None)
 
 
 def decide(n_revisions: int, observations: Mapping[int, Observation], plan: Plan, config: BisectConfig,

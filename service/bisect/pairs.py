@@ -134,7 +134,7 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
     pooled = case_noise_df(observations, ok, cases)
     noise = {case: p[0] if p else None for case, p in pooled.items()}
     values = {i: observations[i].values for i in ok}
-    counts = {i: observations[i].trials() for i in ok}
+    counts = {i: observations[i].attempts() for i in ok}  # at the cap: no more trials will come
 
     def one(a_vals: Sequence[float], b_vals: Sequence[float], case: str, at_cap: bool) -> Comparison:
         return assess(a_vals, b_vals, min_effect=effective_min_effect(config, noise[case]),

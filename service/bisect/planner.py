@@ -67,20 +67,29 @@ from perfbisect.service.bisect.probes import allocate, correctness, edge_probes
 
 
 class _Requests:
-    """Trials asked for this round, per revision; asking twice keeps the larger count."""
+    """Trials asked for this round, per revision; asking twice keeps the larger count. No
+    revision is given more than `cap` attempts in all (failed ones count), so every round
+    spends budget and the search ends."""
 
     def __init__(self, observations: Mapping[int, Observation], cap: int) -> None:
         self._have = {i: o.trials() for i, o in observations.items()}
+        self._left = {i: max(0, cap - o.attempts()) for i, o in observations.items()}
         self._cap = cap
         self.wanted: dict[int, int] = {}
 
-    def up_to(self, revision: int, total: int) -> None:
-        more = min(total, self._cap) - self._have.get(revision, 0)
+    def capped(self, revision: int) -> bool:
+        return self._left.get(revision, self._cap) <= 0
+
+    def _ask(self, revision: int, more: int) -> None:
+        more = min(more, self._left.get(revision, self._cap))
         if more > 0:
             self.wanted[revision] = max(self.wanted.get(revision, 0), more)
 
+    def up_to(self, revision: int, total: int) -> None:
+        self._ask(revision, min(total, self._cap) - self._have.get(revision, 0))
+
     def new(self, revision: int, trials: int) -> None:
-        self.wanted[revision] = max(self.wanted.get(revision, 0), min(trials, self._cap))
+        self._ask(revision, trials)
 
     def as_tuple(self) -> tuple[TrialRequest, ...]:
         return tuple(TrialRequest(r, t) for r, t in sorted(self.wanted.items()))
@@ -89,8 +98,8 @@ class _Requests:
 def _escalate(a: int, b: int, counts: Mapping[int, int], config: BisectConfig, requests: _Requests) -> None:
     """UNKNOWN: a block more on the side with fewer trials (both when equal; the other side when
     the one with fewer is already at the cap)."""
-    for revision, mine, other in ((a, counts[a], counts[b]), (b, counts[b], counts[a])):
-        if mine < config.max_trials and (mine <= other or other >= config.max_trials):
+    for revision, mine, other, side in ((a, counts[a], counts[b], b), (b, counts[b], counts[a], a)):
+        if not requests.capped(revision) and (mine <= other or requests.capped(side)):
             requests.up_to(revision, mine + config.block)
 
 
@@ -138,8 +147,7 @@ def _tighten_ends(observations: Mapping[int, Observation], ok: Sequence[int], co
         ci = step_effect(before[case], after[case], noise[case], config).ci
         if max(abs(ci[0]), abs(ci[1])) >= config.min_effect:
             for end in (first, last):
-                if counts[end] < config.max_trials:
-                    requests.up_to(end, counts[end] + config.block)
+                requests.up_to(end, counts[end] + config.block)
             return
 
 
@@ -204,7 +212,7 @@ def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig
         target = config.replicates if fewest < config.replicates and t_route else confirm
         requests.up_to(pair.a, target)
         requests.up_to(pair.b, target)
-    elif confirmed == Verdict.UNKNOWN and fewest < config.max_trials:
+    elif confirmed == Verdict.UNKNOWN:
         _escalate(pair.a, pair.b, counts, config, requests)
     return False
 
@@ -232,8 +240,8 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     for i, o in observations.items():
         if o.state == RevisionState.ok and o.trials() == 0:
             requests.new(i, config.endpoint_trials if i in (0, n - 1) else config.initial_trials)
-    if ends:
-        return Plan(requests.as_tuple(), done=False, correctness=tuple(findings))
+    if ends:  # done only when the ends' trials are spent (they failed): the outcome says so
+        return Plan(requests.as_tuple(), done=not requests.wanted, correctness=tuple(findings))
 
     unmeasured = {r for r in range(n) if r not in observations}
     counts = {i: observations[i].trials() for i in ok}

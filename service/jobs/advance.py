@@ -35,21 +35,27 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
     index = {sha: i for i, sha in enumerate(shas)}
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     seen: dict[int, set[RevisionState]] = defaultdict(set)
+    failed: dict[int, int] = defaultdict(int)  # trials that gave no value: they count against the cap
     for trial in trials:
         if not trial.status.finished or trial.status == TrialStatus.cancelled:
             continue
         i = index[trial.revision.sha]
         if trial.status in UNBUILDABLE or any(m.status in BROKEN_CASE for m in trial.measurements):
             seen[i].add(RevisionState.unbuildable)
+            failed[i] += 1
             continue
         wrong = any(m.status == "wrong_results" for m in trial.measurements)
         seen[i].add(RevisionState.wrong_results if wrong else RevisionState.ok)
+        gave = False
         for m in trial.measurements:
             value = m.ratio if metric == "ratio" else m.value
             if m.status == "ok" and value is not None:
                 values[i][m.case.name].append(value)
+                gave = True
+        failed[i] += not gave
     precedence = (RevisionState.wrong_results, RevisionState.ok, RevisionState.unbuildable)
-    return {i: Observation(state=next(s for s in precedence if s in states), values=dict(values.get(i, {})))
+    return {i: Observation(state=next(s for s in precedence if s in states), values=dict(values.get(i, {})),
+                           failed=failed[i])
             for i, states in seen.items()}
 
 

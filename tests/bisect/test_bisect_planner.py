@@ -187,3 +187,29 @@ def test_trials_are_dispatched_round_robin_over_the_requested_revisions():
     plan = Plan((TrialRequest(3, 3), TrialRequest(4, 2), TrialRequest(9, 1), TrialRequest(3, 1)), done=False)
     assert plan.dispatch_order() == [3, 4, 9, 3, 4, 3, 3]
     assert Plan((), done=True).dispatch_order() == []
+
+
+def test_failed_trials_count_against_the_cap_so_a_revision_is_not_asked_forever():
+    """An end that ran twice and whose later trials all failed (a worker breaking mid-job) gave
+    no values past its first two: the planner stops asking there once its attempts, failed ones
+    included, reach the cap, and is done, instead of asking for the same trials every round."""
+    config = BisectConfig()
+    noisy = [1.0, 1.3, 0.8, 1.2, 0.9, 1.1, 1.0, 1.25, 0.85, 1.15]
+    good = Observation(RevisionState.ok, {"a": noisy})
+    asked = plan_next(20, {0: good, 19: Observation(RevisionState.ok, {"a": [1.1, 0.9]})}, config)
+    assert 19 in {r.revision for r in asked.requests}  # two values on a noisy case: more are wanted
+    spent = Observation(RevisionState.ok, {"a": [1.1, 0.9]}, failed=config.max_trials - 2)
+    assert spent.attempts() == config.max_trials
+    plan = plan_next(20, {0: good, 19: spent}, config)
+    assert 19 not in {r.revision for r in plan.requests}
+    nearly = Observation(RevisionState.ok, {"a": [1.1, 0.9]}, failed=config.max_trials - 3)
+    assert TrialRequest(19, 1) in plan_next(20, {0: good, 19: nearly}, config).requests
+
+
+def test_an_end_whose_every_trial_failed_without_a_value_is_done_at_the_cap():
+    config = BisectConfig()
+    ok = Observation(RevisionState.ok, {"a": [1.0] * 6})
+    empty = Observation(RevisionState.ok, {}, failed=config.max_trials)  # ran, never gave a value
+    plan = plan_next(10, {0: ok, 9: empty}, config)
+    assert plan.done and plan.requests == ()
+    assert not plan_next(10, {0: ok, 9: Observation(RevisionState.ok, {}, failed=1)}, config).done
