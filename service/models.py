@@ -55,6 +55,9 @@ class TrialStatus(str, enum.Enum):
     import_error = "import_error"
     timeout = "timeout"
     error = "error"
+    # the worker failed before the revision's code ran (checkout, sandbox, a crash of the worker
+    # itself): says nothing about the revision, which is tried again
+    worker_error = "worker_error"
     cancelled = "cancelled"
 
     @property

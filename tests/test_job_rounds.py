@@ -145,6 +145,31 @@ def test_a_worker_failing_every_trial_mid_job_ends_the_job_at_the_cap(session, r
     assert any(f["reason"] == "error" for f in job.result["outcome"]["failures"])
 
 
+def test_worker_failures_are_tried_again_and_never_make_a_revision_unbuildable(session, repo) -> None:
+    """The first two trials of every revision fail on the worker (a checkout or sandbox
+    failure): they say nothing of the revision, so it is tried again and the step is still
+    named at its exact commit. A revision whose trials fail on the worker every time is
+    skipped after WORKER_RETRIES and the outcome names the worker, not the revision."""
+    job_id = submit(session)
+    tries: dict[int, int] = {}
+
+    def truth(i: int, rng: random.Random) -> dict:
+        tries[i] = tries.get(i, 0) + 1
+        if tries[i] <= 2 or i == 4:
+            return {"status": "worker_error", "error": "checkout failed: cannot check out 0123abcd", "cases": []}
+        return harness_result({CASE_BIG: 0.7 if i >= 8 else 1.0, CASE_SMALL: 1.0}, rng)
+
+    run_job(session, job_id, truth, max_rounds=120)
+    job = views.job_read(session, jobs.get(session, job_id))
+    assert job.status == "succeeded", (job.status, job.error)
+    perf = [c for c in job.culprits if c.kind == "performance"]
+    assert [(job.revision_shas.index(c.first_sha), job.revision_shas.index(c.last_sha)) for c in perf] == [(8, 8)]
+    assert tries[4] == advance.WORKER_RETRIES  # the search wanted it: tried that often, then skipped
+    rows = session.scalars(select(Trial).where(Trial.job_id == job_id, Trial.status == TrialStatus.worker_error)).all()
+    assert rows and all(t.failure_reason.startswith("checkout failed") for t in rows)
+    assert {f.reason for f in job.outcome.failures} == {"worker_error"}
+
+
 def test_cancel_stops_dispatch_and_late_results_are_ignored(session, repo) -> None:
     job_id = submit(session)
     trial_ids = advance.advance(session, job_id).trial_ids

@@ -62,3 +62,29 @@ def test_trials_of_a_revision_share_its_caches_and_record_every_phase(probe_git_
                  "total", "timed_kernels"):
         assert phases[name] >= 0, name
     assert phases["build"] > 0 and phases["total"] >= phases["process"] + phases["build"]
+
+
+def test_a_checkout_failure_is_the_workers_failure_not_the_revisions(probe_git_repo, tmp_path):
+    repo, _ = probe_git_repo
+    result, build_s = execute(work(repo, "0123456789abcdef0123456789abcdef01234567", tmp_path / "probe.json"))
+    assert result["status"] == "worker_error" and build_s is None
+    assert result["error"].startswith("checkout failed: cannot check out 0123456789ab")
+
+
+def test_a_worker_leaves_after_two_worker_failures_in_a_row(monkeypatch):
+    from perfbisect.queue import celery_app
+    from perfbisect.workers import tasks
+
+    left: list[list[str]] = []
+    monkeypatch.setattr(celery_app.control, "shutdown", lambda destination: left.append(destination))
+    monkeypatch.setattr(tasks, "_worker_errors", 0)
+    monkeypatch.setattr(tasks, "get_settings", lambda: type("S", (), {"embedded": False})())
+    for status in ("worker_error", "ok", "worker_error", "build_error"):  # never two in a row
+        tasks._leave_if_broken(status, "checkout failed: x", "cpu-1@node")
+    assert left == []
+    tasks._leave_if_broken("worker_error", "checkout failed: x", "cpu-1@node")
+    tasks._leave_if_broken("worker_error", "sandbox: all 64 sandbox slots of this host are in use", "cpu-1@node")
+    assert left == [["cpu-1@node"]]
+    monkeypatch.setattr(tasks, "get_settings", lambda: type("S", (), {"embedded": True})())
+    tasks._leave_if_broken("worker_error", "x", "embedded")  # the embedded worker is the process itself
+    assert left == [["cpu-1@node"]]

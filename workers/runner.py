@@ -65,7 +65,7 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         mirror.ensure(fetch=False)
         mirror.checkout(box.worktree, sha)
     except GitError as exc:
-        return add_worker_phases(failure("error", f"checkout failed: {exc}"), time.perf_counter() - started, None), None
+        return add_worker_phases(failure("worker_error", f"checkout failed: {exc}"), time.perf_counter() - started, None), None
     checkout_s = time.perf_counter() - started
     box.give(box.worktree)
     build = build_revision(build_command, build_inputs, box, mirror, sha, env=env, device=spec["device"],
@@ -103,5 +103,5 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
                                           spec=spec, import_root=work.import_root, build_inputs=work.build_inputs,
                                           should_stop=should_stop)
     except SandboxError as exc:
-        result, build_s = failure("error", f"sandbox: {exc}"), None
+        result, build_s = failure("worker_error", f"sandbox: {exc}"), None
     return redact_tree(result), build_s

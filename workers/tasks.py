@@ -15,6 +15,7 @@ from perfbisect import dispatch
 from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, RUN_TRIAL, celery_app
 from perfbisect.service.db import database_unreachable, session_scope
 from perfbisect.service.jobs import advance
+from perfbisect.service.settings import get_settings
 from perfbisect.service.trials import reconcile as reconciler
 from perfbisect.service.trials import service as trials
 from perfbisect.workers.heartbeat import Heartbeat
@@ -64,8 +65,24 @@ def notify_job(job_id: int) -> int:
         return posted
 
 
-@celery_app.task(name="perfbisect.run_trial")
-def run_trial(trial_id: int) -> str:
+# A worker whose trials fail on the worker itself (checkout, sandbox, a crash: worker_error) this
+# many times in a row leaves, rather than fail every trial it takes faster than a healthy worker
+# can take them; its supervisor restarts it fresh (docker-compose: restart: unless-stopped).
+WORKER_ERRORS_TO_LEAVE = 2
+_worker_errors = 0  # consecutive worker_error trials of this process
+
+
+def _leave_if_broken(status: str, error: str | None, hostname: str | None) -> None:
+    global _worker_errors
+    _worker_errors = _worker_errors + 1 if status == "worker_error" else 0
+    if _worker_errors >= WORKER_ERRORS_TO_LEAVE and hostname and not get_settings().embedded:
+        log.error("%d trials in a row failed on this worker (last: %s); it stops taking trials: restart it "
+                  "once that is fixed", _worker_errors, (error or "")[-500:])
+        celery_app.control.shutdown(destination=[hostname])
+
+
+@celery_app.task(name="perfbisect.run_trial", bind=True)
+def run_trial(self, trial_id: int) -> str:
     """Run one trial: mark it running (committed, so progress shows it), do the work with no
     session open while a heartbeat thread reports it alive and watches for a cancel, store the
     result in a second transaction, then ask the job to advance."""
@@ -82,7 +99,7 @@ def run_trial(trial_id: int) -> str:
             result, build_s = execute(work, should_stop=heartbeat.stopped)
         except Exception as exc:  # a bug in the worker: store it as the trial's failure, not a lost trial
             log.exception("trial %s crashed", trial_id)
-            result, build_s = {"status": "error", "error": f"worker error: {exc!r}", "cases": []}, None
+            result, build_s = {"status": "worker_error", "error": f"worker error: {exc!r}", "cases": []}, None
     if heartbeat.stopped():
         result = {**result, "status": "cancelled"}
 
@@ -92,6 +109,7 @@ def run_trial(trial_id: int) -> str:
 
     with_database(store)
     dispatch.send(ADVANCE_JOB, work.job_id, queue=CONTROL_QUEUE)
+    _leave_if_broken(result.get("status", "error"), result.get("error"), self.request.hostname)
     return result.get("status", "error")
 
 

@@ -49,7 +49,7 @@ SEVERITY = (Outcome.failed, Outcome.inconclusive, Outcome.regressed, Outcome.imp
 FAILURE_WORDS = {
     "build_error": "build failed", "import_error": "import failed", "compile_error": "compile failed",
     "cuda_missing": "CUDA missing", "timeout": "timed out", "wrong_results": "wrong results",
-    "no_measurement": "no measurement stored", "error": "error",
+    "no_measurement": "no measurement stored", "error": "error", "worker_error": "the worker failed",
 }
 
 

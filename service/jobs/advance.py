@@ -25,13 +25,17 @@ from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.trials.repository import samples_of
 
 UNBUILDABLE = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
+WORKER_RETRIES = 3  # a revision whose every trial failed on the worker is tried this often, then skipped
 BROKEN_CASE = ("compile_error", "error")
 
 
 def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str) -> dict[int, Observation]:
     """Per revision index: its state and, per case, one decision value per finished trial.
     Any wrong result makes the revision wrong_results; it is unbuildable only when no trial of
-    it ran (one timeout among good trials is noise, not a broken revision)."""
+    it ran (one timeout among good trials is noise, not a broken revision). A trial the worker
+    failed (worker_error) tells nothing of the revision: it only counts against the cap, and a
+    revision with nothing else is left unobserved (so tried again) until WORKER_RETRIES such
+    failures, then skipped like one that does not build."""
     index = {sha: i for i, sha in enumerate(shas)}
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     seen: dict[int, set[RevisionState]] = defaultdict(set)
@@ -40,6 +44,9 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
         if not trial.status.finished or trial.status == TrialStatus.cancelled:
             continue
         i = index[trial.revision.sha]
+        if trial.status == TrialStatus.worker_error:
+            failed[i] += 1
+            continue
         if trial.status in UNBUILDABLE or any(m.status in BROKEN_CASE for m in trial.measurements):
             seen[i].add(RevisionState.unbuildable)
             failed[i] += 1
@@ -53,6 +60,9 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
                 values[i][m.case.name].append(value)
                 gave = True
         failed[i] += not gave
+    for i, count in failed.items():
+        if i not in seen and count >= WORKER_RETRIES:
+            seen[i].add(RevisionState.unbuildable)
     precedence = (RevisionState.wrong_results, RevisionState.ok, RevisionState.unbuildable)
     return {i: Observation(state=next(s for s in precedence if s in states), values=dict(values.get(i, {})),
                            failed=failed[i])

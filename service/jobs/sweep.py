@@ -37,6 +37,8 @@ def states(trials: Sequence[Trial], shas: Sequence[str]) -> dict[int, RevisionSt
     for trial in trials:
         if not trial.status.finished or trial.status == TrialStatus.cancelled:
             continue
+        if trial.status == TrialStatus.worker_error:  # says nothing of the revision
+            continue
         i = index[trial.revision.sha]
         if trial.status != TrialStatus.ok:
             seen[i].add(RevisionState.unbuildable)
