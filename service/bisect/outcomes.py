@@ -240,9 +240,14 @@ def _warning(reports: Sequence[NoiseReport], min_effect: float) -> str | None:
     noisy = [r for r in reports if r.noisy]
     if not noisy:
         return None
-    worst = max(noisy, key=lambda r: r.detectable)
-    parts = [f"noisy run: the smallest step it could detect is {_pct(worst.detectable)} on {worst.case} "
-             f"(minimum effect {_pct(min_effect)})"]
+    worst = max(noisy, key=lambda r: (r.detectable, r.control_spread or 0.0))
+    if worst.detectable <= min_effect:
+        # the ratio held: what moved is the machine (the control's spread, throttled samples)
+        parts = [f"unsteady machine on {worst.case}, but the smallest step this run could detect is still "
+                 f"{_pct(worst.detectable)} (minimum effect {_pct(min_effect)})"]
+    else:
+        parts = [f"noisy run: the smallest step it could detect is {_pct(worst.detectable)} on {worst.case} "
+                 f"(minimum effect {_pct(min_effect)})"]
     if worst.noise is not None:
         parts.append(f"one trial's value varies {_pct(math.expm1(worst.noise))}")
     if worst.control_spread is not None:

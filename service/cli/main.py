@@ -154,7 +154,8 @@ def demo(
     path: Annotated[Path, typer.Option(help="where to write the demo kernel repository")] = Path("var/demo/minikern"),
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     workers: Annotated[Optional[int], typer.Option(
-        help="revisions measured per round; default 2 on a CPU with 2+ cores, 1 on a GPU")] = None,
+        help="revisions measured per round, side by side (default 1: on a CPU two trials side by side "
+             "disturb each other's timing)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     track: Annotated[bool, typer.Option("--track", help="replay the history as pushes to a tracked branch")] = False,
 ) -> None:

@@ -149,8 +149,6 @@ def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> Bise
 
 def run_demo(path: Path, device: str, workers: int | None = None, *, show_progress: bool,
              console: Console) -> tuple[JobRead, dict]:
-    import os
-
     from perfbisect.kernels import demo
 
     if device == "auto":
@@ -158,9 +156,11 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if workers is None:
-        # Two single-threaded CPU trials side by side halve the demo's time and still name every
-        # planted step (their noise is in the figures of bench/RESULTS.md); one GPU, one trial.
-        workers = min(2, os.cpu_count() or 1) if device == "cpu" else 1
+        # One trial at a time, on a CPU too: two side by side share the last-level cache and the
+        # memory bandwidth, and the bf16 gemm (memory-bound here) slows more than its compute-bound
+        # control, so the ratio does not cancel the neighbour; its trial noise then hid the
+        # smallest planted step in 2 of 10 runs (bench/RESULTS.md). One GPU, one trial.
+        workers = 1
     if not (path / GROUND_TRUTH_FILE).exists():
         if path.exists() and any(path.iterdir()):
             raise CLIError(f"{path} exists and is not the demo repository; pass --path elsewhere")

@@ -170,8 +170,7 @@ def demo_track(path: Path, device: str, workers: int | None, as_json: bool, cons
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        alerts, result = run_track_demo(path, device, workers or (min(2, os.cpu_count() or 1) if device == "cpu" else 1),
-                                        console)
+        alerts, result = run_track_demo(path, device, workers or 1, console)  # one trial at a time: see run_demo
     except CLIError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc

@@ -88,6 +88,20 @@ def test_throttled_samples_warn_even_when_the_values_are_calm() -> None:
     assert result.verdict == Outcome.unchanged and "40 samples were dropped as throttled" in result.warning
 
 
+def test_an_unsteady_control_with_a_steady_ratio_is_named_as_the_machine_not_as_noise() -> None:
+    """The control spreads 10% across trials but the ratio to it holds: the run could detect the
+    minimum effect, and the warning says the machine moved, not that the run was too noisy."""
+    control = [[1.0, 1.12, 0.9, 1.1], [0.92, 1.08, 1.0, 1.15]]
+    result = outcome_of({0: ok(CALM), 1: ok(CALM)}, config=BisectConfig(min_effect=0.15),
+                        noise={CASE: CaseNoise(control=control, throttled=0, samples=200)})
+    assert result.verdict == Outcome.unchanged
+    [report] = result.noise
+    assert report.noisy and report.detectable <= 0.15
+    assert result.warning.startswith(f"unsteady machine on {CASE}, but the smallest step this run could detect "
+                                     "is still 15.0% (minimum effect 15.0%)")
+    assert "the control's own spread across trials is" in result.warning
+
+
 def test_unfinished_search_is_inconclusive() -> None:
     observations = {0: ok(CALM), 5: ok([v * 0.7 for v in CALM])}
     plan = plan_next(6, observations, CONFIG)
