@@ -170,7 +170,7 @@ def _unresolved(case: str, plan: Plan, min_effect: float) -> list[tuple[int, int
 
 
 def _cap_note(revisions: Sequence[int], observations: Mapping[int, Observation], config: BisectConfig) -> str | None:
-    capped = [r for r in revisions if r in observations and observations[r].attempts() >= config.max_trials]
+    capped = any(r in observations and observations[r].attempts() >= config.max_trials for r in revisions)
     return f"trial cap reached ({config.max_trials} trials per revision)" if capped else None
 
 
