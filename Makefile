@@ -1,7 +1,12 @@
 # The two commands of the README. Each sets up what it needs on a fresh machine.
 #   make demo   - install, write the demo kernel repository, bisect it, print the culprits
 #   make test   - install, make sure PostgreSQL and Redis are up, run the test suite
-PYTHON ?= python3
+# The venv's interpreter must be one the sandbox user (nobody) can run: a root worker runs the
+# repository's code as that user with this interpreter. One under a private home (pyenv under
+# /root, mode 0700) cannot be run by it, and the contained-trial tests would skip. So the
+# system's Python 3.11 or 3.12 comes first when there is one; `make PYTHON=...` chooses another.
+PYTHON ?= $(or $(firstword $(foreach p,/usr/bin/python3 /usr/local/bin/python3 python3,$(shell $(p) -c \
+	'import sys, venv, ensurepip; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 12))' 2>/dev/null && echo $(p)))),python3)
 VENV ?= .venv
 BIN = $(VENV)/bin
 
