@@ -148,22 +148,22 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
     repo = _repository(session, name)
     newest = repository.max_position(session, repo.id)
     since = newest - last + 1 if last and newest is not None else None
-    points, revisions = repository.point_rows(session, repo.id, suite=suite, target=target, case=case,
-                                              min_position=since)
+    series, revisions = repository.case_series(session, repo.id, suite=suite, target=target, case=case,
+                                               min_position=since)
     shapes: dict[str, set[str]] = {}
-    for case_name in {p.case for p in points}:
+    for _, _, case_name in series:
         for k, v in shape_params(case_name).items():
             shapes.setdefault(k, set()).add(v)
     if shape:
-        points = [p for p in points if shape_matches(p.case, shape)]
+        series = {key: s for key, s in series.items() if shape_matches(key[2], shape)}
     culprits = repository.culprit_rows(session, repo.id)
     failed = repository.failed_trials(session, repo.id)
-    positions = {p.sha: p.position for p in points}
+    positions = {p.sha: p.index for per_case in series.values() for s in per_case for p in s.points}
     marked = {sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed}
     positions.update(repository.revision_positions(session, repo.id, sorted(marked - positions.keys())))
     if since is not None:
         positions = {sha: p for sha, p in positions.items() if p >= since}
-    histories = assemble_histories(series_from_points(points), culprits, positions, failed)
+    histories = assemble_histories(series, culprits, positions, failed)
     if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
         revisions.update(repository.revision_meta(session, repo.id, missing))
     links, devices = repo_links(repo.url), _devices(session, histories)
