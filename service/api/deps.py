@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
-from fastapi import Depends, Header
+from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -23,8 +23,8 @@ from perfbisect.service.errors import Forbidden, Unauthenticated
 from perfbisect.service.settings import get_settings
 
 
-def get_session() -> Iterator[Session]:
-    with session_scope() as session:
+def get_session(request: Request) -> Iterator[Session]:
+    with session_scope(reads_only=request.method in ("GET", "HEAD")) as session:
         yield session
     dispatch.send_committed(session)
 

@@ -26,11 +26,14 @@ OPEN = (JobStatus.queued, JobStatus.running)
 def get_job(session: Session, job_id: int, *, lock: bool = False) -> Job | None:
     """The job with its repository (joined: the job read is the hottest query of the API) and
     its culprits; `lock` takes the job's row lock (FOR UPDATE OF jobs)."""
+    if lock:  # FOR UPDATE rows are the job's alone: its culprits come in a second query
+        stmt = (select(Job).where(Job.id == job_id).with_for_update(of=Job)
+                .options(joinedload(Job.repository, innerjoin=True), selectinload(Job.culprits)))
+        return session.scalars(stmt).one_or_none()
+    # One round trip: a job has a handful of culprits, so joining them repeats its row a few times.
     stmt = select(Job).where(Job.id == job_id).options(joinedload(Job.repository, innerjoin=True),
-                                                       selectinload(Job.culprits))
-    if lock:
-        stmt = stmt.with_for_update(of=Job)
-    return session.scalars(stmt).one_or_none()
+                                                       joinedload(Job.culprits))
+    return session.scalars(stmt).unique().one_or_none()
 
 
 def open_job_by_request(session: Session, request_hash: str) -> Job | None:

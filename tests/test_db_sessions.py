@@ -1,0 +1,73 @@
+"""The engine and sessions on the real PostgreSQL: a dropped pooled connection is replaced, reads
+autocommit statement by statement, and a write stays one transaction."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from perfbisect.service import db
+from perfbisect.service.settings import get_settings
+
+
+@pytest.fixture
+def engine():
+    engine = db.make_engine(get_settings().sqlalchemy_url)
+    yield engine
+    engine.dispose()
+
+
+def _backend_pid(engine) -> int:
+    with engine.connect() as conn:
+        return conn.scalar(text("SELECT pg_backend_pid()"))
+
+
+def _terminate(engine, pid: int) -> None:
+    with db.make_engine(get_settings().sqlalchemy_url).connect() as other:
+        assert other.scalar(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+
+def test_an_idle_connection_the_database_dropped_is_replaced_before_use(engine, monkeypatch) -> None:
+    first = _backend_pid(engine)  # back in the pool
+    _terminate(engine, first)
+    monkeypatch.setattr(db, "PING_IDLE_S", 0.0)  # it has been idle long enough to be pinged
+    assert _backend_pid(engine) not in (first, None)
+
+
+def test_a_connection_dropped_while_in_use_fails_one_statement_and_the_pool_heals(engine, monkeypatch) -> None:
+    """Not pinged (used moments ago): its statement fails, which discards the pool's connections,
+    and the next statement runs on a new one."""
+    monkeypatch.setattr(db, "PING_IDLE_S", 3600.0)
+    first = _backend_pid(engine)
+    _terminate(engine, first)
+    with pytest.raises(OperationalError), engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+    assert _backend_pid(engine) != first
+
+
+def _same_transaction(session) -> bool:
+    """Whether a statement after a short pause still runs in the transaction of the one before."""
+    session.execute(text("SELECT pg_sleep(0.02)"))
+    return session.scalar(text("SELECT transaction_timestamp() < statement_timestamp()"))
+
+
+def test_a_read_session_autocommits_each_statement_and_a_write_session_does_not() -> None:
+    with db.session_scope(reads_only=True) as session:
+        assert not _same_transaction(session)
+    with db.session_scope() as session:
+        assert _same_transaction(session)
+
+
+def test_a_failed_write_session_leaves_nothing_behind() -> None:
+    with db.session_scope() as session:
+        session.execute(text("CREATE TABLE IF NOT EXISTS session_probe (n int)"))
+    try:
+        with pytest.raises(RuntimeError), db.session_scope() as session:
+            session.execute(text("INSERT INTO session_probe VALUES (1)"))
+            raise RuntimeError("the request failed")
+        with db.session_scope(reads_only=True) as session:
+            assert session.scalar(text("SELECT count(*) FROM session_probe")) == 0
+    finally:
+        with db.session_scope() as session:
+            session.execute(text("DROP TABLE session_probe"))
