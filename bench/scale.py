@@ -154,6 +154,17 @@ def sizes(url: str) -> dict[str, float]:
         }
 
 
+def machine_reference_ms() -> float:
+    """A fixed pure-Python loop, best of 5, in ms. The development VM's speed varies about 2x
+    over a day; runs are comparable only at a like reference."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        sum(i * i for i in range(1_000_000))
+        best = min(best, (time.perf_counter() - t0) * 1000)
+    return best
+
+
 def timed(client: httpx.Client, path: str, params: dict | None = None, reps: int = 20) -> tuple[float, float, int]:
     client.get(path, params=params)  # warm
     times, size = [], 0
@@ -330,6 +341,7 @@ def main() -> None:
         case = conn.execute("SELECT name FROM cases ORDER BY id LIMIT 1").fetchone()[0]
         job_id = conn.execute("SELECT id FROM jobs ORDER BY id OFFSET (SELECT count(*) / 2 FROM jobs) LIMIT 1").fetchone()[0]
     print("bytes:", json.dumps({k: round(v) for k, v in sizes(url).items()}))
+    print(f"machine reference: {machine_reference_ms():.0f} ms (a fixed Python loop; lower is faster)")
 
     port = 18765
     with socket.socket() as probe:  # a server left by an interrupted run would be measured instead
@@ -377,6 +389,7 @@ def main() -> None:
                       f"{res['stale_retries']:>8}")
             seconds = recovery(client, f"/api/jobs/{job_id}", normal or 5.0, base)
             print(f"\nback to normal latency {seconds:.1f} s after a 5 s overload (1000 rps offered) stopped")
+            print(f"machine reference at the end: {machine_reference_ms():.0f} ms")
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=20)
