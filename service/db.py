@@ -29,9 +29,8 @@ def make_engine(url: str) -> Engine:
 
         return engine
     settings = get_settings()
-    # One connection per request thread, so a request never waits on the pool in normal load;
     # connect_timeout: an unreachable server fails a request in seconds (503) instead of hanging it.
-    engine = create_engine(url, pool_size=settings.web_threads, max_overflow=4,
+    engine = create_engine(url, pool_size=settings.db_pool_size, max_overflow=4,
                            pool_timeout=settings.db_pool_timeout_s, connect_args={"connect_timeout": 5})
     _ping_when_idle(engine)
     return engine

@@ -40,10 +40,13 @@ class Settings(BaseSettings):
     device_class: str = "cpu"
     visibility_timeout_s: int = 3600
     embedded_workers: int = Field(default=1, ge=1, le=64, description="trials run at once without a broker")
-    # Serving: processes, threads per process (= database connections per process) and the
-    # requests in flight per process past which new ones are answered 503 + Retry-After.
+    # Serving: processes; per process, the database connections (requests doing database work at
+    # once) and the requests in flight past which new ones are answered 503 + Retry-After. Every
+    # request in flight gets a thread (api.backpressure.size_thread_pool), so the connections, not
+    # the threads, bound the database work.
     web_workers: int | None = Field(default=None, ge=1, le=64, description="default: 1 embedded, else the cores")
-    web_threads: int = Field(default=16, ge=1, le=256)
+    db_pool_size: int = Field(default=16, ge=1, le=256, validation_alias=AliasChoices(
+        "PERFBISECT_DB_POOL_SIZE", "PERFBISECT_WEB_THREADS"), description="pooled connections per process (+4 overflow)")
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
     db_pool_timeout_s: float = Field(default=10.0, gt=0)
     trial_launcher: Literal["auto", "fork-server", "subprocess"] = Field(

@@ -40,7 +40,7 @@ def create_app() -> FastAPI:
         app.include_router(router)
     settings = get_settings()
     app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight)
-    app.router.on_startup.append(lambda: size_thread_pool(settings.web_threads))
+    app.router.on_startup.append(lambda: size_thread_pool(settings.max_in_flight))
     return app
 
 

@@ -1,10 +1,16 @@
 """Backpressure: a bounded number of requests in flight per server process.
 
-Sync routes run on a thread pool whose size matches the database pool, so a request never
-waits for a connection it cannot get. Past `max_in_flight` requests at once, a new request is
+Past `max_in_flight` requests at once, a new request is
 answered 503 with Retry-After at once instead of joining a queue that, under overload, grows
 for minutes and keeps the server slow long after the load has stopped. /healthz is exempt so a
 load balancer can tell "busy" from "down".
+
+Every request in flight can have a thread at once (size_thread_pool). A sync route holds its
+session's database connection until its response is serialized, and FastAPI serializes in the
+thread pool too: with fewer threads than requests in flight, the requests holding connections
+queued for a thread behind requests that held threads and waited for a connection, and every
+request stalled until the pool timeout (tests/test_serving_pools.py). With a thread for each,
+a request waits only for a connection, which one that is running gives back.
 """
 
 from __future__ import annotations
@@ -47,6 +53,12 @@ async def _busy(send: Send, retry_after: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def size_thread_pool(threads: int) -> None:
-    """Match the sync-route thread pool to the database pool (call at startup, in the loop)."""
-    anyio.to_thread.current_default_thread_limiter().total_tokens = threads
+# Threads beyond the limit, for the exempt health checks (each takes and gives back its own
+# connection inside its thread, so it never holds one while waiting).
+EXEMPT_THREADS = 4
+
+
+def size_thread_pool(max_in_flight: int) -> None:
+    """A thread for every request in flight, and a few for the exempt routes (call at startup,
+    in the event loop: the limiter is the loop's)."""
+    anyio.to_thread.current_default_thread_limiter().total_tokens = max_in_flight + EXEMPT_THREADS
