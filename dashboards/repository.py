@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import exists, func, select, true
+from sqlalchemy import exists, func, select, true, union_all
 from sqlalchemy.orm import Session, selectinload
 
 from perfbisect.dashboards.history import (
@@ -293,14 +293,16 @@ def trial_builds(session: Session, job_id: int) -> list[dict[str, Any] | None]:
 
 
 def devices_of(session: Session, fingerprints: Sequence[str]) -> dict[str, dict]:
-    """fingerprint -> the provenance (device, driver, CUDA, torch, triton) of its newest trial:
-    one indexed probe per fingerprint shown, never a scan of the trials."""
-    wanted = [f for f in set(fingerprints) if f]
-    if not wanted:
+    """fingerprint -> the provenance (device, driver, CUDA, torch, triton) of its newest trial
+    that has one: per fingerprint shown, one backward probe of (fingerprint, id) that stops at
+    the first such trial, never a read of all the fingerprint's trials."""
+    newest = [select(Trial.fingerprint, Trial.provenance)
+              .where(Trial.fingerprint == fp, Trial.provenance.is_not(None))
+              .order_by(Trial.id.desc()).limit(1).subquery()
+              for fp in sorted({f for f in fingerprints if f})]
+    if not newest:
         return {}
-    newest = (select(func.max(Trial.id)).where(Trial.fingerprint.in_(wanted), Trial.provenance.is_not(None))
-              .group_by(Trial.fingerprint))
-    stmt = select(Trial.fingerprint, Trial.provenance).where(Trial.id.in_(newest))
+    stmt = union_all(*(select(probe.c.fingerprint, probe.c.provenance) for probe in newest))
     return {fp: prov for fp, prov in session.execute(stmt) if prov}
 
 

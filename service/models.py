@@ -179,7 +179,9 @@ class Job(Base):
 
 class Trial(Base):
     __tablename__ = "trials"
-    __table_args__ = (Index("ix_trials_status_dispatched_at", "status", "dispatched_at"),)
+    __table_args__ = (Index("ix_trials_status_dispatched_at", "status", "dispatched_at"),
+                      # the newest trial of a fingerprint is a backward probe (dashboards.repository.devices_of)
+                      Index("ix_trials_fingerprint_id", "fingerprint", "id"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -188,7 +190,7 @@ class Trial(Base):
     device_class: Mapped[str] = mapped_column(String(50), default="cpu")
     accuracy_only: Mapped[bool] = mapped_column(default=False, doc="a correctness-sweep trial: no timing loop")
     device: Mapped[str | None] = mapped_column(String(200), doc="device model as the harness saw it")
-    fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
     provenance: Mapped[dict[str, Any] | None]
     failure_reason: Mapped[str | None] = mapped_column(Text)
     worker_host: Mapped[str | None] = mapped_column(String(200))

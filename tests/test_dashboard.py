@@ -387,3 +387,18 @@ def test_revision_meta_for_many_shas_reads_the_repository_instead_of_an_in_list(
     small = repository.revision_meta(session, repo.id, SHAS[1:4])
     monkeypatch.setattr(repository, "META_IN_LIMIT", 1)
     assert repository.revision_meta(session, repo.id, SHAS[1:4]) == small and set(small) == set(SHAS[1:4])
+
+
+def test_a_fingerprint_s_device_is_its_newest_trial_with_a_provenance(session, measured) -> None:
+    from sqlalchemy import null
+
+    from perfbisect.dashboards.repository import devices_of
+
+    job_id, revision_id = session.execute(select(Trial.job_id, Trial.revision_id)).first()
+    h100, h200 = {"name": "NVIDIA H100"}, {"name": "NVIDIA H200"}
+    session.add_all([Trial(job_id=job_id, revision_id=revision_id, status=TrialStatus.ok, fingerprint="a" * 64,
+                           provenance=prov) for prov in (h100, h200, null())])  # the newest has none
+    session.add(Trial(job_id=job_id, revision_id=revision_id, status=TrialStatus.ok, fingerprint="b" * 64))
+    session.flush()
+    assert devices_of(session, ["a" * 64, "b" * 64, "", "c" * 64]) == {"a" * 64: h200}
+    assert devices_of(session, []) == {}

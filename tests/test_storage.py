@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, func, select
 
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.jobs import advance
@@ -86,6 +86,19 @@ def test_a_failed_trial_adds_no_point(session, job_id) -> None:
     trials.record(session, ids[0], harness_result({}, random.Random(1), status="import_error"))
     session.flush()
     assert session.scalars(select(CasePoint)).all() == []
+
+
+def test_a_trial_without_a_device_stores_no_provenance(session, job_id) -> None:
+    """SQL NULL, not a JSON null, also over what an earlier attempt left: the newest-device
+    probe skips trials whose provenance IS NULL."""
+    ids = advance.advance(session, job_id).trial_ids
+    trials.start(session, ids[0], worker_host="test")
+    session.get(Trial, ids[0]).provenance = {"name": "an earlier attempt's device"}
+    session.flush()
+    trials.record(session, ids[0], {**harness_result({}, random.Random(1), status="build_error"), "device": None})
+    session.flush()
+    assert session.scalar(select(func.count()).select_from(Trial).where(Trial.id == ids[0],
+                                                                        Trial.provenance.is_(None))) == 1
 
 
 def _statements(session) -> list[str]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import null
 from sqlalchemy.orm import Session
 
 from perfbisect.service.errors import NotFound
@@ -129,7 +130,7 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     trial.status = _TRIAL_STATUS.get(result.get("status", "error"), TrialStatus.error)
     trial.failure_reason = result.get("error")
     trial.device = device.get("name")
-    trial.provenance = device or None
+    trial.provenance = device or null()  # SQL NULL: None would store a JSON null, which IS NOT NULL
     trial.fingerprint = fingerprint(repo.name, {**device, "harness_version": result.get("harness_version")})
     trial.finished_at = utcnow()
     trial.build_s = build_s
