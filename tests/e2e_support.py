@@ -3,11 +3,14 @@ database of their own, `perfbisect serve` and `perfbisect worker` as subprocesse
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +39,20 @@ def fresh_redis(db: int) -> str:
     url = f"{REDIS_BASE}/{db}"
     redis.Redis.from_url(url).flushdb()
     return url
+
+
+def traversable_home(prefix: str = "perfbisect-e2e-") -> Path:
+    """A PERFBISECT_HOME the sandbox user can enter (mode 0755 under /tmp, removed at exit), so a
+    root worker runs the repository's code contained, as a deployment does. Under pytest's
+    tmp_path (a 0700 directory) the sandbox probe fails and the code runs as root: a build that
+    only works as root (the demo's `python` found through root's PATH) would pass there."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    home.chmod(0o755)
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home
+
+
+ROOT_FALLBACK = "running repository code as root"
 
 
 def free_port() -> int:

@@ -81,10 +81,19 @@ def scrubbed_env(extra: dict[str, str], home: Path, tmp: Path) -> dict[str, str]
     the repository's own env (admin-registered) on top."""
     env = {k: v for k, v in os.environ.items()
            if (k in ALLOWED_NAMES or k.startswith(ALLOWED_PREFIXES)) and not _secret_like(k)}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PATH"] = interpreter_path(env.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
     env.update(HOME=str(home), TMPDIR=str(tmp), USER="perfbisect-sandbox")
     env.update({str(k): str(v) for k, v in extra.items()})
     return env
+
+
+def interpreter_path(path: str) -> str:
+    """PATH with the worker interpreter's directory first, as an activated virtualenv has it:
+    `python` and `pip` in a build command are the interpreter the trials run on (with torch),
+    never one found through the worker's own PATH, whose entries the sandbox user may not be
+    able to enter (pyenv's shims under /root, mode 0700: "python: Permission denied")."""
+    bin_dir = os.path.dirname(sys.executable)
+    return os.pathsep.join([bin_dir, *(p for p in path.split(os.pathsep) if p and p != bin_dir)])
 
 
 @lru_cache

@@ -42,7 +42,7 @@ DEMO_CPU_POLICY = {"min_samples": 7, "max_samples": 15, "max_time_s": 0.25, "rel
                    "warmup": 2, "threads": 1}
 DEMO_GPU_POLICY = {"min_samples": 10, "max_samples": 30, "max_time_s": 0.5, "rel_noise": 0.005,
                    "warmup": 3}
-DEMO_BUILD_COMMAND = "python -m compileall -q minikern"
+DEMO_BUILD_COMMAND = "{python} -m compileall -q minikern"
 DEMO_IMPORT_ROOT = "."
 
 
