@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from perfbisect.kernels import demo
@@ -66,3 +67,11 @@ def test_demo_repo_refuses_a_non_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     result = runner.invoke(app, ["demo-repo", str(tmp_path)])
     assert result.exit_code == 2 and "not empty" in result.output
+
+
+@pytest.mark.parametrize("mode", [[], ["--track"]])
+def test_demo_refuses_a_path_that_is_not_the_demo_repository(tmp_path: Path, mode: list[str]) -> None:
+    (tmp_path / "mine.py").write_text("x = 1\n")
+    result = runner.invoke(app, ["demo", *mode, "--path", str(tmp_path), "--device", "cpu"])
+    assert result.exit_code == 2 and "is not the demo repository" in result.output, result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.py"]  # nothing written beside it

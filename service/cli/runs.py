@@ -147,6 +147,19 @@ def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> Bise
     )
 
 
+def demo_repo_truth(path: Path, console: Console) -> dict:
+    """The planted ground truth of the demo repository at `path`, writing the repository first
+    when `path` is empty or absent."""
+    from perfbisect.kernels import demo
+
+    if not (path / GROUND_TRUTH_FILE).exists():
+        if path.exists() and any(path.iterdir()):
+            raise CLIError(f"{path} exists and is not the demo repository; pass --path elsewhere")
+        console.print(f"writing the demo kernel repository at {path}")
+        demo.write_demo_repo(path)
+    return json.loads((path / GROUND_TRUTH_FILE).read_text())
+
+
 def run_demo(path: Path, device: str, workers: int | None = None, *, show_progress: bool,
              console: Console) -> tuple[JobRead, dict]:
     from perfbisect.kernels import demo
@@ -161,12 +174,7 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
         # control, so the ratio does not cancel the neighbour; its trial noise then hid the
         # smallest planted step in 2 of 10 runs (bench/RESULTS.md). One GPU, one trial.
         workers = 1
-    if not (path / GROUND_TRUTH_FILE).exists():
-        if path.exists() and any(path.iterdir()):
-            raise CLIError(f"{path} exists and is not the demo repository; pass --path elsewhere")
-        console.print(f"writing the demo kernel repository at {path}")
-        demo.write_demo_repo(path)
-    truth = json.loads((path / GROUND_TRUTH_FILE).read_text())
+    truth = demo_repo_truth(path, console)
     prepare_database()
     settings = get_settings()
     if settings.embedded:  # W revisions per round, run side by side in this process

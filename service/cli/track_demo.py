@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from perfbisect.service.cli.follow import CLIError
-from perfbisect.service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE, register_path
+from perfbisect.service.cli.runs import DEMO_MIN_EFFECT, demo_repo_truth, register_path
 from perfbisect.service.db import session_scope
 from perfbisect.service.settings import get_settings
 
@@ -119,12 +119,7 @@ def run_track_demo(path: Path, device: str, workers: int, console: Console) -> t
 
     if not get_settings().embedded:
         raise CLIError("demo --track runs embedded: unset REDIS_URL")
-    if not (path / GROUND_TRUTH_FILE).exists():
-        if path.exists() and any(path.iterdir()):
-            raise CLIError(f"{path} exists and is not the demo repository; pass --path elsewhere")
-        console.print(f"writing the demo kernel repository at {path}")
-        demo.write_demo_repo(path)
-    truth = json.loads((path / GROUND_TRUTH_FILE).read_text())
+    truth = demo_repo_truth(path, console)
     prepare_database()
     get_settings().embedded_workers = workers
     shas = replay_repo(path, path.parent / f"{path.name}-replay.git")
