@@ -15,7 +15,7 @@ start=$(date +%s)
 python3 -m perfbisect.service.cli.main bisect --repo "$out/minikern" --good "${shas[12]}" --bad "${shas[23]}" \
   --suite attention --target minikern.attention:attention \
   --shape B=2,H=32,S=1024,D=128,causal=false,dtype=bf16 --shape B=2,H=32,S=4096,D=128,causal=false,dtype=bf16 \
-  --device-class cuda --min-effect 0.02 --build "python -m compileall -q minikern" --policy "$policy" \
+  --device-class cuda --min-effect 0.02 --build "{python} -m compileall -q minikern" --policy "$policy" \
   --json > "$out/gpu_bisect.json" || true
 echo "wall_s=$(( $(date +%s) - start ))"
 python3 -m perfbisect.service.cli.main show 1 2>/dev/null || true
