@@ -27,10 +27,14 @@ def failing(status: str, error: str):
 
 def test_a_target_that_does_not_import_fails_the_job_with_its_error(session, repo, client) -> None:
     job_id = submit(session)
-    run_job(session, job_id, failing("import_error", IMPORT))
+    rounds = run_job(session, job_id, failing("import_error", IMPORT))
     job = client.get(f"/api/jobs/{job_id}").json()
     assert job["status"] == "failed"
-    assert job["error"] == f"2 of 2 case(s) could not be measured; {CASE_BIG}: import failed at the good end ({IMPORT})"
+    assert job["error"] == (f"2 of 2 case(s) could not be measured; {CASE_BIG}: import failed at the good end; "
+                            f"nothing built at any of the 6 revisions tried: check the target and the import root "
+                            f"({IMPORT})")
+    # both ends and their two nearest neighbours, then the job stops: not every revision of the range
+    assert rounds == 3 and job["progress"]["measured"] == job["progress"]["unbuildable"] == 6
     outcome = job["outcome"]
     assert outcome["verdict"] == "failed" and outcome["counts"]["failed"] == 2 and outcome["counts"]["unchanged"] == 0
     assert {c["error"] for c in outcome["cases"]} == {IMPORT}

@@ -30,6 +30,7 @@ import numpy as np
 from perfbisect.service.bisect.model import BisectConfig, CaseEffect, Observation, Plan, RevisionState, Verdict
 from perfbisect.service.bisect.pairs import case_noise_df, effective_min_effect
 from perfbisect.service.bisect.planner import step_effect, undecided_at_culprit
+from perfbisect.service.bisect.probes import nothing_built
 
 # A run whose throttled samples exceed this share of its samples gets a noise warning.
 THROTTLED_SHARE = 0.05
@@ -186,11 +187,18 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
-def _failed_case(case: str, ends: dict[int, Failure]) -> CaseOutcome:
+# What to check when a failure happened at every revision tried (probes.EDGE_WALK).
+EVERYWHERE_HINT = {"build_error": "check the build command", "import_error": "check the target and the import root"}
+
+
+def _failed_case(case: str, ends: dict[int, Failure], observations: Mapping[int, Observation]) -> CaseOutcome:
     end, failure = next(iter(sorted(ends.items())))
     side = "good" if end == 0 else "bad"
-    return CaseOutcome(case, Outcome.failed, f"{FAILURE_WORDS.get(failure.reason, failure.reason)} at the {side} end",
-                       error=failure.error, failed_at=end)
+    reason = f"{FAILURE_WORDS.get(failure.reason, failure.reason)} at the {side} end"
+    if failure.reason in EVERYWHERE_HINT and nothing_built(observations):
+        reason += (f"; nothing built at any of the {len(observations)} revisions tried: "
+                   f"{EVERYWHERE_HINT[failure.reason]}")
+    return CaseOutcome(case, Outcome.failed, reason, error=failure.error, failed_at=end)
 
 
 def _measured_case(case: str, n: int, observations: Mapping[int, Observation], plan: Plan,
@@ -264,7 +272,7 @@ def decide_case(case: str, n: int, observations: Mapping[int, Observation], plan
                 failures: Sequence[Failure], detectable: float) -> CaseOutcome:
     ends = {e: f for e in (0, n - 1) if (f := _end_failure(case, e, observations, failures)) is not None}
     steps = _steps(case, plan, config)
-    failed = _failed_case(case, ends) if ends else None
+    failed = _failed_case(case, ends, observations) if ends else None
     if steps:
         outcome = Outcome.regressed if any(s.regression for s in steps) else Outcome.improved
         note = f"{failed.reason}; the steps found inside the range stand" if failed else None

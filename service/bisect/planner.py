@@ -6,9 +6,11 @@ call it from any worker after any round, and the simulator drives it the same wa
 One round:
 1. Measure the two ends (`endpoint_trials` each, 3: enough for a first noise estimate with 4
    degrees of freedom per case; an unbuildable end is replaced by its nearest buildable
-   neighbour). Nothing else is built until both ends are known: if they are SAME on every case
-   the job ends with no culprit (a regression fully recovered inside the range is invisible by
-   design, as in any bisection). While the ends are UNKNOWN (the step is small against a noise
+   neighbour, but while nothing has built the walk stops `EDGE_WALK` (2) revisions in: a build
+   broken everywhere ends the job in three rounds, not a build of every revision). Nothing else
+   is built until both ends are known: if they are SAME on every case the job ends with no
+   culprit (a regression fully recovered inside the range is invisible by design, as in any
+   bisection). While the ends are UNKNOWN (the step is small against a noise
    estimate still poor) they get a block more each round.
 2. Judge every adjacent pair of measured ok revisions (`pairs.judge_pairs`). Each case's noise
    is pooled over all measured revisions, with its degrees of freedom, and a pair may be

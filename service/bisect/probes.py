@@ -13,16 +13,29 @@ def unmeasured_between(lo: int, hi: int, measured: Mapping[int, Observation]) ->
     return [r for r in range(lo + 1, hi) if r not in measured]
 
 
+# Revisions tried inward from each end while nothing in the range has built: a build failing at
+# both ends and at their two nearest neighbours is most likely broken everywhere (a wrong build
+# command, a missing toolchain), and walking on would build every revision of the range to say so.
+EDGE_WALK = 2
+
+
+def nothing_built(measured: Mapping[int, Observation]) -> bool:
+    """True when revisions were tried and every one of them failed to build."""
+    return bool(measured) and all(o.state == RevisionState.unbuildable for o in measured.values())
+
+
 def edge_probes(n: int, measured: Mapping[int, Observation]) -> list[int]:
     """Where an end failed to build, the nearest untried revision inward (asv and git-bisect
     skip failed builds the same way). Walking stops at the first revision that built, whether it
-    passed the accuracy check or not: a wrong-results run is bounded by `correctness` instead."""
+    passed the accuracy check or not: a wrong-results run is bounded by `correctness` instead;
+    and, while nothing has built anywhere, after EDGE_WALK revisions beyond each end."""
+    walk = EDGE_WALK if nothing_built(measured) else n
     probes = []
     for start, step in ((0, 1), (n - 1, -1)):
         r = start
         while 0 <= r < n and r in measured and measured[r].state == RevisionState.unbuildable:
             r += step
-        if 0 <= r < n and r not in measured:
+        if 0 <= r < n and r not in measured and abs(r - start) <= walk:
             probes.append(r)
     return sorted(set(probes))
 

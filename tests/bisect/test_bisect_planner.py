@@ -168,6 +168,24 @@ def test_unbuildable_good_end_moves_to_its_neighbour():
     assert [r.revision for r in plan.requests] == [1]
 
 
+def test_a_walk_from_failed_ends_stops_two_in_while_nothing_has_built():
+    broken = Observation(RevisionState.unbuildable)
+    second = plan_next(20, {0: broken, 19: broken, 1: broken, 18: broken}, BisectConfig())
+    assert [r.revision for r in second.requests] == [2, 17]
+    given_up = plan_next(20, {i: broken for i in (0, 1, 2, 17, 18, 19)}, BisectConfig())
+    assert given_up.done and given_up.requests == () and given_up.culprits == ()
+    # one revision that built anywhere, and the walk from the other end goes on
+    ok = Observation(RevisionState.ok, {"a": [1.0] * 6})
+    walking = plan_next(20, {0: broken, 1: broken, 2: broken, 19: ok}, BisectConfig())
+    assert [r.revision for r in walking.requests] == [3]
+
+
+def test_a_build_broken_at_every_revision_costs_six_builds_not_forty():
+    h = history({"a": [[0, 100.0]]}, commits=40, unbuildable=list(range(41)))
+    result = simulate(h, seed=0)
+    assert result["revisions_measured"] == 6 and result["rounds"] == 3 and result["culprits"] == []
+
+
 def test_lower_is_better_metric_and_the_shortest_range():
     h = history({"ms": [[0, 1.00], [1, 1.15]]}, commits=1, higher_is_better=False)
     result = simulate(h, seed=0)

@@ -48,6 +48,19 @@ def test_nothing_measured_anywhere_is_failed_never_unchanged() -> None:
     assert result.counts == {"regressed": 0, "improved": 0, "unchanged": 0, "inconclusive": 0, "failed": 2}
 
 
+def test_a_build_failing_at_every_revision_tried_says_to_check_the_build_command() -> None:
+    broken = Observation(RevisionState.unbuildable)
+    failures = [Failure(i, "build_error", "sh: 1: nvcc: not found") for i in (0, 1, 2, 17, 18, 19)]
+    result = outcome_of({i: broken for i in (0, 1, 2, 17, 18, 19)}, n=20, failures=failures)
+    [case] = result.cases
+    assert case.outcome == Outcome.failed and case.error == "sh: 1: nvcc: not found"
+    assert case.reason == ("build failed at the good end; nothing built at any of the 6 revisions tried: "
+                           "check the build command")
+    # a failed end beside revisions that built is only that
+    beside = outcome_of({0: broken, 1: ok(CALM), 2: ok(CALM)}, n=3, failures=failures[:1])
+    assert beside.cases[0].reason == "build failed at the good end"
+
+
 def test_a_case_failing_alone_keeps_the_other_cases_verdicts() -> None:
     failures = [Failure(1, "wrong_results", "relative error 0.5 above tolerance 0.002", case=OTHER)]
     result = outcome_of({0: ok(CALM, CALM, cases=(CASE, OTHER)), 1: ok(CALM, cases=(CASE, OTHER))},
