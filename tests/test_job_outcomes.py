@@ -9,10 +9,12 @@ import random
 import pytest
 
 from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.jobs import advance
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs import views
 from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate
 from perfbisect.service.models import Trial
+from perfbisect.service.trials import service as trials
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result, repo, run_job, submit  # noqa: F401
 
 NO_CUDA = "device 'cuda' requested but torch sees no CUDA device"
@@ -41,6 +43,27 @@ def test_a_target_that_does_not_import_fails_the_job_with_its_error(session, rep
     assert outcome["failures"][0]["reason"] == "import_error" and outcome["failures"][0]["words"] == "import failed"
     report = client.get(f"/api/jobs/{job_id}/report").text
     assert "No performance step" not in report and IMPORT in report
+
+
+def test_a_build_broken_everywhere_ends_the_job_without_waiting_for_the_sweep(session, repo) -> None:
+    # The sweep's trials are queued in round 1, one at every revision; workers that take the
+    # search's trials first have not run them yet when the search gives up: they are cancelled,
+    # not built one by one to fail alike.
+    job_id = submit(session, check_accuracy=True)
+    broken = failing("build_error", "sh: 1: nvcc: not found")
+    for _ in range(10):
+        trial_ids = advance.advance(session, job_id).trial_ids
+        session.flush()
+        timed = [t for t in trial_ids if not session.get(Trial, t).accuracy_only]
+        if not timed:
+            break
+        for trial_id in timed:
+            if trials.start(session, trial_id, worker_host="test") is not None:
+                trials.record(session, trial_id, broken(0, random.Random(0)), build_s=0.0)
+    job = views.job_read(session, jobs.get(session, job_id))
+    assert job.status == "failed" and "check the build command" in job.error
+    sweep = session.query(Trial).filter_by(job_id=job_id, accuracy_only=True).all()
+    assert len(sweep) == 17 - 2 and {t.status.value for t in sweep} == {"cancelled"}
 
 
 def test_cuda_missing_is_named(session, repo) -> None:

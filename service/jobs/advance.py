@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
 from perfbisect.service.bisect.progress import expected_trials
+from perfbisect.service.bisect.probes import nothing_built
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import outcome, repository, sweep
 from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
@@ -187,6 +188,8 @@ def advance(session: Session, job_id: int) -> Round:
         plan = Plan((), done=True, correctness=plan.correctness)
     job.progress = _progress(job, trials, observations, plan, config)
     if plan.done or not plan.requests:
+        if nothing_built(observations):  # the sweep's builds would fail alike: the job ends now
+            repository.cancel_in_flight(session, job.id, accuracy_only=True)
         if sweep.in_flight(trials):  # the sweep's last result advances the job again
             return Round([])
         findings = sweep.findings(trials, job.revision_shas) if job.spec.get("check_accuracy") else plan.correctness

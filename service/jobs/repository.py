@@ -109,8 +109,13 @@ def trials_of(session: Session, job_id: int, *, after: int | None = None, limit:
     return session.scalars(stmt).all()
 
 
-def cancel_in_flight(session: Session, job_id: int) -> None:
-    for trial in session.scalars(select(Trial).where(Trial.job_id == job_id, Trial.status == TrialStatus.pending)):
+def cancel_in_flight(session: Session, job_id: int, *, accuracy_only: bool | None = None) -> None:
+    """Cancel the job's pending trials (only its sweep trials, or only its timed ones, when
+    `accuracy_only` says so); running ones finish."""
+    stmt = select(Trial).where(Trial.job_id == job_id, Trial.status == TrialStatus.pending)
+    if accuracy_only is not None:
+        stmt = stmt.where(Trial.accuracy_only.is_(accuracy_only))
+    for trial in session.scalars(stmt):
         trial.status = TrialStatus.cancelled
 
 
