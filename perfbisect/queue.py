@@ -22,10 +22,12 @@ TRACK_BRANCH = "perfbisect.track_branch"
 DETECT_ALERTS = "perfbisect.detect_alerts"
 COMMENT_ALERT = "perfbisect.comment_alert"
 POLL_TRACKED_BRANCHES = "perfbisect.poll_tracked_branches"
+PRUNE_SAMPLES = "perfbisect.prune_samples"
 TASK_MODULES = ["perfbisect.workers.tasks", "perfbisect.workers.track_tasks"]
 
 CONTROL_QUEUE = "control"
 TRACK_POLL_S = 60.0  # how often beat looks for tracked branches that are due
+PRUNE_S = 3600.0  # how often beat deletes raw samples past the retention (service/trials/retention.py)
 
 
 def make_celery() -> Celery:
@@ -40,16 +42,18 @@ def make_celery() -> Celery:
         task_default_queue=CONTROL_QUEUE,
         # Planning and notifying run on the control queue; trials are sent to their job's
         # device-class queue explicitly (workers/tasks.py).
-        task_routes={name: {"queue": CONTROL_QUEUE} for name in (ADVANCE_JOB, NOTIFY_JOB, RECONCILE)},
+        task_routes={name: {"queue": CONTROL_QUEUE} for name in (ADVANCE_JOB, NOTIFY_JOB, RECONCILE, PRUNE_SAMPLES)},
         # The reconciler (service/trials/reconcile.py) re-sends what the broker lost; run by
         # `perfbisect worker --beat` (one per deployment) or `perfbisect beat`. A run that
         # waited longer than one interval is dropped: the next one does the same work.
-        # `perfbisect worker --beat` runs these: the reconciler, and tracked branches on a
-        # schedule or polled.
+        # `perfbisect worker --beat` runs these: the reconciler, tracked branches on a
+        # schedule or polled, and the raw samples' retention.
         beat_schedule={"reconcile": {"task": RECONCILE, "schedule": settings.reconcile_interval_s,
                                      "options": {"queue": CONTROL_QUEUE, "expires": settings.reconcile_interval_s}},
                        "poll-tracked-branches": {"task": POLL_TRACKED_BRANCHES,
-                                                 "schedule": TRACK_POLL_S, "options": {"queue": CONTROL_QUEUE}}},
+                                                 "schedule": TRACK_POLL_S, "options": {"queue": CONTROL_QUEUE}},
+                       "prune-samples": {"task": PRUNE_SAMPLES, "schedule": PRUNE_S,
+                                         "options": {"queue": CONTROL_QUEUE, "expires": PRUNE_S}}},
         beat_schedule_filename=str(settings.home / "celerybeat-schedule"),
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,

@@ -200,6 +200,8 @@ class Trial(Base):
     finished_at: Mapped[datetime | None]
     dispatched_at: Mapped[datetime | None] = mapped_column(doc="last time its message was sent (the reconciler re-sends lost ones)")
     heartbeat_at: Mapped[datetime | None] = mapped_column(doc="a running trial's worker says it is alive every few seconds")
+    samples_pruned_at: Mapped[datetime | None] = mapped_column(
+        doc="when its measurements' raw samples were deleted past the retention (service/trials/retention.py)")
     build_s: Mapped[float | None] = mapped_column(Float)
     build_cache: Mapped[dict[str, Any] | None] = mapped_column(
         doc="what the build cache did: key, cached, built_for, stored, note; None where no inputs are declared")

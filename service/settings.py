@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = Field(default=15.0, gt=0)
     cancel_poll_s: float = Field(default=1.0, gt=0, description="how often a running trial checks for a cancel")
     store_retry_s: int = Field(default=900, ge=0, description="how long a worker keeps retrying to store a result")
+    samples_retention_days: int = Field(default=180, ge=0, description="raw samples of trials finished longer ago "
+                                        "(of finished jobs) are deleted; the summaries are kept forever; 0 keeps them")
     # GitHub PR bot; no token means comments are rendered but not posted.
     github_token: str | None = None
     github_api_url: str = "https://api.github.com"

@@ -8,15 +8,17 @@ the message stays unacknowledged meanwhile, so a result is stored late, never lo
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from celery.signals import worker_init
 
 from perfbisect import dispatch
-from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, RUN_TRIAL, celery_app
+from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, PRUNE_SAMPLES, RUN_TRIAL, celery_app
 from perfbisect.service.db import database_unreachable, session_scope
 from perfbisect.service.jobs import advance
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials import reconcile as reconciler
+from perfbisect.service.trials import retention
 from perfbisect.service.trials import service as trials
 from perfbisect.workers.heartbeat import Heartbeat
 from perfbisect.workers.retrying import with_database
@@ -128,6 +130,34 @@ def reconcile() -> dict[str, int]:
         log.warning("reconciler: re-sent %d trial(s) (%d of dead workers), re-advanced %d job(s)",
                     len(repairs.trials), len(repairs.revived), len(repairs.jobs))
     return {"trials": len(repairs.trials), "revived": len(repairs.revived), "jobs": len(repairs.jobs)}
+
+
+def prune_expired_samples(days: int, progress: Callable[[retention.Pruned], None] | None = None) -> retention.Pruned:
+    """Delete the raw samples of every trial finished more than `days` ago (of a finished job),
+    one transaction per batch: stopped midway, it keeps what it pruned."""
+    before = retention.cutoff(days)
+    total = retention.Pruned(0, 0)
+    while True:
+        with session_scope() as session:
+            batch = retention.prune_batch(session, before)
+        if not batch.trials:
+            return total
+        total = retention.Pruned(total.trials + batch.trials, total.samples + batch.samples)
+        if progress:
+            progress(total)
+
+
+@celery_app.task(name=PRUNE_SAMPLES)
+def prune_samples() -> dict[str, int]:
+    """Hourly (beat): the raw samples past PERFBISECT_SAMPLES_RETENTION_DAYS; nothing when it is 0."""
+    days = get_settings().samples_retention_days
+    if not days:
+        return {"trials": 0, "samples": 0}
+    pruned = prune_expired_samples(days)
+    if pruned.trials:
+        log.info("retention: deleted the raw samples of %d trial(s) (%d rows) finished over %d days ago",
+                 pruned.trials, pruned.samples, days)
+    return {"trials": pruned.trials, "samples": pruned.samples}
 
 
 @worker_init.connect

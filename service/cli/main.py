@@ -83,6 +83,38 @@ def db_upgrade(revision: str = "head") -> None:
     console.print(f"database at {get_settings().sqlalchemy_url.split('@')[-1]} is at {revision}")
 
 
+@db_app.command("prune-samples")
+def db_prune_samples(
+    older_than: Annotated[Optional[int], typer.Option(
+        "--older-than", min=1, help="days (default PERFBISECT_SAMPLES_RETENTION_DAYS)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="count what would be deleted, delete nothing")] = False,
+) -> None:
+    """Delete the raw samples of trials finished more than N days ago (of finished jobs). The
+    summaries every history, report and outcome reads are kept; beat does this every hour."""
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.settings import get_settings
+    from perfbisect.service.trials import retention
+
+    days = older_than or get_settings().samples_retention_days
+    if not days:
+        fail("retention is off (PERFBISECT_SAMPLES_RETENTION_DAYS=0): pass --older-than DAYS")
+    with user_errors():
+        if dry_run:
+            with session_scope() as session:
+                due = retention.due(session, retention.cutoff(days))
+            console.print(f"would delete the raw samples of {due.trials} trial(s) ({due.samples} rows) "
+                          f"finished over {days} days ago")
+            return
+        from perfbisect.workers.tasks import prune_expired_samples
+
+        def progress(total: retention.Pruned) -> None:
+            console.print(f"  {total.trials} trial(s), {total.samples} rows so far", highlight=False)
+
+        pruned = prune_expired_samples(days, progress if sys.stderr.isatty() else None)
+    console.print(f"deleted the raw samples of {pruned.trials} trial(s) ({pruned.samples} rows) finished over "
+                  f"{days} days ago; measurements, case points and outcomes are kept")
+
+
 @app.command()
 def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
           workers: Annotated[Optional[int], typer.Option(

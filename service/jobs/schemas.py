@@ -282,4 +282,6 @@ class TrialRead(BaseModel):
         "no build inputs")
     run_s: float | None
     phases: dict[str, float] | None = None  # seconds: checkout, build, start, import, compile, ...
+    samples_pruned_at: datetime | None = Field(
+        default=None, description="when the raw samples were deleted past the retention (`samples` is then null)")
     measurements: dict[str, dict[str, Any]]

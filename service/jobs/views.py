@@ -78,6 +78,7 @@ def trial_reads(session: Session, job_id: int, *, with_logs: bool = True, sample
             id=t.id, sha=t.revision.sha, status=t.status.value, device=t.device, fingerprint=t.fingerprint,
             failure_reason=log(t.failure_reason), worker_host=t.worker_host, attempts=t.attempts,
             build_s=t.build_s, build_cache=t.build_cache, run_s=t.run_s, phases=t.phases,
+            samples_pruned_at=t.samples_pruned_at,
             measurements={m.case.name: {"status": m.status, "ratio": m.ratio, "value": m.value,
                                         "control_value": m.control_value, "unit": m.unit,
                                         "accuracy_error": m.accuracy_error, "error": log(m.error),
