@@ -21,7 +21,7 @@ from typing import Any
 
 from celery import Task
 
-from perfbisect.queue import ADVANCE_JOB, RECONCILE, RUN_TRIAL, celery_app
+from perfbisect.queue import ADVANCE_JOB, PRUNE_S, PRUNE_SAMPLES, RECONCILE, RUN_TRIAL, celery_app
 from perfbisect.service.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -159,16 +159,28 @@ def idle() -> bool:
         return not _pending and _drainer is None
 
 
+def embedded_upkeep(pruned_at: float) -> float:
+    """One pass of the embedded server's upkeep, what beat schedules with a broker: reconcile
+    (running what it re-sends on the embedded queue) and, when PRUNE_S has passed since
+    `pruned_at` (a monotonic time), the raw samples' retention. Returns when that last ran."""
+    task_named(RECONCILE)()
+    drain_in_background()
+    if time.monotonic() - pruned_at < PRUNE_S:
+        return pruned_at
+    task_named(PRUNE_SAMPLES)()
+    return time.monotonic()
+
+
 def start_embedded_reconciler() -> threading.Thread:
-    """Embedded server: reconcile at start (jobs a previous process left in flight) and every
-    reconcile_interval_s, running what it re-sends on the embedded queue."""
+    """Embedded server: the upkeep at start (jobs a previous process left in flight) and every
+    reconcile_interval_s."""
     def loop() -> None:
+        pruned_at = float("-inf")
         while True:
             try:
-                task_named(RECONCILE)()
-                drain_in_background()
+                pruned_at = embedded_upkeep(pruned_at)
             except Exception:
-                log.exception("embedded reconciler failed")
+                log.exception("embedded upkeep failed")
             time.sleep(get_settings().reconcile_interval_s)
 
     thread = threading.Thread(target=loop, name="perfbisect-reconciler", daemon=True)

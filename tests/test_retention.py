@@ -96,3 +96,21 @@ def test_the_cli_prunes_in_batches_and_a_dry_run_deletes_nothing(embedded, tmp_p
         assert session.scalar(select(func.count()).select_from(Measurement)) > 0
     bad = runner.invoke(app, ["db", "prune-samples", "--older-than", "0"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+def test_the_embedded_server_prunes_at_start_and_then_hourly(embedded, tmp_path: Path) -> None:  # noqa: F811
+    import time
+
+    from perfbisect import dispatch
+    from perfbisect.service.db import session_scope
+
+    job_id = finished_job(tmp_path, steady)
+    with session_scope() as session:
+        age(session, job_id, OLD)
+    just_now = time.monotonic()
+    assert dispatch.embedded_upkeep(just_now) == just_now  # pruned under an hour ago: it waits
+    with session_scope() as session:
+        assert samples_of_job(session, job_id) > 0
+    assert dispatch.embedded_upkeep(float("-inf")) > just_now  # at the server's start
+    with session_scope() as session:
+        assert samples_of_job(session, job_id) == 0
