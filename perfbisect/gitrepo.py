@@ -170,7 +170,10 @@ class Mirror:
                     with _locked(self.path):
                         repo.git.worktree("prune")
                         worktree.parent.mkdir(parents=True, exist_ok=True)
-                        repo.git.worktree("add", "--detach", "--force", str(worktree), sha)
+                        # twice: a worker killed inside `worktree add` leaves the path registered,
+                        # missing and locked ("initializing"), which prune keeps and one --force refuses;
+                        # the slot is this worker's alone, so nobody else's worktree is overridden
+                        repo.git.worktree("add", "--detach", "--force", "--force", str(worktree), sha)
                 tree = git.Repo(worktree)
                 tree.git.checkout("-f", "--detach", sha)
                 tree.git.clean("-fdxq")

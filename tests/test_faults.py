@@ -74,8 +74,10 @@ def check_job(stack: Stack, job_id: int, before: dict[int, tuple[str, dict]], da
     assert job["status"] == "succeeded", (job, stack.log.read_text()[-4000:])
     pos = {sha: i for i, sha in enumerate(job["revision_shas"])}
     spans = [(pos[c["first_sha"]], pos[c["last_sha"]]) for c in job["culprits"] if c["kind"] == "performance"]
-    assert spans == [(PLANTED_INDEX - GOOD_INDEX, PLANTED_INDEX - GOOD_INDEX)]
     trials = stack.trials(job_id)
+    ratios = "; ".join(f"{pos[t['sha']]}#{t['id']}:{m['ratio']:.4f}" for t in sorted(trials, key=lambda t: t["id"])
+                       for m in t["measurements"].values() if m["ratio"])  # what a wrong culprit was decided on
+    assert spans == [(PLANTED_INDEX - GOOD_INDEX, PLANTED_INDEX - GOOD_INDEX)], f"{spans}: revision#trial:ratio {ratios}"
     assert not [t for t in trials if t["status"] in ("pending", "running")]
     now = {t["id"]: (t["status"], t["measurements"]) for t in trials}
     lost = sum(1 for trial_id, stored in before.items() if now.get(trial_id) != stored)
