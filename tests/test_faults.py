@@ -102,14 +102,24 @@ def test_a_killed_worker_trial_reruns_within_the_heartbeat_timeout(step_repo: Pa
             wait_until(lambda: len(finished(stack.trials(job_id))) >= 2
                        and [t for t in stack.trials(job_id) if t["status"] == "running" and t["worker_host"]],
                        300, "two stored trials and one running")
-            victim = next(t for t in stack.trials(job_id) if t["status"] == "running" and t["worker_host"])
             before = snapshot(stack, job_id)
-            pool_pid = int(victim["worker_host"].rsplit("-", 1)[1])
-            worker = next(w for w in stack.workers if w.pid == os.getpgid(pool_pid))
-            killed_at = time.monotonic()
-            os.killpg(worker.pid, signal.SIGKILL)  # the main process and its pool: a node dying
-            worker.wait()
-            stack.start_worker()  # its replacement (an orchestrator's restart) sweeps what it left
+            for _ in range(3):  # a trial takes ~0.4 s: the chosen one may finish just before the kill
+                running = next(t for t in stack.trials(job_id) if t["status"] == "running" and t["worker_host"])
+                pool_pid = int(running["worker_host"].rsplit("-", 1)[1])
+                worker = next(w for w in stack.workers if w.pid == os.getpgid(pool_pid))
+                killed_at = time.monotonic()
+                os.killpg(worker.pid, signal.SIGKILL)  # the main process and its pool: a node dying
+                worker.wait()
+                stack.start_worker()  # its replacement (an orchestrator's restart) sweeps what it left
+                # What it was running when it died stays `running` under its host: the trial chosen,
+                # or the next one it took if that one finished in between (none if it was idle).
+                victim = next((t for t in stack.trials(job_id)
+                               if t["status"] == "running" and t["worker_host"] == running["worker_host"]), None)
+                if victim:
+                    break
+                wait_until(lambda: [t for t in stack.trials(job_id) if t["status"] == "running" and t["worker_host"]],
+                           120, "a running trial to kill")
+            assert victim, "three killed workers were each between trials"
             victim_now = lambda: next(t for t in stack.trials(job_id) if t["id"] == victim["id"])  # noqa: E731
             wait_until(lambda: victim_now()["status"] != "running" or victim_now()["attempts"] >= 2, 120,
                        "the dead worker's trial to be sent again")
