@@ -110,7 +110,7 @@ def db_prune_samples(
         def progress(total: retention.Pruned) -> None:
             console.print(f"  {total.trials} trial(s), {total.samples} rows so far", highlight=False)
 
-        pruned = prune_expired_samples(days, progress if sys.stderr.isatty() else None)
+        pruned = prune_expired_samples(days, progress if console.is_terminal else None)
     console.print(f"deleted the raw samples of {pruned.trials} trial(s) ({pruned.samples} rows) finished over "
                   f"{days} days ago; measurements, case points and outcomes are kept")
 
