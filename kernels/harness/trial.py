@@ -21,7 +21,7 @@ from perfbisect.kernels.harness.refcache import ReferenceCache
 from perfbisect.kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
 from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop, steady_host_allocator
 from perfbisect.kernels.suites import get_suite
-from perfbisect.kernels.suites.base import relative_error, resolve_callable
+from perfbisect.kernels.suites.base import resolve_callable
 
 DEFAULT_POLICY = {"min_samples": 10, "max_samples": 50, "max_time_s": 2.0, "rel_noise": 0.01,
                   "warmup": 3, "throttle_fraction": 0.75}
@@ -100,7 +100,7 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device,
     with phases.track("inputs_reference"):
         reference = references.get_or_compute(case["suite"], params, seed, inputs,
                                                lambda: suite.reference(inputs, params))
-        error = relative_error(checked, reference)
+        error = suite.compare(checked, reference, params)
     entry["accuracy_error"] = _finite_or_none(error)
     if not error <= entry["tolerance"] and entry["status"] == "ok":
         # a fast kernel that computes the wrong thing is a failure, whatever its speed

@@ -18,6 +18,7 @@ from perfbisect.service.cli.errors import CLIError, Interrupted
 from perfbisect.service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
 from perfbisect.service.cli.repo import repo_app
 from perfbisect.service.cli.submit import SuiteFileOpt, bisect, compare
+from perfbisect.service.cli.suite_check import suite_app
 from perfbisect.service.cli.tokens import app as token_app
 from perfbisect.service.cli.track import track_app
 
@@ -29,6 +30,7 @@ app.command("changepoints")(changepoints)
 app.add_typer(token_app, name="token")
 app.add_typer(track_app, name="track")
 app.add_typer(repo_app, name="repo")
+app.add_typer(suite_app, name="suite")
 app.command()(bisect)
 app.command()(compare)
 console = Console(stderr=True, soft_wrap=True)  # one message, one line: no wrapping at 80 columns
