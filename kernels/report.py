@@ -15,6 +15,20 @@ def _noise(samples: list[float]) -> str:
     return f"{statistics.stdev(samples) / statistics.mean(samples):.1%}"
 
 
+def _balance_note(case: dict) -> str | None:
+    """Where one side's call is many times the other's, say how the samples were balanced: the
+    control cancels the machine's drift only over the same stretch of time as the target."""
+    repeats = case.get("repeats") or {}
+    t_med, c_med = case.get("median_target_ms"), case.get("median_control_ms")
+    if not t_med or not c_med or max(repeats.get("target", 1), repeats.get("control", 1)) == 1:
+        return None
+    slower, times = ("target", t_med / c_med) if t_med > c_med else ("control", c_med / t_med)
+    faster = "control" if slower == "target" else "target"
+    return (f"  {case['name']}: a {slower} call takes {times:.0f}x a {faster} call; each sample times "
+            f"{repeats[faster]} {faster} calls against one {slower} call, so both see the same stretch "
+            "of the machine")
+
+
 def format_result(result: dict) -> str:
     """Header (status, device, wall time) then one row per case: target and control
     metric, control/target ratio, noise, accuracy error against tolerance, status."""
@@ -43,4 +57,5 @@ def format_result(result: dict) -> str:
             lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
         errors = [(c["name"], c["error"]) for c in result.get("cases", []) if c.get("error")]
         lines += [f"  {name}: {error.splitlines()[0]}" for name, error in errors]
+        lines += [line for case in result.get("cases", []) if (line := _balance_note(case))]
     return "\n".join(lines)

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import statistics
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from perfbisect.kernels.harness.refcache import input_digest
+from perfbisect.kernels.harness.result import validate_result
 from perfbisect.kernels.harness.runner import run_harness
+from perfbisect.kernels.harness.trial import MAX_REPEATS, balanced_repeats
+from perfbisect.kernels.report import format_result
 from perfbisect.kernels.suites.base import output_error
 from perfbisect.service.cli.main import app
 from tests.kernels.conftest import write_files
@@ -174,3 +178,26 @@ def test_suite_check_refuses_an_unknown_revision(symrepo):
     result = CliRunner().invoke(app, ["suite", "check", str(symrepo / "bench/sym_suite.py"), "--shape", "n=5",
                                       "--repo", str(symrepo), "--rev", "no-such-rev"])
     assert result.exit_code == 2 and "cannot read revision" in result.output
+
+
+@pytest.mark.parametrize(("target_ms", "control_ms", "expected"), [
+    (1.0, 1.0, (1, 1)), (4.9, 1.0, (1, 1)), (20.0, 0.4, (1, 50)), (0.4, 20.0, (50, 1)),
+    (900.0, 0.01, (1, MAX_REPEATS)), (0.0, 1.0, (1, 1)),
+])
+def test_the_faster_side_is_repeated_to_fill_the_slower_sides_window(target_ms, control_ms, expected):
+    assert balanced_repeats(target_ms, control_ms, factor=5.0) == expected
+
+
+def test_a_slow_target_is_timed_against_as_many_control_calls(symrepo):
+    """The symbolic target (hundreds of Python calls) against a control that only sums: each
+    sample times several control calls, the result says how many, and `measure` explains it."""
+    (symrepo / "bench/slow_suite.py").write_text(textwrap.dedent(SUITE).replace(
+        "def control(inputs, params):", "def control(inputs, params):\n    return len(inputs[0].terms)\n\n\ndef unused(inputs, params):"))
+    spec = {"cases": [{"suite": "file:bench/slow_suite.py", "target": "symlib:collect", "params": {"n": 3000}}],
+            "device": "cpu", "policy": POLICY, "cold": False, "seed": 1}
+    result = run_harness(spec, symrepo, import_root="src", timeout_s=120)
+    case = result["cases"][0]
+    assert case["status"] == "ok", result
+    assert case["repeats"]["target"] == 1 and case["repeats"]["control"] > 5
+    validate_result(result)
+    assert "each sample times" in format_result(result)
