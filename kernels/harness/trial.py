@@ -138,8 +138,10 @@ def balanced_repeats(target_ms: float, control_ms: float, factor: float) -> tupl
 
 
 def _timed(timer, fn, repeats: int) -> float:
-    """The mean of `repeats` timed calls (each cold when the timer flushes)."""
-    return sum(timer.time_ms(fn) for _ in range(repeats)) / repeats
+    """The median of `repeats` timed calls (each cold when the timer flushes): a median, not a
+    mean, so that a sample of k calls estimates what a sample of one does (the median over
+    samples is then the same quantity whether a revision needed repeats or not)."""
+    return statistics.median(timer.time_ms(fn) for _ in range(repeats))
 
 
 def _time_samples(entry, run_target, run_control, timer, clock, policy, device, phases) -> None:
