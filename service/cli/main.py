@@ -295,12 +295,14 @@ def show(
     api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="read it from this API server")] = None,
     fail_on: Annotated[FailOn, typer.Option(help="exit 1 when the verdict is a regression (or any change)")] = FailOn.never,
     wide: Annotated[bool, typer.Option(help="one table row per case, wider than 100 columns")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="wait for the job to finish, showing its progress "
+                                         "(a bar on a terminal, a line per round in a log)")] = False,
 ) -> None:
     """Show one job's report; the exit code is the job's (see `bisect`; 6 while it is still running)."""
     from perfbisect.service.cli import runs
 
     with user_errors():
-        job = runs.read_job(job_id, api)
+        job = runs.watch_job(job_id, api, console) if follow else runs.read_job(job_id, api)
     runs.print_job(job, as_json, wide=wide)
     raise typer.Exit(exit_code(job, fail_on))
 
