@@ -201,3 +201,16 @@ def test_a_slow_target_is_timed_against_as_many_control_calls(symrepo):
     assert case["repeats"]["target"] == 1 and case["repeats"]["control"] > 5
     validate_result(result)
     assert "each sample times" in format_result(result)
+
+
+def test_measure_shows_the_uncertainty_of_the_median_ratio_not_one_samples_spread():
+    """Under load single samples vary by hundreds of percent while the median of 40 is usable:
+    the column is the standard error of the median ratio."""
+    ratios = [0.5, 0.52, 0.48, 0.5, 1.9, 0.51, 0.49, 0.05] * 5
+    result = {"status": "ok", "device": {"kind": "cpu"}, "wall_s": 1.0, "cases": [{
+        "name": "x", "metric": {"name": "GB/s", "target": 1.0, "control": 0.5}, "median_ratio": 0.5,
+        "ratio": ratios, "target_ms": [1.0] * 40, "accuracy_error": 0.0, "tolerance": 1e-3, "status": "ok"}]}
+    row = format_result(result).splitlines()[-1]
+    spread = statistics.stdev(ratios) / statistics.median(ratios)       # one sample's: 90%
+    assert "±ratio" in format_result(result) and f"±{spread * 1.2533 / 40 ** 0.5:.1%}" in row
+    assert f"{spread:.1%}" not in row
