@@ -96,6 +96,9 @@ def bisect(
     policy: Annotated[Optional[str], typer.Option(help='harness sample policy as JSON, e.g. {"max_time_s": 0.5}')] = None,
     check_accuracy: Annotated[bool, typer.Option(
         help="also check accuracy at every revision (accuracy-only trials, side by side with the search)")] = False,
+    scan: Annotated[Optional[int], typer.Option(
+        help="interior revisions measured with the ends, so a step undone inside the range is seen "
+             "(default: 3 for ranges over 32 commits, else 0)")] = None,
     api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
 ) -> None:
     """Bisect good..bad, follow its progress, print every culprit with the step per shape.
@@ -113,7 +116,7 @@ def bisect(
         request = validated(BisectCreate, repository=repo, good=good, bad=bad,
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
-                            policy=parsed_policy, check_accuracy=check_accuracy)
+                            policy=parsed_policy, check_accuracy=check_accuracy, scan=scan)
         job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
     _finish(job, as_json, wide, fail_on)
 

@@ -181,3 +181,13 @@ def test_a_case_ruled_unchanged_is_never_also_called_too_noisy_to_detect_that_st
     assert case.outcome == Outcome.unchanged and case.bound < 0.15
     assert report.detectable <= 0.15
     assert not (result.warning or "").startswith("noisy run")
+
+
+def test_equal_ends_with_nothing_measured_between_say_a_hidden_step_would_not_be_seen() -> None:
+    observations = {0: ok(CALM), 9: ok([v * 1.005 for v in CALM])}
+    [case] = outcome_of(observations, n=10).cases
+    assert case.outcome == Outcome.unchanged
+    assert "only the ends were measured: a step undone inside the 8 commits between them" in case.reason
+    assert "--scan" in case.reason
+    scanned = outcome_of({**observations, 5: ok(CALM)}, n=10, config=CONFIG)
+    assert "only the ends" not in scanned.cases[0].reason
