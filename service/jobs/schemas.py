@@ -86,6 +86,9 @@ class HarnessPolicy(BaseModel):
     warmup: int | None = Field(default=None, ge=0, le=1000)
     throttle_fraction: float | None = Field(default=None, ge=0, le=1, description="of the max SM clock")
     threads: int | None = Field(default=None, ge=1, le=256, description="CPU threads")
+    balance_factor: float | None = Field(default=None, ge=0, le=1000, description=(
+        "when one of target and control takes over this many times the other per call, the faster is called "
+        "repeatedly within each sample (0: never)"))
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> HarnessPolicy:
