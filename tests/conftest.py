@@ -23,6 +23,7 @@ isolate_xdist_worker()
 TEST_DATABASE_URL = os.environ.get("PERFBISECT_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TEST_REDIS_URL = os.environ.get("PERFBISECT_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 _HOME = Path(tempfile.mkdtemp(prefix="perfbisect-test-home-"))
+_HOME.chmod(0o711)  # as production's must be: a slot's uid reaches the revision caches under it
 
 # Settings are read once per process: pin them before any service module is imported. The xdist
 # controller runs no test and keeps them out of its environment, so its workers start without

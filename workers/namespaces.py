@@ -1,0 +1,149 @@
+"""Linux namespaces around repository code, made by bubblewrap (`bwrap`, docs/containment.md says
+why bwrap): every build and trial of a slot runs inside one, started by the worker as the slot's
+own unprivileged uid (an unprivileged user namespace maps only that uid: nothing in it is root).
+
+What a sandbox sees and may do:
+- its own PID namespace, killed as a whole when its first process ends or the worker dies
+  (--die-with-parent), so a setsid double-fork cannot outlive it; it sees no other process;
+- no network (a new, empty network namespace): never for trials, for builds unless the
+  repository is listed in PERFBISECT_BUILD_NETWORK_REPOS;
+- the system, the interpreter and the harness read-only; the slot's directory (worktree, build
+  directory, HOME, TMPDIR, scratch) and the revision caches writable;
+  every mount nosuid and nodev (bwrap's defaults); nothing else: not the service's home (other
+  slots, mirrors, the build cache), not /run or /var (PostgreSQL's and Redis's sockets);
+  /tmp and /dev/shm are small private tmpfs;
+- GPU device nodes of the slot's GPUs only: /dev/nvidia<minor> of each visible GPU plus
+  nvidiactl and nvidia-uvm, or /dev/kfd plus the visible GPUs' /dev/dri/renderD*.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import perfbisect
+import perfbisect.kernels
+
+log = logging.getLogger(__name__)
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
+TMPFS_BYTES = 1 << 30
+NVIDIA_SHARED = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+@dataclass(frozen=True)
+class View:
+    """What one sandbox may write and reach."""
+
+    writable: tuple[str, ...]   # directories bound read-write at the same path
+    network: bool = False
+    devices: tuple[str, ...] = ()
+
+
+def bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def readonly_paths() -> list[str]:
+    """The interpreter (its prefixes: a virtualenv and the Python it was made from) and the
+    perfbisect packages a trial imports (the harness), besides the system directories."""
+    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                           os.path.dirname(sys.executable))}
+    paths |= {os.path.realpath(os.path.dirname(perfbisect.__file__)), *map(os.path.realpath, perfbisect.kernels.__path__)}
+    return sorted(p for p in paths if not any(p == d or p.startswith(d + "/") for d in SYSTEM_DIRS))
+
+
+def _system_args() -> list[str]:
+    args: list[str] = []
+    for directory in SYSTEM_DIRS:
+        if os.path.islink(directory):  # merged /usr: /bin -> usr/bin
+            args += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            args += ["--ro-bind", directory, directory]
+    return args
+
+
+def argv(view: View, *, chdir: str = "/", as_pid_1: bool = False) -> list[str]:
+    """The bwrap command line (up to the command) of a sandbox of `view`, starting in `chdir`.
+    `as_pid_1`: the command is the namespace's init (a fork server: no process of the sandbox
+    may signal it)."""
+    args = [bwrap() or "bwrap", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--disable-userns", *_system_args()]
+    for path in readonly_paths():
+        args += ["--ro-bind", path, path]
+    # a private /tmp and /dev/shm in memory, small (TMPDIR is the slot's tmp, on disk)
+    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]
+    for path in view.writable:
+        args += ["--bind", path, path]
+    for node in view.devices:
+        args += ["--dev-bind", node, node]
+    if not view.network:
+        args.append("--unshare-net")
+    if as_pid_1:
+        args.append("--as-pid-1")
+    return [*args, "--chdir", chdir, "--"]
+
+
+def _visible(variable: str) -> list[int] | None:
+    """The device indices a *_VISIBLE_DEVICES variable of this worker names (None: all)."""
+    value = os.environ.get(variable)
+    if value is None:
+        return None
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        return None  # UUIDs: the driver resolves them; every node stays reachable
+
+
+def nvidia_minors() -> list[int]:
+    """Device minors of the NVIDIA GPUs in PCI bus order (CUDA's order for identical GPUs)."""
+    minors = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            minors += [int(line.split(":", 1)[1]) for line in info.read_text().splitlines()
+                       if line.startswith("Device Minor:")]
+        except (OSError, ValueError):
+            pass
+    return minors
+
+
+def gpu_nodes() -> tuple[str, ...]:
+    """The device nodes of this worker's GPUs (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES pick
+    them; a worker started with --gpu N sees GPU N only)."""
+    nodes: list[str] = []
+    minors = nvidia_minors()
+    if minors:
+        chosen = _visible("CUDA_VISIBLE_DEVICES")
+        picked = minors if chosen is None else [minors[i] for i in chosen if 0 <= i < len(minors)]
+        nodes += [*(f"/dev/nvidia{m}" for m in picked), *NVIDIA_SHARED]
+    if os.path.exists("/dev/kfd"):
+        renders = sorted(Path("/dev/dri").glob("renderD*"), key=lambda p: int(p.name[7:]))
+        chosen = _visible("HIP_VISIBLE_DEVICES") or _visible("ROCR_VISIBLE_DEVICES")
+        picked = renders if chosen is None else [renders[i] for i in chosen if 0 <= i < len(renders)]
+        nodes += ["/dev/kfd", *map(str, picked)]
+    return tuple(n for n in nodes if os.path.exists(n))
+
+
+@lru_cache
+def unusable(uid: int | None, gid: int | None) -> str | None:
+    """Why bwrap cannot make a sandbox for `uid` on this host (None: it can). Checked once."""
+    if not sys.platform.startswith("linux"):
+        return "not Linux"
+    if bwrap() is None:
+        return "bwrap is not installed (apt-get install bubblewrap; scripts/system_packages.sh)"
+    command = [*argv(View(writable=())), "true"]
+    user = {} if uid is None else {"user": uid, "group": gid, "extra_groups": []}
+    try:
+        done = subprocess.run(command, cwd="/", capture_output=True, text=True, timeout=60, **user)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bwrap failed: {exc}"
+    if done.returncode != 0:
+        return f"bwrap cannot make namespaces here: {done.stderr.strip()[-300:]} (user namespaces disabled?)"
+    return None
