@@ -29,6 +29,7 @@ from pathlib import Path
 
 import perfbisect
 import perfbisect.kernels
+from perfbisect.workers import proctree
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +142,16 @@ def unusable(uid: int | None, gid: int | None) -> str | None:
     command = [*argv(View(writable=())), "true"]
     user = {} if uid is None else {"user": uid, "group": gid, "extra_groups": []}
     try:
-        done = subprocess.run(command, cwd="/", capture_output=True, text=True, timeout=60, **user)
-    except (OSError, subprocess.SubprocessError) as exc:
+        proc = subprocess.Popen(command, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, **user)
+    except OSError as exc:
         return f"bwrap failed: {exc}"
-    if done.returncode != 0:
-        return f"bwrap cannot make namespaces here: {done.stderr.strip()[-300:]} (user namespaces disabled?)"
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+    proctree.kill_tree(proc.pid, marker="\0")  # reap bwrap's own children, adopted by this subreaper
+    if proc.returncode != 0:
+        return f"bwrap cannot make namespaces here: {stderr.strip()[-300:]} (user namespaces disabled?)"
     return None
