@@ -32,11 +32,10 @@ pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user nee
 def _namespaces_missing() -> str | None:
     try:
         from perfbisect.workers import namespaces
-    except ImportError:
-        return None  # a build without namespaces: the tests run and must fail
-    user = sandbox.sandbox_user()
-    return namespaces.unusable(None if user is None else get_settings().sandbox_uid_base or user.uid,
-                               None if user is None else user.gid)
+        first_slot = sandbox.slot_user(sandbox.sandbox_user(), 0, get_settings())
+    except (ImportError, AttributeError):
+        return None  # code without namespaces: the tests run, and must fail
+    return namespaces.unusable(first_slot and first_slot.uid, first_slot and first_slot.gid)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +147,8 @@ def test_an_allocation_past_the_default_memory_cap_is_stopped_and_reported(hosti
 
 
 def test_a_fork_bomb_stops_at_the_slot_process_limit(hostile, monkeypatch):
-    monkeypatch.setattr(get_settings(), "sandbox_max_procs", 64, raising=False)
+    if "sandbox_max_procs" in type(get_settings()).model_fields:  # (absent before the limit existed)
+        monkeypatch.setattr(get_settings(), "sandbox_max_procs", 64)
     seen = reported(run(hostile, "fork_bomb", env={"HOSTILE_FORKS": "300"}))
     assert seen is not None and seen["forked"] < 64 and seen["stopped_by"] == "BlockingIOError", seen
 
@@ -157,4 +157,5 @@ def test_a_setuid_shell_from_the_build_gives_no_root(hostile):
     """Built once (stored in the build cache), then served from the cache: neither copy runs as root."""
     for attempt in ("built", "cached"):
         seen = reported(run(hostile, "setuid", build_inputs=("build.sh",)))
-        assert seen is not None and seen["euid"] != "0" and seen["euid"] == str(seen["ruid"]), (attempt, seen)
+        assert seen is not None and seen["euids"], (attempt, seen)
+        assert all(euid in (str(seen["ruid"]), "PermissionError") for euid in seen["euids"].values()), (attempt, seen)

@@ -75,13 +75,23 @@ ESCAPES: dict[str, tuple[str, str]] = {
             forked += 1
         report(forked=forked, stopped_by=None)
         PY"""), ""),
-    # a setuid root shell is what the build cache once handed back; the trial runs it with -p
-    "setuid": ('mkdir -p "$PERFBISECT_BUILD_DIR" && cp /bin/bash "$PERFBISECT_BUILD_DIR/bash" && chmod 4755 "$PERFBISECT_BUILD_DIR/bash"',
-               textwrap.dedent("""\
-        import subprocess
-        shell = os.path.join(os.getcwd(), ".perfbisect-build", "bash")
-        done = subprocess.run([shell, "-p", "-c", "id -u"], capture_output=True, text=True)
-        report(euid=done.stdout.strip(), ruid=os.getuid(), mode=oct(os.stat(shell).st_mode))""")),
+    # a setuid shell: in the build directory, and where the build cache keeps its copy (as root,
+    # HOME/build-cache, found from the revision caches' path the trial is given); run with -p
+    "setuid": ('mkdir -p "$PERFBISECT_BUILD_DIR" && cp /bin/bash "$PERFBISECT_BUILD_DIR/bash" && '
+               'chmod 4755 "$PERFBISECT_BUILD_DIR/bash"', textwrap.dedent("""\
+        import glob, subprocess
+        shells = [os.path.join(os.getcwd(), ".perfbisect-build", "bash")]
+        cache = os.environ.get("TRITON_CACHE_DIR", "")
+        while cache not in ("", "/") and os.path.basename(cache) != "trial-cache":
+            cache = os.path.dirname(cache)
+        shells += glob.glob(os.path.join(os.path.dirname(cache), "build-cache", "*", "build", "bash"))
+        euids = {}
+        for shell in shells:
+            try:
+                euids[shell] = subprocess.run([shell, "-p", "-c", "id -u"], capture_output=True, text=True).stdout.strip()
+            except OSError as exc:
+                euids[shell] = type(exc).__name__
+        report(euids=euids, ruid=os.getuid())""")),
 }
 
 
