@@ -78,11 +78,13 @@ class Settings(BaseSettings):
                                      "network (to download); trials never can")
     max_file_mb: int = Field(default=16384, ge=0, description="largest file a build or trial may write; 0 = none")
     # Self-healing (service/trials/reconcile.py): a running trial whose worker stopped beating
-    # for heartbeat_timeout_s is run again; a pending one whose message is gone is re-sent.
+    # for heartbeat_timeout_s is run again; a pending one whose message is gone is re-sent. A
+    # SIGKILLed worker's trial is back in the queue within timeout + one interval (<= 25 s): four
+    # missed beats, so a worker that is merely slow for a moment is not taken for dead.
     heartbeat_s: float = Field(default=5.0, gt=0)
     heartbeat_timeout_s: int = Field(default=20, ge=5)
     redispatch_after_s: int = Field(default=30, ge=1)
-    reconcile_interval_s: float = Field(default=15.0, gt=0)
+    reconcile_interval_s: float = Field(default=5.0, gt=0)
     cancel_poll_s: float = Field(default=1.0, gt=0, description="how often a running trial checks for a cancel")
     store_retry_s: int = Field(default=900, ge=0, description="how long a worker keeps retrying to store a result")
     samples_retention_days: int = Field(default=180, ge=0, description="raw samples of trials finished longer ago "
