@@ -132,6 +132,26 @@ def gpu_nodes() -> tuple[str, ...]:
     return tuple(n for n in nodes if os.path.exists(n))
 
 
+class Unavailable(RuntimeError):
+    """Namespaces are required and this host cannot make them."""
+
+
+def wanted(uid: int | None, gid: int | None, settings) -> bool:
+    """Whether a slot of `uid` runs in namespaces: per PERFBISECT_SANDBOX_NAMESPACES, where the
+    host can make them. Where it cannot, "required" (and production's "auto") raises
+    Unavailable and "auto" says so loudly at every slot."""
+    if settings.sandbox_namespaces == "off":
+        return False
+    why = unusable(uid, gid)
+    if why is None:
+        return True
+    if settings.sandbox_namespaces == "required" or settings.environment == "production":
+        raise Unavailable(f"repository code cannot be contained in namespaces: {why} (see the README, Deployment)")
+    log.error("NOT CONTAINED IN NAMESPACES: %s; repository code can reach the network and the host's "
+              "files and sockets (set PERFBISECT_SANDBOX_NAMESPACES=off to accept that)", why)
+    return False
+
+
 @lru_cache
 def unusable(uid: int | None, gid: int | None) -> str | None:
     """Why bwrap cannot make a sandbox for `uid` on this host (None: it can). Checked once."""

@@ -53,7 +53,7 @@ from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailabl
                                                start_contained)
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
 from perfbisect.service.settings import Settings, get_settings
-from perfbisect.workers import namespaces, proctree
+from perfbisect.workers import hostshare, namespaces, proctree
 from perfbisect.workers.trialcache import cache_root
 
 log = logging.getLogger(__name__)
@@ -162,23 +162,6 @@ def _probe(user: SandboxUser) -> str | None:
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["exit code"])[-1]
 
 
-def host_slots(settings: Settings) -> int:
-    """How many trials this host runs at once: the setting, else one per GPU, else per core."""
-    return settings.sandbox_slots or len(namespaces.nvidia_minors()) or os.cpu_count() or 1
-
-
-def memory_cap_mb(settings: Settings) -> int:
-    """The memory cap of one build or trial: the setting, else 85% of this host's memory shared
-    by its slots (0: none)."""
-    if settings.trial_memory_mb is not None:
-        return settings.trial_memory_mb
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
-    return int(total * 0.85 / host_slots(settings)) >> 20
-
-
 def slot_user(user: SandboxUser | None, index: int, settings: Settings) -> SandboxUser | None:
     """The uid slot `index` runs as: its own one (in the sandbox user's group) when uids are
     given out per slot, else the sandbox user."""
@@ -195,7 +178,7 @@ def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
     its trials inherit it."""
     settings = get_settings()
     limits = []
-    memory_mb = memory_cap_mb(settings)
+    memory_mb = hostshare.memory_cap_mb(settings)
     if memory_mb and memory_kind:
         limits.append((resource.RLIMIT_AS if memory_kind == "as" else resource.RLIMIT_DATA, memory_mb * 2**20))
     if settings.max_file_mb:
@@ -210,19 +193,12 @@ def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
 
 
 def use_namespaces(user: SandboxUser | None) -> bool:
-    """Whether this slot's code runs in bwrap's namespaces. Where the host cannot make them,
-    "required" (and production's "auto") raises SandboxError, "auto" says so loudly."""
-    settings = get_settings()
-    if settings.sandbox_namespaces == "off":
-        return False
-    why = namespaces.unusable(user.uid if user else None, user.gid if user else None)
-    if why is None:
-        return True
-    if settings.sandbox_namespaces == "required" or settings.environment == "production":
-        raise SandboxError(f"repository code cannot be contained in namespaces: {why} (see the README, Deployment)")
-    log.error("NOT CONTAINED IN NAMESPACES: %s; repository code can reach the network and the host's "
-              "files and sockets (set PERFBISECT_SANDBOX_NAMESPACES=off to accept that)", why)
-    return False
+    """Whether this slot's code runs in bwrap's namespaces (namespaces.wanted); SandboxError
+    where they are required and the host cannot make them."""
+    try:
+        return namespaces.wanted(user.uid if user else None, user.gid if user else None, get_settings())
+    except namespaces.Unavailable as exc:
+        raise SandboxError(str(exc)) from exc
 
 
 @dataclass
