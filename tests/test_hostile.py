@@ -5,6 +5,7 @@ say so (README, Deployment: what production then lacks)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import tempfile
@@ -75,6 +76,20 @@ def test_neither_a_build_nor_a_trial_reaches_the_database_or_redis(hostile, name
     for escape in ("network_build", "network_trial"):
         seen = reported(run(hostile, escape))
         assert seen is not None and seen["db"] != "connected" and seen["redis"] != "connected", (escape, seen)
+
+
+def test_neither_a_build_nor_a_trial_sees_the_service_or_writes_the_system(hostile, namespaced, shared_sandbox):
+    settings = get_settings()
+    for directory in (settings.home / "mirrors", settings.home / "build-cache", shared_sandbox / "elsewhere"):
+        directory.mkdir(parents=True, exist_ok=True)
+    (shared_sandbox / "elsewhere" / "other-slot-file").touch()
+    hidden = [str(settings.home / "mirrors"), str(settings.home / "build-cache"), "/var/run/postgresql",
+              "/run", str(shared_sandbox / "elsewhere")]
+    for escape in ("snoop_build", "snoop_trial"):
+        seen = reported(run(hostile, escape, env={"HOSTILE_PATHS": json.dumps(hidden)}))
+        assert seen is not None, escape
+        assert not any(seen["seen"].values()), (escape, seen)  # none there (False) or empty ([])
+        assert seen["system"] in ("OSError", "PermissionError") and "nosuid" in seen["cwd_mount"], (escape, seen)
 
 
 def _argv(pid: int) -> list[str]:

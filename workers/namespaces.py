@@ -115,21 +115,26 @@ def nvidia_minors() -> list[int]:
     return minors
 
 
-def gpu_nodes() -> tuple[str, ...]:
+def render_nodes() -> list[str]:
+    """/dev/dri/renderD* in index order (an AMD GPU's render node)."""
+    return [str(p) for p in sorted(Path("/dev/dri").glob("renderD*"), key=lambda p: int(p.name[7:]))]
+
+
+def gpu_nodes(present=os.path.exists) -> tuple[str, ...]:
     """The device nodes of this worker's GPUs (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES pick
-    them; a worker started with --gpu N sees GPU N only)."""
+    them; a worker started with --gpu N sees GPU N only) that exist (`present`)."""
     nodes: list[str] = []
     minors = nvidia_minors()
     if minors:
         chosen = _visible("CUDA_VISIBLE_DEVICES")
         picked = minors if chosen is None else [minors[i] for i in chosen if 0 <= i < len(minors)]
         nodes += [*(f"/dev/nvidia{m}" for m in picked), *NVIDIA_SHARED]
-    if os.path.exists("/dev/kfd"):
-        renders = sorted(Path("/dev/dri").glob("renderD*"), key=lambda p: int(p.name[7:]))
+    if present("/dev/kfd"):
+        renders = render_nodes()
         chosen = _visible("HIP_VISIBLE_DEVICES") or _visible("ROCR_VISIBLE_DEVICES")
         picked = renders if chosen is None else [renders[i] for i in chosen if 0 <= i < len(renders)]
-        nodes += ["/dev/kfd", *map(str, picked)]
-    return tuple(n for n in nodes if os.path.exists(n))
+        nodes += ["/dev/kfd", *picked]
+    return tuple(n for n in nodes if present(n))
 
 
 class Unavailable(RuntimeError):

@@ -28,6 +28,19 @@ def report(**found):
     print("HOSTILE " + json.dumps(found), flush=True)
     os._exit(7)
 
+def snoop():
+    seen = {path: sorted(os.listdir(path)) if os.path.isdir(path) else os.path.exists(path)
+            for path in json.loads(os.environ["HOSTILE_PATHS"])}
+    try:
+        open("/usr/hostile-was-here", "w").close()
+        system = "written"
+    except OSError as exc:
+        system = type(exc).__name__
+    here = os.getcwd()
+    options = [line.split()[5] for line in open("/proc/self/mountinfo")
+               if here == line.split()[4] or here.startswith(line.split()[4].rstrip("/") + "/")]
+    return {"seen": seen, "system": system, "cwd_mount": options[-1] if options else None}
+
 def connect(port):
     try:
         socket.create_connection(("127.0.0.1", port), timeout=3).close()
@@ -58,6 +71,9 @@ ESCAPES: dict[str, tuple[str, str]] = {
         import subprocess
         env = {k: v for k, v in os.environ.items() if k != "PERFBISECT_SANDBOX"}
         subprocess.run(["setsid", "sh", "-c", "sleep {sleep_s} &"], env=env, check=True)""")),
+    # what of the host it can see and write (paths named by the test in HOSTILE_PATHS)
+    "snoop_build": ("python3 -c 'from hostile_report import *; report(**snoop())'", ""),
+    "snoop_trial": ("exit 0", "report(**snoop())"),
     "memory": ("exit 0", "blob = bytearray(int(os.environ['HOSTILE_BYTES']))\nreport(allocated=len(blob))"),
     "fork_bomb": (textwrap.dedent("""\
         python3 - <<'PY'
