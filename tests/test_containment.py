@@ -19,6 +19,7 @@ from perfbisect.service.trials.service import TrialWork
 from perfbisect.workers import proctree, redact, sandbox
 from perfbisect.workers.build import run_build
 from perfbisect.workers.runner import execute
+from perfbisect.workers.trialcache import caches_for
 from tests.gitrepo import make_repo
 
 SECRET_TOKEN = "ghp_containment0123456789secret"
@@ -158,3 +159,26 @@ def test_a_home_the_sandbox_user_cannot_enter_is_refused_at_start(monkeypatch, t
     finally:
         shutil.rmtree(shared)
         sandbox.sandbox_user.cache_clear()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_slots_of_their_own_uids_share_a_revisions_caches(monkeypatch) -> None:
+    """Trials of one revision run side by side in two slots (two uids): what one adds to the
+    revision's cache while the other runs, the other can write into too."""
+    nobody = sandbox.lookup_user("nobody")
+    shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))
+    shared.chmod(0o755)
+    monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
+    caches = caches_for(get_settings(), "a" * 40, {})
+    with sandbox.slot(user=nobody) as first, sandbox.slot(user=nobody) as second:
+        assert first.user.uid != second.user.uid
+        for box in (first, second):
+            box.give(caches.jit_dir, shared=True)  # as each slot's trial is started
+        outputs = []
+        for box, command in ((first, "mkdir kernel && touch kernel/a"), (second, "touch kernel/b && echo wrote")):
+            box.worktree.mkdir()
+            done = box.run(command, cwd=caches.jit_dir, env=box.env({}), timeout_s=30, memory=None)
+            outputs.append(done.output_tail)
+    shutil.rmtree(shared)
+    assert outputs[1].strip() == "wrote", outputs
+    assert sorted(p.name for p in (caches.jit_dir / "kernel").iterdir()) == ["a", "b"]

@@ -185,11 +185,13 @@ def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
         limits.append((resource.RLIMIT_FSIZE, settings.max_file_mb * 2**20))
     # RLIMIT_NPROC counts every process and thread of the uid: a limit per slot only where the
     # slot has a uid of its own (the shared sandbox user may run other slots' processes)
-    if settings.sandbox_max_procs and user is not None and user.uid >= settings.sandbox_uid_base > 0:
+    own_uid = user is not None and user.uid >= settings.sandbox_uid_base > 0
+    if settings.sandbox_max_procs and own_uid:
         limits.append((resource.RLIMIT_NPROC, settings.sandbox_max_procs))
     limits.append((resource.RLIMIT_CORE, 0))
+    # slots of one host share the revision caches through their common group (Slot.give)
     return Containment(uid=user.uid if user else None, gid=user.gid if user else None, limits=tuple(limits),
-                       wrapper=wrapper)
+                       wrapper=wrapper, umask=0o002 if own_uid else -1)
 
 
 def use_namespaces(user: SandboxUser | None) -> bool:
@@ -230,15 +232,22 @@ class Slot:
     def log_path(self) -> Path:
         return self.path / "output.log"
 
-    def give(self, *paths: Path) -> None:
-        """Hand `paths` (recursively) to the sandbox user, so its code can write there."""
+    def give(self, *paths: Path, shared: bool = False) -> None:
+        """Hand `paths` (recursively) to the slot's user, so its code can write there; `shared`:
+        writable by the group of every slot's uid too (the revision caches, which trials of one
+        revision in other slots fill at the same time; their code runs with umask 002)."""
         if self.user is None:
             return
         for top in paths:
-            os.lchown(top, self.user.uid, self.user.gid)
+            self._take(Path(top), shared)
             for root, dirs, files in os.walk(top):
                 for name in dirs + files:
-                    os.lchown(os.path.join(root, name), self.user.uid, self.user.gid)
+                    self._take(Path(root, name), shared)
+
+    def _take(self, path: Path, shared: bool) -> None:
+        os.lchown(path, self.user.uid, self.user.gid)
+        if shared and not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o070 if path.is_dir() else 0o060))
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
         return scrubbed_env(extra, self.home, self.tmp)

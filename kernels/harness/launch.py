@@ -70,6 +70,7 @@ class Containment:
     limits: tuple[tuple[int, int], ...] = ()
     die_with_parent: bool = True
     wrapper: tuple[str, ...] = ()  # a command line the process runs under (bwrap ... --)
+    umask: int = -1  # -1: this process's
 
     def preexec(self) -> None:
         """Run in the child after the user switch (subprocess's preexec_fn)."""
@@ -80,7 +81,7 @@ class Containment:
 
     def popen_args(self) -> dict:
         user = {} if self.uid is None else {"user": self.uid, "group": self.gid, "extra_groups": []}
-        return {**user, "preexec_fn": self.preexec}
+        return {**user, "preexec_fn": self.preexec, "umask": self.umask}
 
 
 def _kill_group(pid: int) -> None:
