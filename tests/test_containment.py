@@ -115,7 +115,7 @@ def test_the_memory_cap_fails_an_oversized_allocation(monkeypatch) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
-def test_as_root_repository_code_runs_as_the_sandbox_user(monkeypatch) -> None:
+def test_as_root_repository_code_runs_as_the_sandbox_user(monkeypatch, sandbox_home) -> None:
     nobody = sandbox.lookup_user("nobody")
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))  # pytest's tmp_path is root-only
     shared.chmod(0o755)
@@ -162,7 +162,7 @@ def test_a_home_the_sandbox_user_cannot_enter_is_refused_at_start(monkeypatch, t
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
-def test_slots_of_their_own_uids_share_a_revisions_caches(monkeypatch) -> None:
+def test_slots_of_their_own_uids_share_a_revisions_caches(monkeypatch, sandbox_home) -> None:
     """Trials of one revision run side by side in two slots (two uids): what one adds to the
     revision's cache while the other runs, the other can write into too."""
     nobody = sandbox.lookup_user("nobody")

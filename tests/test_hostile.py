@@ -46,8 +46,8 @@ def hostile(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 
 @pytest.fixture(autouse=True)
-def shared_sandbox(monkeypatch):
-    """Slots the sandbox uids can traverse (pytest's tmp_path is root-only)."""
+def shared_sandbox(monkeypatch, sandbox_home):
+    """Slots and a home the sandbox uids can traverse (pytest's tmp_path is root-only)."""
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-hostile-"))
     shared.chmod(0o755)
     monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
