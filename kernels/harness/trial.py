@@ -16,10 +16,10 @@ import torch
 
 from perfbisect.kernels.cases import case_name
 from perfbisect.kernels.harness.phases import PhaseClock
-from perfbisect.kernels.harness.provenance import describe_device
+from perfbisect.kernels.harness.provenance import describe_device, open_clock
 from perfbisect.kernels.harness.refcache import ReferenceCache
 from perfbisect.kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
-from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop, steady_host_allocator
+from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, should_stop, steady_host_allocator
 from perfbisect.kernels.suites import get_suite
 from perfbisect.kernels.suites.base import resolve_callable
 
@@ -226,8 +226,9 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
                               time.perf_counter() - started, cold)
 
     with phases.track("timing"):
-        timer = CudaTimer(cold) if device == "cuda" else CpuTimer(cold)
-        clock = SmClock(enabled=device == "cuda")
+        timer = CudaTimer(cold, flush_bytes=info.get("flush_bytes")) if device == "cuda" else CpuTimer(cold)
+        clock = open_clock(device)
+        info["telemetry"] = {"start": clock.telemetry()}
     cache = spec.get("reference_cache") or {}
     references = ReferenceCache(cache.get("dir"), cache.get("revision"))
     cases = []
