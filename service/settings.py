@@ -86,7 +86,8 @@ class Settings(BaseSettings):
     local_repo_roots: str = Field(default="", description="os.pathsep-separated directories under which "
                                   "local-path repositories may be registered; empty: none")
     # Input bounds that depend on the deployment.
-    device_classes: str = Field(default="cpu,cuda", description="comma-separated device classes workers serve")
+    device_classes: str = Field(default="cpu,cuda", description="comma-separated device classes workers serve: cpu, "
+                                "cuda (NVIDIA), rocm (AMD Instinct), or a GPU model any GPU worker may serve")
     max_case_gib: float = Field(default=64.0, gt=0, description="largest memory one built-in case may need")
     public_url: str | None = Field(default=None, description="where people reach the dashboard, for links in PR comments")
 

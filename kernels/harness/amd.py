@@ -37,7 +37,9 @@ def firmware_digest(fw_info: dict | None) -> str | None:
     entries = (fw_info or {}).get("fw_list") or []
     if not entries:
         return None
-    text = ";".join(sorted(f"{e.get('fw_name')}={e.get('fw_version')}" for e in entries))
+    # fw_name is amdsmi's AmdSmiFwBlock enum member: its name, not its number, names the block
+    text = ";".join(sorted(f"{getattr(e.get('fw_name'), 'name', e.get('fw_name'))}={e.get('fw_version')}"
+                           for e in entries))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

@@ -155,6 +155,8 @@ def worker(
                                            "tracked branches (one per deployment, best on a control-only worker "
                                            "so it never waits behind a trial)")] = False,
     concurrency: int = 1,
+    flush_check: Annotated[bool, typer.Option(help="check at start that the device matches the class and the "
+                                                   "cold flush is measurably cold (GPU classes); refuse to start if not")] = True,
 ) -> None:
     """Run a Celery worker on REDIS_URL: one process per GPU, one trial at a time."""
     from perfbisect.service.settings import get_settings
@@ -170,6 +172,12 @@ def worker(
             sandbox_user()  # refuse to start rather than fail every trial (production), or warn
         except SandboxError as exc:
             fail(str(exc))
+        if flush_check and device_class != "cpu":
+            ok, text = doctor_run(device_class)
+            console.print(text)
+            if not ok:
+                fail(f"this worker cannot serve device class {device_class!r} (perfbisect doctor; --no-flush-check "
+                     "skips this)")
     from perfbisect.queue import CONTROL_QUEUE, celery_app
 
     queues = ([device_class] if trials else []) + ([CONTROL_QUEUE] if control else [])
@@ -181,6 +189,37 @@ def worker(
     schedule = ["-B"] if beat else []  # its schedule file: beat_schedule_filename
     celery_app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-n", name,
                             "--pool", "prefork", "-l", "INFO", *schedule])
+
+
+def doctor_run(device_class: str | None, device: str = "auto", flush: bool = True) -> tuple[bool, str]:
+    """The device report in a fresh interpreter (a CUDA context must not live in a process that
+    forks Celery's pool); (ok, text)."""
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "perfbisect.kernels.harness.doctor", "--device", device]
+    args += ["--device-class", device_class] if device_class else []
+    args += [] if flush else ["--no-flush-check"]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return False, "the device check did not finish in 600 s"
+    return done.returncode == 0, (done.stdout + done.stderr[-2000:]).strip()
+
+
+@app.command()
+def doctor(
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda (ROCm's torch device is cuda too)")] = "auto",
+    device_class: Annotated[Optional[str], typer.Option(help="check the device can serve this class")] = None,
+    flush_check: Annotated[bool, typer.Option(help="time reads after the flush and after a warm read")] = True,
+) -> None:
+    """What this machine's device is (vendor, arch, caches, telemetry, JIT caches, suites it can run)
+    and whether the cold flush is measurably cold. Exit 1 when it is not, or the class does not fit."""
+    if device not in ("auto", "cpu", "cuda"):
+        fail(f"--device must be auto, cpu or cuda, not {device!r}")
+    ok, text = doctor_run(device_class, device, flush_check)
+    print(text)
+    raise typer.Exit(0 if ok else 1)
 
 
 @app.command()
