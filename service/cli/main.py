@@ -147,8 +147,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
 
 @app.command()
 def worker(
-    device_class: Annotated[str, typer.Option(help="queue to serve: cpu, cuda, or a GPU model")] = "cpu",
-    gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES)")] = None,
+    device_class: Annotated[str, typer.Option(help="queue to serve: cpu, cuda (NVIDIA), rocm (AMD Instinct), "
+                                                   "or a GPU model")] = "cpu",
+    gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES)")] = None,
     control: Annotated[bool, typer.Option(help="also serve the control queue (job planning)")] = True,
     trials: Annotated[bool, typer.Option(help="serve the device queue (--no-trials: a control-only worker)")] = True,
     beat: Annotated[bool, typer.Option(help="also run Celery beat: the reconciler and the scheduled and polled "
@@ -163,8 +164,8 @@ def worker(
 
     if get_settings().embedded:
         fail("REDIS_URL is not set: a worker needs a broker (the embedded default runs tasks in-process)")
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if gpu is not None:  # HIP reads its own variable first; both name the same GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["HIP_VISIBLE_DEVICES"] = str(gpu)
     if trials:
         from perfbisect.workers.sandbox import SandboxError, sandbox_user
 
