@@ -38,6 +38,8 @@ class Settings(BaseSettings):
     build_timeout_s: int = 900
     trial_timeout_s: int = 900
     device_class: str = "cpu"
+    gpu_caches: str | None = Field(default=None, description="the cache levels a GPU worker's cold flush covers, "
+                                   "e.g. L2=4MiB*8,MALL=256MiB (default: detected; kernels/harness/devices.py)")
     visibility_timeout_s: int = 3600
     embedded_workers: int = Field(default=1, ge=1, le=64, description="trials run at once without a broker")
     # Serving: processes; per process, the database connections (requests doing database work at

@@ -64,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-flush-check", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    found = report(args.device, args.device_class, not args.no_flush_check)
+    try:
+        found = report(args.device, args.device_class, not args.no_flush_check)
+    except ValueError as exc:  # a malformed PERFBISECT_GPU_CACHES, an architecture without sizes
+        print(f"error: {exc}")
+        return 1
     print(json.dumps(found, indent=2, default=str) if args.json else format_report(found))
     return 0 if found["ok"] else 1
 
