@@ -87,3 +87,19 @@ def test_doctor_reports_the_device_and_refuses_a_class_this_host_cannot_serve() 
     refused = runner.invoke(app, ["doctor", "--device", "cpu", "--device-class", "rocm", "--no-flush-check"])
     assert refused.exit_code == 1 and "needs an AMD GPU (ROCm torch); this host has no GPU" in refused.output
     assert runner.invoke(app, ["doctor", "--device", "tpu"]).exit_code != 0
+
+
+def test_a_rocm_worker_on_a_host_without_an_amd_gpu_refuses_to_start(monkeypatch) -> None:
+    """The start check runs before the worker takes a message: this host has no AMD GPU, so a
+    rocm worker leaves with the doctor's reason instead of failing every trial (or measuring on
+    the wrong vendor). The broker is never reached."""
+    from perfbisect.service.settings import get_settings
+
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    get_settings.cache_clear()
+    try:
+        result = runner.invoke(app, ["worker", "--device-class", "rocm", "--no-control"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code != 0
+    assert "needs an AMD GPU (ROCm torch)" in result.output and "cannot serve device class 'rocm'" in result.output

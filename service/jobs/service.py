@@ -53,6 +53,11 @@ def check_device_class(name: str, cases: list[dict[str, Any]] = ()) -> None:
     if name not in served:
         raise BadRequest(f"no worker serves device class {name!r}: use one of {', '.join(served)} "
                          "(PERFBISECT_DEVICE_CLASSES)")
+    check_suites_fit_class(name, cases)
+
+
+def check_suites_fit_class(name: str, cases: list[dict[str, Any]]) -> None:
+    """No case needs another GPU vendor than the device class promises. Raises BadRequest."""
     promised = vendor_of_class(name)
     for case in cases:
         needs = suite_vendor(case.get("suite", ""))
