@@ -157,8 +157,10 @@ class AmdClock:
     def throttled(self, mhz: float | None, fraction: float = 0.75) -> bool:
         if self.device is None:
             return False
-        metrics = self.device.call("amdsmi_get_gpu_metrics_info")
-        return bool(throttle_reasons(self.device.call("amdsmi_get_violation_status"), metrics))
+        reasons = throttle_reasons(self.device.call("amdsmi_get_violation_status"), None)
+        if reasons is None:  # an amdsmi or a part without the violation flags: the metrics' status
+            reasons = throttle_reasons(None, self.device.call("amdsmi_get_gpu_metrics_info"))
+        return bool(reasons)
 
     def telemetry(self) -> dict | None:
         return self.device.telemetry() if self.device else None
