@@ -15,6 +15,16 @@ def test_a_worker_pinned_to_one_nvidia_gpu_binds_only_that_gpus_node(monkeypatch
     assert len(namespaces.gpu_nodes(present=lambda path: path != "/dev/kfd")) == 4 + 3  # unpinned: every GPU
 
 
+def test_a_pinned_worker_names_its_gpu_by_uuid_inside_the_sandbox(monkeypatch):
+    """Only GPU 2's node exists in there: index 2 may name nothing; its UUID names it either way."""
+    monkeypatch.setattr(namespaces, "nvidia_gpus", lambda: [(0, "GPU-a"), (1, "GPU-b"), (5, "GPU-c"), (3, "GPU-d")])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    assert namespaces.gpu_env() == {"CUDA_VISIBLE_DEVICES": "GPU-c"}
+    assert namespaces.gpu_nodes(present=lambda path: path != "/dev/kfd")[0] == "/dev/nvidia5"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert namespaces.gpu_env() == {}  # unpinned: every GPU, as the worker sees them
+
+
 def test_an_amd_worker_gets_kfd_and_its_render_node_only(monkeypatch):
     monkeypatch.setattr(namespaces, "nvidia_minors", lambda: [])
     monkeypatch.setattr(namespaces, "render_nodes", lambda: ["/dev/dri/renderD128", "/dev/dri/renderD129"])

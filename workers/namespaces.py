@@ -103,16 +103,38 @@ def _visible(variable: str) -> list[int] | None:
         return None  # UUIDs: the driver resolves them; every node stays reachable
 
 
-def nvidia_minors() -> list[int]:
-    """Device minors of the NVIDIA GPUs in PCI bus order (CUDA's order for identical GPUs)."""
-    minors = []
+def nvidia_gpus() -> list[tuple[int, str]]:
+    """(device minor, UUID) of the NVIDIA GPUs in PCI bus order (CUDA's order for identical GPUs)."""
+    gpus = []
     for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
         try:
-            minors += [int(line.split(":", 1)[1]) for line in info.read_text().splitlines()
-                       if line.startswith("Device Minor:")]
-        except (OSError, ValueError):
+            fields = dict(line.split(":", 1) for line in info.read_text().splitlines() if ":" in line)
+            gpus.append((int(fields["Device Minor"]), fields.get("GPU UUID", "").strip()))
+        except (OSError, ValueError, KeyError):
             pass
-    return minors
+    return gpus
+
+
+def nvidia_minors() -> list[int]:
+    return [minor for minor, _ in nvidia_gpus()]
+
+
+def gpu_env() -> dict[str, str]:
+    """The *_VISIBLE_DEVICES of a pinned worker as they must read inside its sandbox, where only
+    its GPUs' nodes exist: NVIDIA GPUs by UUID, which names them whether the driver enumerates
+    every GPU or only those it can open."""
+    env = {}
+    chosen, gpus = _visible("CUDA_VISIBLE_DEVICES"), nvidia_gpus()
+    uuids = [gpus[i][1] for i in chosen or [] if 0 <= i < len(gpus) and gpus[i][1]]
+    if uuids and len(uuids) == len(chosen or []):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
+    # ROCm enumerates only the GPUs whose render node it can open (as in a container given
+    # --device renderD*): the slot's GPUs are 0..k-1 in there
+    for name in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        picked = _visible(name)
+        if picked and os.path.exists("/dev/kfd"):
+            env[name] = ",".join(str(i) for i in range(len(picked)))
+    return env
 
 
 def render_nodes() -> list[str]:

@@ -250,7 +250,7 @@ class Slot:
             path.chmod(path.stat().st_mode | (0o070 if path.is_dir() else 0o060))
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
-        return scrubbed_env(extra, self.home, self.tmp)
+        return scrubbed_env({**(namespaces.gpu_env() if self.contained else {}), **extra}, self.home, self.tmp)
 
     def wrapper(self, cwd: Path, *, network: bool = False, as_pid_1: bool = False) -> tuple[str, ...]:
         """The bwrap command line of this slot's sandbox (empty where it is not contained): the
