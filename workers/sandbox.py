@@ -13,19 +13,20 @@ Inside a slot a command gets:
   where the host cannot make them, the containment below alone, said loudly at every slot;
 - an environment built from an allow-list plus the repository's own env: never DATABASE_URL,
   REDIS_URL, tokens or other PERFBISECT_* settings;
-- when the worker runs as root, an unprivileged uid of its own per slot (PERFBISECT_SANDBOX_UID_BASE
-  + the slot's index, in the group of PERFBISECT_SANDBOX_USER), so that no slot can signal another;
-- resource limits: a process limit per slot (RLIMIT_NPROC of the slot's uid), RLIMIT_AS (CPU trials) or RLIMIT_DATA (builds and GPU trials: the CUDA
-  driver reserves far more address space than it uses, so RLIMIT_AS would break it), a file
-  size cap, no core dumps;
+- when the worker runs as root, an unprivileged uid of its own per slot
+  (PERFBISECT_SANDBOX_UID_BASE + the slot's index, in the group of PERFBISECT_SANDBOX_USER), so
+  that no slot can signal another;
+- resource limits: a process limit per slot (RLIMIT_NPROC of the slot's uid), RLIMIT_AS (CPU
+  trials) or RLIMIT_DATA (builds and GPU trials: the CUDA driver reserves far more address space
+  than it uses, so RLIMIT_AS would break it), a file size cap, no core dumps;
 - its output in a file, never a pipe, and a deadline enforced on its whole process tree,
   including processes that called setsid (workers/proctree.py), with a stop check (a cancel)
   polled while it runs.
 
 A trial's harness is forked from a fork server (kernels/harness/launch.py, zygote.py) that has
 imported torch and runs as the slot's user under the same limits, inside the slot's namespaces
-as their init (one server per slot and environment), so that the forked trial inherits them, carries the slot's marker, and is
-waited for, cancelled and killed like a subprocess. A repository that shadows torch or triton,
+as their init (one server per slot and environment), so that the forked trial inherits them; it
+carries the slot's marker and is waited for, cancelled and killed like a subprocess. A repository that shadows torch or triton,
 or a host without fork, gets the subprocess; PERFBISECT_TRIAL_LAUNCHER=subprocess always does.
 """
 
