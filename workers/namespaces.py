@@ -56,8 +56,10 @@ def readonly_paths() -> list[str]:
     perfbisect packages a trial imports (the harness), besides the system directories."""
     paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                            os.path.dirname(sys.executable))}
-    paths |= {os.path.realpath(os.path.dirname(perfbisect.__file__)), *map(os.path.realpath, perfbisect.kernels.__path__)}
-    return sorted(p for p in paths if not any(p == d or p.startswith(d + "/") for d in SYSTEM_DIRS))
+    packages = [os.path.dirname(perfbisect.__file__), *perfbisect.kernels.__path__]
+    paths |= {os.path.realpath(p) for p in packages}
+    covered = (*SYSTEM_DIRS, *paths)  # a path inside another comes with it
+    return sorted(p for p in paths if not any(p == d and d in SYSTEM_DIRS or p.startswith(d + "/") for d in covered))
 
 
 def _system_args() -> list[str]:

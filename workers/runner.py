@@ -57,7 +57,8 @@ def harness_spec(cases: list[dict[str, Any]], device_class: str, policy: dict[st
 
 def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | None, env: dict[str, str],
                 spec: dict[str, Any], import_root: str, build_inputs: Sequence[str] = (),
-                should_stop: StopCheck | None = None, build_network: bool = False) -> tuple[dict[str, Any], float | None]:
+                should_stop: StopCheck | None = None,
+                build_network: bool = False) -> tuple[dict[str, Any], float | None]:
     """Check out `sha` into the slot, build it (from the build cache where `build_inputs` are
     declared) and measure it; returns (result, build seconds), the result carrying the checkout
     and build phases too, and under "build" what the build cache did."""

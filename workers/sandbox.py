@@ -26,8 +26,9 @@ Inside a slot a command gets:
 A trial's harness is forked from a fork server (kernels/harness/launch.py, zygote.py) that has
 imported torch and runs as the slot's user under the same limits, inside the slot's namespaces
 as their init (one server per slot and environment), so that the forked trial inherits them; it
-carries the slot's marker and is waited for, cancelled and killed like a subprocess. A repository that shadows torch or triton,
-or a host without fork, gets the subprocess; PERFBISECT_TRIAL_LAUNCHER=subprocess always does.
+carries the slot's marker and is waited for, cancelled and killed like a subprocess. A
+repository that shadows torch or triton, or a host without fork, gets the subprocess;
+PERFBISECT_TRIAL_LAUNCHER=subprocess always does.
 """
 
 from __future__ import annotations
