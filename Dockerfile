@@ -6,7 +6,9 @@
 ARG BASE_IMAGE=python:3.12-slim
 FROM ${BASE_IMAGE}
 
-RUN apt-get update && apt-get install -y --no-install-recommends git build-essential curl \
+# bubblewrap: every build and trial runs in its namespaces (docs/containment.md; the worker's
+# container must allow unprivileged user namespaces, README "Deployment")
+RUN apt-get update && apt-get install -y --no-install-recommends git build-essential curl bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml setup.py constraints.txt README.md alembic.ini ./

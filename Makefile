@@ -10,7 +10,7 @@ PYTHON ?= $(or $(firstword $(foreach p,/usr/bin/python3 /usr/local/bin/python3 p
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: demo test install services bench wheelhouse
+.PHONY: demo test install services system-packages bench wheelhouse
 
 $(VENV)/.installed: pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,15 +21,19 @@ $(VENV)/.installed: pyproject.toml setup.py constraints.txt
 
 install: $(VENV)/.installed
 
-demo: install
+demo: install system-packages
 	$(BIN)/perfbisect demo
 
 services:
 	bash scripts/services.sh
 
+# bubblewrap: builds and trials run in its namespaces (docs/containment.md)
+system-packages:
+	bash scripts/system_packages.sh
+
 # Both cores for the unit and service tests; then the end-to-end tests one at a time on a quiet
 # machine (they start servers and workers of their own and time real trials and recoveries).
-test: install services
+test: install services system-packages
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not e2e" --durations=10
 	$(BIN)/python -m pytest -q -m e2e --durations=0
 

@@ -8,11 +8,20 @@ launch to the first timed sample and the share of the trial spent in timed kerne
 
 "--launcher subprocess --fresh-jit" is the trial as it was before the fork server and the
 revision caches (a new interpreter, an empty Triton cache, the reference recomputed).
+
+"--sandbox slot" runs each trial as a worker does, in a sandbox slot taken and wiped per trial
+(the slot's uid and limits, the worktree copied into it); "--sandbox namespaces" adds the
+bubblewrap namespaces (workers/namespaces.py). As root both run the trial as the slot's uid.
+
+    python bench/trial_phases.py --device cpu --trials 6 --sandbox slot          # containment before
+    python bench/trial_phases.py --device cpu --trials 6 --sandbox namespaces    # and with namespaces
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,6 +55,27 @@ def worktree_at(base: Path, index: int) -> tuple[Path, str]:
     return tree, shas[index]
 
 
+def contained_trial(args, spec: dict, tree: Path, sha: str) -> dict:
+    """One trial in a sandbox slot taken for it, as a worker runs it (the copy is not timed)."""
+    os.environ.setdefault("PERFBISECT_HOME", tempfile.mkdtemp(prefix="perfbisect-phases-home-"))
+    Path(os.environ["PERFBISECT_HOME"]).chmod(0o711)
+    os.environ["PERFBISECT_SANDBOX_NAMESPACES"] = "auto" if args.sandbox == "namespaces" else "off"
+    from perfbisect.service.settings import get_settings
+    from perfbisect.workers import sandbox
+    from perfbisect.workers.trialcache import caches_for
+
+    with sandbox.slot() as box:
+        shutil.copytree(tree, box.worktree, symlinks=True)
+        caches = None if args.fresh_jit else caches_for(get_settings(), sha, {})
+        box.give(box.worktree, *([caches.jit_dir, caches.reference_dir] if caches else []))
+        if args.sandbox == "namespaces" and not box.contained:
+            raise SystemExit("bubblewrap cannot make namespaces here (see the log above)")
+        fork = "subprocess" if args.launcher == "subprocess" else "fork-server"
+        return run_harness(spec, box.worktree, caches=caches, timeout_s=600, base_env=box.env({}),
+                           scratch_root=box.scratch, launch=box.launcher("as" if args.device == "cpu" else "data",
+                                                                         fork=fork))
+
+
 def run(args) -> list[dict]:
     base = Path(tempfile.mkdtemp(prefix="perfbisect-phases-"))
     tree, sha = worktree_at(base, args.revision)
@@ -56,7 +86,10 @@ def run(args) -> list[dict]:
     results = []
     for n in range(args.trials):
         started = time.perf_counter()
-        result = run_harness(spec, tree, caches=caches, launcher=args.launcher, timeout_s=600)
+        if args.sandbox == "none":
+            result = run_harness(spec, tree, caches=caches, launcher=args.launcher, timeout_s=600)
+        else:
+            result = contained_trial(args, spec, tree, sha)
         wall = time.perf_counter() - started
         phases = result.get("phases") or {}
         phases["timed_kernels"] = timed_kernel_seconds(result.get("cases") or [])
@@ -95,11 +128,13 @@ def main() -> None:
     parser.add_argument("--revision", type=int, default=19, help="first-parent index in the demo")
     parser.add_argument("--launcher", default="auto", choices=("auto", "fork-server", "subprocess"))
     parser.add_argument("--fresh-jit", action="store_true", help="no revision caches")
+    parser.add_argument("--sandbox", default="none", choices=("none", "slot", "namespaces"),
+                        help="run each trial in a worker's sandbox slot, without or with namespaces")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.cases = args.cases or ("demo-gpu" if args.device == "cuda" else "demo-cpu")
     results = run(args)
-    label = (f"{args.cases} on {args.device}, launcher {args.launcher}, "
+    label = (f"{args.cases} on {args.device}, launcher {args.launcher}, sandbox {args.sandbox}, "
              f"{'fresh JIT cache per trial' if args.fresh_jit else 'revision caches'}")
     print(summary(results, label))
     if args.json:

@@ -64,14 +64,29 @@ class Settings(BaseSettings):
     sandbox_user: str = "nobody"
     sandbox_dir: Path | None = Field(default=None, description="slots for trials; default HOME/sandbox, must be "
                                      "traversable by the sandbox user")
-    trial_memory_mb: int = Field(default=65536, ge=0, description="address space (CPU) or data (GPU) cap; 0 = none")
+    trial_memory_mb: int | None = Field(default=None, ge=0, description="address space (CPU) or data (GPU) cap; "
+                                        "0 = none; default: 85% of the host's memory / sandbox_slots")
+    sandbox_slots: int | None = Field(default=None, ge=1, description="trials this host runs at once (the memory "
+                                      "cap's divisor); default: its GPUs, else its cores")
+    # Namespaces (workers/namespaces.py): auto uses bubblewrap where the host allows it and says
+    # loudly when it does not; required refuses to run repository code without (production's
+    # auto is required); off is today's containment only (uid, limits, tree kill).
+    sandbox_namespaces: Literal["auto", "required", "off"] = "auto"
+    sandbox_uid_base: int = Field(default=200_000, ge=0, description="as root, slot N runs as uid base+N (group of "
+                                  "the sandbox user), so no slot can signal another; 0: every slot is the sandbox user")
+    sandbox_max_procs: int = Field(default=1024, ge=0, description="processes and threads of one slot (RLIMIT_NPROC "
+                                   "of its uid; needs sandbox_uid_base); 0 = none")
+    build_network_repos: str = Field(default="", description="comma-separated repositories whose builds may use the "
+                                     "network (to download); trials never can")
     max_file_mb: int = Field(default=16384, ge=0, description="largest file a build or trial may write; 0 = none")
     # Self-healing (service/trials/reconcile.py): a running trial whose worker stopped beating
-    # for heartbeat_timeout_s is run again; a pending one whose message is gone is re-sent.
+    # for heartbeat_timeout_s is run again; a pending one whose message is gone is re-sent. A
+    # SIGKILLed worker's trial is back in the queue within timeout + one interval (<= 25 s): four
+    # missed beats, so a worker that is merely slow for a moment is not taken for dead.
     heartbeat_s: float = Field(default=5.0, gt=0)
-    heartbeat_timeout_s: int = Field(default=60, ge=5)
+    heartbeat_timeout_s: int = Field(default=20, ge=5)
     redispatch_after_s: int = Field(default=30, ge=1)
-    reconcile_interval_s: float = Field(default=15.0, gt=0)
+    reconcile_interval_s: float = Field(default=5.0, gt=0)
     cancel_poll_s: float = Field(default=1.0, gt=0, description="how often a running trial checks for a cancel")
     store_retry_s: int = Field(default=900, ge=0, description="how long a worker keeps retrying to store a result")
     samples_retention_days: int = Field(default=180, ge=0, description="raw samples of trials finished longer ago "

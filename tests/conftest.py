@@ -9,6 +9,7 @@ PostgreSQL and Redis are the machine's own (127.0.0.1:5432 database `test`, 127.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,3 +164,20 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         if item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.xdist_group("e2e"))
+
+
+@pytest.fixture
+def sandbox_home(monkeypatch):
+    """A PERFBISECT_HOME the slots' uids can traverse (chmod 711, as production's must be: they
+    reach the revision caches under it), so repository code runs as the sandbox user; the test
+    home is root-only, where it runs as root. Yields the home."""
+    from perfbisect.service.settings import get_settings
+    from perfbisect.workers import sandbox
+
+    home = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-home-"))
+    home.chmod(0o711)
+    monkeypatch.setattr(get_settings(), "home", home)
+    sandbox.sandbox_user.cache_clear()  # decided once per process, from the home
+    yield home
+    sandbox.sandbox_user.cache_clear()
+    shutil.rmtree(home, ignore_errors=True)

@@ -171,7 +171,7 @@ def test_a_build_that_points_at_its_worktree_is_not_cached(extlib, cache_dir) ->
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 def test_as_root_the_sandbox_user_builds_and_gets_a_copy_it_cannot_use_to_change_the_cache(
-        extlib, cache_dir, monkeypatch) -> None:
+        extlib, cache_dir, monkeypatch, sandbox_home) -> None:
     repo, shas = extlib
     nobody = sandbox.lookup_user("nobody")
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))  # pytest's tmp_path is root-only
@@ -185,7 +185,8 @@ def test_as_root_the_sandbox_user_builds_and_gets_a_copy_it_cannot_use_to_change
                                 then="echo changed > .perfbisect-build/kern.so && touch .perfbisect-build/new.pyc")
     finally:
         shutil.rmtree(shared)
-    assert out0["uid"].strip() == str(nobody.uid) and second.cache["cached"] is True, second.cache
+    slot_uid = sandbox.slot_user(nobody, 0, get_settings()).uid  # the slot's own uid, in nobody's group
+    assert out0["uid"].strip() == str(slot_uid) and second.cache["cached"] is True, second.cache
     assert out1["kern.so"] == "changed\n" and "new.pyc" in out1
     cached = cache_dir / first.cache["key"] / "build"
     assert (cached / "kern.so").read_text() == out0["kern.so"] and not (cached / "new.pyc").exists()

@@ -123,6 +123,14 @@ def nobody() -> sandbox.SandboxUser:
     return sandbox.lookup_user("nobody")
 
 
+@pytest.fixture(autouse=True)
+def without_namespaces(monkeypatch):
+    """These tests check the containment that holds with or without namespaces (the slot's uid
+    and limits, the server's protocol and peer check, the tree kill) from pids they can see;
+    tests/test_hostile.py checks what the namespaces add."""
+    monkeypatch.setattr(get_settings(), "sandbox_namespaces", "off")
+
+
 @pytest.fixture
 def shared_sandbox(monkeypatch):
     """Slots in a directory the sandbox user can traverse (pytest's tmp_path is root-only)."""
@@ -178,13 +186,14 @@ def test_a_forked_trial_inherits_the_slot_limits_from_its_server(shared_sandbox,
 @AS_ROOT
 def test_a_forked_trial_runs_as_the_sandbox_user_and_cannot_reach_its_server(nobody, shared_sandbox, monkeypatch):
     seen = _cpu_and_gpu_trials(nobody, monkeypatch)
+    slot_uid = sandbox.slot_user(nobody, 0, get_settings()).uid  # the slot's own uid, nobody's group
     for trial in seen.values():
-        assert (trial["uid"], trial["gid"]) == (nobody.uid, nobody.gid)
+        assert (trial["uid"], trial["gid"]) == (slot_uid, nobody.gid) and slot_uid != nobody.uid
         assert trial["limits"]["RLIMIT_CORE"] == 0 and trial["limits"]["RLIMIT_FSIZE"] == 512 * 2**20
         assert trial["server_environ"] == "PermissionError"  # a trial cannot read or ptrace its server
         # the server runs as nobody too, but is not dumpable: its /proc files are root's
         status = Path(f"/proc/{trial['ppid']}/status").read_text()
-        assert f"Uid:\t{nobody.uid}\t" in status and os.stat(f"/proc/{trial['ppid']}/environ").st_uid == 0
+        assert f"Uid:\t{slot_uid}\t" in status and os.stat(f"/proc/{trial['ppid']}/environ").st_uid == 0
     assert seen["as"]["ppid"] != seen["data"]["ppid"]
 
 

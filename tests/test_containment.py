@@ -19,6 +19,7 @@ from perfbisect.service.trials.service import TrialWork
 from perfbisect.workers import proctree, redact, sandbox
 from perfbisect.workers.build import run_build
 from perfbisect.workers.runner import execute
+from perfbisect.workers.trialcache import caches_for
 from tests.gitrepo import make_repo
 
 SECRET_TOKEN = "ghp_containment0123456789secret"
@@ -88,7 +89,9 @@ def test_a_timeout_kills_a_grandchild_that_escaped_with_setsid(tmp_path: Path) -
         assert marked_processes(prefix) == []
     assert time.monotonic() - started < 6  # the orphan holds stdout, but output goes to a file
     assert not built.ok and built.stopped == "timeout"
-    assert not (box.path).exists()  # the slot is wiped: worktree, HOME, TMPDIR, log
+    # the slot is wiped: worktree, HOME, TMPDIR, log (the emptied directory stays: a fork server
+    # of the slot has it mounted)
+    assert list(box.path.iterdir()) == []
 
 
 def test_a_stop_request_kills_the_tree_within_a_second(tmp_path: Path) -> None:
@@ -112,7 +115,7 @@ def test_the_memory_cap_fails_an_oversized_allocation(monkeypatch) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
-def test_as_root_repository_code_runs_as_the_sandbox_user(monkeypatch) -> None:
+def test_as_root_repository_code_runs_as_the_sandbox_user(monkeypatch, sandbox_home) -> None:
     nobody = sandbox.lookup_user("nobody")
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))  # pytest's tmp_path is root-only
     shared.chmod(0o755)
@@ -124,7 +127,9 @@ def test_as_root_repository_code_runs_as_the_sandbox_user(monkeypatch) -> None:
                        cwd=box.worktree, env=box.env({}), timeout_s=30, memory="data")
     shutil.rmtree(shared)
     lines = done.output_tail.split()
-    assert lines[0] == str(nobody.uid) and "home-writable" in lines and "denied" in lines
+    # the slot's own uid (nobody's group); the worker's /proc entry is not even visible in a sandbox
+    assert lines[0] == str(box.user.uid) and box.user.gid == nobody.gid and box.user.uid != nobody.uid
+    assert "home-writable" in lines and "denied" in lines
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
@@ -154,3 +159,26 @@ def test_a_home_the_sandbox_user_cannot_enter_is_refused_at_start(monkeypatch, t
     finally:
         shutil.rmtree(shared)
         sandbox.sandbox_user.cache_clear()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_slots_of_their_own_uids_share_a_revisions_caches(monkeypatch, sandbox_home) -> None:
+    """Trials of one revision run side by side in two slots (two uids): what one adds to the
+    revision's cache while the other runs, the other can write into too."""
+    nobody = sandbox.lookup_user("nobody")
+    shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))
+    shared.chmod(0o755)
+    monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
+    caches = caches_for(get_settings(), "a" * 40, {})
+    with sandbox.slot(user=nobody) as first, sandbox.slot(user=nobody) as second:
+        assert first.user.uid != second.user.uid
+        for box in (first, second):
+            box.give(caches.jit_dir, shared=True)  # as each slot's trial is started
+        outputs = []
+        for box, command in ((first, "mkdir kernel && touch kernel/a"), (second, "touch kernel/b && echo wrote")):
+            box.worktree.mkdir()
+            done = box.run(command, cwd=caches.jit_dir, env=box.env({}), timeout_s=30, memory=None)
+            outputs.append(done.output_tail)
+    shutil.rmtree(shared)
+    assert outputs[1].strip() == "wrote", outputs
+    assert sorted(p.name for p in (caches.jit_dir / "kernel").iterdir()) == ["a", "b"]

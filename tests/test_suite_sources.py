@@ -15,6 +15,7 @@ from sqlalchemy import select
 from perfbisect.kernels.harness.launch import stop_servers
 from perfbisect.service.jobs.schemas import MAX_SUITE_SOURCE_BYTES
 from perfbisect.service.models import Job, SuiteSource, Trial
+from perfbisect.service.settings import get_settings
 from perfbisect.service.trials import service as trials
 from tests.gitrepo import git
 from tests.kernels.conftest import CUSTOM_SUITE, write_files
@@ -113,7 +114,9 @@ def test_a_benchmark_set_gives_a_job_its_cases(client, registered, submit_client
     assert both.status_code == 422 and "not several" in both.text
 
 
-def test_the_worker_applies_the_sent_suite_to_a_revision_without_it(tmp_path: Path) -> None:
+def test_the_worker_applies_the_sent_suite_to_a_revision_without_it(tmp_path: Path, monkeypatch) -> None:
+    # the probe writes to this test's directory, which a trial in namespaces cannot see
+    monkeypatch.setattr(get_settings(), "sandbox_namespaces", "off")
     """The repository has no suite file at all: the harness imports the one sent with the job
     from the trial's directory, with the revision's import root (src/) on sys.path."""
     root = write_files(tmp_path / "repo", {"src/probekern/__init__.py": "", "src/probekern/ops.py": PROBE})

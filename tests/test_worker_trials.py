@@ -19,6 +19,13 @@ from tests.kernels.conftest import CUSTOM_SUITE, write_files
 from tests.kernels.test_launch import POLICY, PROBE
 
 
+@pytest.fixture(autouse=True)
+def without_namespaces(monkeypatch):
+    """The probe writes what its trial saw to this test's directory, which a trial in namespaces
+    cannot see (tests/test_hostile.py runs the same path in namespaces)."""
+    monkeypatch.setattr(get_settings(), "sandbox_namespaces", "off")
+
+
 @pytest.fixture(scope="module")
 def probe_git_repo(tmp_path_factory) -> tuple[Path, list[str]]:
     root = write_files(tmp_path_factory.mktemp("probe-git"), {

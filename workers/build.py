@@ -45,16 +45,17 @@ class BuildResult:
 
 
 def run_build(command: str | None, slot: Slot, env: dict[str, str], timeout_s: float,
-              should_stop: Callable[[], bool] | None = None) -> BuildResult:
+              should_stop: Callable[[], bool] | None = None, network: bool = False) -> BuildResult:
     """Run `command` with a shell in the slot's worktree (it is the registered repository's own
-    command, never text from a job), with the slot's scrubbed environment plus `env`. A non-zero
-    exit, the timeout or a stop is a failed build, not an exception."""
+    command, never text from a job), with the slot's scrubbed environment plus `env`, with the
+    network only when `network` (the repository's opt-in). A non-zero exit, the timeout or a
+    stop is a failed build, not an exception."""
     if not command:
         return BuildResult(True, 0.0, "")
     start = time.perf_counter()
     build_env = {**env, "PERFBISECT_BUILD_DIR": str(slot.worktree / BUILD_DIR), "PERFBISECT_PYTHON": sys.executable}
     done = slot.run(build_command_for(command, slot.worktree), cwd=slot.worktree, env=slot.env(build_env),
-                    timeout_s=timeout_s, memory="data", should_stop=should_stop)
+                    timeout_s=timeout_s, memory="data", should_stop=should_stop, network=network)
     seconds = time.perf_counter() - start
     tail = done.output_tail[-LOG_TAIL:]
     if done.stopped == "timeout":
@@ -92,17 +93,18 @@ def build_toolchain(build_env: dict[str, str], device: str) -> dict[str, Any]:
 
 
 def build_revision(command: str | None, inputs: Sequence[str], slot: Slot, mirror: Mirror, sha: str, *,
-                   env: dict[str, str], device: str, should_stop: Callable[[], bool] | None = None) -> BuildResult:
+                   env: dict[str, str], device: str, should_stop: Callable[[], bool] | None = None,
+                   network: bool = False) -> BuildResult:
     """Build `sha` in the slot's worktree: from the build cache when the repository declares its
     build inputs and an entry has their key, else by running the command (and then storing its
     output, unless it failed or copied undeclared files). The result's `cache` says which."""
     settings = get_settings()
     if not command or not inputs:
-        return run_build(command, slot, env, settings.build_timeout_s, should_stop)
+        return run_build(command, slot, env, settings.build_timeout_s, should_stop, network)
     try:
         entries = mirror.tree_entries(sha)
     except GitError as exc:
-        built = run_build(command, slot, env, settings.build_timeout_s, should_stop)
+        built = run_build(command, slot, env, settings.build_timeout_s, should_stop, network)
         return replace(built, cache={"cached": False, "stored": False, "note": f"not cached: {exc}"})
     declared = buildcache.declared_files(entries, inputs)
     key = buildcache.build_key(command, build_toolchain(slot.env(env), device), inputs, declared)
@@ -110,7 +112,7 @@ def build_revision(command: str | None, inputs: Sequence[str], slot: Slot, mirro
     hit = _restored(root, key, build_dir, slot)
     if hit is not None:
         return hit
-    built = run_build(command, slot, env, settings.build_timeout_s, should_stop)
+    built = run_build(command, slot, env, settings.build_timeout_s, should_stop, network)
     if not built.ok:
         return replace(built, cache={"key": key, "cached": False, "stored": False, "note": "build failed: not cached"})
     refused = _uncacheable(build_dir, slot.worktree, entries, declared)

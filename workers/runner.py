@@ -57,7 +57,8 @@ def harness_spec(cases: list[dict[str, Any]], device_class: str, policy: dict[st
 
 def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | None, env: dict[str, str],
                 spec: dict[str, Any], import_root: str, build_inputs: Sequence[str] = (),
-                should_stop: StopCheck | None = None) -> tuple[dict[str, Any], float | None]:
+                should_stop: StopCheck | None = None,
+                build_network: bool = False) -> tuple[dict[str, Any], float | None]:
     """Check out `sha` into the slot, build it (from the build cache where `build_inputs` are
     declared) and measure it; returns (result, build seconds), the result carrying the checkout
     and build phases too, and under "build" what the build cache did."""
@@ -71,13 +72,13 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
     checkout_s = time.perf_counter() - started
     box.give(box.worktree)
     build = build_revision(build_command, build_inputs, box, mirror, sha, env=env, device=spec["device"],
-                           should_stop=should_stop)
+                           should_stop=should_stop, network=build_network)
     if not build.ok:
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
         return add_worker_phases(with_build(failure(status, build.log_tail), build.cache), checkout_s,
                                  build.seconds), build.seconds
     caches = caches_for(settings, sha, env)
-    box.give(caches.jit_dir, caches.reference_dir)  # the sandbox user fills the revision's caches
+    box.give(caches.jit_dir, caches.reference_dir, shared=True)  # the slot's user fills the revision's caches
     # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
     memory = "as" if spec["device"] == "cpu" else "data"
     result = run_harness(spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
@@ -89,6 +90,12 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
 def with_build(result: dict[str, Any], cache: dict[str, Any] | None) -> dict[str, Any]:
     """The result with what the build cache did (nothing where no inputs are declared)."""
     return {**result, "build": cache} if cache is not None else result
+
+
+def may_download(repo_name: str) -> bool:
+    """Whether the repository's builds may use the network (PERFBISECT_BUILD_NETWORK_REPOS)."""
+    allowed = get_settings().build_network_repos
+    return repo_name in {name.strip() for name in allowed.split(",") if name.strip()}
 
 
 def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict[str, Any], float | None]:
@@ -103,7 +110,7 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
         with slot() as box:
             result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,
                                           spec=spec, import_root=work.import_root, build_inputs=work.build_inputs,
-                                          should_stop=should_stop)
+                                          should_stop=should_stop, build_network=may_download(work.repo_name))
     except SandboxError as exc:
         result, build_s = failure("worker_error", f"sandbox: {exc}"), None
     return redact_tree(result), build_s

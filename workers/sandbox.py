@@ -7,21 +7,28 @@ by it; a slot is wiped (and every process still carrying its marker killed) when
 when it is released, so nothing of a finished, cancelled or dead worker's trial stays behind.
 
 Inside a slot a command gets:
+- Linux namespaces made by bubblewrap (workers/namespaces.py): its own PID namespace that dies
+  with it, no network (builds of repositories in PERFBISECT_BUILD_NETWORK_REPOS excepted), a
+  mount view of the system read-only and its slot writable, the slot's GPU device nodes only;
+  where the host cannot make them, the containment below alone, said loudly at every slot;
 - an environment built from an allow-list plus the repository's own env: never DATABASE_URL,
   REDIS_URL, tokens or other PERFBISECT_* settings;
-- when the worker runs as root, the unprivileged PERFBISECT_SANDBOX_USER (default nobody);
-- resource limits: RLIMIT_AS (CPU trials) or RLIMIT_DATA (builds and GPU trials: the CUDA
-  driver reserves far more address space than it uses, so RLIMIT_AS would break it), a file
-  size cap, no core dumps;
+- when the worker runs as root, an unprivileged uid of its own per slot
+  (PERFBISECT_SANDBOX_UID_BASE + the slot's index, in the group of PERFBISECT_SANDBOX_USER), so
+  that no slot can signal another;
+- resource limits: a process limit per slot (RLIMIT_NPROC of the slot's uid), RLIMIT_AS (CPU
+  trials) or RLIMIT_DATA (builds and GPU trials: the CUDA driver reserves far more address space
+  than it uses, so RLIMIT_AS would break it), a file size cap, no core dumps;
 - its output in a file, never a pipe, and a deadline enforced on its whole process tree,
   including processes that called setsid (workers/proctree.py), with a stop check (a cancel)
   polled while it runs.
 
 A trial's harness is forked from a fork server (kernels/harness/launch.py, zygote.py) that has
-imported torch and runs as the sandbox user under the same limits, one server per distinct
-(user, limits, environment): the forked trial inherits them, carries the slot's marker, and is
-waited for, cancelled and killed like a subprocess. A repository that shadows torch or triton,
-or a host without fork, gets the subprocess; PERFBISECT_TRIAL_LAUNCHER=subprocess always does.
+imported torch and runs as the slot's user under the same limits, inside the slot's namespaces
+as their init (one server per slot and environment), so that the forked trial inherits them; it
+carries the slot's marker and is waited for, cancelled and killed like a subprocess. A
+repository that shadows torch or triton, or a host without fork, gets the subprocess;
+PERFBISECT_TRIAL_LAUNCHER=subprocess always does.
 """
 
 from __future__ import annotations
@@ -47,8 +54,8 @@ from typing import Literal
 from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailable, LaunchRequest, forkable,
                                                start_contained)
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
-from perfbisect.service.settings import get_settings
-from perfbisect.workers import proctree
+from perfbisect.service.settings import Settings, get_settings
+from perfbisect.workers import hostshare, namespaces, proctree
 from perfbisect.workers.trialcache import cache_root
 
 log = logging.getLogger(__name__)
@@ -157,19 +164,45 @@ def _probe(user: SandboxUser) -> str | None:
     return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["exit code"])[-1]
 
 
-def containment(user: SandboxUser | None, memory_kind: MemoryKind | None) -> Containment:
-    """How repository code of a slot starts: as `user`, with the memory cap of `memory_kind`,
-    the file size cap, no core dumps, and death with the worker. A subprocess applies it
-    itself; a fork server runs under it and its trials inherit it."""
+def slot_user(user: SandboxUser | None, index: int, settings: Settings) -> SandboxUser | None:
+    """The uid slot `index` runs as: its own one (in the sandbox user's group) when uids are
+    given out per slot, else the sandbox user."""
+    if user is None or not settings.sandbox_uid_base:
+        return user
+    return SandboxUser(f"slot-{index}", settings.sandbox_uid_base + index, user.gid)
+
+
+def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
+                wrapper: tuple[str, ...] = ()) -> Containment:
+    """How repository code of a slot starts: as `user` (under `wrapper`, its namespaces), with
+    the memory cap of `memory_kind`, the file size cap, the slot's process limit, no core dumps,
+    and death with the worker. A subprocess applies it itself; a fork server runs under it and
+    its trials inherit it."""
     settings = get_settings()
     limits = []
-    if settings.trial_memory_mb and memory_kind:
-        memory = settings.trial_memory_mb * 2**20
-        limits.append((resource.RLIMIT_AS if memory_kind == "as" else resource.RLIMIT_DATA, memory))
+    memory_mb = hostshare.memory_cap_mb(settings)
+    if memory_mb and memory_kind:
+        limits.append((resource.RLIMIT_AS if memory_kind == "as" else resource.RLIMIT_DATA, memory_mb * 2**20))
     if settings.max_file_mb:
         limits.append((resource.RLIMIT_FSIZE, settings.max_file_mb * 2**20))
+    # RLIMIT_NPROC counts every process and thread of the uid: a limit per slot only where the
+    # slot has a uid of its own (the shared sandbox user may run other slots' processes)
+    own_uid = user is not None and user.uid >= settings.sandbox_uid_base > 0
+    if settings.sandbox_max_procs and own_uid:
+        limits.append((resource.RLIMIT_NPROC, settings.sandbox_max_procs))
     limits.append((resource.RLIMIT_CORE, 0))
-    return Containment(uid=user.uid if user else None, gid=user.gid if user else None, limits=tuple(limits))
+    # slots of one host share the revision caches through their common group (Slot.give)
+    return Containment(uid=user.uid if user else None, gid=user.gid if user else None, limits=tuple(limits),
+                       wrapper=wrapper, umask=0o002 if own_uid else -1)
+
+
+def use_namespaces(user: SandboxUser | None) -> bool:
+    """Whether this slot's code runs in bwrap's namespaces (namespaces.wanted); SandboxError
+    where they are required and the host cannot make them."""
+    try:
+        return namespaces.wanted(user.uid if user else None, user.gid if user else None, get_settings())
+    except namespaces.Unavailable as exc:
+        raise SandboxError(str(exc)) from exc
 
 
 @dataclass
@@ -179,6 +212,7 @@ class Slot:
     path: Path
     user: SandboxUser | None
     marker: str
+    contained: bool = False  # in bwrap's namespaces (use_namespaces)
 
     @property
     def worktree(self) -> Path:
@@ -200,30 +234,53 @@ class Slot:
     def log_path(self) -> Path:
         return self.path / "output.log"
 
-    def give(self, *paths: Path) -> None:
-        """Hand `paths` (recursively) to the sandbox user, so its code can write there."""
+    def give(self, *paths: Path, shared: bool = False) -> None:
+        """Hand `paths` (recursively) to the slot's user, so its code can write there; `shared`:
+        writable by the group of every slot's uid too (the revision caches, which trials of one
+        revision in other slots fill at the same time; their code runs with umask 002)."""
         if self.user is None:
             return
         for top in paths:
-            os.lchown(top, self.user.uid, self.user.gid)
+            self._take(Path(top), shared)
             for root, dirs, files in os.walk(top):
                 for name in dirs + files:
-                    os.lchown(os.path.join(root, name), self.user.uid, self.user.gid)
+                    self._take(Path(root, name), shared)
+
+    def _take(self, path: Path, shared: bool) -> None:
+        os.lchown(path, self.user.uid, self.user.gid)
+        if shared and not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o070 if path.is_dir() else 0o060))
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
-        return scrubbed_env(extra, self.home, self.tmp)
+        return scrubbed_env({**(namespaces.gpu_env() if self.contained else {}), **extra}, self.home, self.tmp)
+
+    def wrapper(self, cwd: Path, *, network: bool = False, as_pid_1: bool = False) -> tuple[str, ...]:
+        """The bwrap command line of this slot's sandbox (empty where it is not contained): the
+        slot and the revision caches writable."""
+        if not self.contained:
+            return ()
+        caches = cache_root(get_settings())
+        caches.mkdir(parents=True, exist_ok=True)
+        view = namespaces.View(writable=(str(self.path), str(caches)), network=network, devices=namespaces.gpu_nodes())
+        return (*namespaces.argv(view, chdir=str(cwd), as_pid_1=as_pid_1),)
 
     def run(self, cmd: list[str] | str, *, cwd: Path, env: dict[str, str], timeout_s: float,
-            memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None) -> Launched:
-        """Run `cmd` (a shell string or argv) contained; returns how it ended. `should_stop`
-        is polled about every half second: when it says so, the whole tree is killed."""
+            memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None,
+            network: bool = False) -> Launched:
+        """Run `cmd` (a shell string or argv) contained (with the network only when `network`);
+        returns how it ended. `should_stop` is polled about every half second: when it says so,
+        the whole tree is killed."""
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        wrapped = [*self.wrapper(cwd, network=network), *argv]
         with open(self.log_path, "wb") as out:
-            proc = subprocess.Popen(cmd, shell=isinstance(cmd, str), cwd=cwd, env={**env, proctree.MARKER: self.marker},
+            proc = subprocess.Popen(wrapped, cwd=cwd, env={**env, proctree.MARKER: self.marker},
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, **containment(self.user, memory).popen_args())
             stopped = _wait(lambda timeout: _poll(proc, timeout), time.monotonic() + timeout_s, should_stop)
             proctree.kill_tree(proc.pid, self.marker)  # also after a clean exit: nothing outlives it
             proc.wait()
+            # bwrap's child, killed with it, is adopted by this (subreaper) process only now
+            proctree.kill_tree(proc.pid, self.marker)
         return Launched(None if stopped else proc.returncode, read_tail(self.log_path), stopped)
 
     def run_forked(self, request: LaunchRequest, *, timeout_s: float, memory: MemoryKind | None,
@@ -233,12 +290,16 @@ class Slot:
         contained like `run`: output in the slot's log, the deadline and `should_stop` enforced
         on the trial's whole tree. Raises ForkServerUnavailable (then use `run`)."""
         request = replace(request, env={**request.env, proctree.MARKER: self.marker})
+        # the server's own directory is the slot's HOME: the same for every trial of the slot
+        wrapper = self.wrapper(self.home, as_pid_1=True)
         with open(self.log_path, "wb") as out:
-            trial = start_contained(request, containment(self.user, memory), out.fileno())
+            trial = start_contained(request, containment(self.user, memory, wrapper), out.fileno())
         try:
             stopped = _wait(trial.poll, time.monotonic() + timeout_s, should_stop)
         finally:
             proctree.kill_tree(trial.pid, self.marker, reap_root=True)  # also after a clean exit
+            if wrapper and trial.server_pid:  # the server serves this slot only: all else there is the trial's
+                proctree.kill_descendants(trial.server_pid)
             trial.close()
         return Launched(None if stopped else trial.returncode, read_tail(self.log_path), stopped,
                         how="sandbox-fork-server")
@@ -293,9 +354,14 @@ def _marker_prefix(path: Path) -> str:
 
 
 def _wipe(path: Path) -> None:
-    """Kill whatever still carries the slot's marker and remove its files."""
+    """Kill whatever still carries the slot's marker and remove its files. The slot's directory
+    stays (emptied): the slot's fork servers have it mounted."""
     proctree.kill_marked(_marker_prefix(path))
-    shutil.rmtree(path, ignore_errors=True)
+    for entry in path.iterdir() if path.is_dir() and not path.is_symlink() else []:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -318,9 +384,10 @@ def slot(user: SandboxUser | None | Literal["configured"] = "configured") -> Ite
             continue
         try:
             _wipe(path)
-            taken = Slot(path, user, f"{_marker_prefix(path)}{uuid.uuid4().hex}")
+            owner = slot_user(user, index, get_settings())
+            taken = Slot(path, owner, f"{_marker_prefix(path)}{uuid.uuid4().hex}", use_namespaces(owner))
             for directory in (path, taken.home, taken.tmp, taken.scratch):
-                directory.mkdir(mode=0o755)
+                directory.mkdir(mode=0o755, exist_ok=True)
             taken.give(taken.home, taken.tmp, taken.scratch)
             yield taken
             return

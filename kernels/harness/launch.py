@@ -12,8 +12,12 @@ server serves each distinct (containment, server environment) pair, the server e
 being the trial's without the keys that change from trial to trial; it stops with this process.
 
 A worker's sandbox (workers/sandbox.py) starts its servers with a Containment: the server then
-runs as the sandbox user under the slot's resource limits, and every trial it forks inherits
-them (`start_contained`); the sandbox waits, polls for a cancel and kills the trial's tree.
+runs as the slot's user under the slot's resource limits, and every trial it forks inherits
+them (`start_contained`); the sandbox waits, polls for a cancel and kills the trial's tree. A
+Containment with a `wrapper` (the slot's bwrap command line, workers/namespaces.py) starts the
+server inside the slot's namespaces as their init process: its trials are forked in there, and
+no process of the sandbox can stop or kill the server (init gets no signal it has no handler
+for). The trial's pid in this process's namespace comes with its first message (SO_PASSCRED).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -64,6 +69,8 @@ class Containment:
     gid: int | None = None
     limits: tuple[tuple[int, int], ...] = ()
     die_with_parent: bool = True
+    wrapper: tuple[str, ...] = ()  # a command line the process runs under (bwrap ... --)
+    umask: int = -1  # -1: this process's
 
     def preexec(self) -> None:
         """Run in the child after the user switch (subprocess's preexec_fn)."""
@@ -74,7 +81,7 @@ class Containment:
 
     def popen_args(self) -> dict:
         user = {} if self.uid is None else {"user": self.uid, "group": self.gid, "extra_groups": []}
-        return {**user, "preexec_fn": self.preexec}
+        return {**user, "preexec_fn": self.preexec, "umask": self.umask}
 
 
 def _kill_group(pid: int) -> None:
@@ -122,8 +129,8 @@ class ForkedTrial:
 
     launcher = "fork-server"
 
-    def __init__(self, conn: socket.socket, pid: int, pending: bytes):
-        self.conn, self.pid, self.buffer = conn, pid, pending
+    def __init__(self, conn: socket.socket, pid: int, pending: bytes, server_pid: int | None = None):
+        self.conn, self.pid, self.buffer, self.server_pid = conn, pid, pending, server_pid
         self.returncode: int | None = None
 
     def _read(self, timeout_s: float) -> bool:
@@ -176,6 +183,7 @@ class ForkServer:
 
     def __init__(self, env: dict[str, str], containment: Containment | None = None):
         self.containment = containment or Containment()
+        self.server_pid: int | None = None
         self.dir = Path(tempfile.mkdtemp(prefix="perfbisect-zygote-"))
         self.socket_path = str(self.dir / "socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -198,15 +206,20 @@ class ForkServer:
         if not self.hello.get("ready"):
             self.stop()
             raise ForkServerUnavailable("the fork server did not start (torch not importable?)")
+        # the server's pid as this process sees it: under a wrapper, the wrapper's child
+        self.server_pid = _child_of(self.proc.pid) if self.containment.wrapper else self.proc.pid
 
     def _server_env(self, env: dict[str, str]) -> dict[str, str]:
-        """The server's own HOME and TMPDIR (a directory of its user inside this server's), and
-        the placeholder its children overwrite with their trial's marker."""
+        """The server's own HOME and TMPDIR (a directory of its user inside this server's; in
+        a sandbox its private /tmp), and the placeholder its children overwrite with their
+        trial's marker."""
         home = self.dir / "home"
         home.mkdir()
         if self.containment.uid is not None:
             os.chown(home, self.containment.uid, self.containment.gid)
             self.dir.chmod(0o711)  # the server's user may reach its HOME, not list the directory
+        if self.containment.wrapper:
+            home = Path("/tmp")
         return {**env, "HOME": str(home), "TMPDIR": str(home), MARKER_NAME: MARKER_PLACEHOLDER}
 
     def _start(self, env: dict[str, str], listener: socket.socket) -> None:
@@ -219,10 +232,13 @@ class ForkServer:
         def keep() -> None:
             try:
                 # cwd: this private directory (only the socket in it), so the server's own
-                # sys.path[0] holds no package that could shadow torch or the harness
+                # sys.path[0] holds no package that could shadow torch or the harness. In a
+                # sandbox this process is outside the server's user namespace: its uid shows as
+                # the overflow uid there, and its pid as 0, which only an outsider has.
+                client_uid = -1 if self.containment.wrapper else os.geteuid()
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "perfbisect.kernels.harness.zygote", "--fd", str(listener.fileno()),
-                     "--client-uid", str(os.geteuid())],
+                    [*self.containment.wrapper, sys.executable, "-m", "perfbisect.kernels.harness.zygote",
+                     "--fd", str(listener.fileno()), "--client-uid", str(client_uid)],
                     cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(listener.fileno(),),
                     **self.containment.popen_args())
@@ -257,18 +273,15 @@ class ForkServer:
         try:
             conn.settimeout(30)
             conn.connect(self.socket_path)
+            # the kernel stamps each message with its sender's pid as this process sees it
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             if log_fd is None:
                 with open(request.log, "wb") as log:
                     socket.send_fds(conn, [b"L"], [log.fileno()])
             else:
                 socket.send_fds(conn, [b"L"], [log_fd])
             conn.sendall((json.dumps(message) + "\n").encode())
-            buffer = b""
-            while b"\n" not in buffer:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    raise ForkServerUnavailable("the fork server closed the connection")
-                buffer += chunk
+            pid, buffer = _first_message(conn)
         except OSError as exc:
             conn.close()
             raise ForkServerUnavailable(f"fork server: {exc}") from exc
@@ -276,16 +289,14 @@ class ForkServer:
             conn.close()
             raise
         conn.settimeout(None)
-        # the child may have answered before the server: both lines carry their key
-        messages, _, rest = buffer.rpartition(b"\n")
-        lines = [json.loads(part) for part in messages.split(b"\n") if part]
-        pid = next(m["pid"] for m in lines if "pid" in m)
-        pending = b"".join(json.dumps(m).encode() + b"\n" for m in lines if "exit" in m) + rest
-        return ForkedTrial(conn, pid, pending)
+        _, _, pending = buffer.partition(b"\n")  # the child's "started" line; its exit may follow
+        return ForkedTrial(conn, pid, pending, self.server_pid)
 
     def stop(self) -> None:
         _kill_group(self.proc.pid)
         self.proc.wait()
+        if self.containment.wrapper and self.server_pid:
+            _reap_adopted(self.server_pid)
         if self.proc.stdout:
             self.proc.stdout.close()
         for path in (Path(self.socket_path), self.dir / "home", self.dir):
@@ -293,6 +304,52 @@ class ForkServer:
                 path.unlink() if path.is_socket() else path.rmdir()
             except OSError:
                 pass
+
+
+def _child_of(pid: int) -> int | None:
+    """The (first) child of `pid`, from /proc."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    raw = stat.read()
+            except OSError:
+                continue
+            if int(raw[raw.rindex(b")") + 2:].split()[1]) == pid:
+                return int(entry)
+    return None
+
+
+def _reap_adopted(pid: int, wait_s: float = 1.0) -> None:
+    """Reap `pid`, a wrapper's child killed with it, should it be re-parented to this process
+    (a child subreaper): else it would stay a zombie."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:  # not (yet) this process's child
+            if process_gone(pid) and not os.path.exists(f"/proc/{pid}"):
+                return
+        time.sleep(0.01)
+
+
+def _first_message(conn: socket.socket) -> tuple[int, bytes]:
+    """(pid of the forked child, what it sent): the child's first line, sent before any trial
+    code runs, carries its credentials; the server itself sends nothing (it closes the
+    connection when it could not fork)."""
+    pid, buffer = None, b""
+    while b"\n" not in buffer:
+        chunk, ancillary, _, _ = conn.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("3i")))
+        if not chunk:
+            raise ForkServerUnavailable("the fork server closed the connection")
+        for level, kind, data in ancillary:
+            if pid is None and level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                pid = struct.unpack("3i", data[:struct.calcsize("3i")])[0]
+        buffer += chunk
+    if pid is None:
+        raise ForkServerUnavailable("the forked trial's pid did not come with its first message")
+    return pid, buffer
 
 
 _servers: dict[tuple, ForkServer] = {}

@@ -23,10 +23,15 @@ resource limits; every child inherits both):
   /proc/<pid>/environ of the child and of everything it forks names the trial (a forked
   process shows its initial environment there, not os.environ).
 
+In a sandbox (launch.Containment.wrapper) the server is the init process of the slot's PID
+namespace: no process in there can stop or kill it (init receives only the signals it handles,
+and it handles none), and the process that started it, outside, shows as pid 0.
+
 Protocol, one Unix-socket connection per trial: the client sends one byte carrying the log
-file's descriptor (SCM_RIGHTS), then one JSON line {argv, cwd, env, sys_path}; the server
-answers {"pid": N} and the child, when done, {"exit": code}. A child killed before it answers
-closes the connection (EOF).
+file's descriptor (SCM_RIGHTS), then one JSON line {argv, cwd, env, sys_path}; the child answers
+{"started": true} before running anything (the client reads its pid from the credentials the
+kernel attaches, in the client's own PID namespace) and, when done, {"exit": code}. The server
+closes the connection when it cannot fork; a child killed before it answers closes it too.
 """
 from __future__ import annotations
 
@@ -156,6 +161,7 @@ def _become_trial(request: dict, log_fd: int, server: int, room: tuple[int, int]
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != server:  # the server died before the line above
         os._exit(1)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     marker = request["env"].get(MARKER_NAME)
     if marker is not None:
@@ -186,6 +192,7 @@ def _run_child(conn: socket.socket, listener: socket.socket, request: dict, log_
     code = 1
     try:
         listener.close()
+        _send(conn, {"started": True})
         _become_trial(request, log_fd, server, room)
         from perfbisect.kernels.harness.__main__ import main
         code = main(request["argv"][1:])
@@ -204,7 +211,10 @@ def _run_child(conn: socket.socket, listener: socket.socket, request: dict, log_
 
 def _serve_one(conn: socket.socket, listener: socket.socket, client: tuple[int, int],
                room: tuple[int, int] | None) -> None:
-    if peer_of(conn) != client:  # only the process that started this server may ask it to fork
+    peer_pid, peer_uid = peer_of(conn)
+    # only the process that started this server may ask it to fork (uid -1: any uid, in a
+    # sandbox, where that process is outside the namespace and every insider has a pid)
+    if peer_pid != client[0] or client[1] not in (-1, peer_uid):
         return
     conn.settimeout(10)
     try:
@@ -212,14 +222,13 @@ def _serve_one(conn: socket.socket, listener: socket.socket, client: tuple[int, 
     except (OSError, ValueError):
         return
     server = os.getpid()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # the slot's process limit: the client sees the connection close
+        pid = -1
     if pid == 0:
         _run_child(conn, listener, request, log_fd, server, room)
     os.close(log_fd)
-    try:
-        _send(conn, {"pid": pid})
-    except OSError:  # the client left; the child still runs and is reaped
-        pass
 
 
 def traced() -> bool:
@@ -240,7 +249,8 @@ def serve(listen_fd: int, client_uid: int) -> None:
     client = (os.getppid(), client_uid)
     room = marker_room()
     loaded = _preload()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children (and orphans adopted as init) are reaped by the kernel
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # no handler: as init, no trial can interrupt it
     listener = socket.socket(fileno=listen_fd)
     listener.settimeout(IDLE_POLL_S)
     print(json.dumps({"ready": True, "pid": os.getpid(), "preloaded": loaded, "sys_path": sys.path,

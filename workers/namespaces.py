@@ -1,0 +1,206 @@
+"""Linux namespaces around repository code, made by bubblewrap (`bwrap`, docs/containment.md says
+why bwrap): every build and trial of a slot runs inside one, started by the worker as the slot's
+own unprivileged uid (an unprivileged user namespace maps only that uid: nothing in it is root).
+
+What a sandbox sees and may do:
+- its own PID namespace, killed as a whole when its first process ends or the worker dies
+  (--die-with-parent), so a setsid double-fork cannot outlive it; it sees no other process;
+- no network (a new, empty network namespace): never for trials, for builds unless the
+  repository is listed in PERFBISECT_BUILD_NETWORK_REPOS;
+- the system, the interpreter and the harness read-only; the slot's directory (worktree, build
+  directory, HOME, TMPDIR, scratch) and the revision caches writable;
+  every mount nosuid and nodev (bwrap's defaults); nothing else: not the service's home (other
+  slots, mirrors, the build cache), not /run or /var (PostgreSQL's and Redis's sockets);
+  /tmp and /dev/shm are small private tmpfs;
+- GPU device nodes of the slot's GPUs only: /dev/nvidia<minor> of each visible GPU plus
+  nvidiactl and nvidia-uvm, or /dev/kfd plus the visible GPUs' /dev/dri/renderD*.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import perfbisect
+import perfbisect.kernels
+from perfbisect.workers import proctree
+
+log = logging.getLogger(__name__)
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
+TMPFS_BYTES = 1 << 30
+NVIDIA_SHARED = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+
+
+@dataclass(frozen=True)
+class View:
+    """What one sandbox may write and reach."""
+
+    writable: tuple[str, ...]   # directories bound read-write at the same path
+    network: bool = False
+    devices: tuple[str, ...] = ()
+
+
+def bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def readonly_paths() -> list[str]:
+    """The interpreter (its prefixes: a virtualenv and the Python it was made from) and the
+    perfbisect packages a trial imports (the harness), besides the system directories."""
+    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                           os.path.dirname(sys.executable))}
+    packages = [os.path.dirname(perfbisect.__file__), *perfbisect.kernels.__path__]
+    paths |= {os.path.realpath(p) for p in packages}
+    covered = (*SYSTEM_DIRS, *paths)  # a path inside another comes with it
+    return sorted(p for p in paths if not any(p == d and d in SYSTEM_DIRS or p.startswith(d + "/") for d in covered))
+
+
+def _system_args() -> list[str]:
+    args: list[str] = []
+    for directory in SYSTEM_DIRS:
+        if os.path.islink(directory):  # merged /usr: /bin -> usr/bin
+            args += ["--symlink", os.readlink(directory), directory]
+        elif os.path.isdir(directory):
+            args += ["--ro-bind", directory, directory]
+    return args
+
+
+def argv(view: View, *, chdir: str = "/", as_pid_1: bool = False) -> list[str]:
+    """The bwrap command line (up to the command) of a sandbox of `view`, starting in `chdir`.
+    `as_pid_1`: the command is the namespace's init (a fork server: no process of the sandbox
+    may signal it)."""
+    args = [bwrap() or "bwrap", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--disable-userns", *_system_args()]
+    for path in readonly_paths():
+        args += ["--ro-bind", path, path]
+    # a private /tmp and /dev/shm in memory, small (TMPDIR is the slot's tmp, on disk)
+    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]
+    for path in view.writable:
+        args += ["--bind", path, path]
+    for node in view.devices:
+        args += ["--dev-bind", node, node]
+    if not view.network:
+        args.append("--unshare-net")
+    if as_pid_1:
+        args.append("--as-pid-1")
+    return [*args, "--chdir", chdir, "--"]
+
+
+def _visible(variable: str) -> list[int] | None:
+    """The device indices a *_VISIBLE_DEVICES variable of this worker names (None: all)."""
+    value = os.environ.get(variable)
+    if value is None:
+        return None
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        return None  # UUIDs: the driver resolves them; every node stays reachable
+
+
+def nvidia_gpus() -> list[tuple[int, str]]:
+    """(device minor, UUID) of the NVIDIA GPUs in PCI bus order (CUDA's order for identical GPUs)."""
+    gpus = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            fields = dict(line.split(":", 1) for line in info.read_text().splitlines() if ":" in line)
+            gpus.append((int(fields["Device Minor"]), fields.get("GPU UUID", "").strip()))
+        except (OSError, ValueError, KeyError):
+            pass
+    return gpus
+
+
+def nvidia_minors() -> list[int]:
+    return [minor for minor, _ in nvidia_gpus()]
+
+
+def gpu_env() -> dict[str, str]:
+    """The *_VISIBLE_DEVICES of a pinned worker as they must read inside its sandbox, where only
+    its GPUs' nodes exist: NVIDIA GPUs by UUID, which names them whether the driver enumerates
+    every GPU or only those it can open."""
+    env = {}
+    chosen, gpus = _visible("CUDA_VISIBLE_DEVICES"), nvidia_gpus()
+    uuids = [gpus[i][1] for i in chosen or [] if 0 <= i < len(gpus) and gpus[i][1]]
+    if uuids and len(uuids) == len(chosen or []):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids)
+    # ROCm enumerates only the GPUs whose render node it can open (as in a container given
+    # --device renderD*): the slot's GPUs are 0..k-1 in there
+    for name in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        picked = _visible(name)
+        if picked and os.path.exists("/dev/kfd"):
+            env[name] = ",".join(str(i) for i in range(len(picked)))
+    return env
+
+
+def render_nodes() -> list[str]:
+    """/dev/dri/renderD* in index order (an AMD GPU's render node)."""
+    return [str(p) for p in sorted(Path("/dev/dri").glob("renderD*"), key=lambda p: int(p.name[7:]))]
+
+
+def gpu_nodes(present=os.path.exists) -> tuple[str, ...]:
+    """The device nodes of this worker's GPUs (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES pick
+    them; a worker started with --gpu N sees GPU N only) that exist (`present`)."""
+    nodes: list[str] = []
+    minors = nvidia_minors()
+    if minors:
+        chosen = _visible("CUDA_VISIBLE_DEVICES")
+        picked = minors if chosen is None else [minors[i] for i in chosen if 0 <= i < len(minors)]
+        nodes += [*(f"/dev/nvidia{m}" for m in picked), *NVIDIA_SHARED]
+    if present("/dev/kfd"):
+        renders = render_nodes()
+        chosen = _visible("HIP_VISIBLE_DEVICES") or _visible("ROCR_VISIBLE_DEVICES")
+        picked = renders if chosen is None else [renders[i] for i in chosen if 0 <= i < len(renders)]
+        nodes += ["/dev/kfd", *picked]
+    return tuple(n for n in nodes if present(n))
+
+
+class Unavailable(RuntimeError):
+    """Namespaces are required and this host cannot make them."""
+
+
+def wanted(uid: int | None, gid: int | None, settings) -> bool:
+    """Whether a slot of `uid` runs in namespaces: per PERFBISECT_SANDBOX_NAMESPACES, where the
+    host can make them. Where it cannot, "required" (and production's "auto") raises
+    Unavailable and "auto" says so loudly at every slot."""
+    if settings.sandbox_namespaces == "off":
+        return False
+    why = unusable(uid, gid)
+    if why is None:
+        return True
+    if settings.sandbox_namespaces == "required" or settings.environment == "production":
+        raise Unavailable(f"repository code cannot be contained in namespaces: {why} (see the README, Deployment)")
+    log.error("NOT CONTAINED IN NAMESPACES: %s; repository code can reach the network and the host's "
+              "files and sockets (set PERFBISECT_SANDBOX_NAMESPACES=off to accept that)", why)
+    return False
+
+
+@lru_cache
+def unusable(uid: int | None, gid: int | None) -> str | None:
+    """Why bwrap cannot make a sandbox for `uid` on this host (None: it can). Checked once."""
+    if not sys.platform.startswith("linux"):
+        return "not Linux"
+    if bwrap() is None:
+        return "bwrap is not installed (apt-get install bubblewrap; scripts/system_packages.sh)"
+    command = [*argv(View(writable=())), "true"]
+    user = {} if uid is None else {"user": uid, "group": gid, "extra_groups": []}
+    try:
+        proc = subprocess.Popen(command, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, **user)
+    except OSError as exc:
+        return f"bwrap failed: {exc}"
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+    proctree.kill_tree(proc.pid, marker="\0")  # reap bwrap's own children, adopted by this subreaper
+    if proc.returncode != 0:
+        return f"bwrap cannot make namespaces here: {stderr.strip()[-300:]} (user namespaces disabled?)"
+    return None
