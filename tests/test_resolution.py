@@ -85,6 +85,9 @@ def test_submissions_to_a_hung_remote_return_at_once_and_other_requests_keep_wor
     job = client.get(responses[0].json()["url"]).json()
     assert job["status"] == "queued" and job["progress"]["phase"] == "resolving revisions" and job["revision_shas"] == []
     assert client.get("/healthz").status_code == 200 and len(client.get("/api/jobs").json()) == 24
+    page = client.get(f"/dashboard/jobs/{job['id']}")
+    assert page.status_code == 200 and "resolving revisions" in page.text
+    assert client.get(f"/api/jobs/{job['id']}/report").status_code == 200
     assert [name for name, _ in sent_tasks] == [ADVANCE_JOB] * 24  # the fetch is the task's
 
 
