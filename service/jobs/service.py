@@ -156,9 +156,11 @@ def submit_bisect(session: Session, data: BisectCreate, submitter: Principal,
 
 
 def submit_compare(session: Session, data: CompareCreate, submitter: Principal,
-                   idempotency_key: str | None = None) -> Submission:
+                   idempotency_key: str | None = None, *, fetch: bool = False) -> Submission:
+    """A request's compare: never fetches, unless `fetch` (the webhook, which fetched the pull
+    request's head into the mirror already)."""
     return _idempotent(session, data, submitter, idempotency_key,
-                       lambda: _compare(session, data, submitter, fetch=False))
+                       lambda: _compare(session, data, submitter, fetch=fetch))
 
 
 def create_bisect(session: Session, data: BisectCreate, submitter: Principal) -> Job:
