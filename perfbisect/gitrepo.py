@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -28,6 +33,43 @@ _BODY_PR = re.compile(r"^See merge request \S*!(\d+)\s*$", re.MULTILINE)
 
 class GitError(Exception):
     """A ref that does not resolve, a range that is not a range, a clone that failed."""
+
+
+class FetchTimeout(GitError):
+    """A clone or fetch that did not finish in time (a remote that accepts and never answers)."""
+
+
+FETCH_REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def shown_url(url: str) -> str:
+    """The URL without its user and password, for messages that are stored and shown."""
+    return _USERINFO.sub("", url)
+
+
+def run_git(args: list[str], timeout_s: float | None, cwd: Path | None = None) -> None:
+    """Run git with no terminal prompt; past `timeout_s` its whole process group (ssh, remote
+    helpers) is killed and FetchTimeout raised. Raises GitError with git's stderr on failure."""
+    proc = subprocess.Popen(["git", *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise FetchTimeout(f"timed out after {timeout_s:.0f} s (PERFBISECT_FETCH_TIMEOUT_S)") from None
+    if proc.returncode:
+        raise GitError(err.decode(errors="replace").strip() or f"git {args[0]} exited {proc.returncode}")
+
+
+@dataclass(frozen=True)
+class FetchStamp:
+    """The last clone or fetch of a mirror: when it started, and why it failed (None: it did not)."""
+
+    started: float
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -78,14 +120,19 @@ def _commit_info(commit: git.Commit) -> CommitInfo:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, wait: bool = True) -> Iterator[bool]:
     """Hold an exclusive lock on `path`.lock: worker processes and threads of one node share a
-    mirror, and concurrent fetches or `worktree add`s on it would trip over git's own locks."""
+    mirror, and concurrent fetches or `worktree add`s on it would trip over git's own locks.
+    Without `wait`, yields False at once when another holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{path}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -93,31 +140,102 @@ def _locked(path: Path) -> Iterator[None]:
 class Mirror:
     """A bare mirror of one registered repository under `root`."""
 
-    def __init__(self, root: Path, name: str, url: str) -> None:
+    def __init__(self, root: Path, name: str, url: str, timeout_s: float | None = None) -> None:
         self.url = url
+        self.timeout_s = timeout_s  # a clone or fetch is killed past it (None: never)
         # Keyed by URL too: a name re-registered for another URL never reuses a stale mirror.
         self.path = root / f"{name}-{hashlib.sha1(url.encode()).hexdigest()[:10]}.git"
 
-    def ensure(self, fetch: bool = True) -> git.Repo:
-        """Clone the mirror if missing (or broken), else fetch. Raises GitError."""
+    def ensure(self, fetch: bool = True, timeout_s: float | None = None) -> git.Repo:
+        """Clone the mirror if missing (or broken), else fetch (reading an existing mirror
+        takes no lock: git updates refs atomically). Raises GitError, FetchTimeout."""
+        if not fetch and (repo := self._open()) is not None:
+            return repo
         with _locked(self.path):
-            return self._ensure(fetch)
+            return self._ensure(fetch, timeout_s or self.timeout_s)
 
-    def _ensure(self, fetch: bool) -> git.Repo:
+    def fetch_once(self, since: float, timeout_s: float) -> FetchStamp | None:
+        """Fetch unless a fetch that started at or after `since` (a time.time()) is on record,
+        and return the latest one; None, at once, when another process is fetching this remote
+        now (one fetch per remote at a time: the caller tries again later)."""
+        with _locked(self.path, wait=False) as held:
+            if not held:
+                return None
+            stamp = self.last_fetch()
+            if stamp is None or stamp.started < since:
+                try:
+                    self._ensure(True, timeout_s)
+                except GitError:
+                    pass  # recorded in the stamp
+                stamp = self.last_fetch()
+            return stamp
+
+    def last_fetch(self) -> FetchStamp | None:
         try:
-            if self.path.exists():
-                repo = git.Repo(self.path)
-                if fetch:
-                    repo.git.fetch("--prune", "origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*")
-                return repo
-        except (git.GitCommandError, git.InvalidGitRepositoryError, git.NoSuchPathError):
-            shutil.rmtree(self.path, ignore_errors=True)
+            data = json.loads(Path(f"{self.path}.fetched").read_text())
+            return FetchStamp(float(data["started"]), data.get("error"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def fresh(self, max_age_s: float) -> bool:
+        """Whether the mirror was fetched without error less than `max_age_s` ago."""
+        stamp = self.last_fetch()
+        return stamp is not None and stamp.error is None and time.time() - stamp.started < max_age_s
+
+    def has_commit(self, ref: str) -> bool:
+        """Whether `ref` names a commit of the mirror (no fetch, no lock)."""
+        repo = self._open()
+        if repo is None:
+            return False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            return git.Repo.clone_from(self.url, self.path, mirror=True)
-        except git.GitCommandError as exc:
+            repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{validate_ref(ref)}^{{commit}}")
+            return True
+        except (git.GitCommandError, GitError):
+            return False
+
+    def _stamp(self, started: float, error: str | None) -> None:
+        Path(f"{self.path}.fetched").write_text(json.dumps({"started": started, "error": error}))
+
+    def _open(self) -> git.Repo | None:
+        try:
+            return git.Repo(self.path) if self.path.exists() else None
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            return None
+
+    def _ensure(self, fetch: bool, timeout_s: float | None) -> git.Repo:
+        started = time.time()
+        try:
+            repo, fetched = self._clone_or_fetch(fetch, timeout_s)
+        except GitError as exc:
+            self._stamp(started, str(exc))
+            raise
+        if fetched:
+            self._stamp(started, None)
+        return repo
+
+    def _clone_or_fetch(self, fetch: bool, timeout_s: float | None) -> tuple[git.Repo, bool]:
+        """The mirror and whether it was cloned or fetched now."""
+        url = shown_url(self.url)
+        repo = self._open()
+        if repo is not None:
+            if not fetch:
+                return repo, False
+            try:
+                run_git(["fetch", "--prune", "origin", *FETCH_REFSPECS], timeout_s, cwd=self.path)
+                return repo, True
+            except FetchTimeout as exc:  # the remote hangs: the mirror is fine, keep it
+                raise FetchTimeout(f"fetching {url} {exc}") from exc
+            except GitError:
+                pass  # re-created from scratch below
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            run_git(["clone", "--mirror", "--", self.url, str(self.path)], timeout_s)
+        except GitError as exc:
             shutil.rmtree(self.path, ignore_errors=True)  # a rejected URL leaves no partial mirror
-            raise GitError(f"cannot clone {self.url}: {exc.stderr.strip() or exc}") from exc
+            kind = FetchTimeout if isinstance(exc, FetchTimeout) else GitError
+            raise kind(f"cannot clone {url}: {exc}") from exc
+        return git.Repo(self.path), True
 
     def resolve(self, ref: str) -> str:
         repo = self.ensure(fetch=False)

@@ -40,3 +40,13 @@ class Conflict(PerfbisectError):
 
 class Unavailable(PerfbisectError):
     status_code = 503
+
+
+class TooManyRequests(PerfbisectError):
+    """A rate limit (with Retry-After) or a quota (without: it frees up as jobs finish)."""
+
+    status_code = 429
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_HOME = Path("var")
@@ -102,11 +102,37 @@ class Settings(BaseSettings):
     public_reads: bool = Field(default=True, description="anonymous GETs of jobs, reports and history")
     local_repo_roots: str = Field(default="", description="os.pathsep-separated directories under which "
                                   "local-path repositories may be registered; empty: none")
+    # Limits on callers (README "Deployment", "Limits"): bodies are refused past these sizes before
+    # they are read (413); requests per token and bad-token attempts per client address are rate
+    # limited (429 + Retry-After; `limits` syntax such as "600/minute", "" = none); a token may have
+    # this many open jobs and pending or running trials (429).
+    max_body_bytes: int = Field(default=2**20, ge=1024, description="largest API request body")
+    webhook_max_body_bytes: int = Field(default=25 * 2**20, ge=1024, description="largest webhook delivery "
+                                        "(GitHub sends at most 25 MiB)")
+    token_rate_limit: str = Field(default="600/minute", description="requests per token")
+    bad_token_rate_limit: str = Field(default="20/minute", description="requests with an unknown or revoked "
+                                      "token per client address; past it, every token from there gets 429")
+    max_open_jobs_per_token: int = Field(default=20, ge=0, description="queued and running jobs of one token; 0 = no cap")
+    max_queued_trials_per_token: int = Field(default=2000, ge=0, description="pending and running trials of one "
+                                             "token's jobs; 0 = no cap")
+    # Git fetches run in a task (never in a request), one per remote at a time, killed past this.
+    fetch_timeout_s: float = Field(default=120.0, gt=0, description="a git clone or fetch of a repository")
+    mirror_fresh_s: float = Field(default=60.0, ge=0, description="a request resolves branch and tag names from a "
+                                  "mirror fetched less than this long ago; else the job's task fetches first")
     # Input bounds that depend on the deployment.
     device_classes: str = Field(default="cpu,cuda", description="comma-separated device classes workers serve: cpu, "
                                 "cuda (NVIDIA), rocm (AMD Instinct), or a GPU model any GPU worker may serve")
     max_case_gib: float = Field(default=64.0, gt=0, description="largest memory one built-in case may need")
     public_url: str | None = Field(default=None, description="where people reach the dashboard, for links in PR comments")
+
+    @field_validator("token_rate_limit", "bad_token_rate_limit")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        if value.strip():
+            from limits import parse  # a typo fails at start, not on the first request
+
+            parse(value)
+        return value.strip()
 
     @model_validator(mode="after")
     def _refuse_placeholders_in_production(self) -> Settings:

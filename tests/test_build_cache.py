@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -80,7 +81,7 @@ def build_at(repo: Path, sha: str, command: str, inputs: list[str], user="config
         if then:
             box.run(then, cwd=box.worktree, env=box.env({}), timeout_s=30, memory=None)
         out = box.worktree / BUILD_DIR
-        files = {str(p.relative_to(out)): p.read_text() for p in out.rglob("*") if p.is_file()} if out.is_dir() else {}
+        files = {str(p.relative_to(out)): p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()} if out.is_dir() else {}
     return built, files
 
 
@@ -191,6 +192,84 @@ def test_as_root_the_sandbox_user_builds_and_gets_a_copy_it_cannot_use_to_change
     cached = cache_dir / first.cache["key"] / "build"
     assert (cached / "kern.so").read_text() == out0["kern.so"] and not (cached / "new.pyc").exists()
     assert (cached / "kern.so").stat().st_uid == 0  # the worker's copy, not the sandbox user's
+
+
+SPECIAL = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
+
+
+def special_or_shared_write(top: Path) -> list[str]:
+    """Files and directories under `top` with a setuid, setgid or sticky bit, or writable by
+    group or others."""
+    found = []
+    for path in [top, *top.rglob("*")]:
+        mode = path.lstat().st_mode
+        if not stat.S_ISLNK(mode) and mode & (SPECIAL | stat.S_IWGRP | stat.S_IWOTH):
+            found.append(f"{path.relative_to(top)} {oct(stat.S_IMODE(mode))}")
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_a_setuid_program_built_by_a_revision_is_cached_and_restored_without_privilege(
+        extlib, cache_dir, monkeypatch) -> None:
+    """The attack of issue 22: the build (as the sandbox user) copies a shell into its build
+    directory with the setuid and setgid bits; the worker (root) caches it and restores it for
+    the next revision. No copy may be a root-owned setuid program, and the cache is root's alone."""
+    repo, shas = extlib
+    nobody = sandbox.lookup_user("nobody")
+    shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))
+    shared.chmod(0o755)
+    monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
+    hostile = (BUILD + " && cp /bin/sh {build_dir}/rootsh && chmod 6755 {build_dir}/rootsh"
+               " && mkdir -p {build_dir}/drop && chmod 3777 {build_dir}/drop && ln -s /etc {build_dir}/etc-link")
+    try:
+        first, _ = build_at(repo, shas[0], hostile, INPUTS, user=nobody)
+        mirror = Mirror(repo.parent / "mirrors", "extlib", str(repo))
+        with slot(user=nobody) as box:  # the next revision, as a trial gets it
+            mirror.checkout(box.worktree, shas[1])
+            box.give(box.worktree)
+            second = build_revision(hostile, INPUTS, box, mirror, shas[1], env={}, device="cpu")
+            out = box.worktree / BUILD_DIR
+            restored = {p.name: p.lstat() for p in out.rglob("*")}
+            owners = {p.lstat().st_uid for p in [out, *out.rglob("*")]}
+            leftovers = special_or_shared_write(out)
+    finally:
+        shutil.rmtree(shared)
+    assert first.cache["stored"] is True and second.cache["cached"] is True, (first.cache, second.cache)
+    cached = cache_dir / first.cache["key"] / "build"
+    assert special_or_shared_write(cached) == []
+    assert (cached / "rootsh").stat().st_uid == 0 and stat.S_IMODE((cached / "rootsh").stat().st_mode) == 0o755
+    assert (cached / "etc-link").is_symlink() and stat.S_IMODE(Path("/etc").stat().st_mode) == 0o755  # not followed
+    assert stat.S_IMODE(cache_dir.stat().st_mode) == 0o700
+    assert leftovers == [] and owners == {nobody.uid}  # the sandbox user's, without a special bit
+    assert stat.S_IMODE(restored["rootsh"].st_mode) == 0o755 and stat.S_ISLNK(restored["etc-link"].st_mode)
+
+
+def test_copies_keep_no_special_bit_and_never_follow_links(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "prog").write_text("#!/bin/sh\n")
+    (out / "prog").chmod(0o6777)
+    (out / "sub").chmod(0o3777)
+    (out / "data").write_text("x")
+    (out / "data").chmod(0o444)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    outside.chmod(0o700)
+    (out / "link").symlink_to(outside)
+    os.mkfifo(out / "fifo")
+    os.utime(out / "data", (1_000_000, 1_000_000))
+    root = tmp_path / "cache"
+    assert buildcache.store(root, "k", out, {})
+    restored = tmp_path / "restored"
+    buildcache.restore(root, "k", restored)
+    for copy in (root / "k" / "build", restored):
+        assert special_or_shared_write(copy) == [], copy
+        assert stat.S_IMODE((copy / "prog").stat().st_mode) == 0o755
+        assert stat.S_IMODE((copy / "data").stat().st_mode) == 0o444
+        assert (copy / "data").stat().st_mtime == 1_000_000
+        assert (copy / "link").is_symlink() and os.readlink(copy / "link") == str(outside)
+        assert not (copy / "fifo").exists()
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o700 and stat.S_IMODE(root.stat().st_mode) == 0o700
 
 
 def test_matching_declared_inputs() -> None:

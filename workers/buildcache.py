@@ -22,6 +22,13 @@ key meanwhile finds the name taken and drops its copy), so a copy cut short leav
 directory, which is never served and is removed once it is old. Entries are copied, never
 hard-linked: a trial runs as the sandbox user in its build directory and must not be able to
 change the cached files.
+
+The cache stores no privilege: a build runs as the sandbox user, but the worker (root) makes the
+copies, and a copy that kept a setuid bit would be a root-owned setuid program. Every copy, into
+the cache and out of it, is made file by file with the permission bits only (no setuid, setgid or
+sticky bit, no group or other write), owned by whoever copies (the worker; `Slot.give` then hands
+a restored directory to the sandbox user). The cache's root is the worker's alone (0700), so a
+trial can neither read nor change an entry, nor run one.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -45,6 +53,8 @@ META = "meta.json"
 TMP_PREFIX = ".tmp-"
 STALE_TMP_S = 6 * 3600  # a temp directory this old belongs to a copy that was cut short
 PATH_FILES = (".pth", ".egg-link")  # outputs whose lines go on sys.path
+# What a copied file or directory keeps of its mode: rwx for the owner, r-x for the others.
+KEPT_MODE = 0o755
 
 
 def matches(path: str, pattern: str) -> bool:
@@ -117,7 +127,7 @@ def restore(root: Path, key: str, build_dir: Path) -> None:
     """Copy entry `key`'s output to `build_dir` (replacing it). Raises OSError when the entry
     vanished under the copy (pruned meanwhile): the caller then builds."""
     shutil.rmtree(build_dir, ignore_errors=True)
-    shutil.copytree(root / key / "build", build_dir, symlinks=True)
+    copy_plain(root / key / "build", build_dir)
 
 
 def store(root: Path, key: str, build_dir: Path, meta: dict[str, Any]) -> bool:
@@ -125,10 +135,12 @@ def store(root: Path, key: str, build_dir: Path, meta: dict[str, Any]) -> bool:
     the copy failed (the entry is then absent, never partial). A damaged entry of that key (no
     metadata: never written so, since the rename is the last step) is replaced."""
     root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)  # the worker's alone: no trial reads, changes or runs an entry
     tmp = root / f"{TMP_PREFIX}{key}-{uuid.uuid4().hex}"
     try:
         if build_dir.is_dir():
-            shutil.copytree(build_dir, tmp / "build", symlinks=True)
+            tmp.mkdir()
+            copy_plain(build_dir, tmp / "build")
         else:  # the command installed nothing there: an empty output is cached too
             (tmp / "build").mkdir(parents=True)
         (tmp / META).write_text(json.dumps(meta))
@@ -140,6 +152,36 @@ def store(root: Path, key: str, build_dir: Path, meta: dict[str, Any]) -> bool:
         return False
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def plain_mode(mode: int) -> int:
+    """The permission bits a copy keeps: no setuid, setgid or sticky bit, no group or other write."""
+    return stat.S_IMODE(mode) & KEPT_MODE
+
+
+def copy_plain(src: Path, dst: Path) -> None:
+    """Copy the tree `src` to `dst` (which must not exist): directories, regular files (content,
+    times, `plain_mode` permissions) and symlinks as symlinks (never followed); anything else (a
+    fifo, a device node) is left out. The copies belong to the caller, and no copy has a special
+    bit at any moment, even while it is being written. Raises OSError."""
+    directories = [(dst, os.lstat(src).st_mode)]
+    os.mkdir(dst, 0o700)
+    for base, dirs, names in os.walk(src):  # never descends into a symlink
+        target = Path(dst, os.path.relpath(base, src))
+        for name in [*dirs, *names]:
+            source, copy = os.path.join(base, name), target / name
+            info = os.lstat(source)
+            if stat.S_ISLNK(info.st_mode):
+                os.symlink(os.readlink(source), copy)
+            elif stat.S_ISDIR(info.st_mode):
+                os.mkdir(copy, 0o700)
+                directories.append((copy, info.st_mode))
+            elif stat.S_ISREG(info.st_mode):
+                shutil.copyfile(source, copy, follow_symlinks=False)
+                os.chmod(copy, plain_mode(info.st_mode))
+                os.utime(copy, ns=(info.st_atime_ns, info.st_mtime_ns))  # a .pyc checks its source's mtime
+    for path, mode in reversed(directories):  # last: a read-only directory could not be filled
+        os.chmod(path, plain_mode(mode) | stat.S_IRWXU)
 
 
 def prune(root: Path, keep: int, protect: str | None = None) -> list[str]:

@@ -1,6 +1,7 @@
 """What a worker does for one trial, outside any database session: take a sandbox slot, check
 out the revision in it, build it, run the harness in a fresh process, all contained (see
-workers/sandbox.py). Every failure comes back as a result dict, redacted of the service's secrets."""
+workers/sandbox.py). Every failure comes back as a result dict, redacted of the service's secrets and of the
+repository's env values."""
 
 from __future__ import annotations
 
@@ -113,4 +114,4 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
                                           should_stop=should_stop, build_network=may_download(work.repo_name))
     except SandboxError as exc:
         result, build_s = failure("worker_error", f"sandbox: {exc}"), None
-    return redact_tree(result), build_s
+    return redact_tree(result, work.env.values()), build_s  # the repository's env values too

@@ -15,7 +15,7 @@ from celery.signals import worker_init
 from perfbisect import dispatch
 from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, PRUNE_SAMPLES, RUN_TRIAL, celery_app
 from perfbisect.service.db import database_unreachable, session_scope
-from perfbisect.service.jobs import advance
+from perfbisect.service.jobs import advance, resolution
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials import reconcile as reconciler
 from perfbisect.service.trials import retention
@@ -27,9 +27,33 @@ from perfbisect.workers.runner import execute, worker_slot
 log = logging.getLogger(__name__)
 
 
+def resolve_first(job_id: int) -> bool:
+    """A job still resolving its revisions: fetch its remote with no session open (one fetch per
+    remote at a time, killed past PERFBISECT_FETCH_TIMEOUT_S), then resolve it or fail it. False
+    when another task is fetching that remote now: that task advances this job when it is done."""
+    with session_scope() as session:
+        target = resolution.fetch_target(session, job_id)
+    if target is None:
+        return True
+    stamp = target.mirror.fetch_once(target.since, get_settings().fetch_timeout_s)
+    if stamp is None:
+        return False
+
+    def finish() -> list[int]:
+        with session_scope() as session:
+            return resolution.finish(session, job_id, stamp)
+
+    for waiting in with_database(finish):
+        dispatch.send(ADVANCE_JOB, waiting, queue=CONTROL_QUEUE)
+    return True
+
+
 @celery_app.task(name="perfbisect.advance_job")
 def advance_job(job_id: int) -> int:
-    """Plan the next round of `job_id` and enqueue its trials on the job's device queue."""
+    """Plan the next round of `job_id` (resolving its revisions first, when the request could
+    not) and enqueue its trials on the job's device queue."""
+    if not with_database(lambda: resolve_first(job_id)):
+        return 0
 
     def plan() -> advance.Round:
         with session_scope() as session:

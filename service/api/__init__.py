@@ -6,6 +6,7 @@ import gc
 
 from fastapi import FastAPI
 
+from perfbisect.service.api.bodylimit import BodyLimit
 from perfbisect.service.api.backpressure import InFlightLimit, size_thread_pool
 from perfbisect.service.api.errors import install_error_handler
 from perfbisect.service.api.responses import FastJSONResponse
@@ -39,7 +40,8 @@ def create_app() -> FastAPI:
                    tracking_router, alerts_router):
         app.include_router(router)
     settings = get_settings()
-    app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, webhook_max_bytes=settings.webhook_max_body_bytes)
+    app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight)  # outermost: sheds before anything
     app.router.on_startup.append(lambda: size_thread_pool(settings.max_in_flight))
     return app
 

@@ -16,6 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from perfbisect import dispatch
+from perfbisect.service.auth import ratelimit
 from perfbisect.service.auth import service as auth
 from perfbisect.service.auth.principal import Principal, Scope
 from perfbisect.service.db import session_scope
@@ -37,28 +38,43 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 bearer = HTTPBearer(auto_error=False, description="an API token from `perfbisect token create NAME --scope S`")
 
 
+def authenticated(request: Request, session: Session, token: str) -> Principal:
+    """The token's principal, under the rate limits (service/auth/ratelimit.py): an address that
+    sent too many bad tokens, or a token past its rate, gets 429; a bad token is counted."""
+    address = request.client.host if request.client else None
+    ratelimit.check_address(address)
+    try:
+        principal = auth.authenticate(session, token)
+    except Unauthenticated:
+        ratelimit.bad_token(address)
+        raise
+    ratelimit.token_request(principal.token_id, principal.name)
+    return principal
+
+
 def get_principal(
-    session: SessionDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+    request: Request, session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal | None:
     """The token's principal, None without a token; a wrong or revoked token is a 401 even on
     a public read, so a client never silently runs with less than it thinks it has."""
     if credentials is None:
         return None
-    return auth.authenticate(session, credentials.credentials)
+    return authenticated(request, session, credentials.credentials)
 
 
 OptionalPrincipal = Annotated[Principal | None, Depends(get_principal)]
 
 
 def get_viewer(
-    session: SessionDep, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
+    request: Request, session: SessionDep, authorization: Annotated[str | None, Header(include_in_schema=False)] = None
 ) -> Principal | None:
     """A reader: anonymous (None) while reads are public, else a token with the read scope.
     The header is read directly, not through `bearer`: the schema then says, as is true by
     default, that reads need no credentials."""
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
-        principal = auth.authenticate(session, token.strip())
+        principal = authenticated(request, session, token.strip())
         if not principal.allows(Scope.read):
             raise Forbidden(f"the token {principal.name!r} lacks the read scope")
         return principal

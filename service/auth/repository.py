@@ -20,3 +20,9 @@ def by_name(session: Session, name: str) -> ApiToken | None:
 
 def list_all(session: Session) -> Sequence[ApiToken]:
     return session.scalars(select(ApiToken).order_by(ApiToken.id)).all()
+
+
+def lock(session: Session, token_id: int) -> None:
+    """Take the token's row lock until the transaction ends: its submissions count their quota
+    one at a time."""
+    session.execute(select(ApiToken.id).where(ApiToken.id == token_id).with_for_update())

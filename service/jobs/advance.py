@@ -20,7 +20,7 @@ from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observat
 from perfbisect.service.bisect.progress import expected_trials
 from perfbisect.service.bisect.probes import nothing_built
 from perfbisect.service.errors import NotFound
-from perfbisect.service.jobs import outcome, repository, sweep
+from perfbisect.service.jobs import outcome, repository, resolution, sweep
 from perfbisect.service.jobs.schemas import AUTO_SCAN, AUTO_SCAN_ABOVE
 from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
 from perfbisect.service.repos.repository import revisions_by_sha
@@ -179,8 +179,9 @@ def advance(session: Session, job_id: int) -> Round:
     job = repository.get_job(session, job_id, lock=True)
     if job is None:
         raise NotFound(f"no job {job_id}")
-    if job.status.finished or repository.count_in_flight(session, job.id, accuracy_only=False):
-        return Round([])
+    if job.status.finished or resolution.unresolved(job) or repository.count_in_flight(session, job.id,
+                                                                                        accuracy_only=False):
+        return Round([])  # (a job still resolving is advanced by its task once it is resolved)
     if job.kind == JobKind.track:  # a tracked branch's heads: measured, never bisected
         return _measure_heads(session, job)
     trials = repository.trials_of(session, job.id)

@@ -128,3 +128,22 @@ def delete_culprits(session: Session, job: Job) -> None:
     for culprit in list(job.culprits):
         session.delete(culprit)
     session.flush()
+
+
+def open_jobs_of_token(session: Session, token_id: int) -> int:
+    """Queued and running jobs submitted with the token."""
+    return session.scalar(select(func.count()).select_from(Job).where(
+        Job.submitter_token_id == token_id, Job.status.in_(OPEN))) or 0
+
+
+def trials_in_flight_of_token(session: Session, token_id: int) -> int:
+    """Pending and running trials of the token's open jobs."""
+    return session.scalar(select(func.count()).select_from(Trial).join(Job, Job.id == Trial.job_id).where(
+        Job.submitter_token_id == token_id, Job.status.in_(OPEN), Trial.status.in_(IN_FLIGHT))) or 0
+
+
+def resolving_jobs(session: Session, repository_id: int, *, exclude: int | None = None) -> list[int]:
+    """Open jobs of the repository whose revisions are not resolved yet."""
+    stmt = select(Job.id).where(Job.repository_id == repository_id, Job.status == JobStatus.queued,
+                                Job.progress["phase"].as_string() == "resolving revisions")
+    return [job_id for job_id in session.scalars(stmt) if job_id != exclude]

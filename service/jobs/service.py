@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,13 +23,15 @@ from perfbisect.kernels.suites import suite_vendor
 from perfbisect.service.auth.principal import SYSTEM, Principal
 from perfbisect.service.db import insert_or_skip
 from perfbisect.service.errors import BadRequest, Conflict, Forbidden, NotFound
-from perfbisect.service.jobs import repository
+from perfbisect.service.jobs import repository, resolution
+from perfbisect.service.jobs.quotas import check_quota
 from perfbisect.service.jobs.schemas import Benchmark, BisectCreate, CompareCreate
 from perfbisect.service.models import Case, IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
 from perfbisect.service.suites import service as suites
-from perfbisect.gitrepo import GitError
+from perfbisect.service.suites.targets import check_targets
+from perfbisect.gitrepo import GitError, validate_ref
 
 
 @dataclass(frozen=True)
@@ -66,17 +68,29 @@ def check_suites_fit_class(name: str, cases: list[dict[str, Any]]) -> None:
                              "(submit to the rocm class, or a class served by ROCm workers)")
 
 
-def _range(repo: Repository, good: str, bad: str) -> tuple[str, str, list]:
+def _cases(session: Session, repo: Repository, data: BisectCreate | CompareCreate,
+           submitter: Principal) -> list[dict[str, Any]]:
+    """The job's cases; the targets sent in the request must be the repository's (a benchmark
+    set's were registered by an admin)."""
+    cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
+    if data.benchmark_set is None:
+        check_targets(cases, submitter)
+    return cases
+
+
+def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool) -> resolution.Resolved | None:
+    """The job's revisions: with `fetch`, from a mirror fetched now (CLI, tasks); else from the
+    mirror as it is when that is exact, or None: a task resolves them (service/jobs/resolution.py).
+    Raises BadRequest for a ref or range that cannot be."""
     mirror = repos.mirror_of(repo)
     try:
-        mirror.ensure(fetch=True)
-        good_sha, bad_sha = mirror.resolve(good), mirror.resolve(bad)
-        if good_sha == bad_sha:
-            raise GitError(f"good ({good}) and bad ({bad}) are the same commit {good_sha[:12]}: nothing to bisect")
-        count = mirror.count_first_parent(good_sha, bad_sha)
-        if count > get_settings().max_range:
-            raise GitError(f"the range holds {count} commits, over the cap of {get_settings().max_range}")
-        return good_sha, bad_sha, mirror.first_parent_range(good_sha, bad_sha)
+        for ref in (good, bad):
+            validate_ref(ref)
+        if fetch:
+            mirror.ensure(fetch=True)
+        elif not resolution.exact_now(mirror, [good, bad]):
+            return None
+        return resolution.resolve(kind, mirror, good, bad)
     except GitError as exc:
         raise BadRequest(str(exc)) from exc
 
@@ -88,26 +102,25 @@ def _store_cases(session: Session, repo: Repository, cases: list[dict[str, Any]]
     insert_or_skip(session, Case, missing, ["repository_id", "suite", "target", "name"])
 
 
-def _request_hash(kind: JobKind, repo: Repository, spec: dict[str, Any]) -> str:
-    """What the job will measure, refs resolved: 'main' and its sha are one request."""
-    normalized = {k: v for k, v in spec.items() if k not in ("good", "bad")}
-    text = json.dumps({"kind": kind.value, "repository_id": repo.id, **normalized}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _create(session: Session, kind: JobKind, repo: Repository, spec: dict[str, Any], commits: list,
-            submitter: Principal) -> Submission:
-    request_hash = _request_hash(kind, repo, spec)
+def _create(session: Session, kind: JobKind, repo: Repository, spec: dict[str, Any],
+            resolved: resolution.Resolved | list | None, submitter: Principal) -> Submission:
+    """`resolved`: the range, the heads of a track job (a list), or None: resolved by a task."""
+    commits = resolved.commits if isinstance(resolved, resolution.Resolved) else resolved or []
+    if isinstance(resolved, resolution.Resolved):
+        spec = {**spec, "good_sha": resolved.good_sha, "bad_sha": resolved.bad_sha}
+    request_hash = resolution.request_hash(kind, repo, spec)
     existing = repository.open_job_by_request(session, request_hash)
     if existing is not None:
         return Submission(existing, created=False)
+    check_quota(session, submitter)
     repos.record_revisions(session, repo, commits)
     _store_cases(session, repo, spec["cases"])
     sources = suites.sources_read(session, spec["cases"])
     if sources:  # shown with the job (JSON and page): which suite file, by content hash
         spec = {**spec, "suite_sources": [s.model_dump() for s in sources]}
     job = Job(kind=kind, repository_id=repo.id, spec=spec, revision_shas=[c.sha for c in commits],
-              status=JobStatus.queued, progress={"revisions": len(commits), "measured": 0, "trials": 0},
+              status=JobStatus.queued, progress=({"revisions": len(commits), "measured": 0, "trials": 0}
+                                                 if resolved is not None else resolution.resolving_progress()),
               submitter_token_id=submitter.token_id, request_hash=request_hash)
     try:
         with session.begin_nested():
@@ -151,60 +164,57 @@ def _idempotent(session: Session, data: BaseModel, submitter: Principal, key: st
 
 def submit_bisect(session: Session, data: BisectCreate, submitter: Principal,
                   idempotency_key: str | None = None) -> Submission:
-    return _idempotent(session, data, submitter, idempotency_key, lambda: _bisect(session, data, submitter))
+    """A request's bisect: never fetches (refs the mirror cannot answer exactly are resolved by
+    the job's first task)."""
+    return _idempotent(session, data, submitter, idempotency_key,
+                       lambda: _bisect(session, data, submitter, fetch=False))
 
 
 def submit_compare(session: Session, data: CompareCreate, submitter: Principal,
-                   idempotency_key: str | None = None) -> Submission:
-    return _idempotent(session, data, submitter, idempotency_key, lambda: _compare(session, data, submitter))
+                   idempotency_key: str | None = None, *, fetch: bool = False) -> Submission:
+    """A request's compare: never fetches, unless `fetch` (the webhook, which fetched the pull
+    request's head into the mirror already)."""
+    return _idempotent(session, data, submitter, idempotency_key,
+                       lambda: _compare(session, data, submitter, fetch=fetch))
 
 
 def create_bisect(session: Session, data: BisectCreate, submitter: Principal) -> Job:
-    """The job of `data`: a new one, or the open job of the same request."""
-    return _bisect(session, data, submitter).job
+    """The job of `data`, its range resolved from a mirror fetched now (for tasks, which may
+    wait on git): a new one, or the open job of the same request."""
+    return _bisect(session, data, submitter, fetch=True).job
 
 
-def _bisect(session: Session, data: BisectCreate, submitter: Principal) -> Submission:
+def _bisect(session: Session, data: BisectCreate, submitter: Principal, fetch: bool) -> Submission:
     """Validate everything first (repository, suites, shapes, device class, refs, range), then write."""
     check_may_send_suites(data.benchmarks, submitter)
     repo = repos.get(session, data.repository)
-    cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
+    cases = _cases(session, repo, data, submitter)
     check_device_class(data.device_class, cases)
-    good_sha, bad_sha, commits = _range(repo, data.good, data.bad)
+    resolved = _resolved(JobKind.bisect, repo, data.good, data.bad, fetch)
     spec = {
-        "good": data.good, "bad": data.bad, "good_sha": good_sha, "bad_sha": bad_sha, "cases": cases,
+        "good": data.good, "bad": data.bad, "cases": cases,
         "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
         "workers": data.workers, "max_trials": data.max_trials or get_settings().max_trials_per_revision,
         "policy": data.policy.model_dump(exclude_none=True) if data.policy else None,
         "check_accuracy": data.check_accuracy, "scan": data.scan,
     }
-    return _create(session, JobKind.bisect, repo, spec, commits, submitter)
+    return _create(session, JobKind.bisect, repo, spec, resolved, submitter)
 
 
-def _compare(session: Session, data: CompareCreate, submitter: Principal) -> Submission:
+def _compare(session: Session, data: CompareCreate, submitter: Principal, fetch: bool) -> Submission:
     """A PR's head against its base: a two-revision job that the same planner decides."""
     check_may_send_suites(data.benchmarks, submitter)
     repo = repos.get(session, data.repository)
-    cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
+    cases = _cases(session, repo, data, submitter)
     check_device_class(data.device_class, cases)
-    mirror = repos.mirror_of(repo)
-    try:
-        mirror.ensure(fetch=True)
-        base_sha, head_sha = mirror.resolve(data.base), mirror.resolve(data.head)
-        if base_sha == head_sha:
-            raise GitError("base and head are the same commit: nothing to compare")
-        # The base is on the branch (it orders the history); the head is a PR commit off it.
-        base = replace(mirror.commit_info(base_sha), position=mirror.first_parent_depth(base_sha))
-        commits = [base, mirror.commit_info(head_sha)]
-    except GitError as exc:
-        raise BadRequest(str(exc)) from exc
+    resolved = _resolved(JobKind.compare, repo, data.base, data.head, fetch)
     spec = {
-        "good": data.base, "bad": data.head, "good_sha": base_sha, "bad_sha": head_sha, "cases": cases,
+        "good": data.base, "bad": data.head, "cases": cases,
         "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
         "workers": 2, "max_trials": get_settings().max_trials_per_revision, "pr_number": data.pr_number,
         "policy": None,
     }
-    return _create(session, JobKind.compare, repo, spec, commits, submitter)
+    return _create(session, JobKind.compare, repo, spec, resolved, submitter)
 
 
 def create_track(session: Session, repo: Repository, spec: dict[str, Any], commits: list) -> Job:

@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 
 from perfbisect.service.jobs import repository
 from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, JobSummary, OutcomeRead, TrialRead
-from perfbisect.service.models import Job, Revision
+from perfbisect.service.models import Job, Repository, Revision
+from perfbisect.service.repos.redaction import env_secrets, scrub_tree
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.trials import repository as trials_repo
 
@@ -47,14 +48,17 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
             pr_number=rev.pr_number if rev else None,
             effects={name: CaseEffectRead(**e) for name, e in c.effects.items()},
         ))
+    secrets = env_secrets(job.repository.env)  # rows stored before values were scrubbed at the source
     progress = dict(job.progress)
     if not job.status.finished:  # trials finish between planning rounds: count them live
         progress["trials"] = repository.count_finished(session, job.id)
     return JobRead(
         id=job.id, kind=job.kind.value, status=job.status.value, repository=job.repository.name,
-        spec=job.spec, progress=progress, revision_shas=job.revision_shas, error=job.error, created_at=job.created_at,
+        spec=job.spec, progress=progress, revision_shas=job.revision_shas, error=scrub_tree(job.error, secrets),
+        created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, culprits=culprits,
-        outcome=OutcomeRead.model_validate(job.result["outcome"]) if (job.result or {}).get("outcome") else None,
+        outcome=(OutcomeRead.model_validate(scrub_tree(job.result["outcome"], secrets))
+                 if (job.result or {}).get("outcome") else None),
     )
 
 
@@ -68,10 +72,13 @@ def trial_reads(session: Session, job_id: int, *, with_logs: bool = True, sample
     `with_logs`, the output of the repository's code (build log, harness error, a case's
     traceback) is replaced by LOGS_HIDDEN where there was any."""
 
-    def log(text: str | None) -> str | None:
-        return text if with_logs or text is None else LOGS_HIDDEN
-
     trials = repository.trials_of(session, job_id, after=after, limit=limit)
+    job = session.get(Job, job_id)
+    secrets = env_secrets(session.get_one(Repository, job.repository_id).env) if trials and job else ()
+
+    def log(text: str | None) -> str | None:
+        return scrub_tree(text, secrets) if with_logs or text is None else LOGS_HIDDEN
+
     raw = trials_repo.samples_of(session, [m.id for t in trials for m in t.measurements]) if samples else {}
     return [
         TrialRead(

@@ -19,7 +19,8 @@ from perfbisect.service.settings import get_settings
 
 
 def mirror_of(repo: Repository) -> Mirror:
-    return Mirror(get_settings().mirrors_dir, repo.name, repo.url)
+    settings = get_settings()
+    return Mirror(settings.mirrors_dir, repo.name, repo.url, timeout_s=settings.fetch_timeout_s)
 
 
 def create(session: Session, data: RepositoryCreate, *, verify: bool = True,

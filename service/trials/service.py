@@ -18,6 +18,7 @@ from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
+from perfbisect.service.repos.redaction import env_secrets, scrub
 from perfbisect.service.settings import get_settings
 from perfbisect.service.suites import service as suites
 from perfbisect.service.trials import repository as trials_repo
@@ -127,6 +128,7 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     if result.get("status") == "cancelled" and job.status != JobStatus.cancelled:
         return None  # stopped because another attempt took over: that one stores the result
     repo = session.get_one(Repository, job.repository_id)
+    result = _without_env(result, env_secrets(repo.env))
     device = result.get("device") or {}
     trial.status = _TRIAL_STATUS.get(result.get("status", "error"), TrialStatus.error)
     trial.failure_reason = result.get("error")
@@ -165,6 +167,17 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     trials_repo.refresh_case_points(session, trial, stored)
     session.flush()
     return trial
+
+
+def _without_env(result: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
+    """The result with the repository's env values scrubbed from what its code printed (the
+    trial's and each case's error), whichever worker sent it."""
+    if not secrets:
+        return result
+    cases = [{**c, "error": scrub(c["error"], secrets)} if isinstance(c.get("error"), str) else c
+             for c in result.get("cases", [])]
+    error = result.get("error")
+    return {**result, "cases": cases, "error": scrub(error, secrets) if isinstance(error, str) else error}
 
 
 def _missing_cases(requested: list[dict[str, Any]], returned: list[dict[str, Any]]) -> str | None:

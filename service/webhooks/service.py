@@ -105,7 +105,9 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
         )
     except (ValidationError, KeyError) as exc:
         raise BadRequest(f"the latest bisect of {repo.name!r} has benchmarks the PR bot cannot reuse: {exc}") from exc
-    submission = jobs.submit_compare(session, request, SYSTEM)
+    # As before issue 22: this request fetches (the pull ref above, the branches here), with
+    # PERFBISECT_FETCH_TIMEOUT_S; moving it into the task as for API submissions is left to do.
+    submission = jobs.submit_compare(session, request, SYSTEM, fetch=True)
     job = submission.job
     if not submission.created:  # an identical delivery's job, created meanwhile
         return CompareOutcome(job=job, created=False)

@@ -1,0 +1,147 @@
+"""From the refs of a submission to the job's revisions, without a network call in a request.
+
+A request resolves its refs from the repository's mirror as it is, when that answer is exact:
+every ref names a commit the mirror holds, and is a full sha (a commit's range never changes) or
+the mirror was fetched less than PERFBISECT_MIRROR_FRESH_S ago. Otherwise (a ref the mirror does
+not know may have been pushed since) the job is accepted at once, "resolving revisions"
+(queued, no revisions yet), and its first advance_job task fetches the remote (killed past
+PERFBISECT_FETCH_TIMEOUT_S, one fetch per remote at a time: a job whose remote is being fetched
+waits for that fetch instead of starting another) and resolves it, or fails it with the reason.
+A hung remote so costs one task slot for the timeout, never a request or a database connection.
+
+Flushes, never commits; the git work of `fetch_target`/`finish` is local (the mirror) except
+Mirror.fetch_once, which the task calls with no session open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from perfbisect.gitrepo import CommitInfo, FetchStamp, GitError, Mirror
+from perfbisect.service.jobs import repository
+from perfbisect.service.models import Job, JobKind, JobStatus, Repository, utcnow
+from perfbisect.service.repos import service as repos
+from perfbisect.service.settings import get_settings
+
+RESOLVING = "resolving revisions"
+FULL_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    good_sha: str
+    bad_sha: str
+    commits: list[CommitInfo]
+
+
+def request_hash(kind: JobKind, repo: Repository, spec: dict[str, Any]) -> str:
+    """What the job will measure: once resolved, by shas ('main' and its sha are one request);
+    before, by the refs as given."""
+    resolved = "good_sha" in spec
+    normalized = {k: v for k, v in spec.items() if not (resolved and k in ("good", "bad"))}
+    text = json.dumps({"kind": kind.value, "repository_id": repo.id, **normalized}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def unresolved(job: Job) -> bool:
+    return job.progress.get("phase") == RESOLVING
+
+
+def resolving_progress() -> dict[str, Any]:
+    return {"revisions": 0, "measured": 0, "trials": 0, "phase": RESOLVING}
+
+
+def bisect_range(mirror: Mirror, good: str, bad: str) -> Resolved:
+    """good..bad in first-parent order from the mirror as it is. Raises GitError."""
+    good_sha, bad_sha = mirror.resolve(good), mirror.resolve(bad)
+    if good_sha == bad_sha:
+        raise GitError(f"good ({good}) and bad ({bad}) are the same commit {good_sha[:12]}: nothing to bisect")
+    count = mirror.count_first_parent(good_sha, bad_sha)
+    if count > get_settings().max_range:
+        raise GitError(f"the range holds {count} commits, over the cap of {get_settings().max_range}")
+    return Resolved(good_sha, bad_sha, mirror.first_parent_range(good_sha, bad_sha))
+
+
+def compare_pair(mirror: Mirror, base: str, head: str) -> Resolved:
+    """The base (on the branch: it orders the history) and the head (a PR commit off it)."""
+    base_sha, head_sha = mirror.resolve(base), mirror.resolve(head)
+    if base_sha == head_sha:
+        raise GitError("base and head are the same commit: nothing to compare")
+    based = replace(mirror.commit_info(base_sha), position=mirror.first_parent_depth(base_sha))
+    return Resolved(base_sha, head_sha, [based, mirror.commit_info(head_sha)])
+
+
+def resolve(kind: JobKind, mirror: Mirror, good: str, bad: str) -> Resolved:
+    return compare_pair(mirror, good, bad) if kind == JobKind.compare else bisect_range(mirror, good, bad)
+
+
+def exact_now(mirror: Mirror, refs: Sequence[str]) -> bool:
+    """Whether the mirror as it is gives the remote's answer for `refs`: each resolves there, and
+    each is a full sha (a commit never changes) or the mirror is fresh. A ref it does not know
+    may have been pushed since: the task fetches and decides."""
+    if not all(mirror.has_commit(ref) for ref in refs):
+        return False
+    return all(FULL_SHA.match(ref) for ref in refs) or mirror.fresh(get_settings().mirror_fresh_s)
+
+
+@dataclass(frozen=True)
+class FetchTarget:
+    mirror: Mirror
+    since: float  # a fetch that started after the job was submitted answers for it
+
+
+def fetch_target(session: Session, job_id: int) -> FetchTarget | None:
+    """What to fetch for a job still resolving; None when it is resolved, finished or gone."""
+    job = repository.get_job(session, job_id)
+    if job is None or job.status.finished or not unresolved(job):
+        return None
+    return FetchTarget(repos.mirror_of(job.repository), job.created_at.timestamp())
+
+
+def finish(session: Session, job_id: int, stamp: FetchStamp) -> list[int]:
+    """Resolve the job from the mirror just fetched (or fail it with the fetch's error, or with
+    a ref that does not resolve); returns the other jobs of the repository still resolving
+    (their tasks found this fetch running: the caller advances them now)."""
+    job = repository.get_job(session, job_id, lock=True)
+    if job is None or job.status.finished or not unresolved(job):
+        return []
+    spec = job.spec
+    try:
+        if stamp.error:
+            raise GitError(stamp.error)
+        resolved = resolve(job.kind, repos.mirror_of(job.repository), spec["good"], spec["bad"])
+    except GitError as exc:
+        job.status, job.finished_at = JobStatus.failed, utcnow()
+        job.error = f"could not resolve the revisions: {exc}"
+        job.progress = {**job.progress, "phase": None}
+        session.flush()
+        return repository.resolving_jobs(session, job.repository_id, exclude=job.id)
+    repos.record_revisions(session, job.repository, resolved.commits)
+    job.spec = {**spec, "good_sha": resolved.good_sha, "bad_sha": resolved.bad_sha}
+    job.revision_shas = [c.sha for c in resolved.commits]
+    job.progress = {"revisions": len(resolved.commits), "measured": 0, "trials": 0}
+    _rehash(session, job)
+    return repository.resolving_jobs(session, job.repository_id, exclude=job.id)
+
+
+def _rehash(session: Session, job: Job) -> None:
+    """The job's request hash by shas; when an identical open job exists, this one is cancelled
+    as its duplicate (the one-open-job-per-request rule)."""
+    resolved_hash = request_hash(job.kind, job.repository, job.spec)
+    try:
+        with session.begin_nested():
+            job.request_hash = resolved_hash
+            session.flush()
+    except IntegrityError:
+        twin = repository.open_job_by_request(session, resolved_hash)
+        job.status, job.finished_at = JobStatus.cancelled, utcnow()
+        job.error = f"the same request as job {twin.id if twin else '?'}, once its refs were resolved"
+        session.flush()
