@@ -34,7 +34,7 @@ import argparse
 import math
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import Pool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfbisect.service.bisect.history import History, load_history  # noqa: E402
+from perfbisect.service.bisect.model import SIDE_BY_SIDE, BisectConfig  # noqa: E402
 from perfbisect.service.bisect.simulate import simulate  # noqa: E402
 
 MIN_EFFECT = 0.02
@@ -225,35 +226,40 @@ def run_one(args: tuple[int, tuple[int, ...]]) -> list[dict]:
     return rows
 
 
-def run_drift(index: int) -> list[dict]:
-    """One random history with drift (the same history as `run_one` draws, plus drift), W=1 and 4."""
-    rng = np.random.default_rng([20261202, index])
+def run_drift(args: tuple[int, bool]) -> list[dict]:
+    """One random history with drift (the same history as `run_one` draws, plus drift), W=1 and 4,
+    today's planner and side by side; and the trials of both on the history without drift."""
+    index, today = args
     drift = random_drift(np.random.default_rng([23, index]))
-    truth = random_history(rng, drift)
+    truth = random_history(np.random.default_rng([20261202, index]), drift)
+    clean = random_history(np.random.default_rng([20261202, index])).history
     rows = []
-    for w in (1, 4):
-        r = simulate(truth.history, workers=w, seed=index)
+    for w, blocks in ((1, 0), (4, 0), (1, SIDE_BY_SIDE), (4, SIDE_BY_SIDE))[0 if today else 2:]:
+        config = BisectConfig(paired_blocks=blocks)
+        r = simulate(truth.history, workers=w, seed=index, config=config)
+        quiet = simulate(clean, workers=w, seed=index, config=config)["trials"]
         culprits = [c["range"] for c in r["culprits"]]
         s = score(truth, culprits)
         found = [any(lo <= step <= hi for lo, hi in culprits) for step in truth.steps]
         wanted = [big and not c and abs(size) >= 1.5 * MIN_EFFECT
                   for big, c, size in zip(truth.above_min, truth.cancelled, truth.sizes)]
-        rows.append({"method": f"W={w}", "false": s["reported"] - s["right"], "trials": r["trials"],
+        rows.append({"method": f"{'side by side' if blocks else 'today'} W={w}", "false": s["reported"] - s["right"],
+                     "trials": r["trials"], "quiet": quiet,
                      "wanted": sum(wanted), "wanted_found": sum(f for f, w_ in zip(found, wanted) if w_),
                      "intervals": intervals(truth.history, r["culprits"])})
     return rows
 
 
-def summarize_drift(rows: list[dict], clean: list[dict]) -> str:
-    """The issue-23 targets, per W, beside the drift-free runs' trials."""
-    out = [f"{'workers':<8} {'runs':>5} {'false-culprit runs':>18} {'steps>=1.5x found':>18} "
+def summarize_drift(rows: list[dict]) -> str:
+    """The issue-23 targets, per planner and W, beside the drift-free runs' trials."""
+    out = [f"{'planner':<16} {'runs':>5} {'false-culprit runs':>18} {'steps>=1.5x found':>18} "
            f"{'95% CI covers':>14} {'trials (drift)':>14} {'trials (no drift)':>17}"]
     for m in dict.fromkeys(r["method"] for r in rows):
         sel = [r for r in rows if r["method"] == m]
         wanted, found = sum(r["wanted"] for r in sel), sum(r["wanted_found"] for r in sel)
         moved = [held for r in sel for is_moved, held in r["intervals"] if is_moved]
-        quiet = [r["trials"] for r in clean if r["method"] == f"perfbisect {m}"]
-        out.append(f"{m:<8} {len(sel):>5} {np.mean([r['false'] > 0 for r in sel]):>18.2%} "
+        quiet = [r["quiet"] for r in sel]
+        out.append(f"{m:<16} {len(sel):>5} {np.mean([r['false'] > 0 for r in sel]):>18.2%} "
                    f"{found / max(wanted, 1):>11.2%} of {wanted:<4} {np.mean(moved) if moved else float('nan'):>14.1%} "
                    f"{np.mean([r['trials'] for r in sel]):>14.1f} {np.mean(quiet) if quiet else float('nan'):>17.1f}")
     out.append("targets: false-culprit runs <= 0.5%, steps >= 1.5x min effect found >= 97%, coverage >= 93%, "
@@ -292,14 +298,18 @@ def main() -> None:
     parser.add_argument("--histories", type=int, default=None)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--drift", action="store_true", help="the issue-23 drift histories (W=1 and 4)")
+    parser.add_argument("--today", action="store_true", help="with --drift: today's planner too (no blocks)")
     args = parser.parse_args()
     count = args.histories or (60 if args.quick else 500)
     start = time.time()
-    with ProcessPoolExecutor(args.jobs) as pool:
+    with Pool(args.jobs) as pool:
         if args.drift:
-            drifted = [row for batch in pool.map(run_drift, range(count)) for row in batch]
-            clean = [row for batch in pool.map(run_one, [(i, (1, 4)) for i in range(count)]) for row in batch]
-            print(summarize_drift(drifted, clean))
+            rows = []
+            for done, batch in enumerate(pool.imap(run_drift, [(i, args.today) for i in range(count)]), 1):
+                rows.extend(batch)
+                if done % 100 == 0 and done < count:
+                    print(f"after {done} histories ({time.time() - start:.0f} s):\n{summarize_drift(rows)}", flush=True)
+            print(summarize_drift(rows))
         else:
             rows = [row for batch in pool.map(run_one, [(i, (1, 4, 8)) for i in range(count)]) for row in batch]
             print(summarize(rows))

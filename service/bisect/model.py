@@ -80,7 +80,9 @@ class BisectConfig:
       revision in every open pair.
     - `confidence`: of the culprit's interval (Student's t on the pooled per-trial noise).
     - `paired_blocks`: side-by-side blocks (`PairBlock`) a culprit needs before it is confirmed on
-      them: two, so one block measured in an odd spell never makes a culprit on its own.
+      them (two, `SIDE_BY_SIDE`: one block measured in an odd spell never makes a culprit on its
+      own). 0, the default until the service's workers run blocks, turns side-by-side blocks off:
+      a culprit is then confirmed on all the pair's trials, as before issue 23.
     - `scan`: evenly spaced interior revisions measured with the ends in the first round, so a
       step that was undone inside the range (equal ends) can still be seen (`probes.scan_points`).
     """
@@ -102,7 +104,10 @@ class BisectConfig:
     bootstrap: int = 2000
     seed: int = 0
     scan: int = 0
-    paired_blocks: int = 2
+    paired_blocks: int = 0
+
+
+SIDE_BY_SIDE = 2  # `paired_blocks` for side-by-side confirmation (the simulator's --drift bench)
 
 
 @dataclass(frozen=True)

@@ -185,8 +185,11 @@ def _tighten_culprits(settled: Sequence[tuple[PairJudgement, CulpritReport]], ob
                  if effective_min_effect(config, n[0] if n else None) <= config.min_effect}
     for pair, c in settled:
         if any(case in decidable and undecided_at_culprit(pair.cases[case].verdict, e, config.min_effect)
-               for case, e in c.effects.items() if case in pair.cases) and pair.blocks() < max_blocks(config):
-            requests.side_by_side(pair.a, pair.b, 1)
+               for case, e in c.effects.items() if case in pair.cases):
+            if not config.paired_blocks:
+                _escalate(pair.a, pair.b, counts, config, requests)
+            elif pair.blocks() < max_blocks(config):
+                requests.side_by_side(pair.a, pair.b, 1)
 
 
 def undecided_at_culprit(verdict: Verdict, effect: CaseEffect, min_effect: float) -> bool:
@@ -295,13 +298,15 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
              if heavy_tailed([observations[i].values.get(case, ()) for i in ok])}
     for pair in judgements:
         rank_only = set(pair.raw) if (pair.a, pair.b) in spiked else heavy
-        if pair.closed and (pair.paired or pair.verdict == Verdict.DIFFERENT):
+        if config.paired_blocks and pair.closed and (pair.paired or pair.verdict == Verdict.DIFFERENT):
             if _settle_side_by_side(pair, config, requests, rank_only):
                 settled.append((pair, _culprit(pair, observations, ok, config)))
         elif pair.verdict == Verdict.UNKNOWN:
             _escalate(pair.a, pair.b, counts, config, requests)
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
             open_pairs.append((pair.a, pair.b))
+        elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests, rank_only):
+            settled.append((pair, _culprit(pair, observations, ok, config)))  # paired_blocks=0: no blocks
     culprits = [c for _, c in settled]
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
