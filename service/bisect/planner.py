@@ -153,10 +153,13 @@ def _culprit(pair: PairJudgement, observations: Mapping[int, Observation], ok: S
 
 
 def _tighten_ends(observations: Mapping[int, Observation], ok: Sequence[int], counts: Mapping[int, int],
-                  config: BisectConfig, requests: _Requests, skip: set[str]) -> None:
+                  config: BisectConfig, requests: _Requests, skip: set[str],
+                  ends: PairJudgement | None = None) -> None:
     """For the cases without a step: "unchanged" needs the end-to-end interval to rule out the
     minimum effect, so while it does not (and the ends are under the cap), a block more at both
-    ends."""
+    ends. When the ends are one pair measured side by side (`ends`), its paired verdict decides."""
+    if ends is not None and ends.blocks() >= config.paired_blocks > 0:
+        return
     if len(ok) < 2:
         return
     first, last = ok[0], ok[-1]
@@ -313,7 +316,8 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     if not requests.any() and not open_pairs:
         _tighten_culprits(settled, observations, ok, counts, config, requests)
         stepped = {case for c in culprits for case, e in c.effects.items() if e.ci[0] > 0 or e.ci[1] < 0}
-        _tighten_ends(observations, ok, counts, config, requests, skip=stepped)
+        _tighten_ends(observations, ok, counts, config, requests, skip=stepped,
+                      ends=judgements[0] if len(judgements) == 1 else None)
     wanted, blocks = requests.as_tuple(), requests.as_blocks()
     verdicts = {(p.a, p.b): {case: c.verdict for case, c in p.cases.items()} for p in judgements}
     return Plan(wanted, done=not wanted and not blocks, culprits=tuple(culprits), correctness=tuple(findings),
