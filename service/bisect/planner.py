@@ -28,6 +28,10 @@ One round:
      one trial in a rare mode never makes a culprit; otherwise both sides go to `confirm_trials`
      for the rank tests, then a block more while ambiguous. Confirmed, it is a culprit with a t
      interval for every case (trials as units, the pooled noise: it covers run-to-run variation).
+   - Side by side (`paired_blocks` > 0, issue 23): a closed pair DIFFERENT across rounds is
+     measured in ABBA blocks on one worker (`Plan.blocks`) and confirmed on their within-block
+     differences alone (`paired`), so drift the control does not cancel cannot make a culprit;
+     a pair SAME on its blocks is SAME (README, "Side-by-side measurement").
 3. Wrong-results revisions never enter the timing comparison (a fast wrong kernel is not an
    improvement); their runs are bounded by binary search and reported as correctness findings.
 
