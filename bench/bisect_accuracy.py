@@ -2,6 +2,7 @@
 beside two baselines, for W = 1, 4 and 8 workers.
 
     python bench/bisect_accuracy.py [--quick] [--histories N] [--jobs J]
+    python bench/bisect_accuracy.py --drift [--histories N] [--jobs J]   (issue 23)
 
 Histories: 30 to 2000 commits (log-uniform), 0 to 4 steps of 1% to 30% (log-uniform; each on a
 random non-empty subset of 1 to 3 cases; a later step may partly undo an earlier one), per-sample
@@ -13,6 +14,13 @@ Scoring: a reported culprit is right if its range holds a true step (any size). 
 steps at least three times the noise of a trial's decision value on their clearest case
 ("detectable"), and separately those also at least the job's minimum effect (2%). The bound on
 revisions built is k*ceil(log2 N) + 2k + 2 for k true steps in N commits.
+
+`--drift` runs the same random histories with drift the control does not cancel (target only,
+`history.DriftModel`): a per-round lognormal factor of cv uniform in 0..0.6x the minimum effect,
+10% burst rounds slowing the target by 3x the minimum effect, a trend of up to 0.3x the minimum
+effect per 50 trials, and per-worker offsets of cv up to 0.5x the minimum effect; W = 1 and 4.
+It prints the issue's targets: runs with a false culprit, steps >= 1.5x the minimum effect (and
+>= 3 trial noises, not cancelled) found, interval coverage, and trials beside the drift-free runs.
 
 Baselines (one culprit each, run on every history, on the case that moved most end to end):
 - git-bisect: one sample of the raw target per revision, bad when nearer the bad end's sample;
@@ -26,7 +34,7 @@ import argparse
 import math
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import Pool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfbisect.service.bisect.history import History, load_history  # noqa: E402
+from perfbisect.service.bisect.model import SIDE_BY_SIDE, BisectConfig  # noqa: E402
 from perfbisect.service.bisect.simulate import simulate  # noqa: E402
 
 MIN_EFFECT = 0.02
@@ -50,7 +59,13 @@ class Truth:
     cancelled: tuple[bool, ...] = ()       # undone by a neighbouring step (see `_cancelled`)
 
 
-def random_history(rng: np.random.Generator) -> Truth:
+def random_drift(rng: np.random.Generator) -> dict:
+    """The drift the control does not cancel, for `--drift` (see the module docstring)."""
+    return {"round_cv": float(rng.uniform(0, 0.6 * MIN_EFFECT)), "burst_p": 0.1, "burst": 3 * MIN_EFFECT,
+            "trend": float(rng.uniform(0, 0.3 * MIN_EFFECT / 50)), "worker_cv": float(rng.uniform(0, 0.5 * MIN_EFFECT))}
+
+
+def random_history(rng: np.random.Generator, drift: dict | None = None) -> Truth:
     commits = int(round(math.exp(rng.uniform(math.log(30), math.log(2000)))))
     n = commits + 1
     k = int(rng.integers(0, 5))
@@ -81,7 +96,7 @@ def random_history(rng: np.random.Generator) -> Truth:
         unbuildable = list(range(start, start + length))
     history = load_history({"commits": commits, "samples_per_trial": 20, "process_drift_cv": 0.02,
                             "control": {"value": 1000.0, "cv": 0.01}, "cases": cases,
-                            "unbuildable": unbuildable, "higher_is_better": True})
+                            "unbuildable": unbuildable, "higher_is_better": True, "drift": drift or {}})
     ratios = [max(abs(math.log1p(m)) / history.trial_noise(c) for c in hit) for _, m, hit in per_step]
     return Truth(history, tuple(steps), tuple(r >= 3 for r in ratios),
                  tuple(r >= 3 and abs(m) >= MIN_EFFECT for r, (_, m, _) in zip(ratios, per_step)),
@@ -211,6 +226,47 @@ def run_one(args: tuple[int, tuple[int, ...]]) -> list[dict]:
     return rows
 
 
+def run_drift(args: tuple[int, bool]) -> list[dict]:
+    """One random history with drift (the same history as `run_one` draws, plus drift), W=1 and 4,
+    today's planner and side by side; and the trials of both on the history without drift."""
+    index, today = args
+    drift = random_drift(np.random.default_rng([23, index]))
+    truth = random_history(np.random.default_rng([20261202, index]), drift)
+    clean = random_history(np.random.default_rng([20261202, index])).history
+    rows = []
+    for w, blocks in ((1, 0), (4, 0), (1, SIDE_BY_SIDE), (4, SIDE_BY_SIDE))[0 if today else 2:]:
+        config = BisectConfig(paired_blocks=blocks)
+        r = simulate(truth.history, workers=w, seed=index, config=config)
+        quiet = simulate(clean, workers=w, seed=index, config=config)["trials"]
+        culprits = [c["range"] for c in r["culprits"]]
+        s = score(truth, culprits)
+        found = [any(lo <= step <= hi for lo, hi in culprits) for step in truth.steps]
+        wanted = [big and not c and abs(size) >= 1.5 * MIN_EFFECT
+                  for big, c, size in zip(truth.above_min, truth.cancelled, truth.sizes)]
+        rows.append({"method": f"{'side by side' if blocks else 'today'} W={w}", "false": s["reported"] - s["right"],
+                     "trials": r["trials"], "quiet": quiet,
+                     "wanted": sum(wanted), "wanted_found": sum(f for f, w_ in zip(found, wanted) if w_),
+                     "intervals": intervals(truth.history, r["culprits"])})
+    return rows
+
+
+def summarize_drift(rows: list[dict]) -> str:
+    """The issue-23 targets, per planner and W, beside the drift-free runs' trials."""
+    out = [f"{'planner':<16} {'runs':>5} {'false-culprit runs':>18} {'steps>=1.5x found':>18} "
+           f"{'95% CI covers':>14} {'trials (drift)':>14} {'trials (no drift)':>17}"]
+    for m in dict.fromkeys(r["method"] for r in rows):
+        sel = [r for r in rows if r["method"] == m]
+        wanted, found = sum(r["wanted"] for r in sel), sum(r["wanted_found"] for r in sel)
+        moved = [held for r in sel for is_moved, held in r["intervals"] if is_moved]
+        quiet = [r["quiet"] for r in sel]
+        out.append(f"{m:<16} {len(sel):>5} {np.mean([r['false'] > 0 for r in sel]):>18.2%} "
+                   f"{found / max(wanted, 1):>11.2%} of {wanted:<4} {np.mean(moved) if moved else float('nan'):>14.1%} "
+                   f"{np.mean([r['trials'] for r in sel]):>14.1f} {np.mean(quiet) if quiet else float('nan'):>17.1f}")
+    out.append("targets: false-culprit runs <= 0.5%, steps >= 1.5x min effect found >= 97%, coverage >= 93%, "
+               "drift-free trials <= 1.3x today's (bench/RESULTS.md, seventh session)")
+    return "\n".join(out)
+
+
 def summarize(rows: list[dict]) -> str:
     methods = list(dict.fromkeys(r["method"] for r in rows))
     out = [f"{'method':<22} {'precision':>9} {'recall>=3sd':>11} {'recall>=3sd&2%':>14} {'..not cancelled':>15} "
@@ -241,13 +297,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="60 histories (about 20 s on 2 cores)")
     parser.add_argument("--histories", type=int, default=None)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--drift", action="store_true", help="the issue-23 drift histories (W=1 and 4)")
+    parser.add_argument("--today", action="store_true", help="with --drift: today's planner too (no blocks)")
     args = parser.parse_args()
     count = args.histories or (60 if args.quick else 500)
-    workers_list = (1, 4, 8)
     start = time.time()
-    with ProcessPoolExecutor(args.jobs) as pool:
-        rows = [row for batch in pool.map(run_one, [(i, workers_list) for i in range(count)]) for row in batch]
-    print(summarize(rows))
+    with Pool(args.jobs) as pool:
+        if args.drift:
+            rows = []
+            for done, batch in enumerate(pool.imap(run_drift, [(i, args.today) for i in range(count)]), 1):
+                rows.extend(batch)
+                if done % 100 == 0 and done < count:
+                    print(f"after {done} histories ({time.time() - start:.0f} s):\n{summarize_drift(rows)}", flush=True)
+            print(summarize_drift(rows))
+        else:
+            rows = [row for batch in pool.map(run_one, [(i, (1, 4, 8)) for i in range(count)]) for row in batch]
+            print(summarize(rows))
     print(f"wall {time.time() - start:.0f} s, {args.jobs} processes")
 
 

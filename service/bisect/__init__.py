@@ -9,6 +9,7 @@ from perfbisect.service.bisect.model import (
     CorrectnessFinding,
     CulpritReport,
     Observation,
+    PairBlock,
     Plan,
     RevisionState,
     TrialRequest,
@@ -19,6 +20,6 @@ from perfbisect.service.bisect.verdict import Comparison, RankTest, Significance
 
 __all__ = [
     "BisectConfig", "CaseEffect", "Comparison", "CorrectnessFinding", "CulpritReport", "Observation",
-    "Plan", "RankTest", "RevisionState", "SignificanceTest", "TrialRequest", "Verdict", "WelchTest",
+    "PairBlock", "Plan", "RankTest", "RevisionState", "SignificanceTest", "TrialRequest", "Verdict", "WelchTest",
     "assess", "compare", "plan_next",
 ]

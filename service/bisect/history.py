@@ -14,6 +14,12 @@ then be a sha prefix. Per trial one lognormal drift factor (`process_drift_cv`) 
 and control alike; every sample gets its own lognormal noise (`cv`); with probability `p` a trial
 lands in a mode shifted by `shift`. The decision value of a trial is the median over its samples
 of target/control. Pure apart from reading the file in `load_history`.
+
+`"drift": {"round_cv": 0.012, "burst_p": 0.1, "burst": 0.06, "trend": 0.0002, "worker_cv": 0.01}`
+declares drift that slows the target only (the control does not cancel it) and that trials
+measured together share: a lognormal factor per round (`round_cv`), burst rounds (probability
+`burst_p`, the target slower by `burst`), a slow trend (`trend` in log units per trial run so
+far) and one fixed lognormal offset per worker (`worker_cv`, drawn once per simulated job).
 """
 
 from __future__ import annotations
@@ -51,6 +57,27 @@ class CaseModel:
 
 
 @dataclass(frozen=True)
+class DriftModel:
+    """Target-only drift correlated in time (see the module docstring)."""
+
+    round_cv: float = 0.0
+    burst_p: float = 0.0
+    burst: float = 0.0
+    trend: float = 0.0
+    worker_cv: float = 0.0
+
+    def round_factor(self, rng: np.random.Generator) -> float:
+        """The factor every trial of one round shares: lognormal, times a burst slowdown."""
+        factor = float(_lognormal(rng, self.round_cv, ()))
+        if self.burst_p and rng.random() < self.burst_p:
+            factor /= 1.0 + self.burst
+        return factor
+
+    def worker_offsets(self, workers: int, rng: np.random.Generator) -> list[float]:
+        return [float(_lognormal(rng, self.worker_cv, ())) for _ in range(workers)]
+
+
+@dataclass(frozen=True)
 class History:
     """A parsed history; `shas` only when it came from a repository."""
 
@@ -64,17 +91,20 @@ class History:
     wrong_results: tuple[tuple[int, int], ...] = ()
     higher_is_better: bool = True
     shas: tuple[str, ...] | None = None
+    drift: DriftModel = DriftModel()
 
     def is_wrong(self, revision: int) -> bool:
         return any(lo <= revision < hi for lo, hi in self.wrong_results)
 
-    def draw_trial(self, revision: int, rng: np.random.Generator) -> dict[str, tuple[float, float]]:
-        """One trial at `revision`: per case (decision value, median raw target). Uses `rng`."""
+    def draw_trial(self, revision: int, rng: np.random.Generator,
+                   target_drift: float = 1.0) -> dict[str, tuple[float, float]]:
+        """One trial at `revision`: per case (decision value, median raw target). Uses `rng`.
+        `target_drift` multiplies the target only (the drift the control does not cancel)."""
         drift = _lognormal(rng, self.process_drift_cv, ())
         result = {}
         for name, case in self.cases.items():
             mode = 1.0 + case.bimodal_shift if rng.random() < case.bimodal_p else 1.0
-            target = case.level_at(revision) * drift * mode * _lognormal(rng, case.cv, self.samples_per_trial)
+            target = case.level_at(revision) * target_drift * drift * mode * _lognormal(rng, case.cv, self.samples_per_trial)
             control = self.control_value * drift * _lognormal(rng, self.control_cv, self.samples_per_trial)
             result[name] = (float(np.median(target / control)), float(np.median(target)))
         return result
@@ -146,6 +176,10 @@ def load_history(path_or_dict: str | Path | Mapping[str, Any],
     if not data.get("cases"):
         raise HistoryError("cases: needs at least one case")
     control = data.get("control") or {}
+    drift = data.get("drift") or {}
+    unknown = set(drift) - set(DriftModel.__dataclass_fields__)
+    if unknown or any(not isinstance(v, (int, float)) or v < 0 for v in drift.values()):
+        raise HistoryError(f"drift: needs non-negative numbers among {sorted(DriftModel.__dataclass_fields__)}")
     wrong = tuple((_index(lo, shas, n + 1, "wrong_results"), _index(hi, shas, n + 1, "wrong_results"))
                   for lo, hi in data.get("wrong_results", []))
     return History(
@@ -159,4 +193,5 @@ def load_history(path_or_dict: str | Path | Mapping[str, Any],
         wrong_results=wrong,
         higher_is_better=bool(data.get("higher_is_better", True)),
         shas=shas,
+        drift=DriftModel(**{k: float(v) for k, v in drift.items()}),
     )

@@ -35,6 +35,17 @@ class Observation:
     state: RevisionState
     values: Mapping[str, Sequence[float]] = field(default_factory=dict)
     failed: int = 0  # finished trials that gave no value (a crash or timeout at a revision that ran)
+    # Per case, parallel to `values`: the side-by-side block each value was measured in (None: an
+    # unpaired trial). Empty: no value was measured in a block.
+    blocks: Mapping[str, Sequence[int | None]] = field(default_factory=dict)
+
+    def block_values(self, case: str) -> dict[int, list[float]]:
+        """This case's values measured in side-by-side blocks, by block id."""
+        by_block: dict[int, list[float]] = {}
+        for value, block in zip(self.values.get(case, ()), self.blocks.get(case, ())):
+            if block is not None:
+                by_block.setdefault(block, []).append(value)
+        return by_block
 
     def trials(self) -> int:
         """Finished trials with values: the longest value list over the cases (0 for a failed build)."""
@@ -68,6 +79,10 @@ class BisectConfig:
     - `workers`: revisions measured at once per round (W); a round measures at least one
       revision in every open pair.
     - `confidence`: of the culprit's interval (Student's t on the pooled per-trial noise).
+    - `paired_blocks`: side-by-side blocks (`PairBlock`) a culprit needs before it is confirmed on
+      them (two, `SIDE_BY_SIDE`: one block measured in an odd spell never makes a culprit on its
+      own). 0, the default until the service's workers run blocks, turns side-by-side blocks off:
+      a culprit is then confirmed on all the pair's trials, as before issue 23.
     - `scan`: evenly spaced interior revisions measured with the ends in the first round, so a
       step that was undone inside the range (equal ends) can still be seen (`probes.scan_points`).
     """
@@ -89,6 +104,10 @@ class BisectConfig:
     bootstrap: int = 2000
     seed: int = 0
     scan: int = 0
+    paired_blocks: int = 0
+
+
+SIDE_BY_SIDE = 2  # `paired_blocks` for side-by-side confirmation (the simulator's --drift bench)
 
 
 @dataclass(frozen=True)
@@ -97,6 +116,19 @@ class TrialRequest:
 
     revision: int
     trials: int
+
+
+@dataclass(frozen=True)
+class PairBlock:
+    """One side-by-side block: four trials in ABBA order (`order()`), run in sequence on one
+    worker, so drift the control does not cancel is shared by both revisions (a linear trend
+    across the block cancels in the ABBA means)."""
+
+    reference: int
+    revision: int
+
+    def order(self) -> tuple[int, int, int, int]:
+        return (self.reference, self.revision, self.revision, self.reference)
 
 
 @dataclass(frozen=True)
@@ -147,7 +179,8 @@ class CorrectnessFinding:
 class Plan:
     """The planner's answer for one round.
 
-    `requests`: trials to run now (empty when done). `open_pairs`: adjacent measured pairs still
+    `requests`: unpaired trials to run now (any worker, any order); `blocks`: side-by-side blocks
+    to run now (each on one worker, in its order); both empty when done. `open_pairs`: adjacent measured pairs still
     judged DIFFERENT with revisions left between them. `verdicts`: per adjacent measured pair,
     per case, the current verdict."""
 
@@ -157,6 +190,7 @@ class Plan:
     correctness: tuple[CorrectnessFinding, ...] = ()
     open_pairs: tuple[tuple[int, int], ...] = ()
     verdicts: Mapping[tuple[int, int], Mapping[str, Verdict]] = field(default_factory=dict)
+    blocks: tuple[PairBlock, ...] = ()
 
     def dispatch_order(self) -> list[int]:
         """The revision of each trial to start, round-robin over the requests ([a, b, a, b, a],

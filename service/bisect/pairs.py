@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from perfbisect.service.bisect.model import BisectConfig, Observation, Verdict
+from perfbisect.service.bisect.paired import Paired, block_residual, paired_comparison
 from perfbisect.service.bisect.verdict import Comparison, assess, pooled_noise
 
 
@@ -31,7 +32,12 @@ class PairJudgement:
     cases: Mapping[str, Comparison]
     verdict: Verdict
     closed: bool  # no unmeasured revision left strictly between a and b
-    raw: Mapping[str, Comparison]  # on the pair's own trials only (the confirmation)
+    raw: Mapping[str, Comparison]  # on the pair's own trials only (side by side once measured so)
+    paired: Mapping[str, Paired] = field(default_factory=dict)  # on the blocks that measured both
+
+    def blocks(self) -> int:
+        """Side-by-side blocks that measured both revisions (the fewest over the cases)."""
+        return min((p.blocks for p in self.paired.values()), default=0)
 
     def confirmed(self, alpha: float, sequential_alpha: float | None = None, replicates: int = 2,
                   rank_ready: bool = True, rank_only: Collection[str] = ()) -> Verdict:
@@ -142,11 +148,17 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
                       noise_df=pooled[case][1] if pooled[case] else None,
                       sequential_alpha=config.sequential_alpha)
 
+    residual = {case: block_residual(observations, ok, case) for case in cases}
     raw: list[dict[str, Comparison]] = []
+    paired: list[dict[str, Paired]] = []
     for a, b in zip(ok, ok[1:]):
         at_cap = min(counts[a], counts[b]) >= config.max_trials
         raw.append({case: one(values[a][case], values[b][case], case, at_cap)
                     for case in cases if values[a].get(case) and values[b].get(case)})
+        paired.append(_paired(observations[a], observations[b], cases, residual, config))
+        for case, p in paired[-1].items():  # measured side by side: the blocks alone decide
+            if p.blocks >= config.paired_blocks:
+                raw[-1][case] = p.comparison
 
     pooled_by_case: dict[str, tuple[list[int], dict[int, list[float]]]] = {}
     for case in cases:
@@ -161,8 +173,30 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
         closed = not any(a < r < b for r in unmeasured)
         comparisons = dict(raw[pos])
         for case, c in raw[pos].items():
-            if c.verdict == Verdict.UNKNOWN:
+            side_by_side = case in paired[pos] and paired[pos][case].blocks >= config.paired_blocks
+            if c.verdict == Verdict.UNKNOWN and not side_by_side:
                 ids, pools = pooled_by_case[case]
                 comparisons[case] = one(pools[ids[pos]], pools[ids[pos + 1]], case, False)
-        judgements.append(PairJudgement(a, b, comparisons, _overall(comparisons), closed, raw[pos]))
+        judgements.append(PairJudgement(a, b, comparisons, _overall(comparisons), closed, raw[pos], paired[pos]))
     return judgements
+
+
+def max_blocks(config: BisectConfig) -> int:
+    """Side-by-side blocks one pair may get: `max_trials` trials a side in blocks."""
+    return max(config.paired_blocks, config.max_trials // 2)
+
+
+def _paired(a: Observation, b: Observation, cases: Sequence[str], residual: Mapping[str, tuple[float, int] | None],
+            config: BisectConfig) -> dict[str, Paired]:
+    """Per case, the pair judged on its shared blocks (cases without one are left out)."""
+    out = {}
+    for case in cases:
+        res = residual[case]
+        p = paired_comparison(a, b, case, res, min_effect=effective_min_effect(config, res[0] if res else None),
+                              alpha=config.alpha, same_z=config.same_z, at_cap=False)
+        if p is not None:
+            if p.blocks >= max_blocks(config) and p.comparison.verdict == Verdict.UNKNOWN:
+                p = paired_comparison(a, b, case, res, min_effect=p.comparison.min_effect, alpha=config.alpha,
+                                      same_z=config.same_z, at_cap=True)
+            out[case] = p
+    return out

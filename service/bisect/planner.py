@@ -28,6 +28,10 @@ One round:
      one trial in a rare mode never makes a culprit; otherwise both sides go to `confirm_trials`
      for the rank tests, then a block more while ambiguous. Confirmed, it is a culprit with a t
      interval for every case (trials as units, the pooled noise: it covers run-to-run variation).
+   - Side by side (`paired_blocks` > 0, issue 23): a closed pair DIFFERENT across rounds is
+     measured in ABBA blocks on one worker (`Plan.blocks`) and confirmed on their within-block
+     differences alone (`paired`), so drift the control does not cancel cannot make a culprit;
+     a pair SAME on its blocks is SAME (README, "Side-by-side measurement").
 3. Wrong-results revisions never enter the timing comparison (a fast wrong kernel is not an
    improvement); their runs are bounded by binary search and reported as correctness findings.
 
@@ -54,6 +58,7 @@ from perfbisect.service.bisect.model import (
     CaseEffect,
     CulpritReport,
     Observation,
+    PairBlock,
     Plan,
     RevisionState,
     TrialRequest,
@@ -66,6 +71,7 @@ from perfbisect.service.bisect.pairs import (
     effective_min_effect,
     heavy_tailed,
     judge_pairs,
+    max_blocks,
 )
 from perfbisect.service.bisect.probes import allocate, correctness, edge_probes, scan_points
 
@@ -80,6 +86,7 @@ class _Requests:
         self._left = {i: max(0, cap - o.attempts()) for i, o in observations.items()}
         self._cap = cap
         self.wanted: dict[int, int] = {}
+        self.blocks: dict[tuple[int, int], int] = {}
 
     def capped(self, revision: int) -> bool:
         return self._left.get(revision, self._cap) <= 0
@@ -95,8 +102,19 @@ class _Requests:
     def new(self, revision: int, trials: int) -> None:
         self._ask(revision, trials)
 
+    def side_by_side(self, a: int, b: int, blocks: int) -> None:
+        """`blocks` ABBA blocks of a and b (the caller bounds a pair's blocks: `max_blocks`)."""
+        if blocks > 0:
+            self.blocks[(a, b)] = max(self.blocks.get((a, b), 0), blocks)
+
+    def any(self) -> bool:
+        return bool(self.wanted or self.blocks)
+
     def as_tuple(self) -> tuple[TrialRequest, ...]:
         return tuple(TrialRequest(r, t) for r, t in sorted(self.wanted.items()))
+
+    def as_blocks(self) -> tuple[PairBlock, ...]:
+        return tuple(PairBlock(a, b) for (a, b), count in sorted(self.blocks.items()) for _ in range(count))
 
 
 def _escalate(a: int, b: int, counts: Mapping[int, int], config: BisectConfig, requests: _Requests) -> None:
@@ -129,18 +147,23 @@ def step_effect(before: Sequence[float], after: Sequence[float], noise: tuple[fl
 
 def _culprit(pair: PairJudgement, observations: Mapping[int, Observation], ok: Sequence[int],
              config: BisectConfig) -> CulpritReport:
-    """The culprit's effect on every case (step_effect)."""
+    """The culprit's effect on every case: on the side-by-side blocks (the paired interval), or
+    step_effect on all the pair's trials for a case the blocks did not measure."""
     before, after = observations[pair.a].values, observations[pair.b].values
     noise = case_noise_df(observations, ok, sorted(pair.raw))
-    effects = {case: step_effect(before[case], after[case], noise[case], config) for case in sorted(pair.raw)}
+    effects = {case: pair.paired[case].effect(config.confidence) if case in pair.paired
+               else step_effect(before[case], after[case], noise[case], config) for case in sorted(pair.raw)}
     return CulpritReport(first=pair.a + 1, last=pair.b, effects=effects)
 
 
 def _tighten_ends(observations: Mapping[int, Observation], ok: Sequence[int], counts: Mapping[int, int],
-                  config: BisectConfig, requests: _Requests, skip: set[str]) -> None:
+                  config: BisectConfig, requests: _Requests, skip: set[str],
+                  ends: PairJudgement | None = None) -> None:
     """For the cases without a step: "unchanged" needs the end-to-end interval to rule out the
     minimum effect, so while it does not (and the ends are under the cap), a block more at both
-    ends."""
+    ends. When the ends are one pair measured side by side (`ends`), its paired verdict decides."""
+    if ends is not None and ends.blocks() >= config.paired_blocks > 0:
+        return
     if len(ok) < 2:
         return
     first, last = ok[0], ok[-1]
@@ -170,7 +193,10 @@ def _tighten_culprits(settled: Sequence[tuple[PairJudgement, CulpritReport]], ob
     for pair, c in settled:
         if any(case in decidable and undecided_at_culprit(pair.cases[case].verdict, e, config.min_effect)
                for case, e in c.effects.items() if case in pair.cases):
-            _escalate(pair.a, pair.b, counts, config, requests)
+            if not config.paired_blocks:
+                _escalate(pair.a, pair.b, counts, config, requests)
+            elif pair.blocks() < max_blocks(config):
+                requests.side_by_side(pair.a, pair.b, 1)
 
 
 def undecided_at_culprit(verdict: Verdict, effect: CaseEffect, min_effect: float) -> bool:
@@ -221,6 +247,26 @@ def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig
     return False
 
 
+def _settle_side_by_side(pair: PairJudgement, config: BisectConfig, requests: _Requests,
+                         rank_only: Collection[str] = ()) -> bool:
+    """A closed pair that was DIFFERENT across rounds, or already measured side by side: True
+    when the blocks confirm it (a culprit), else the blocks it needs. Confirmed: some case is
+    DIFFERENT on at least `paired_blocks` blocks with the paired p below alpha split over the
+    cases (Bonferroni); a case in `rank_only` (a rare mode, a spike) needs the rank tests on the
+    blocks' trials too. Settled SAME on every case: nothing more. Otherwise a block more (as
+    many as make `paired_blocks`), up to `max_blocks`."""
+    have = pair.blocks()
+    split = config.alpha / max(1, len(pair.raw))
+    if have >= config.paired_blocks and any(
+            p.comparison.verdict == Verdict.DIFFERENT and p.comparison.pvalue < split
+            and (case not in rank_only or p.rank_pvalue() < split) for case, p in pair.paired.items()):
+        return True
+    decided = have >= config.paired_blocks and all(c.verdict == Verdict.SAME for c in pair.raw.values())
+    if not decided and have < max_blocks(config):
+        requests.side_by_side(pair.a, pair.b, max(1, config.paired_blocks - have))
+    return False
+
+
 def plan_next(n_revisions: int, observations: Mapping[int, Observation], config: BisectConfig) -> Plan:
     """Decide the next round. Raises ValueError when `n_revisions` < 2, an observation's index
     is outside `0..n_revisions-1`, or `max_trials` is too small for n against n trials ever to
@@ -258,21 +304,25 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     heavy = {case for case in case_names(observations, ok)
              if heavy_tailed([observations[i].values.get(case, ()) for i in ok])}
     for pair in judgements:
-        if pair.verdict == Verdict.UNKNOWN:
+        rank_only = set(pair.raw) if (pair.a, pair.b) in spiked else heavy
+        if config.paired_blocks and pair.closed and (pair.paired or pair.verdict == Verdict.DIFFERENT):
+            if _settle_side_by_side(pair, config, requests, rank_only):
+                settled.append((pair, _culprit(pair, observations, ok, config)))
+        elif pair.verdict == Verdict.UNKNOWN:
             _escalate(pair.a, pair.b, counts, config, requests)
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
             open_pairs.append((pair.a, pair.b))
-        elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests,
-                                                          set(pair.raw) if (pair.a, pair.b) in spiked else heavy):
-            settled.append((pair, _culprit(pair, observations, ok, config)))
+        elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests, rank_only):
+            settled.append((pair, _culprit(pair, observations, ok, config)))  # paired_blocks=0: no blocks
     culprits = [c for _, c in settled]
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
-    if not requests.wanted and not open_pairs:
+    if not requests.any() and not open_pairs:
         _tighten_culprits(settled, observations, ok, counts, config, requests)
         stepped = {case for c in culprits for case, e in c.effects.items() if e.ci[0] > 0 or e.ci[1] < 0}
-        _tighten_ends(observations, ok, counts, config, requests, skip=stepped)
-    wanted = requests.as_tuple()
+        _tighten_ends(observations, ok, counts, config, requests, skip=stepped,
+                      ends=judgements[0] if len(judgements) == 1 else None)
+    wanted, blocks = requests.as_tuple(), requests.as_blocks()
     verdicts = {(p.a, p.b): {case: c.verdict for case, c in p.cases.items()} for p in judgements}
-    return Plan(wanted, done=not wanted, culprits=tuple(culprits), correctness=tuple(findings),
-                open_pairs=tuple(open_pairs), verdicts=verdicts)
+    return Plan(wanted, done=not wanted and not blocks, culprits=tuple(culprits), correctness=tuple(findings),
+                open_pairs=tuple(open_pairs), verdicts=verdicts, blocks=blocks)

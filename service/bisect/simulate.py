@@ -7,6 +7,7 @@ history file; deterministic for a given seed.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any
@@ -27,16 +28,37 @@ def _short(x: float) -> float:
 
 
 class _Bench:
-    """The simulated trials so far: states and decision values per revision."""
+    """The simulated trials so far: states, decision values and their blocks per revision. The
+    history's drift (target only) is one factor per round, a per-worker offset and a trend in
+    the trials run so far; unpaired trials go round-robin over the workers, each block to one."""
 
-    def __init__(self, history: History, seed: int) -> None:
+    def __init__(self, history: History, seed: int, workers: int = 1) -> None:
         self.history = history
         self.rng = np.random.default_rng(seed)
         self.values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self.blocks: dict[int, dict[str, list[int | None]]] = defaultdict(lambda: defaultdict(list))
         self.states: dict[int, RevisionState] = {}
         self.trials = 0
+        self.workers = workers
+        self.offsets = history.drift.worker_offsets(workers, np.random.default_rng([seed, 1]))
+        self._drift_rng = np.random.default_rng([seed, 2])  # drift draws never shift the trial noise
+        self._round = 1.0
+        self._blocks = 0
 
-    def run_trial(self, revision: int) -> None:
+    def run_round(self, plan: Plan) -> None:
+        self._round = self.history.drift.round_factor(self._drift_rng)
+        for k, revision in enumerate(plan.dispatch_order()):
+            self.run_trial(revision, k % self.workers, None)
+        for k, block in enumerate(plan.blocks):
+            self._blocks += 1
+            for revision in block.order():
+                self.run_trial(revision, k % self.workers, self._blocks)
+
+    def _target_drift(self, worker: int) -> float:
+        return self._round * self.offsets[worker] * math.exp(self.history.drift.trend * self.trials / self.workers)
+
+    def run_trial(self, revision: int, worker: int = 0, block: int | None = None) -> None:
+        drift = self._target_drift(worker)
         self.trials += 1
         if revision in self.history.unbuildable:
             self.states[revision] = RevisionState.unbuildable
@@ -45,25 +67,25 @@ class _Bench:
             self.states[revision] = RevisionState.wrong_results
             return
         self.states[revision] = RevisionState.ok
-        for case, (value, _target) in self.history.draw_trial(revision, self.rng).items():
+        for case, (value, _target) in self.history.draw_trial(revision, self.rng, drift).items():
             self.values[revision][case].append(value)
+            self.blocks[revision][case].append(block)
 
     def observations(self) -> dict[int, Observation]:
-        return {i: Observation(state, {c: tuple(v) for c, v in self.values[i].items()})
+        return {i: Observation(state, {c: tuple(v) for c, v in self.values[i].items()},
+                               blocks={c: tuple(v) for c, v in self.blocks[i].items()})
                 for i, state in self.states.items()}
 
 
 def run(history: History, config: BisectConfig, seed: int = 0) -> tuple[Plan, _Bench, int]:
     """Plan, run every requested trial, repeat until done. Returns the final plan, the trials
     and the number of rounds. Raises RuntimeError if the planner never finishes."""
-    bench = _Bench(history, seed)
+    bench = _Bench(history, seed, max(1, config.workers))
     for rounds in range(MAX_ROUNDS):
         plan = plan_next(history.n_revisions, bench.observations(), config)
         if plan.done:
             return plan, bench, rounds
-        for request in plan.requests:
-            for _ in range(request.trials):
-                bench.run_trial(request.revision)
+        bench.run_round(plan)
     raise RuntimeError(f"planner did not finish in {MAX_ROUNDS} rounds")
 
 
