@@ -86,6 +86,8 @@ class Repository(Base):
     import_root: Mapped[str] = mapped_column(String(200), default=".")
     env: Mapped[dict[str, Any]] = mapped_column(default=dict, doc="extra variables, e.g. cold JIT caches")
     default_branch: Mapped[str] = mapped_column(String(200), default="main")
+    pr_policy: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, doc="the PR bot: inconclusive/failed -> neutral|failure, benchmark_set, kernel_paths")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
