@@ -53,6 +53,9 @@ class PrPolicy(BaseModel):
     benchmark_set: SET_NAME | None = Field(
         default=None, description="the benchmark set a PR is compared on (default: the cases of the tracked branch "
                                   "the PR targets, else of every benchmark set and tracked branch of the repository)")
+    device_class: text(40, pattern=r"^[a-z0-9_-]{1,40}$") | None = Field(
+        default=None, description="default: the tracked branch's")
+    min_effect: float | None = Field(default=None, gt=0, lt=1, description="default: the tracked branch's min_magnitude")
     kernel_paths: Annotated[dict[BuildInput, Annotated[list[CaseSelector], Field(min_length=1, max_length=64)]],
                             Field(max_length=64)] = Field(
         default_factory=dict, examples=[{"kernels/gemm/*": ["gemm"], "kernels/norm.py": ["rmsnorm"]}],
