@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
@@ -142,7 +142,9 @@ def start_run(session: Session, tracked_id: int, head: str | None = None, *, onl
     heads = unmeasured(session, tracked, wanted)
     if not heads:
         return Run(tracked.id, head_sha, (), None, f"{len(wanted)} head(s) of {tracked.branch} measured already")
-    commits = [mirror.commit_info(sha) for sha in heads]
+    # Heads are first-parent commits of the branch: their depth is their place in its history,
+    # so each measured head is a point of /api/history and the overview as soon as it is stored.
+    commits = [replace(mirror.commit_info(sha), position=mirror.first_parent_depth(sha)) for sha in heads]
     spec = {"tracked_branch_id": tracked.id, "branch": tracked.branch, "cases": tracked.cases,
             "device_class": tracked.device_class, "metric": tracked.metric, "policy": tracked.policy,
             "trials_per_head": tracked.trials_per_head, "min_effect": tracked.min_magnitude,

@@ -27,6 +27,7 @@ from tests.gitrepo import git, make_repo
 CASE = {"suite": "gemm", "target": "lib.gemm:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}
 CASE_NAME = "gemm M=64,N=64,K=64,dtype=fp32"
 OTHER = {"suite": "gemm", "target": "lib.gemm:matmul", "shapes": ["M=128,N=128,K=128,dtype=fp32"]}
+OTHER_NAME = "gemm M=128,N=128,K=128,dtype=fp32"
 
 
 def result(case_values: dict[str, float | str]) -> dict:
@@ -96,6 +97,25 @@ def test_backfill_measures_every_kth_commit_and_nothing_twice(session, lib) -> N
     assert tracking.start_run(session, tracked.id).job is None  # measured with today's fingerprint
     again = push(session, lib, tracked, 9, lambda sha: {CASE_NAME: 1.0})
     assert list(again.heads) == [shas[9]]
+
+
+def test_every_measured_head_is_a_point_of_the_history_at_once(client, session, lib) -> None:
+    """Backfill 5 heads + 2 pushes: 7 points per case in /api/history and the overview, in
+    first-parent order, with no bisect or compare covering them."""
+    shas = lib["shas"]
+    tracked = track(session, lib, benchmarks=[CASE, OTHER], backfill_every=1, backfill_depth=5)
+    flat = lambda sha: {CASE_NAME: 1.0, OTHER_NAME: 2.0}  # noqa: E731
+    measure(session, tracking.start_run(session, tracked.id).job.id, flat)
+    for index in (9, 11):
+        push(session, lib, tracked, index, flat)
+    session.flush()
+    body = client.get(f"/api/history/{lib['repo'].name}").json()
+    assert [c["sha"] for c in body["commits"]] == [shas[i] for i in (3, 4, 5, 6, 7, 9, 11)]
+    assert [c["index"] for c in body["commits"]] == [3, 4, 5, 6, 7, 9, 11]
+    assert sorted(c["case"] for c in body["cases"]) == sorted([CASE_NAME, OTHER_NAME])
+    assert all(len(c["series"][0]["points"]) == 7 for c in body["cases"])
+    overview = client.get(f"/api/history/{lib['repo'].name}/overview").json()
+    assert len(overview["cases"]) == 2
 
 
 def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(session, lib) -> None:
