@@ -35,6 +35,13 @@ class Observation:
     state: RevisionState
     values: Mapping[str, Sequence[float]] = field(default_factory=dict)
     failed: int = 0  # finished trials that gave no value (a crash or timeout at a revision that ran)
+    # Cases that failed the accuracy check here. The other cases' values still count: one wrong
+    # kernel says nothing about the timing of the others.
+    wrong: frozenset[str] = frozenset()
+
+    @property
+    def is_wrong(self) -> bool:
+        return self.state == RevisionState.wrong_results or bool(self.wrong)
 
     def trials(self) -> int:
         """Finished trials with values: the longest value list over the cases (0 for a failed build)."""
@@ -141,6 +148,7 @@ class CorrectnessFinding:
 
     first_bad: int
     fixed_at: int | None
+    cases: tuple[str, ...] = ()  # the cases wrong at first_bad (empty: the whole revision, cases unknown)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def _moves(job: JobRead, min_effect: float) -> tuple[list[str], list[str], list[
     wrong = []
     for c in job.culprits:
         if c.kind == "correctness":
-            cases = ", ".join(f"`{name}`" for name in c.effects) or "some case"
+            cases = ", ".join(f"`{name}`" for name in c.wrong_cases) or "some case"
             wrong.append(f"{cases} from `{c.first_sha[:10]}`")
     return regressed, improved, wrong
 
