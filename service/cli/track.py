@@ -125,8 +125,13 @@ def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
         return
     for r in rows:
+        runs = f"  last run {_when(r.last_run_at)}" + (f", next {_when(r.next_run_at)}" if r.next_run_at else "")
         print(f"#{r.id:<4} {r.repository:<24} {r.branch:<16} {r.device_class:<6} {r.trigger:<8} "
-              f"{len(r.cases)} case(s)  head {(r.last_sha or '-')[:10]}")
+              f"{len(r.cases)} case(s)  head {(r.last_sha or '-')[:10]}{runs}")
+
+
+def _when(moment) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment is not None else "never"
 
 
 @track_app.command("run")

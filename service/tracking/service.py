@@ -85,10 +85,20 @@ def remove(session: Session, tracked_id: int) -> None:
     session.flush()
 
 
+def next_run_at(tracked: TrackedBranch) -> datetime | None:
+    """When a scheduled or polled branch is due next (its first run is due at once); None for push."""
+    if tracked.trigger == TrackTrigger.push:
+        return None
+    if tracked.last_run_at is None:
+        return tracked.created_at
+    return tracked.last_run_at + timedelta(seconds=tracked.interval_s)
+
+
 def read(tracked: TrackedBranch) -> TrackedBranchRead:
+    computed = ("repository", "trigger", "next_run_at")
     return TrackedBranchRead.model_validate(
-        {**{k: getattr(tracked, k) for k in TrackedBranchRead.model_fields if k not in ("repository", "trigger")},
-         "repository": tracked.repository.name, "trigger": tracked.trigger.value})
+        {**{k: getattr(tracked, k) for k in TrackedBranchRead.model_fields if k not in computed},
+         "repository": tracked.repository.name, "trigger": tracked.trigger.value, "next_run_at": next_run_at(tracked)})
 
 
 def _covered(trial: Trial, fingerprint: str | None, case_names: set[str]) -> bool:
@@ -166,4 +176,4 @@ def push_targets(session: Session, event: PushEvent) -> list[TrackedBranch]:
 def due(session: Session, now: datetime) -> list[tuple[int, bool]]:
     """(tracked id, only_if_moved) of the scheduled and polled branches whose interval has passed."""
     return [(t.id, t.trigger == TrackTrigger.poll) for t in repository.scheduled(session)
-            if t.last_run_at is None or now - t.last_run_at >= timedelta(seconds=t.interval_s)]
+            if (when := next_run_at(t)) is not None and when <= now]
