@@ -118,6 +118,17 @@ def test_unbuildable_and_wrong_results_are_reported(session, repo) -> None:
     assert failed and all(t.failure_reason == "ImportError: boom" for t in failed)
 
 
+def test_progress_counts_the_search_ahead_from_the_first_round(session, repo) -> None:
+    """The demo's bar read 100%, ETA 0 while its first round ran: the first round's trials were
+    all the work it expected. From the first round on, the search the range still needs counts."""
+    job_id = submit(session)
+    first = advance.advance(session, job_id)
+    progress = jobs.get(session, job_id).progress
+    assert progress["planned"] == len(first.trial_ids) > 0
+    # 17 revisions: at least a binary search of the 15 untried ones beyond this round's probes
+    assert progress["expected_trials"] >= progress["planned"] + 2 * 2
+
+
 def test_wrong_results_belong_to_the_case_that_was_wrong(session, repo) -> None:
     """Only the small gemm fails accuracy from revision 11 to the bad end; the big one steps at
     13. The big one keeps its timing verdict (its step is found through the wrong revisions),

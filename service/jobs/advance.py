@@ -181,7 +181,8 @@ def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observa
         "unbuildable": sum(o.state == RevisionState.unbuildable for o in observations.values()),
         "trials": finished,
         "planned": sum(r.trials for r in plan.requests),
-        "expected_trials": expected_trials(finished, observations, plan, config) + sweep.in_flight(trials),
+        "expected_trials": (expected_trials(finished, observations, plan, config, len(job.revision_shas))
+                            + sweep.in_flight(trials)),
         "accuracy_checked": checked,
         "rounds": rounds,
         "open_pairs": [[job.revision_shas[a][:12], job.revision_shas[b][:12]] for a, b in plan.open_pairs],
