@@ -221,6 +221,27 @@ def test_wrong_results_raise_an_alert(session, lib) -> None:
     assert alert.kind.value == "wrong_results" and (alert.before_sha, alert.last_sha) == (shas[7], shas[11])
 
 
+def test_a_wrong_results_alerts_bisect_succeeds_and_names_its_culprit(session, lib) -> None:
+    shas = lib["shas"]
+    values = lambda sha: {CASE_NAME: "wrong" if shas.index(sha) >= 9 else 1.0,  # noqa: E731
+                          OTHER_NAME: 1.0}
+    tracked = track(session, lib, benchmarks=[CASE, OTHER])
+    measure(session, tracking.start_run(session, tracked.id).job.id, values)
+    push(session, lib, tracked, 11, values)
+    [alert_id] = alerts.detect(session, tracked.id).raised
+    alert = session.get(Alert, alert_id)
+    measure(session, alert.bisect_job_id, values)
+    bisect = session.get(Job, alert.bisect_job_id)
+    assert bisect.status == JobStatus.succeeded, bisect.error
+    [wrong] = [c for c in session.scalars(select(Culprit).where(Culprit.job_id == bisect.id))
+               if c.kind == CulpritKind.correctness]
+    assert (wrong.first_sha, list(wrong.effects)) == (shas[9], [CASE_NAME])  # only the case that was wrong
+    session.expire_all()  # a task's fresh session
+    done = alerts.job_finished(session, bisect.id)
+    assert (alert.culprit_first_sha, alert.culprit_last_sha, alert.note) == (shas[9], shas[9], None)
+    assert done.comment_alert_ids == [alert.id]
+
+
 # --- API and webhook ------------------------------------------------------------------------
 
 def test_track_api_validates_and_queues_the_backfill(client, session, lib, sent_tasks) -> None:
