@@ -138,7 +138,7 @@ def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(sess
     assert again.raised == [alert.id] and again.bisect_job_ids == []
     assert session.scalars(select(Alert).where(Alert.tracked_branch_id == tracked.id)).all() == [alert]
 
-    bisect.status = JobStatus.succeeded
+    bisect.status = JobStatus.inconclusive  # another case undecided: the confirmed culprit still stands
     session.add(Culprit(job_id=bisect.id, kind=CulpritKind.performance, first_sha=shas[10], last_sha=shas[10],
                         effects={CASE_NAME: {"rel": -0.4, "ci": [-0.42, -0.38], "before": 1.0, "after": 0.6}}))
     session.flush()
