@@ -166,13 +166,18 @@ def remove(tracked_id: int) -> None:
     print(f"removed #{tracked_id}")
 
 
+NO_CULPRIT_NOTE = "bisect job "  # service.alerts.service.job_finished's note when a bisect named no culprit
+
+
 def alert_lines(alerts: list) -> list[str]:
     """One line per alert and one per case: what the CLI and the demo print."""
     lines = []
     for a in alerts:
         culprit = (a.culprit_last_sha[:10] if a.culprit_exact else
-                   f"{a.culprit_first_sha[:10]}..{a.culprit_last_sha[:10]}" if a.culprit_last_sha else "bisecting"
-                   if a.bisect_job_id else "-")
+                   f"{a.culprit_first_sha[:10]}..{a.culprit_last_sha[:10]}" if a.culprit_last_sha else
+                   # a finished bisect that named none leaves a note saying so: not "bisecting" forever
+                   f"none: {a.note}" if a.bisect_job_id and (a.note or "").startswith(NO_CULPRIT_NOTE) else
+                   "bisecting" if a.bisect_job_id else "-")
         pr = f"#{a.culprit_pr}" if a.culprit_pr else ""
         lines.append(f"alert {a.id:<3} {a.kind:<13} {a.status:<12} {a.before_sha[:10]}..{a.last_sha[:10]}  "
                      f"culprit {culprit} {pr} {a.culprit_subject or ''}".rstrip())
