@@ -32,9 +32,10 @@ def describe_device(provenance: Mapping[str, Any] | None) -> str:
     if not provenance:
         return ""
     parts = [str(provenance.get("name") or provenance.get("kind") or "")]
-    for key, label in (("cuda", "CUDA"), ("torch", "torch"), ("triton", "triton"), ("driver", "driver")):
+    for key, label in (("arch", ""), ("cuda", "CUDA"), ("hip", "HIP"), ("torch", "torch"), ("triton", "triton"),
+                       ("driver", "driver")):
         if provenance.get(key):
-            parts.append(f"{label} {provenance[key]}")
+            parts.append(f"{label} {provenance[key]}".strip())
     return " · ".join(p for p in parts if p)
 
 

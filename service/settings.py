@@ -38,6 +38,8 @@ class Settings(BaseSettings):
     build_timeout_s: int = 900
     trial_timeout_s: int = 900
     device_class: str = "cpu"
+    gpu_caches: str | None = Field(default=None, description="the cache levels a GPU worker's cold flush covers, "
+                                   "e.g. L2=4MiB*8,MALL=256MiB (default: detected; kernels/harness/devices.py)")
     visibility_timeout_s: int = 3600
     embedded_workers: int = Field(default=1, ge=1, le=64, description="trials run at once without a broker")
     # Serving: processes; per process, the database connections (requests doing database work at
@@ -86,7 +88,8 @@ class Settings(BaseSettings):
     local_repo_roots: str = Field(default="", description="os.pathsep-separated directories under which "
                                   "local-path repositories may be registered; empty: none")
     # Input bounds that depend on the deployment.
-    device_classes: str = Field(default="cpu,cuda", description="comma-separated device classes workers serve")
+    device_classes: str = Field(default="cpu,cuda", description="comma-separated device classes workers serve: cpu, "
+                                "cuda (NVIDIA), rocm (AMD Instinct), or a GPU model any GPU worker may serve")
     max_case_gib: float = Field(default=64.0, gt=0, description="largest memory one built-in case may need")
     public_url: str | None = Field(default=None, description="where people reach the dashboard, for links in PR comments")
 

@@ -75,3 +75,31 @@ def test_demo_refuses_a_path_that_is_not_the_demo_repository(tmp_path: Path, mod
     result = runner.invoke(app, ["demo", *mode, "--path", str(tmp_path), "--device", "cpu"])
     assert result.exit_code == 2 and "is not the demo repository" in result.output, result.output
     assert [p.name for p in tmp_path.iterdir()] == ["mine.py"]  # nothing written beside it
+
+
+def test_doctor_reports_the_device_and_refuses_a_class_this_host_cannot_serve() -> None:
+    from perfbisect.kernels.harness.devices import ROCM_ONLY
+
+    listed = runner.invoke(app, ["doctor", "--device", "cpu", "--no-flush-check"])
+    assert listed.exit_code == 0, listed.output
+    assert "vendor cpu" in listed.output and f"suite flydsl_gemm: {ROCM_ONLY}" in listed.output
+    assert "FLYDSL_RUNTIME_CACHE_DIR" in listed.output and "flush self-check: skipped" in listed.output
+    refused = runner.invoke(app, ["doctor", "--device", "cpu", "--device-class", "rocm", "--no-flush-check"])
+    assert refused.exit_code == 1 and "needs an AMD GPU (ROCm torch); this host has no GPU" in refused.output
+    assert runner.invoke(app, ["doctor", "--device", "tpu"]).exit_code != 0
+
+
+def test_a_rocm_worker_on_a_host_without_an_amd_gpu_refuses_to_start(monkeypatch) -> None:
+    """The start check runs before the worker takes a message: this host has no AMD GPU, so a
+    rocm worker leaves with the doctor's reason instead of failing every trial (or measuring on
+    the wrong vendor). The broker is never reached."""
+    from perfbisect.service.settings import get_settings
+
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    get_settings.cache_clear()
+    try:
+        result = runner.invoke(app, ["worker", "--device-class", "rocm", "--no-control"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code != 0
+    assert "needs an AMD GPU (ROCm torch)" in result.output and "cannot serve device class 'rocm'" in result.output

@@ -105,6 +105,10 @@ BISECT_CASES = [
     (bisect(policy={"min_samples": 20, "max_samples": 10}), 422, "above max_samples"),
     (bisect(policy={"rel_noise": 0}), 422, "greater than"),
     (bisect(device_class="tpu"), 422, "no worker serves device class 'tpu'"),
+    (bisect(suite="flydsl_attention", target="kernels.attention.flash_attn_interface:flydsl_flash_attn_func",
+            shapes=["B=2,H=32,S=61380,D=128"], device_class="cuda"), 422, "needs ROCm and flydsl/aiter"),
+    (bisect(suite="flydsl_gemm", target="kernels.gemm.preshuffle_gemm:compile_preshuffle_gemm",
+            shapes=["M=54560,N=8192,K=8192,tile_m=128,tile_n=256,tile_k=96"]), 422, "tile_k must divide K"),
     (bisect(device_class="CUDA; rm"), 422, "pattern"),
     (bisect(workers=10**20), 422, "less than or equal"),
 ]

@@ -88,3 +88,17 @@ def test_a_worker_leaves_after_two_worker_failures_in_a_row(monkeypatch):
     monkeypatch.setattr(tasks, "get_settings", lambda: type("S", (), {"embedded": True})())
     tasks._leave_if_broken("worker_error", "x", "embedded")  # the embedded worker is the process itself
     assert left == [["cpu-1@node"]]
+
+
+def test_a_gpu_workers_cache_setting_reaches_its_trials_spec(monkeypatch):
+    """The sandbox passes no PERFBISECT_* variable to a trial: the worker's PERFBISECT_GPU_CACHES
+    travels in the spec (a GPU class only: the CPU stand-in flushes its own LLC)."""
+    from perfbisect.workers.runner import harness_spec
+
+    cases = [{"suite": "flydsl_gemm", "target": "m:f", "params": {}}]
+    monkeypatch.setattr(get_settings(), "gpu_caches", "L2=4MiB*8,MALL=256MiB")
+    assert harness_spec(cases, "rocm", None)["gpu_caches"] == "L2=4MiB*8,MALL=256MiB"
+    assert harness_spec(cases, "rocm", None)["device"] == "cuda"  # ROCm's torch device
+    assert "gpu_caches" not in harness_spec(cases, "cpu", None)
+    monkeypatch.setattr(get_settings(), "gpu_caches", None)
+    assert "gpu_caches" not in harness_spec(cases, "rocm", None)

@@ -46,6 +46,8 @@ def harness_spec(cases: list[dict[str, Any]], device_class: str, policy: dict[st
                             "device": device_of(device_class), "cold": True}
     if suite_sources:
         spec["suite_sources"] = suite_sources
+    if get_settings().gpu_caches and spec["device"] != "cpu":
+        spec["gpu_caches"] = get_settings().gpu_caches  # the trial's sandbox gets no PERFBISECT_* variable
     if sha is not None:
         spec["seed"] = revision_seed(sha)
     if policy:

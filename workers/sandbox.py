@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 MAX_SLOTS = 256
 ALLOWED_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "CUDA_HOME", "ROCM_PATH")
-ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "HSA_", "TRITON_", "OMP_", "MKL_")
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "HSA_", "TRITON_", "OMP_", "MKL_", "AITER_", "FLYDSL_")
 MemoryKind = Literal["as", "data"]
 
 

@@ -4,7 +4,7 @@
     prune(root, keep=64)                        # drop the least recently used revisions
 
 Layout: ROOT/<toolchain>/<sha>/{jit,reference}. The toolchain fingerprint hashes the
-interpreter, the installed torch and triton, the NVIDIA driver, the machine and the trial's
+interpreter, the installed torch and triton, the NVIDIA driver (or ROCm and amdgpu), the machine and the trial's
 environment, so a cache is never shared across revisions or toolchains: a trial stays cold
 (nothing another revision compiled is reused) without recompiling its own revision's kernels
 in every trial (Triton's keys are content hashes, so a hit is the same binary). Torch-free:
@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from perfbisect.kernels.harness.devices import jit_env
+
 DEFAULT_KEEP = 64
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
@@ -36,8 +38,8 @@ class RevisionCaches:
     reference_dir: Path    # float64 references, keyed by suite, case, seed and revision
 
     def env(self) -> dict[str, str]:
-        return {"TRITON_CACHE_DIR": str(self.jit_dir),
-                "TORCHINDUCTOR_CACHE_DIR": str(self.jit_dir / "inductor")}
+        """Every vendor's JIT cache pointed at the revision's directory (devices.jit_env)."""
+        return jit_env(self.jit_dir)
 
 
 def _version(package: str) -> str | None:
@@ -47,11 +49,22 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _driver_version() -> str | None:
+def _first_line(path: str) -> str | None:
     try:
-        return Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
+        return Path(path).read_text().splitlines()[0].strip() or None
     except (OSError, IndexError):
         return None
+
+
+def _driver_version() -> str | None:
+    return _first_line("/proc/driver/nvidia/version")
+
+
+def _rocm_versions() -> dict[str, str]:
+    """The ROCm release and the amdgpu kernel driver, where this host has them (only then: an
+    NVIDIA or CPU host's toolchain fingerprint, and so its caches, stay what they were)."""
+    found = {"rocm": _first_line("/opt/rocm/.info/version"), "amdgpu": _first_line("/sys/module/amdgpu/version")}
+    return {key: value for key, value in found.items() if value}
 
 
 def toolchain_fingerprint(env: dict[str, str] | None = None) -> str:
@@ -59,7 +72,7 @@ def toolchain_fingerprint(env: dict[str, str] | None = None) -> str:
     basis = {"python": sys.version, "executable": os.path.realpath(sys.executable),
              "machine": platform.machine(), "torch": _version("torch"),
              "triton": _version("triton"), "driver": _driver_version(),
-             "env": sorted((env or {}).items())}
+             "env": sorted((env or {}).items()), **_rocm_versions()}
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 

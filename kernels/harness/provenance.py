@@ -1,12 +1,24 @@
-"""Device provenance and the fingerprint basis of a trial."""
+"""Device provenance and the per-vendor pieces a trial uses: what the device is (describe_device),
+its clock and throttle reader (open_clock), and the flush size its caches need. One interface,
+two GPU vendors: NVIDIA (nvidia.py, NVML) and AMD Instinct under ROCm (amd.py, amdsmi), told
+apart by torch.version.hip; torch's device kind is "cuda" for both."""
 from __future__ import annotations
 
 import platform
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from perfbisect.kernels.harness.timing import cpu_llc_bytes
+from perfbisect.kernels.harness.amd import AmdClock, AmdSmiDevice, describe_amd, torch_bdf
+from perfbisect.kernels.harness.devices import CacheLevel
+from perfbisect.kernels.harness.nvidia import NvidiaClock, describe_nvidia, torch_pci_bus_id
+from perfbisect.kernels.harness.timing import cpu_flush_bytes, cpu_llc_bytes
+
+
+def gpu_vendor() -> str:
+    """'amd' under a ROCm build of torch, 'nvidia' under a CUDA one (torch.version.hip)."""
+    return "amd" if getattr(torch.version, "hip", None) else "nvidia"
 
 
 def _triton_version() -> str | None:
@@ -27,14 +39,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _nvml_driver() -> str | None:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        version = pynvml.nvmlSystemGetDriverVersion()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:
-        return None
+@lru_cache(maxsize=1)
+def amd_smi(index: int = 0) -> AmdSmiDevice | None:
+    """amdsmi opened once per process on torch's device `index` (found by its PCI address)."""
+    return AmdSmiDevice.open(torch_bdf(torch.cuda.get_device_properties(index)), index)
+
+
+def cpu_levels() -> list[CacheLevel]:
+    return [CacheLevel("LLC", cpu_llc_bytes(), 1, "sysfs")]
 
 
 def describe_device(kind: str, threads: int | None = None) -> dict:
@@ -42,9 +54,21 @@ def describe_device(kind: str, threads: int | None = None) -> dict:
             "python": platform.python_version(), "cuda": torch.version.cuda, "driver": None}
     if kind == "cuda":
         props = torch.cuda.get_device_properties(0)
-        info.update(name=props.name, l2_bytes=int(getattr(props, "L2_cache_size", 0)),
-                    sm_count=props.multi_processor_count,
-                    capability=f"{props.major}.{props.minor}", driver=_nvml_driver())
+        if gpu_vendor() == "amd":
+            info.update(describe_amd(props, torch.version.hip, amd_smi()))
+        else:
+            info.update(describe_nvidia(props))
     else:
-        info.update(name=_cpu_name(), l2_bytes=cpu_llc_bytes(), threads=threads)
+        levels = cpu_levels()
+        info.update(vendor="cpu", name=_cpu_name(), l2_bytes=cpu_llc_bytes(), threads=threads,
+                    caches=[level.as_dict() for level in levels], flush_bytes=cpu_flush_bytes() * 3 // 2)
     return info
+
+
+def open_clock(kind: str):
+    """The clock and throttle reader of the device (NVML, amdsmi, or none on a CPU)."""
+    if kind != "cuda":
+        return NvidiaClock(enabled=False)
+    if gpu_vendor() == "amd":
+        return AmdClock(amd_smi())
+    return NvidiaClock(pci_bus_id=torch_pci_bus_id(torch.cuda.get_device_properties(0)))

@@ -12,6 +12,15 @@ HARNESS_VERSION = "2"
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
 TRIAL_STATUSES = ("ok", "import_error", "build_error", "timeout", "error")
 CASE_STATUSES = ("ok", "wrong_results", "compile_error", "error")
+# What an AMD GPU adds to its identity (2026-12-05): architecture (gfx942, gfx950), HIP version,
+# CU and XCD counts (a CPX partition is another device) and a digest of its firmware. NVIDIA and
+# CPU results never carry these keys, so their fingerprints (and HARNESS_VERSION) are unchanged.
+AMD_IDENTITY_KEYS = ("arch", "hip", "cu_count", "xcd_count", "firmware")
+
+
+def vendor_identity(device: dict) -> dict:
+    """The AMD identity keys a device description carries (none for NVIDIA and CPUs)."""
+    return {key: device[key] for key in AMD_IDENTITY_KEYS if device.get(key) is not None}
 
 
 def fingerprint_basis(device: dict, cold: bool) -> dict:
@@ -19,6 +28,7 @@ def fingerprint_basis(device: dict, cold: bool) -> dict:
     measurements with an equal basis are compared (conbench's rule)."""
     keys = ("kind", "name", "driver", "cuda", "torch", "triton", "threads")
     basis = {key: device.get(key) for key in keys}
+    basis.update(vendor_identity(device))
     basis.update(harness_version=HARNESS_VERSION, cold=bool(cold))
     return basis
 

@@ -1,8 +1,10 @@
-"""Per-call timers, cache flushers, SM-clock readers and the stopping rule.
+"""Per-call timers, cache flushers and the stopping rule (the clock readers are the vendors':
+nvidia.py, amd.py).
 
-The flush runs before every timed call and outside the timed region: on CUDA it
-writes a buffer at least twice the L2 size (so no operand survives in L2); on the
-CPU it touches a buffer larger than the last-level cache.
+The flush runs before every timed call and outside the timed region: on a GPU it writes twice
+the total of every cache level the vendor's part has (NVIDIA: the L2; AMD Instinct: the per-XCD
+L2s and the 256 MB Infinity Cache, devices.py), so no operand survives; on the CPU it touches a
+buffer larger than the last-level cache.
 """
 from __future__ import annotations
 
@@ -75,14 +77,17 @@ class CpuTimer:
 
 
 class CudaTimer:
-    """CUDA events around each call; the flush writes 2x the L2 before the start event."""
+    """CUDA (HIP) events around each call; the flush writes `flush_bytes` before the start event
+    (by default twice torch's L2 size: right for NVIDIA, not for AMD's MALL, so the trial passes
+    the device layer's figure)."""
 
     kind = "cuda"
 
-    def __init__(self, cold: bool, device_index: int = 0):
+    def __init__(self, cold: bool, device_index: int = 0, flush_bytes: int | None = None):
         props = torch.cuda.get_device_properties(device_index)
         self.cache_bytes = int(getattr(props, "L2_cache_size", 0)) or (50 << 20)
-        self.flush_buffer = (torch.empty(2 * self.cache_bytes // 4, dtype=torch.int32, device="cuda")
+        self.flush_bytes = int(flush_bytes or 2 * self.cache_bytes)
+        self.flush_buffer = (torch.empty(self.flush_bytes // 4, dtype=torch.int32, device="cuda")
                              if cold else None)
         self.spin_cycles = SPIN_CYCLES if hasattr(torch.cuda, "_sleep") else 0
         self.start = torch.cuda.Event(enable_timing=True)
@@ -106,41 +111,6 @@ class CudaTimer:
         self.end.record()
         self.end.synchronize()
         return float(self.start.elapsed_time(self.end))
-
-
-class SmClock:
-    """SM clock via NVML (pynvml) when importable; otherwise reads None."""
-
-    def __init__(self, device_index: int = 0, enabled: bool = True):
-        self.nvml = None
-        self.max_mhz = None
-        if not enabled:
-            return
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-            self.max_mhz = float(pynvml.nvmlDeviceGetMaxClockInfo(self.handle, pynvml.NVML_CLOCK_SM))
-            self.nvml = pynvml
-        except Exception:  # no NVML, no driver, not an NVIDIA GPU: clocks are optional
-            self.nvml = None
-
-    @property
-    def available(self) -> bool:
-        return self.nvml is not None
-
-    def read_mhz(self) -> float | None:
-        if self.nvml is None:
-            return None
-        try:
-            return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
-        except Exception:
-            return None
-
-    def throttled(self, mhz: float | None, fraction: float = 0.75) -> bool:
-        """nvbench's rule: a sample taken under 75% of the maximum SM clock is dropped.
-        (A power-capped H200 runs its largest GEMMs near that line: policy can lower it.)"""
-        return mhz is not None and bool(self.max_mhz) and mhz < fraction * self.max_mhz
 
 
 def relative_noise_of_median(samples: list[float]) -> float:
@@ -183,3 +153,4 @@ def steady_host_allocator() -> bool:
                     and libc.mallopt(_M_TRIM_THRESHOLD, STEADY_TRIM_THRESHOLD))
     except (OSError, AttributeError):
         return False
+

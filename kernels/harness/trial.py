@@ -15,11 +15,12 @@ from pathlib import Path
 import torch
 
 from perfbisect.kernels.cases import case_name
+from perfbisect.kernels.harness.devices import CACHE_OVERRIDE_ENV
 from perfbisect.kernels.harness.phases import PhaseClock
-from perfbisect.kernels.harness.provenance import describe_device
+from perfbisect.kernels.harness.provenance import describe_device, open_clock
 from perfbisect.kernels.harness.refcache import ReferenceCache
 from perfbisect.kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
-from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop, steady_host_allocator
+from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, should_stop, steady_host_allocator
 from perfbisect.kernels.suites import get_suite
 from perfbisect.kernels.suites.base import resolve_callable
 
@@ -213,6 +214,8 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
         # for its slowest thread, and a neighbour's process makes that slow at random.
         threads = int(policy.get("threads", 1))
         torch.set_num_threads(threads)
+    if spec.get("gpu_caches"):  # the worker's PERFBISECT_GPU_CACHES (the sandbox passes no PERFBISECT_*)
+        os.environ[CACHE_OVERRIDE_ENV] = str(spec["gpu_caches"])
     with phases.track("import"):  # the device context: CUDA's starts here
         info = describe_device(device, threads)
     try:
@@ -226,8 +229,10 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
                               time.perf_counter() - started, cold)
 
     with phases.track("timing"):
-        timer = CudaTimer(cold) if device == "cuda" else CpuTimer(cold)
-        clock = SmClock(enabled=device == "cuda")
+        timer = CudaTimer(cold, flush_bytes=info.get("flush_bytes")) if device == "cuda" else CpuTimer(cold)
+        clock = open_clock(device)
+        if clock.available:  # clock, temperature, power, throttles: before and after the cases
+            info["telemetry"] = {"start": clock.telemetry()}
     cache = spec.get("reference_cache") or {}
     references = ReferenceCache(cache.get("dir"), cache.get("revision"))
     cases = []
@@ -240,6 +245,8 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
                           + "\n" + traceback.format_exc(limit=3)})
         if device == "cuda":
             torch.cuda.empty_cache()
+    if clock.available:
+        info["telemetry"]["end"] = clock.telemetry()
     return {"schema": SCHEMA_ID, "harness_version": HARNESS_VERSION, "status": "ok", "error": None,
             "device": info, "fingerprint_basis": fingerprint_basis(info, cold), "cases": cases,
             "seed": seed, "policy": policy, "reference_cache": references.stats(),

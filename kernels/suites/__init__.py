@@ -1,4 +1,5 @@
-"""Benchmark suites: built-in gemm, attention, rmsnorm, and custom files.
+"""Benchmark suites: built-in gemm, attention, rmsnorm, the ROCm-only flydsl_attention and
+flydsl_gemm (flydsl.py), and custom files.
 
     get_suite("gemm")                              -> GemmSuite
     get_suite("file:bench/ln_bwd.py", repo_root)   -> CustomSuite loaded from the repo
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perfbisect.kernels.harness.devices import ROCM_ONLY
 from perfbisect.kernels.suites.attention import AttentionSuite
 from perfbisect.kernels.suites.base import Suite, resolve_callable
+from perfbisect.kernels.suites.flydsl import ROCM_SUITES, rocm_unavailable
 from perfbisect.kernels.suites.gemm import GemmSuite
 from perfbisect.kernels.suites.rmsnorm import RmsNormSuite
 
-BUILTIN_SUITES = {"gemm": GemmSuite, "attention": AttentionSuite, "rmsnorm": RmsNormSuite}
+BUILTIN_SUITES = {"gemm": GemmSuite, "attention": AttentionSuite, "rmsnorm": RmsNormSuite, **ROCM_SUITES}
 FILE_PREFIX = "file:"
 SOURCE_PREFIX = "source:"  # a suite file sent with the job, stored by sha256
 
@@ -54,4 +57,22 @@ def get_suite(name: str, repo_root: str | Path | None = None, source_file: str |
         raise UnknownSuite(str(exc)) from exc
 
 
-__all__ = ["BUILTIN_SUITES", "FILE_PREFIX", "SOURCE_PREFIX", "Suite", "UnknownSuite", "get_suite", "resolve_callable"]
+def suite_vendor(name: str) -> str | None:
+    """The GPU vendor a built-in suite needs ("amd" for the FlyDSL suites), None for any device."""
+    suite = BUILTIN_SUITES.get(name)
+    return getattr(suite, "vendor", None) if suite else None
+
+
+def suite_availability(vendor: str | None) -> dict[str, str | None]:
+    """Per built-in suite: None when this process can run it, else why not (imports torch)."""
+    rocm_reason = rocm_unavailable() if vendor == "amd" else None
+    found = {}
+    for name in BUILTIN_SUITES:
+        needs = suite_vendor(name)
+        found[name] = None if needs is None else (rocm_reason if vendor == needs else
+                                                  f"{ROCM_ONLY} (this host: {vendor or 'no GPU'})")
+    return found
+
+
+__all__ = ["BUILTIN_SUITES", "FILE_PREFIX", "SOURCE_PREFIX", "Suite", "UnknownSuite", "get_suite", "resolve_callable",
+           "suite_availability", "suite_vendor"]

@@ -147,22 +147,25 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
 
 @app.command()
 def worker(
-    device_class: Annotated[str, typer.Option(help="queue to serve: cpu, cuda, or a GPU model")] = "cpu",
-    gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES)")] = None,
+    device_class: Annotated[str, typer.Option(help="queue to serve: cpu, cuda (NVIDIA), rocm (AMD Instinct), "
+                                                   "or a GPU model")] = "cpu",
+    gpu: Annotated[Optional[int], typer.Option(help="pin to this GPU (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES)")] = None,
     control: Annotated[bool, typer.Option(help="also serve the control queue (job planning)")] = True,
     trials: Annotated[bool, typer.Option(help="serve the device queue (--no-trials: a control-only worker)")] = True,
     beat: Annotated[bool, typer.Option(help="also run Celery beat: the reconciler and the scheduled and polled "
                                            "tracked branches (one per deployment, best on a control-only worker "
                                            "so it never waits behind a trial)")] = False,
     concurrency: int = 1,
+    flush_check: Annotated[bool, typer.Option(help="check at start that the device matches the class and the "
+                                                   "cold flush is measurably cold (GPU classes); refuse to start if not")] = True,
 ) -> None:
     """Run a Celery worker on REDIS_URL: one process per GPU, one trial at a time."""
     from perfbisect.service.settings import get_settings
 
     if get_settings().embedded:
         fail("REDIS_URL is not set: a worker needs a broker (the embedded default runs tasks in-process)")
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if gpu is not None:  # HIP reads its own variable first; both name the same GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["HIP_VISIBLE_DEVICES"] = str(gpu)
     if trials:
         from perfbisect.workers.sandbox import SandboxError, sandbox_user
 
@@ -170,6 +173,12 @@ def worker(
             sandbox_user()  # refuse to start rather than fail every trial (production), or warn
         except SandboxError as exc:
             fail(str(exc))
+        if flush_check and device_class != "cpu":
+            ok, text = doctor_run(device_class)
+            console.print(text)
+            if not ok:
+                fail(f"this worker cannot serve device class {device_class!r} (perfbisect doctor; --no-flush-check "
+                     "skips this)")
     from perfbisect.queue import CONTROL_QUEUE, celery_app
 
     queues = ([device_class] if trials else []) + ([CONTROL_QUEUE] if control else [])
@@ -181,6 +190,37 @@ def worker(
     schedule = ["-B"] if beat else []  # its schedule file: beat_schedule_filename
     celery_app.worker_main(["worker", "-Q", ",".join(queues), "-c", str(concurrency), "-n", name,
                             "--pool", "prefork", "-l", "INFO", *schedule])
+
+
+def doctor_run(device_class: str | None, device: str = "auto", flush: bool = True) -> tuple[bool, str]:
+    """The device report in a fresh interpreter (a CUDA context must not live in a process that
+    forks Celery's pool); (ok, text)."""
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "perfbisect.kernels.harness.doctor", "--device", device]
+    args += ["--device-class", device_class] if device_class else []
+    args += [] if flush else ["--no-flush-check"]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return False, "the device check did not finish in 600 s"
+    return done.returncode == 0, (done.stdout + done.stderr[-2000:]).strip()
+
+
+@app.command()
+def doctor(
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda (ROCm's torch device is cuda too)")] = "auto",
+    device_class: Annotated[Optional[str], typer.Option(help="check the device can serve this class")] = None,
+    flush_check: Annotated[bool, typer.Option(help="time reads after the flush and after a warm read")] = True,
+) -> None:
+    """What this machine's device is (vendor, arch, caches, telemetry, JIT caches, suites it can run)
+    and whether the cold flush is measurably cold. Exit 1 when it is not, or the class does not fit."""
+    if device not in ("auto", "cpu", "cuda"):
+        fail(f"--device must be auto, cpu or cuda, not {device!r}")
+    ok, text = doctor_run(device_class, device, flush_check)
+    print(text)
+    raise typer.Exit(0 if ok else 1)
 
 
 @app.command()

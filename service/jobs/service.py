@@ -18,6 +18,8 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from perfbisect.kernels.harness.devices import ROCM_ONLY, vendor_of_class
+from perfbisect.kernels.suites import suite_vendor
 from perfbisect.service.auth.principal import SYSTEM, Principal
 from perfbisect.service.db import insert_or_skip
 from perfbisect.service.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -44,11 +46,24 @@ def check_may_send_suites(benchmarks: list[Benchmark] | None, submitter: Princip
                         "(or use a benchmark set an admin registered on the repository)")
 
 
-def check_device_class(name: str) -> None:
+def check_device_class(name: str, cases: list[dict[str, Any]] = ()) -> None:
+    """The class is served, and no case needs another vendor than it promises (the FlyDSL suites
+    need ROCm: not the cpu or cuda class). Raises BadRequest."""
     served = get_settings().served_device_classes
     if name not in served:
         raise BadRequest(f"no worker serves device class {name!r}: use one of {', '.join(served)} "
                          "(PERFBISECT_DEVICE_CLASSES)")
+    check_suites_fit_class(name, cases)
+
+
+def check_suites_fit_class(name: str, cases: list[dict[str, Any]]) -> None:
+    """No case needs another GPU vendor than the device class promises. Raises BadRequest."""
+    promised = vendor_of_class(name)
+    for case in cases:
+        needs = suite_vendor(case.get("suite", ""))
+        if needs is not None and promised is not None and needs != promised:
+            raise BadRequest(f"suite {case['suite']} {ROCM_ONLY}: device class {name!r} does not have it "
+                             "(submit to the rocm class, or a class served by ROCm workers)")
 
 
 def _range(repo: Repository, good: str, bad: str) -> tuple[str, str, list]:
@@ -154,7 +169,7 @@ def _bisect(session: Session, data: BisectCreate, submitter: Principal) -> Submi
     check_may_send_suites(data.benchmarks, submitter)
     repo = repos.get(session, data.repository)
     cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
-    check_device_class(data.device_class)
+    check_device_class(data.device_class, cases)
     good_sha, bad_sha, commits = _range(repo, data.good, data.bad)
     spec = {
         "good": data.good, "bad": data.bad, "good_sha": good_sha, "bad_sha": bad_sha, "cases": cases,
@@ -171,7 +186,7 @@ def _compare(session: Session, data: CompareCreate, submitter: Principal) -> Sub
     check_may_send_suites(data.benchmarks, submitter)
     repo = repos.get(session, data.repository)
     cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
-    check_device_class(data.device_class)
+    check_device_class(data.device_class, cases)
     mirror = repos.mirror_of(repo)
     try:
         mirror.ensure(fetch=True)

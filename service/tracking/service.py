@@ -53,6 +53,7 @@ def create(session: Session, data: TrackedBranchCreate) -> TrackedBranch:
     BadRequest (bad suite or shape, a branch that does not resolve), Conflict (already tracked)."""
     repo = repos.get(session, data.repository)
     cases = suites.cases_for(session, repo, data.benchmarks, data.benchmark_set)
+    jobs.check_suites_fit_class(data.device_class, cases)
     mirror = _mirror(repo, fetch=True)
     try:
         mirror.resolve(f"refs/heads/{data.branch}")

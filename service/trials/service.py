@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import null
 from sqlalchemy.orm import Session
 
+from perfbisect.kernels.harness.result import vendor_identity
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
@@ -104,7 +105,7 @@ def check_in(session: Session, trial_id: int, attempt: int, *, beat: bool) -> bo
 def fingerprint(repo_name: str, device: dict[str, Any]) -> str:
     """conbench's rule: only measurements with equal fingerprints are compared."""
     basis = {"repo": repo_name, **{k: device.get(k) for k in ("name", "driver", "cuda", "torch", "triton")},
-             "harness": device.get("harness_version")}
+             **vendor_identity(device), "harness": device.get("harness_version")}
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -81,3 +81,36 @@ def test_a_contained_forked_trial_uses_the_gpu_under_the_data_cap(demo, tmp_path
         assert res["cases"][0]["status"] == "ok"
     print(f"contained fork server as {user.name if user else 'this user'}: first sample "
           f"{[r['phases'].get('first_sample') for r in results]} s, process {[r['phases']['process'] for r in results]} s")
+
+
+def test_the_cold_flush_is_measurably_cold_and_an_undersized_one_is_refused():
+    """The flush self-check on this GPU: the device layer's flush (every cache level, twice) is
+    proven cold; a 1 MiB flush, which leaves a buffer half the last-level cache's size cached
+    (as the seed's L2-sized flush left the MI355X's 256 MB MALL warm), is refused."""
+    from perfbisect.kernels.harness.flushcheck import check_flush
+
+    proven = check_flush("cuda")
+    print(f"flush check: {proven}")
+    assert proven.status == "cold", proven.reason
+    undersized = check_flush("cuda", flush_bytes=1 << 20)
+    print(f"undersized flush: {undersized}")
+    assert undersized.refused, undersized.reason
+
+
+def test_the_device_layer_describes_this_gpu_and_the_doctor_accepts_its_class():
+    import subprocess
+    import sys
+
+    from perfbisect.kernels.harness.provenance import describe_device, gpu_vendor, open_clock
+
+    info = describe_device("cuda")
+    vendor = gpu_vendor()
+    assert info["vendor"] == vendor and info["flush_bytes"] >= 2 * info["caches"][-1]["total_bytes"]
+    telemetry = open_clock("cuda").telemetry()
+    print(f"{info['name']}: caches {info['caches']}, telemetry {telemetry}")
+    own, other = ("rocm", "cuda") if vendor == "amd" else ("cuda", "rocm")
+    doctor = [sys.executable, "-m", "perfbisect.kernels.harness.doctor", "--device", "cuda", "--device-class"]
+    accepted = subprocess.run(doctor + [own], capture_output=True, text=True, timeout=600)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    refused = subprocess.run(doctor + [other, "--no-flush-check"], capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 1 and f"device class '{other}' needs" in refused.stdout

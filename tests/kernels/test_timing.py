@@ -11,11 +11,11 @@ import pytest
 from perfbisect.kernels.harness.timing import (
     CPU_FLUSH_CAP_BYTES,
     CpuTimer,
-    SmClock,
     cpu_llc_bytes,
     relative_noise_of_median,
     should_stop,
 )
+from perfbisect.kernels.harness.nvidia import NvidiaClock
 
 POLICY = {"min_samples": 5, "max_samples": 20, "max_time_s": 1.0, "rel_noise": 0.01}
 
@@ -41,7 +41,7 @@ def test_min_samples_come_first_unless_the_kernel_is_very_slow():
 
 
 def test_throttled_samples_are_those_under_the_fraction_of_the_max_clock():
-    clock = SmClock(enabled=False)
+    clock = NvidiaClock(enabled=False)
     assert not clock.available and clock.read_mhz() is None and not clock.throttled(100.0)
     clock.nvml, clock.max_mhz = object(), 1980.0
     assert clock.throttled(1480.0) and not clock.throttled(1490.0)
