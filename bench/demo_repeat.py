@@ -1,7 +1,10 @@
 """How often `perfbisect demo` finds every planted event: run it N times, each in a fresh home
 and demo repository, and print per run the events found, the verdict, the exit code and the time.
 
-    python bench/demo_repeat.py --runs 10 [--parallel 1] [--cpus-per-run 2] [--device cpu] [--out DIR]
+    python bench/demo_repeat.py --runs 10 [--parallel 1] [--cpus-per-run 2] [--device cpu] [--track] [--out DIR]
+
+--track runs `perfbisect demo --track` instead (pushes to a tracked branch): a run counts when it
+alerted every planted step, named every culprit exactly and exited 0.
 
 With --parallel P, P runs go side by side, each pinned to its own --cpus-per-run cores (taskset),
 so a many-core machine stands in for P unloaded small machines.
@@ -22,23 +25,31 @@ from pathlib import Path
 
 FOUND = re.compile(r"planted events found: (\d+)/(\d+)")
 VERDICT = re.compile(r"^verdict: (\w+)", re.M)
+TRACKED = re.compile(r"planted steps alerted: (\d+)/(\d+), culprits exact: (\d+)/(\d+), false alerts: (\d+)")
 
 
-def one_run(i: int, out: Path, cpus: list[int] | None, device: str) -> dict:
+def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool = False) -> dict:
     home = out / f"run{i}"
     env = {**os.environ, "PERFBISECT_HOME": str(home / "home"), "PYTHONUNBUFFERED": "1"}
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
     cmd = [sys.executable, "-m", "perfbisect.service.cli.main", "demo", "--device", device, "--path", str(home / "minikern")]
+    cmd += ["--track"] if track else []
     if cpus:
         cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
     started = time.monotonic()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     (home / "stdout.txt").write_text(done.stdout)
     (home / "stderr.txt").write_text(done.stderr)
+    wall = round(time.monotonic() - started)
+    if track:
+        score = TRACKED.search(done.stdout)
+        return {"run": i, "rc": done.returncode, "wall_s": wall,
+                "found": f"alerted {score[1]}/{score[2]}, exact {score[3]}/{score[4]}, false {score[5]}" if score else "?",
+                "all": done.returncode == 0, "verdict": "track"}
     found = FOUND.search(done.stdout)
     verdict = VERDICT.search(done.stdout)
-    return {"run": i, "rc": done.returncode, "wall_s": round(time.monotonic() - started),
+    return {"run": i, "rc": done.returncode, "wall_s": wall,
             "found": f"{found[1]}/{found[2]}" if found else "?", "all": bool(found and found[1] == found[2]),
             "verdict": verdict[1] if verdict else "?"}
 
@@ -49,6 +60,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--cpus-per-run", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (the demo's own choice)")
+    parser.add_argument("--track", action="store_true", help="perfbisect demo --track (a tracked branch's pushes)")
     parser.add_argument("--out", type=Path, default=None, help="keep each run's home and output here")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="perfbisect-demo-repeat-"))
@@ -58,7 +70,7 @@ def main() -> None:
     def run(i: int) -> dict:
         slot = (i - 1) % args.parallel
         cpus = list(range(slot * args.cpus_per_run, (slot + 1) * args.cpus_per_run)) if pin else None
-        result = one_run(i, out, cpus, args.device)
+        result = one_run(i, out, cpus, args.device, args.track)
         print(f"run {result['run']:>2}: found {result['found']}, verdict {result['verdict']}, exit {result['rc']}, "
               f"{result['wall_s']} s", flush=True)
         return result

@@ -1,5 +1,5 @@
-"""The regressions list: one row per case that moved at a culprit of a finished job, newest
-first. Pure: `culprit_alerts` turns loaded culprits into rows. When alerts from tracking land
+"""The regressions list: one row per case that moved (or went wrong) at a confirmed culprit of a
+finished job of any outcome, newest first. Pure: `culprit_alerts` turns loaded culprits into rows. When alerts from tracking land
 (with a triage state), `dashboards.views.alerts_page` is the one seam to feed them through."""
 
 from __future__ import annotations
@@ -36,15 +36,16 @@ def direction(rel: float, higher_is_better: bool = True) -> str:
 
 def culprit_alerts(culprit, job, repo, meta, links) -> list[AlertRow]:
     """The rows of one culprit: a performance culprit gives one per case whose step passed the
-    job's threshold, a correctness culprit one 'wrong results' row. `meta` is the culprit
+    job's threshold, a correctness culprit a 'wrong results' row per case that failed accuracy. `meta` is the culprit
     commit's RevisionMeta (or None), `links` the repository's RepoLinks."""
     min_effect = float((job.spec or {}).get("min_effect") or 0.0)
     common = dict(repository=repo.name, job_id=job.id, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
                   subject=meta.subject if meta else None, pr_number=meta.pr_number if meta else None,
                   commit_url=links.commit(culprit.last_sha),
                   pr_url=links.pull(meta.pr_number) if meta and meta.pr_number else None)
-    if culprit.kind.value == "correctness":
-        return [AlertRow(kind="wrong results", case=None, rel=None, ci=None, **common)]
+    if culprit.kind.value == "correctness":  # one row per case that failed accuracy
+        return [AlertRow(kind="wrong results", case=case, rel=None, ci=None, **common)
+                for case in sorted(culprit.effects or {None: None})]
     rows = []
     for case, effect in sorted((culprit.effects or {}).items()):
         if step_passed(effect, min_effect):

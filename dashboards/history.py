@@ -282,8 +282,8 @@ def step_passed(effect: Mapping[str, object], min_effect: float) -> bool:
 
 def steps_of(culprits: Iterable[CulpritRow], order: Order) -> dict[tuple[str, str], list[StepMark]]:
     """Per (target, case name), a StepMark for each culprit touching it: a performance culprit
-    marks the cases of its effects that passed (step_passed), a correctness culprit every case
-    of its job. Effects name
+    marks the cases of its effects that passed (step_passed), a correctness culprit the cases
+    that failed accuracy (its effects; every case of its job when it names none). Effects name
     cases only, so the culprit's job says which target each name belongs to. Culprits whose
     commits are outside `order` (a PR head off the branch) are left out."""
     index = index_of(order)
@@ -291,8 +291,10 @@ def steps_of(culprits: Iterable[CulpritRow], order: Order) -> dict[tuple[str, st
     for c in culprits:
         if c.first_sha not in index or c.last_sha not in index:
             continue
-        names = ([n for n, e in c.effects.items() if step_passed(e, c.min_effect)] if c.kind == "performance"
-                 else list(c.targets_by_case))
+        if c.kind == "performance":
+            names = [n for n, e in c.effects.items() if step_passed(e, c.min_effect)]
+        else:  # the cases that failed accuracy; every case of the job only for a culprit stored without them
+            names = list(c.effects) or list(c.targets_by_case)
         for name in names:
             effect = c.effects.get(name, {})
             ci = effect.get("ci")

@@ -332,11 +332,13 @@ def measured_revisions(session: Session, repository_id: int, limit: int = 200) -
 
 
 def finished_culprits(session: Session, *, repository_id: int | None = None, limit: int = 200):
-    """(culprit, job, repository) of finished jobs, newest first: the regressions list until
-    alerts from tracking land."""
+    """(culprit, job, repository) of finished jobs of any outcome, newest first: a culprit is
+    written only once confirmed, so an inconclusive (or failed, or cancelled) job's culprits
+    are culprits all the same."""
+    finished = [s for s in JobStatus if s.finished]
     stmt = (select(Culprit, Job, Repository).join(Job, Culprit.job_id == Job.id)
             .join(Repository, Job.repository_id == Repository.id)
-            .where(Job.status.in_([JobStatus.succeeded, JobStatus.failed]))
+            .where(Job.status.in_(finished))
             .order_by(Culprit.id.desc()).limit(limit))
     if repository_id is not None:
         stmt = stmt.where(Job.repository_id == repository_id)

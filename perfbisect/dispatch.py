@@ -21,7 +21,9 @@ from typing import Any
 
 from celery import Task
 
-from perfbisect.queue import ADVANCE_JOB, PRUNE_S, PRUNE_SAMPLES, RECONCILE, RUN_TRIAL, celery_app
+from perfbisect.queue import (
+    ADVANCE_JOB, POLL_TRACKED_BRANCHES, PRUNE_S, PRUNE_SAMPLES, RECONCILE, RUN_TRIAL, TRACK_POLL_S, celery_app,
+)
 from perfbisect.service.settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -159,26 +161,33 @@ def idle() -> bool:
         return not _pending and _drainer is None
 
 
-def embedded_upkeep(pruned_at: float) -> float:
+# What beat runs besides the reconciler, and how often: without a broker the server runs them itself.
+EMBEDDED_PERIODIC = ((POLL_TRACKED_BRANCHES, TRACK_POLL_S), (PRUNE_SAMPLES, PRUNE_S))
+
+
+def embedded_upkeep(last_run: dict[str, float]) -> dict[str, float]:
     """One pass of the embedded server's upkeep, what beat schedules with a broker: reconcile
-    (running what it re-sends on the embedded queue) and, when PRUNE_S has passed since
-    `pruned_at` (a monotonic time), the raw samples' retention. Returns when that last ran."""
+    (running what it re-sends on the embedded queue), and each task of EMBEDDED_PERIODIC whose
+    period has passed since `last_run[name]` (a monotonic time; missing: never run): the
+    scheduled and polled tracked branches that are due, the raw samples' retention. Returns
+    `last_run`, updated."""
     task_named(RECONCILE)()
+    for name, period in EMBEDDED_PERIODIC:
+        if time.monotonic() - last_run.get(name, float("-inf")) >= period:
+            task_named(name)()
+            last_run[name] = time.monotonic()
     drain_in_background()
-    if time.monotonic() - pruned_at < PRUNE_S:
-        return pruned_at
-    task_named(PRUNE_SAMPLES)()
-    return time.monotonic()
+    return last_run
 
 
 def start_embedded_reconciler() -> threading.Thread:
-    """Embedded server: the upkeep at start (jobs a previous process left in flight) and every
-    reconcile_interval_s."""
+    """Embedded server: the upkeep at start (jobs a previous process left in flight, branches
+    due) and every reconcile_interval_s."""
     def loop() -> None:
-        pruned_at = float("-inf")
+        last_run: dict[str, float] = {}
         while True:
             try:
-                pruned_at = embedded_upkeep(pruned_at)
+                embedded_upkeep(last_run)
             except Exception:
                 log.exception("embedded upkeep failed")
             time.sleep(get_settings().reconcile_interval_s)

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeDecorator
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
@@ -24,8 +25,27 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+class UTCDateTime(TypeDecorator):
+    """One rule for timestamps on every database: aware UTC in, aware UTC out. PostgreSQL keeps
+    the offset (timestamptz); SQLite keeps none and hands back naive values, which by this rule
+    are UTC. A naive value given to be stored is taken as UTC too."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType, datetime: DateTime(timezone=True)}
+    type_annotation_map = {dict[str, Any]: JSONType, list[Any]: JSONType, datetime: UTCDateTime()}
 
 
 class JobKind(str, enum.Enum):
@@ -86,6 +106,8 @@ class Repository(Base):
     import_root: Mapped[str] = mapped_column(String(200), default=".")
     env: Mapped[dict[str, Any]] = mapped_column(default=dict, doc="extra variables, e.g. cold JIT caches")
     default_branch: Mapped[str] = mapped_column(String(200), default="main")
+    pr_policy: Mapped[dict[str, Any]] = mapped_column(
+        default=dict, doc="the PR bot: inconclusive/failed -> neutral|failure, benchmark_set, kernel_paths")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

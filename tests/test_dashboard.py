@@ -20,6 +20,7 @@ from perfbisect.dashboards.history import (
     build_histories,
     merge_commit_orders,
     step_passed,
+    steps_of,
 )
 from perfbisect.dashboards.links import repo_links
 from perfbisect.service.models import (
@@ -327,6 +328,29 @@ def test_alerts_list_only_passed_steps_with_links(client, measured, session) -> 
     assert html.count("<tr>") == 2  # header + the -8% step
     assert "regression" in html and "-8.0% [-10.0%, -6.0%]" in html and "https://github.com/acme/kern/pull/13" in html
     assert "No regressions" in client.get("/dashboard/alerts", params={"kind": "improvement"}).text
+
+
+def test_an_inconclusive_jobs_confirmed_culprits_reach_the_regressions_page(client, measured, session) -> None:
+    job = measured["job"]
+    job.status = JobStatus.inconclusive  # another case could not be decided: its culprits still stand
+    session.add(Culprit(job_id=job.id, kind=CulpritKind.correctness, first_sha=SHAS[4], last_sha=SHAS[4],
+                        effects={GEMM: {"error": 0.5, "tolerance": 0.01, "message": "relative error 0.5"}}))
+    session.flush()
+    html = client.get("/dashboard/alerts").text
+    assert "-8.0% [-10.0%, -6.0%]" in html and "wrong results" in html
+    assert html.count("<tr>") == 3 and "every case of the job" not in html  # the wrong row names its case
+
+
+def test_a_correctness_mark_lands_only_on_the_cases_that_were_wrong() -> None:
+    other = "rmsnorm M=64,N=64,dtype=fp32"
+    targets = {GEMM: frozenset({TARGET}), other: frozenset({"minikern.norm:rmsnorm"})}
+    wrong = CulpritRow(job_id=1, kind="correctness", first_sha=SHAS[2], last_sha=SHAS[2],
+                       effects={GEMM: {"error": 0.5, "tolerance": 0.01}}, targets_by_case=targets)
+    legacy = CulpritRow(job_id=2, kind="correctness", first_sha=SHAS[3], last_sha=SHAS[3], effects={},
+                        targets_by_case=targets)
+    marks = steps_of([wrong, legacy], SHAS)
+    assert [m.job_id for m in marks[(TARGET, GEMM)]] == [1, 2]
+    assert [m.job_id for m in marks[("minikern.norm:rmsnorm", other)]] == [2]  # stored without cases: every case
 
 
 def test_compare_view_reads_two_stored_revisions(client, measured) -> None:

@@ -13,7 +13,7 @@ import pytest
 from perfbisect.service.jobs.schemas import JobRead
 from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository
 from perfbisect.service.settings import get_settings
-from perfbisect.service.webhooks.check import check_verdict
+from perfbisect.service.webhooks.check import GatePolicy, check_verdict
 from perfbisect.service.webhooks.github import post_check
 from perfbisect.service.webhooks.github_client import GitHubClient, rate_limit_wait
 
@@ -82,7 +82,19 @@ def test_the_bots_comment_is_found_on_a_later_page() -> None:
     assert patch.method == "PATCH" and patch.url.path.endswith("/issues/comments/555")
 
 
-def _job(kind: str, status: str, effects: dict | None = None, wrong: bool = False) -> JobRead:
+def _outcome(cases: dict[str, str], detectable: float = 0.02) -> dict:
+    """A job's outcome JSON: case -> outcome, with a reason for the undecided ones."""
+    reasons = {"inconclusive": "too noisy for the minimum effect: the smallest step this run could detect is 7.5%",
+               "failed": "build failed at the bad end"}
+    return {"verdict": "unchanged", "counts": {},
+            "cases": [{"case": c, "outcome": o, "reason": reasons.get(o)} for c, o in cases.items()],
+            "noise": [{"case": c, "noise": 0.05, "control_spread": None, "throttled": 0, "samples": 30,
+                       "detectable": 0.075 if o == "inconclusive" else detectable, "noisy": o == "inconclusive"}
+                      for c, o in cases.items()]}
+
+
+def _job(kind: str, status: str, effects: dict | None = None, wrong: bool = False,
+         outcome: dict[str, str] | None = None) -> JobRead:
     culprits = []
     if effects:
         culprits.append({"kind": "performance", "first_sha": "b" * 40, "last_sha": "b" * 40, "fixed_sha": None,
@@ -91,20 +103,58 @@ def _job(kind: str, status: str, effects: dict | None = None, wrong: bool = Fals
     if wrong:
         culprits.append({"kind": "correctness", "first_sha": "c" * 40, "last_sha": "c" * 40, "fixed_sha": None,
                          "exact": True})
+    if outcome is None:  # every case decided, as its culprits say
+        outcome = {c: ("regressed" if r < 0 else "improved") for c, (r, _) in (effects or {}).items()} or {CASE: "unchanged"}
     return JobRead.model_validate({"id": 3, "kind": kind, "status": status, "repository": "kern",
-                                   "spec": {"min_effect": 0.02}, "progress": {}, "revision_shas": ["a" * 40, "b" * 40],
+                                   "spec": {"min_effect": 0.02, "cases": [{"name": c} for c in outcome]},
+                                   "progress": {}, "revision_shas": ["a" * 40, "b" * 40],
                                    "error": None, "created_at": "2026-12-01T00:00:00Z", "started_at": None,
-                                   "finished_at": None, "culprits": culprits})
+                                   "finished_at": None, "culprits": culprits, "outcome": _outcome(outcome)})
 
 
 def test_check_verdict_fails_on_a_passed_regression_only() -> None:
     assert check_verdict(_job("compare", "succeeded", {CASE: (-0.2, (-0.25, -0.15))})).conclusion == "failure"
-    noisy = check_verdict(_job("compare", "succeeded", {CASE: (-0.018, (-0.05, 0.01))}))
+    noisy = check_verdict(_job("compare", "succeeded", {CASE: (-0.018, (-0.05, 0.01))}, outcome={CASE: "unchanged"}))
     assert noisy.conclusion == "success" and "No case moved" in noisy.summary
     better = check_verdict(_job("compare", "succeeded", {CASE: (1.31, (1.2, 1.4))}))
     assert better.conclusion == "success" and better.title.startswith("1 improved")
     assert check_verdict(_job("compare", "succeeded", wrong=True)).conclusion == "failure"
     assert check_verdict(_job("compare", "failed")).conclusion == "neutral"
+
+
+OTHER = "rmsnorm M=4096,N=4096,dtype=bf16"
+
+
+def test_an_inconclusive_compare_is_never_green_and_says_what_was_not_decided() -> None:
+    verdict = check_verdict(_job("compare", "inconclusive", outcome={CASE: "unchanged", OTHER: "inconclusive"}))
+    assert verdict.conclusion == "neutral"
+    assert verdict.title.startswith("not decided: 1 case inconclusive (smallest detectable step 7.5%")
+    assert f"not decided (inconclusive): `{OTHER}`: too noisy" in verdict.summary
+    assert "smallest detectable step 7.5%" in verdict.summary and CASE not in verdict.summary
+    strict = check_verdict(_job("compare", "inconclusive", outcome={OTHER: "inconclusive"}),
+                           GatePolicy(inconclusive="failure"))
+    assert strict.conclusion == "failure" and "not decided" in strict.title
+
+
+def test_a_failed_case_or_job_is_neutral_or_failure_by_policy_and_named() -> None:
+    failed = _job("compare", "failed", outcome={CASE: "unchanged", OTHER: "failed"})
+    verdict = check_verdict(failed)
+    assert (verdict.conclusion, verdict.title) == ("neutral", "not decided: 1 case failed")
+    assert f"not decided (failed): `{OTHER}`: build failed at the bad end" in verdict.summary
+    assert check_verdict(failed, GatePolicy(failed="failure")).conclusion == "failure"
+    assert check_verdict(failed, GatePolicy(inconclusive="failure")).conclusion == "neutral"
+    # a case of the request without any outcome (the job stopped before deciding it) is not decided
+    job = _job("compare", "succeeded", outcome={CASE: "unchanged"})
+    job.spec["cases"].append({"name": OTHER})
+    missing = check_verdict(job)
+    assert missing.conclusion == "neutral" and f"`{OTHER}`: not measured" in missing.summary
+
+
+def test_a_regression_fails_the_gate_and_still_names_the_undecided_cases() -> None:
+    verdict = check_verdict(_job("compare", "inconclusive", {CASE: (-0.2, (-0.25, -0.15))},
+                                 outcome={CASE: "regressed", OTHER: "inconclusive"}))
+    assert verdict.conclusion == "failure" and verdict.title.startswith("1 case regressed, 1 case not decided")
+    assert f"`{OTHER}`" in verdict.summary
 
 
 @pytest.fixture
@@ -116,15 +166,18 @@ def github_settings(monkeypatch):
     return current
 
 
-def _compare_job(session, status=JobStatus.succeeded) -> Job:
-    repo = Repository(name="kern", url="https://github.com/acme/kern", env={})
+def _compare_job(session, status=JobStatus.succeeded, outcome: dict[str, str] | None = None,
+                 pr_policy: dict | None = None, regressed: bool = True) -> Job:
+    repo = Repository(name="kern", url="https://github.com/acme/kern", env={}, pr_policy=pr_policy or {})
     session.add(repo)
     session.flush()
     job = Job(kind=JobKind.compare, repository_id=repo.id, status=status, revision_shas=["a" * 40, "b" * 40],
               spec={"good": "a" * 40, "bad": "b" * 40, "cases": [], "min_effect": 0.02, "pr_number": 7},
-              progress={})
+              progress={}, result={"outcome": _outcome(outcome or {CASE: "regressed"})})
     session.add(job)
     session.flush()
+    if not regressed:
+        return job
     session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha="b" * 40, last_sha="b" * 40,
                         effects={CASE: {"rel": -0.2, "ci": [-0.25, -0.15], "before": 1.0, "after": 0.8}}))
     session.flush()
@@ -151,3 +204,33 @@ def test_without_check_permission_a_commit_status_is_set(session, github_setting
     status = script.requests[1]
     assert status.url.path == f"/api/v3/repos/acme/kern/statuses/{'b' * 40}"
     assert json.loads(status.content)["state"] == "failure" and result["via"] == "status"
+
+
+@pytest.mark.parametrize(("status", "outcome", "policy", "conclusion", "title"), [
+    (JobStatus.inconclusive, {CASE: "unchanged", OTHER: "inconclusive"}, {}, "neutral", "not decided: 1 case inconclusive"),
+    (JobStatus.inconclusive, {OTHER: "inconclusive"}, {"inconclusive": "failure"}, "failure", "not decided"),
+    (JobStatus.failed, {CASE: "failed"}, {}, "neutral", "not decided: 1 case failed"),
+    (JobStatus.failed, {CASE: "failed"}, {"failed": "failure"}, "failure", "not decided: 1 case failed"),
+    (JobStatus.succeeded, {CASE: "unchanged", OTHER: "improved"}, {"inconclusive": "failure"}, "success",
+     "no performance change"),
+])
+def test_each_outcome_reaches_github_as_its_check_run(session, github_settings, status, outcome, policy,
+                                                      conclusion, title) -> None:
+    job = _compare_job(session, status, outcome, policy, regressed=False)
+    script = Script(httpx.Response(201, json={"id": 1}))
+    result = post_check(session, job.id, client=httpx.Client(transport=httpx.MockTransport(script)))
+    [request] = script.requests
+    body = json.loads(request.content)
+    assert (body["conclusion"], result["conclusion"]) == (conclusion, conclusion)
+    assert body["output"]["title"].startswith(title)
+    for case, decided in outcome.items():  # the text names every case that was not decided
+        assert (f"`{case}`" in body["output"]["summary"]) == (decided in ("inconclusive", "failed"))
+
+
+def test_an_inconclusive_compare_sets_an_inconclusive_commit_status(session, github_settings) -> None:
+    job = _compare_job(session, JobStatus.inconclusive, {OTHER: "inconclusive"}, regressed=False)
+    script = Script(httpx.Response(403, json={"message": "Resource not accessible by personal access token"}),
+                    httpx.Response(201, json={"id": 2}))
+    post_check(session, job.id, client=httpx.Client(transport=httpx.MockTransport(script)))
+    status = json.loads(script.requests[1].content)
+    assert status["description"].startswith("inconclusive: not decided: 1 case inconclusive")

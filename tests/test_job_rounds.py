@@ -25,18 +25,20 @@ CASE_SMALL = "gemm M=64,N=64,K=64,dtype=fp32"
 
 
 def harness_result(ratios: dict[str, float], rng: random.Random, status: str = "ok", wrong: bool = False,
-                   noise: float = 0.01) -> dict:
+                   noise: float = 0.01, wrong_cases: frozenset[str] = frozenset()) -> dict:
     cases = []
     for name, ratio in ratios.items():
+        bad = wrong or name in wrong_cases
         value = ratio * rng.lognormvariate(0, noise)
         params = dict(kv.split("=") for kv in name.split(" ", 1)[1].split(","))
         params = {k: int(v) if v.isdigit() else v for k, v in params.items()}
         cases.append({
             "suite": "gemm", "target": "minikern.gemm:matmul", "params": params, "name": name,
-            "status": "wrong_results" if wrong else "ok", "error": None,
+            "status": "wrong_results" if bad else "ok",
+            "error": "relative error 0.5 above tolerance 0.01" if bad else None,
             "median_ratio": value, "metric": {"name": "GFLOP/s", "higher_is_better": True,
                                               "target": 100 * value, "control": 100.0},
-            "target_ms": [1 / value], "control_ms": [1.0], "ratio": [value], "accuracy_error": 1e-6,
+            "target_ms": [1 / value], "control_ms": [1.0], "ratio": [value], "accuracy_error": 0.5 if bad else 1e-6,
         })
     return {"status": status, "error": None if status == "ok" else "ImportError: boom", "cases": cases if status == "ok" else [],
             "device": {"name": "test-cpu", "torch": "2.13"}, "harness_version": "1", "wall_s": 0.1}
@@ -114,6 +116,41 @@ def test_unbuildable_and_wrong_results_are_reported(session, repo) -> None:
     assert [(job.revision_shas.index(c.first_sha), c.fixed_sha) for c in wrong] == [(13, None)]
     failed = session.scalars(select(Trial).where(Trial.job_id == job_id, Trial.status == TrialStatus.import_error)).all()
     assert failed and all(t.failure_reason == "ImportError: boom" for t in failed)
+
+
+def test_progress_counts_the_search_ahead_from_the_first_round(session, repo) -> None:
+    """The demo's bar read 100%, ETA 0 while its first round ran: the first round's trials were
+    all the work it expected. From the first round on, the search the range still needs counts."""
+    job_id = submit(session)
+    first = advance.advance(session, job_id)
+    progress = jobs.get(session, job_id).progress
+    assert progress["planned"] == len(first.trial_ids) > 0
+    # 17 revisions: at least a binary search of the 15 untried ones beyond this round's probes
+    assert progress["expected_trials"] >= progress["planned"] + 2 * 2
+
+
+def test_wrong_results_belong_to_the_case_that_was_wrong(session, repo) -> None:
+    """Only the small gemm fails accuracy from revision 11 to the bad end; the big one steps at
+    13. The big one keeps its timing verdict (its step is found through the wrong revisions),
+    the correctness culprit names the small case with its error vs the tolerance, and the job
+    decided every case: it succeeded."""
+    job_id = submit(session)
+
+    def truth(i: int, rng: random.Random) -> dict:
+        return harness_result({CASE_BIG: 0.5 if i >= 13 else 1.0, CASE_SMALL: 1.0}, rng,
+                              wrong_cases=frozenset({CASE_SMALL}) if i >= 11 else frozenset())
+
+    run_job(session, job_id, truth)
+    job = views.job_read(session, jobs.get(session, job_id))
+    perf = [c for c in job.culprits if c.kind == "performance"]
+    assert [(job.revision_shas.index(c.first_sha), sorted(c.effects)) for c in perf] == [(13, [CASE_BIG])]
+    [wrong] = [c for c in job.culprits if c.kind == "correctness"]
+    assert job.revision_shas.index(wrong.first_sha) == 11 and list(wrong.wrong_cases) == [CASE_SMALL]
+    assert (wrong.wrong_cases[CASE_SMALL].error, wrong.wrong_cases[CASE_SMALL].tolerance) == (0.5, 0.01)
+    outcomes = {c.case: c for c in job.outcome.cases}
+    assert outcomes[CASE_BIG].outcome == "regressed" and outcomes[CASE_BIG].reason is None
+    assert (outcomes[CASE_SMALL].outcome, outcomes[CASE_SMALL].reason) == ("regressed", "wrong results from revision 11")
+    assert job.status == "succeeded", job.error
 
 
 def test_a_worker_failing_every_trial_mid_job_ends_the_job_at_the_cap(session, repo) -> None:

@@ -90,3 +90,37 @@ def test_a_cancelled_job_stops_its_running_trial_and_is_not_repaired(session, jo
     assert trials.check_in(session, trial.id, work.attempt, beat=True) is False
     assert not reconciler.reconcile(session, nothing_queued)
     assert jobs.get(session, job_id).status == JobStatus.cancelled
+
+
+def test_the_reconciler_runs_on_sqlite_with_a_running_trial(tmp_path: Path) -> None:
+    """Embedded `serve` keeps its state in SQLite, which stores no UTC offset: every timestamp
+    read back must still be aware UTC (one rule on both databases), or the reconciler's
+    `now - heartbeat_at` raises TypeError and each self-healing pass aborts."""
+    from sqlalchemy.orm import Session
+
+    from perfbisect.service.db import make_engine
+    from perfbisect.service.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'embedded.sqlite'}"
+    upgrade(url)
+    engine = make_engine(url)
+    make_repo(tmp_path / "lib", [f"change {i}" for i in range(5)])
+    with Session(engine) as session:
+        create_repository(session, tmp_path / "lib", name="lib")
+        body = BisectCreate(repository="lib", good="HEAD~4", bad="main", workers=2,
+                            benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
+                                         "shapes": ["M=64,N=64,K=64,dtype=fp32"]}])
+        job_id = jobs.create_bisect(session, body, SYSTEM).id
+        dead, alive, *_ = first_round(session, job_id)
+        trials.start(session, dead.id, worker_host="dead")
+        trials.start(session, alive.id, worker_host="alive")
+        dead.heartbeat_at = utcnow() - LONG_AGO
+        session.commit()
+        dead_id, alive_id = dead.id, alive.id
+    with Session(engine) as session:  # read back from the file: what the embedded reconciler sees
+        trial = session.get(Trial, alive_id)
+        assert trial.heartbeat_at.utcoffset() == timedelta(0) and trial.created_at.utcoffset() == timedelta(0)
+        repairs = reconciler.reconcile(session, nothing_queued)
+        assert repairs.revived == [dead_id]
+        assert session.get(Trial, alive_id).status == TrialStatus.running
+    engine.dispose()

@@ -67,10 +67,12 @@ def test_an_improvement_is_called_an_improvement_and_coloured() -> None:
 def test_range_culprit_and_correctness_finding() -> None:
     hidden = {**STEP, "first_sha": "d" * 40, "last_sha": "e" * 40, "exact": False, "pr_number": None}
     wrong = {"kind": "correctness", "first_sha": "f" * 40, "last_sha": "f" * 40, "fixed_sha": "9" * 40,
-             "exact": True, "subject": "hoist the trip count (#935)", "pr_number": 935, "effects": {}}
+             "exact": True, "subject": "hoist the trip count (#935)", "pr_number": 935, "effects": {},
+             "wrong_cases": {"gemm M=256,N=256,K=520,dtype=fp32": {"error": 0.126, "tolerance": 0.002}}}
     text = culprit_table(job([hidden, wrong]))
     assert "dddddddddd..eeeeeeeeee" in text
     assert "ffffffffff #935 hoist the trip count (#935): first wrong results; fixed at 9999999999" in text
+    assert "gemm M=256,N=256,K=520,dtype=fp32: error 0.126 vs tolerance 0.002" in text
 
 
 def test_unchanged_says_so_and_failed_shows_the_error() -> None:

@@ -108,9 +108,10 @@ def test_the_embedded_server_prunes_at_start_and_then_hourly(embedded, tmp_path:
     with session_scope() as session:
         age(session, job_id, OLD)
     just_now = time.monotonic()
-    assert dispatch.embedded_upkeep(just_now) == just_now  # pruned under an hour ago: it waits
+    pruned = dispatch.embedded_upkeep({dispatch.PRUNE_SAMPLES: just_now})
+    assert pruned[dispatch.PRUNE_SAMPLES] == just_now  # pruned under an hour ago: it waits
     with session_scope() as session:
         assert samples_of_job(session, job_id) > 0
-    assert dispatch.embedded_upkeep(float("-inf")) > just_now  # at the server's start
+    assert dispatch.embedded_upkeep({})[dispatch.PRUNE_SAMPLES] > just_now  # at the server's start
     with session_scope() as session:
         assert samples_of_job(session, job_id) == 0

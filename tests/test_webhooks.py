@@ -14,7 +14,9 @@ import pytest
 from sqlalchemy import func, select
 
 from perfbisect.service.errors import Conflict
-from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository, Revision
+from perfbisect.service.models import (
+    BenchmarkSet, Culprit, CulpritKind, Job, JobKind, JobStatus, Repository, Revision, TrackedBranch,
+)
 from perfbisect.service.settings import get_settings
 from perfbisect.service.webhooks.github import marker, post_job_comments
 from perfbisect.service.webhooks.repo_urls import github_slug, normalized_url
@@ -26,6 +28,10 @@ URL = "/api/webhooks/github"
 SECRET = "s3cret"
 CASE = {"suite": "gemm", "target": "minikern.gemm:matmul", "name": "gemm M=64,N=64,K=64,dtype=fp32",
         "params": {"M": 64, "N": 64, "K": 64, "dtype": "fp32"}}
+BIG = {"suite": "gemm", "target": "minikern.gemm:matmul", "name": "gemm M=128,N=128,K=128,dtype=fp32",
+       "params": {"M": 128, "N": 128, "K": 128, "dtype": "fp32"}}
+NORM = {"suite": "rmsnorm", "target": "minikern.norm:rmsnorm", "name": "rmsnorm M=64,N=64,dtype=fp32",
+        "params": {"M": 64, "N": 64, "dtype": "fp32"}}
 
 
 @pytest.fixture
@@ -64,15 +70,18 @@ def job_count(session) -> int:
 
 @pytest.fixture
 def lib(tmp_path: Path, session) -> dict:
-    """A temp git repository registered as 'lib' (mirror cloned), with a bisect job whose cases
-    the PR bot reuses. The PR's head commit is made after registration, on a branch."""
+    """A temp git repository registered as 'lib' (mirror cloned) whose main is tracked on the gemm
+    case (the PR bot's cases), and whose last bisect was on rmsnorm (which a PR must not inherit).
+    The PR's head commit, touching gemm.py, is made after registration, on a branch."""
     path = tmp_path / "lib"
     shas = make_repo(path, ["initial import (#1)", "add gemm (#2)", "tune tiles (#3)"])
     # a fresh name per test: mirrors are keyed by name and live for the whole test session
     repo = create_repository(session, path, name=f"lib-{uuid.uuid4().hex[:8]}")
+    session.add(TrackedBranch(repository_id=repo.id, branch="main", device_class="cuda", cases=[CASE],
+                              metric="ratio", min_magnitude=0.03))
     session.add(Job(kind=JobKind.bisect, repository_id=repo.id, revision_shas=shas, status=JobStatus.succeeded,
-                    spec={"good": shas[0], "bad": shas[-1], "cases": [CASE], "device_class": "cuda",
-                          "min_effect": 0.03, "metric": "ratio"}))
+                    spec={"good": shas[0], "bad": shas[-1], "cases": [NORM], "device_class": "cpu",
+                          "min_effect": 0.1, "metric": "ratio"}))
     session.flush()
     git(path, "checkout", "-q", "-b", "feature")
     (path / "gemm.py").write_text("# faster\n")
@@ -178,13 +187,17 @@ def test_a_failed_delivery_can_be_redelivered(client, settings, lib, session) ->
     assert deliver(client, event, delivery="d-9").status_code == 404  # not "handled before": nothing was done
 
 
-def test_repository_without_a_bisect_has_no_benchmarks_422(client, settings, tmp_path, session) -> None:
+def test_repository_without_configured_benchmarks_is_422_even_after_a_bisect(client, settings, tmp_path,
+                                                                             session) -> None:
     path = tmp_path / "bare"
     base, head = make_repo(path, ["one", "two"])
-    create_repository(session, path, name=f"bare-{uuid.uuid4().hex[:8]}")
+    repo = create_repository(session, path, name=f"bare-{uuid.uuid4().hex[:8]}")
+    session.add(Job(kind=JobKind.bisect, repository_id=repo.id, revision_shas=[base, head], status=JobStatus.succeeded,
+                    spec={"good": base, "bad": head, "cases": [CASE], "device_class": "cpu"}))
+    session.flush()
     response = deliver(client, pr_event(base, head, clone_url=str(path)))
     assert response.status_code == 422 and "no benchmarks configured" in response.json()["detail"]
-    assert job_count(session) == 0
+    assert job_count(session) == 1  # the bisect only
 
 
 def test_pull_request_creates_a_compare_job_of_base_and_head(client, settings, lib, session, sent_tasks) -> None:
@@ -205,6 +218,49 @@ def test_pull_request_creates_a_compare_job_of_base_and_head(client, settings, l
     again = deliver(client, pr_event(lib["base"], lib["head"], action="synchronize", clone_url=str(lib["path"])))
     assert again.status_code == 202 and again.json()["job_id"] == job.id and "already have" in again.json()["message"]
     assert len(sent_tasks) == 1
+
+
+def _compared_cases(client, lib, session, **event) -> list[str]:
+    response = deliver(client, pr_event(lib["base"], lib["head"], clone_url=str(lib["path"]), **event))
+    assert response.status_code == 202, response.text
+    return sorted(c["name"] for c in session.get(Job, response.json()["job_id"]).spec["cases"])
+
+
+def test_without_a_tracked_base_every_configured_case_is_compared(client, settings, lib, session, sent_tasks) -> None:
+    session.add(BenchmarkSet(repository_id=lib["repo"].id, name="norms", cases=[NORM]))
+    session.flush()
+    payload = pr_event(lib["base"], lib["head"], clone_url=str(lib["path"]))
+    payload["pull_request"]["base"]["ref"] = "release"  # not tracked: the sets and tracked branches, all of them
+    response = deliver(client, payload)
+    assert response.status_code == 202, response.text
+    assert sorted(c["name"] for c in session.get(Job, response.json()["job_id"]).spec["cases"]) == \
+        sorted([CASE["name"], NORM["name"]])
+
+
+def test_a_benchmark_set_policy_plus_the_kernels_the_pr_touches(client, settings, lib, session, sent_tasks) -> None:
+    repo = lib["repo"]
+    session.add_all([BenchmarkSet(repository_id=repo.id, name="norms", cases=[NORM]),
+                     BenchmarkSet(repository_id=repo.id, name="gemms", cases=[CASE, BIG])])
+    repo.pr_policy = {"benchmark_set": "norms", "kernel_paths": {"docs/": ["rmsnorm"]}}
+    session.flush()
+    assert _compared_cases(client, lib, session) == [NORM["name"]]  # gemm.py is not mapped: the set only
+    repo.pr_policy = {"benchmark_set": "norms", "kernel_paths": {"*.py": ["gemm"], "docs/": ["attention"]}}
+    session.flush()
+    (lib["path"] / "gemm.py").write_text("# faster still\n")
+    git(lib["path"], "commit", "-q", "-am", "review fixes")
+    lib["head"] = git(lib["path"], "rev-parse", "HEAD")
+    assert _compared_cases(client, lib, session, action="synchronize") == sorted([NORM["name"], CASE["name"], BIG["name"]])
+
+
+def test_the_pr_policy_is_set_by_an_admin_and_validated(client, settings, lib, session) -> None:
+    name = lib["repo"].name
+    policy = {"inconclusive": "failure", "kernel_paths": {"kernels/gemm/": ["gemm"]}}
+    response = client.patch(f"/api/repositories/{name}", json={"pr_policy": policy})
+    assert response.status_code == 200, response.text
+    assert response.json()["pr_policy"]["inconclusive"] == "failure"
+    assert client.get(f"/api/repositories/{name}").json()["pr_policy"]["kernel_paths"] == {"kernels/gemm/": ["gemm"]}
+    assert client.patch(f"/api/repositories/{name}", json={"pr_policy": {"inconclusive": "green"}}).status_code == 422
+    assert client.patch("/api/repositories/nosuch", json={"pr_policy": {}}).status_code == 404
 
 
 def test_a_new_head_supersedes_the_pull_requests_open_compare(client, settings, lib, session, sent_tasks) -> None:

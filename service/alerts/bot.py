@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from perfbisect.gitrepo import pr_number
 from perfbisect.service.alerts import repository
 from perfbisect.service.alerts.github import github_call
+from perfbisect.service.alerts.render import CaseStep, case_table, links
 from perfbisect.service.models import Alert, AlertStatus
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.settings import get_settings
@@ -45,16 +46,13 @@ class CommentWork:
     fix: Commit | None = None
     fix_alert_id: int | None = None
     known_prs: dict[str, int] = field(default_factory=dict)  # sha -> PR found earlier
+    links: list[str] = field(default_factory=list)  # the alert, its bisect job, each case's chart
 
 
-def _table(alert: Alert) -> list[str]:
-    rows = ["| case | before → after | step |", "|---|---|---|"]
-    for c in alert.cases:
-        if c.rel is None:
-            rows.append(f"| {c.case.name} | passes → wrong results | – |")
-        else:
-            rows.append(f"| {c.case.name} | {c.mean_before:.4g} → {c.mean_after:.4g} | {c.rel:+.1%} |")
-    return rows
+def _table(session: Session, alert: Alert, metric: str) -> list[str]:
+    culprit = repository.bisect_culprit(session, alert)
+    steps = [CaseStep(c.case.name, c.rel, c.mean_before, c.mean_after, c.pvalue) for c in alert.cases]
+    return case_table(steps, metric, (culprit.effects or {}) if culprit is not None else {})
 
 
 def _commit(session: Session, repository_id: int, sha: str) -> Commit:
@@ -83,8 +81,11 @@ def comment_work(session: Session, alert_id: int) -> CommentWork | None:
         known[fix.sha] = fix_alert.culprit_pr
     headline = (f"a {alert.kind.value.replace('_', ' ')} on `{tracked.branch}` of **{tracked.repository.name}** "
                 f"({tracked.device_class}), alert #{alert.id}")
-    return CommentWork(alert.id, slug, headline, _table(alert), _commit(session, tracked.repository_id,
-                       alert.culprit_last_sha), fix, fix_alert.id if fix_alert else None, known)
+    see = links(get_settings().public_url, tracked.repository.name, alert.id, alert.bisect_job_id,
+                [c.case.name for c in alert.cases])
+    return CommentWork(alert.id, slug, headline, _table(session, alert, tracked.metric),
+                       _commit(session, tracked.repository_id, alert.culprit_last_sha), fix,
+                       fix_alert.id if fix_alert else None, known, see)
 
 
 def marker(alert_id: int, pr: int, role: str) -> str:
@@ -97,14 +98,15 @@ def render(work: CommentWork, culprit_pr: int, fix_pr: int | None) -> list[tuple
     fixed = ""
     if work.fix is not None:
         fixed = f"\n\n**Fixed**: the level came back at `{work.fix.sha[:10]}`" + (f" (#{fix_pr})." if fix_pr else ".")
+    see = ["", " · ".join(work.links)] if work.links else []
     body = "\n".join([f"### perfbisect: {work.headline} traced to this pull request", "",
                       f"Tracking found the step and a bisect named `{work.culprit.sha[:10]}` "
-                      f"({work.culprit.subject}):", "", *work.table]) + fixed
+                      f"({work.culprit.subject}):", "", *work.table, *see]) + fixed
     comments = [(culprit_pr, f"{body}\n{marker(work.alert_id, culprit_pr, 'culprit')}", "culprit")]
     if work.fix is not None and fix_pr:
         fix_body = "\n".join([f"### perfbisect: this pull request restored the level lost in alert #{work.alert_id}",
                               "", f"The step came from `{work.culprit.sha[:10]}` (#{culprit_pr}); "
-                              f"`{work.fix.sha[:10]}` brought it back:", "", *work.table])
+                              f"`{work.fix.sha[:10]}` brought it back:", "", *work.table, *see])
         comments.append((fix_pr, f"{fix_body}\n{marker(work.alert_id, fix_pr, 'fix')}", "fix"))
     return comments
 

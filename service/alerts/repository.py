@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from perfbisect.service.models import Alert, AlertCase, AlertStatus, Job, JobStatus, TrackedBranch
+from perfbisect.service.models import (
+    Alert, AlertCase, AlertKind, AlertStatus, Culprit, CulpritKind, Job, JobStatus, TrackedBranch,
+)
 
 _LOAD = (selectinload(Alert.cases).selectinload(AlertCase.case),)
 
@@ -47,3 +49,15 @@ def running_bisects(session: Session, tracked_id: int) -> int:
 def branches(session: Session, ids: Sequence[int]) -> dict[int, TrackedBranch]:
     stmt = select(TrackedBranch).where(TrackedBranch.id.in_(list(ids))).options(selectinload(TrackedBranch.repository))
     return {t.id: t for t in session.scalars(stmt)}
+
+
+def bisect_culprit(session: Session, alert: Alert) -> Culprit | None:
+    """The culprit row the alert's bisect stored for the alert's culprit commit (its per-case
+    effects with intervals and units), or None."""
+    if alert.bisect_job_id is None or alert.culprit_last_sha is None:
+        return None
+    stmt = select(Culprit).where(Culprit.job_id == alert.bisect_job_id, Culprit.first_sha == alert.culprit_first_sha,
+                                 Culprit.last_sha == alert.culprit_last_sha).order_by(Culprit.id)
+    found = session.scalars(stmt).all()
+    wanted = CulpritKind.correctness if alert.kind == AlertKind.wrong_results else CulpritKind.performance
+    return next((c for c in found if c.kind == wanted), found[0] if found else None)

@@ -169,6 +169,7 @@ def _culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
     names = {c.case.name for c in alert.cases}
     scored = [(max((abs(e["rel"]) for n, e in c.effects.items() if n in names), default=0.0), c)
               for c in job.culprits if c.kind == CulpritKind.performance]
+    scored = [(score, c) for score, c in scored if score > 0]  # a culprit of other cases is not this alert's
     if not scored:
         return None
     culprit = max(scored, key=lambda sc: sc[0])[1]
@@ -184,7 +185,9 @@ def job_finished(session: Session, job_id: int) -> Next | None:
     job = jobs.get(session, job_id)
     tracked = tracking.get(session, alert.tracked_branch_id, lock=True)
     out = Next()
-    culprit = _culprit_of(job, alert) if job.status == JobStatus.succeeded else None
+    # A culprit is stored only once confirmed: an inconclusive (or failed) bisect's culprits
+    # stand although some other case or revision could not be decided.
+    culprit = _culprit_of(job, alert) if job.status != JobStatus.cancelled else None
     if culprit is not None:
         alert.culprit_first_sha, alert.culprit_last_sha = culprit
         out.comment_alert_ids.append(alert.id)

@@ -46,6 +46,13 @@ class Observation:
             if block is not None:
                 by_block.setdefault(block, []).append(value)
         return by_block
+    # Cases that failed the accuracy check here. The other cases' values still count: one wrong
+    # kernel says nothing about the timing of the others.
+    wrong: frozenset[str] = frozenset()
+
+    @property
+    def is_wrong(self) -> bool:
+        return self.state == RevisionState.wrong_results or bool(self.wrong)
 
     def trials(self) -> int:
         """Finished trials with values: the longest value list over the cases (0 for a failed build)."""
@@ -173,6 +180,7 @@ class CorrectnessFinding:
 
     first_bad: int
     fixed_at: int | None
+    cases: tuple[str, ...] = ()  # the cases wrong at first_bad (empty: the whole revision, cases unknown)
 
 
 @dataclass(frozen=True)

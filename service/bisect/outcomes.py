@@ -27,7 +27,9 @@ from enum import Enum
 
 import numpy as np
 
-from perfbisect.service.bisect.model import BisectConfig, CaseEffect, Observation, Plan, RevisionState, Verdict
+from perfbisect.service.bisect.model import (
+    BisectConfig, CaseEffect, CorrectnessFinding, Observation, Plan, RevisionState, Verdict,
+)
 from perfbisect.service.bisect.pairs import case_noise_df, effective_min_effect
 from perfbisect.service.bisect.planner import step_effect, undecided_at_culprit
 from perfbisect.service.bisect.probes import nothing_built
@@ -287,10 +289,32 @@ def _warning(reports: Sequence[NoiseReport], min_effect: float) -> str | None:
     return "; ".join(parts)
 
 
+def _wrong_at_one_end(case: str, n: int, ends: Mapping[int, Failure],
+                      finding: CorrectnessFinding | None) -> CaseOutcome | None:
+    """A case that gave wrong results at exactly one end, with the search's correctness finding
+    for it: a decided change of correctness (regressed: wrong from first_bad; improved: fixed at
+    fixed_at), not a failure to measure. None otherwise."""
+    if finding is None or len(ends) != 1:
+        return None
+    end, failure = next(iter(ends.items()))
+    if failure.reason != "wrong_results":
+        return None
+    if end == n - 1:
+        return CaseOutcome(case, Outcome.regressed, f"wrong results from revision {finding.first_bad}",
+                           error=failure.error, failed_at=end)
+    if finding.fixed_at is not None:
+        return CaseOutcome(case, Outcome.improved, f"wrong results fixed at revision {finding.fixed_at}",
+                           error=failure.error, failed_at=end)
+    return None
+
+
 def decide_case(case: str, n: int, observations: Mapping[int, Observation], plan: Plan, config: BisectConfig,
-                failures: Sequence[Failure], detectable: float) -> CaseOutcome:
+                failures: Sequence[Failure], detectable: float,
+                finding: CorrectnessFinding | None = None) -> CaseOutcome:
     ends = {e: f for e in (0, n - 1) if (f := _end_failure(case, e, observations, failures)) is not None}
     steps = _steps(case, plan, config)
+    if not steps and (wrong := _wrong_at_one_end(case, n, ends, finding)) is not None:
+        return wrong
     failed = _failed_case(case, ends, observations) if ends else None
     if steps:
         outcome = Outcome.regressed if any(s.regression for s in steps) else Outcome.improved
@@ -313,16 +337,20 @@ def decide_case(case: str, n: int, observations: Mapping[int, Observation], plan
 
 def decide(n_revisions: int, observations: Mapping[int, Observation], plan: Plan, config: BisectConfig,
            cases: Sequence[str], failures: Sequence[Failure] = (),
-           noise_inputs: Mapping[str, CaseNoise] | None = None) -> JobOutcome:
+           noise_inputs: Mapping[str, CaseNoise] | None = None,
+           correctness: Sequence[CorrectnessFinding] | None = None) -> JobOutcome:
     """The outcome of a search over revisions 0..n-1 for every requested case. `plan` is the
-    planner's last answer (done for a finished job), `failures` every trial and case failure seen.
-    Raises ValueError when `cases` is empty. Touches nothing; deterministic."""
+    planner's last answer (done for a finished job), `failures` every trial and case failure seen,
+    `correctness` the wrong-results findings (default: the plan's). Raises ValueError when `cases`
+    is empty. Touches nothing; deterministic."""
     if not cases:
         raise ValueError("a job has at least one case")
     noise = tuple(case_noise(c, observations, (noise_inputs or {}).get(c), config) for c in cases)
     detectable = {r.case: r.detectable for r in noise}
-    outcomes = tuple(decide_case(c, n_revisions, observations, plan, config, failures, detectable[c])
-                     for c in cases)
+    findings = plan.correctness if correctness is None else correctness
+    finding_of = {case: f for f in findings for case in f.cases}
+    outcomes = tuple(decide_case(c, n_revisions, observations, plan, config, failures, detectable[c],
+                                 finding_of.get(c)) for c in cases)
     noise = tuple(_as_decided(r, o, config) for r, o in zip(noise, outcomes))
     present = {o.outcome for o in outcomes}
     verdict = next(s for s in SEVERITY if s in present)

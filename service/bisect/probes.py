@@ -89,10 +89,9 @@ def _wrong_runs(measured: Mapping[int, Observation]) -> list[tuple[int, int]]:
     runs: list[tuple[int, int]] = []
     current: list[int] = []
     for r in sorted(measured):
-        state = measured[r].state
-        if state == RevisionState.wrong_results:
+        if measured[r].is_wrong:
             current.append(r)
-        elif state == RevisionState.ok and current:
+        elif measured[r].state == RevisionState.ok and current:
             runs.append((current[0], current[-1]))
             current = []
     if current:
@@ -113,5 +112,6 @@ def correctness(n: int, measured: Mapping[int, Observation]) -> tuple[list[Corre
             between = unmeasured_between(lo, hi, measured)
             if between:
                 probes.append(between[len(between) // 2])
-        findings.append(CorrectnessFinding(first_bad=first, fixed_at=None if after == n else after))
+        cases = tuple(sorted(set().union(*(measured[r].wrong for r in measured if first <= r <= last))))
+        findings.append(CorrectnessFinding(first_bad=first, fixed_at=None if after == n else after, cases=cases))
     return findings, sorted(set(probes))

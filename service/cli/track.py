@@ -125,8 +125,13 @@ def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
         return
     for r in rows:
+        runs = f"  last run {_when(r.last_run_at)}" + (f", next {_when(r.next_run_at)}" if r.next_run_at else "")
         print(f"#{r.id:<4} {r.repository:<24} {r.branch:<16} {r.device_class:<6} {r.trigger:<8} "
-              f"{len(r.cases)} case(s)  head {(r.last_sha or '-')[:10]}")
+              f"{len(r.cases)} case(s)  head {(r.last_sha or '-')[:10]}{runs}")
+
+
+def _when(moment) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment is not None else "never"
 
 
 @track_app.command("run")
@@ -161,13 +166,18 @@ def remove(tracked_id: int) -> None:
     print(f"removed #{tracked_id}")
 
 
+NO_CULPRIT_NOTE = "bisect job "  # service.alerts.service.job_finished's note when a bisect named no culprit
+
+
 def alert_lines(alerts: list) -> list[str]:
     """One line per alert and one per case: what the CLI and the demo print."""
     lines = []
     for a in alerts:
         culprit = (a.culprit_last_sha[:10] if a.culprit_exact else
-                   f"{a.culprit_first_sha[:10]}..{a.culprit_last_sha[:10]}" if a.culprit_last_sha else "bisecting"
-                   if a.bisect_job_id else "-")
+                   f"{a.culprit_first_sha[:10]}..{a.culprit_last_sha[:10]}" if a.culprit_last_sha else
+                   # a finished bisect that named none leaves a note saying so: not "bisecting" forever
+                   f"none: {a.note}" if a.bisect_job_id and (a.note or "").startswith(NO_CULPRIT_NOTE) else
+                   "bisecting" if a.bisect_job_id else "-")
         pr = f"#{a.culprit_pr}" if a.culprit_pr else ""
         lines.append(f"alert {a.id:<3} {a.kind:<13} {a.status:<12} {a.before_sha[:10]}..{a.last_sha[:10]}  "
                      f"culprit {culprit} {pr} {a.culprit_subject or ''}".rstrip())

@@ -8,6 +8,7 @@ trials at once cannot plan the same round twice.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -33,14 +34,17 @@ BROKEN_CASE = ("compile_error", "error")
 
 def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str) -> dict[int, Observation]:
     """Per revision index: its state and, per case, one decision value per finished trial.
-    Any wrong result makes the revision wrong_results; it is unbuildable only when no trial of
-    it ran (one timeout among good trials is noise, not a broken revision). A trial the worker
+    A case that failed the accuracy check is recorded as wrong there and gives no value; the
+    other cases of the trial keep theirs (the revision stays ok for them), and only a revision
+    where every case was wrong is wrong_results as a whole. It is unbuildable only when no trial
+    of it ran (one timeout among good trials is noise, not a broken revision). A trial the worker
     failed (worker_error) tells nothing of the revision: it only counts against the cap, and a
     revision with nothing else is left unobserved (so tried again) until WORKER_RETRIES such
     failures, then skipped like one that does not build."""
     index = {sha: i for i, sha in enumerate(shas)}
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     seen: dict[int, set[RevisionState]] = defaultdict(set)
+    wrong: dict[int, set[str]] = defaultdict(set)
     failed: dict[int, int] = defaultdict(int)  # trials that gave no value: they count against the cap
     for trial in trials:
         if not trial.status.finished or trial.status == TrialStatus.cancelled:
@@ -53,21 +57,22 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
             seen[i].add(RevisionState.unbuildable)
             failed[i] += 1
             continue
-        wrong = any(m.status == "wrong_results" for m in trial.measurements)
-        seen[i].add(RevisionState.wrong_results if wrong else RevisionState.ok)
+        wrong[i] |= {m.case.name for m in trial.measurements if m.status == "wrong_results"}
         gave = False
         for m in trial.measurements:
             value = m.ratio if metric == "ratio" else m.value
             if m.status == "ok" and value is not None:
                 values[i][m.case.name].append(value)
                 gave = True
+        all_wrong = bool(trial.measurements) and all(m.status == "wrong_results" for m in trial.measurements)
+        seen[i].add(RevisionState.wrong_results if all_wrong else RevisionState.ok)
         failed[i] += not gave
     for i, count in failed.items():
         if i not in seen and count >= WORKER_RETRIES:
             seen[i].add(RevisionState.unbuildable)
-    precedence = (RevisionState.wrong_results, RevisionState.ok, RevisionState.unbuildable)
+    precedence = (RevisionState.ok, RevisionState.wrong_results, RevisionState.unbuildable)
     return {i: Observation(state=next(s for s in precedence if s in states), values=dict(values.get(i, {})),
-                           failed=failed[i])
+                           failed=failed[i], wrong=frozenset(wrong.get(i, ())))
             for i, states in seen.items()}
 
 
@@ -116,6 +121,27 @@ def _nearest_ok(observations: dict[int, Observation], start: int, step: int, n: 
     return None
 
 
+TOLERANCE = re.compile(r"above tolerance ([0-9.eE+-]+)")
+
+
+def wrong_effects(trials: Sequence[Trial], sha: str, cases: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per case wrong at `sha`: its largest accuracy error, the tolerance it broke (from the
+    harness's message) and that message: what a correctness culprit says of each case."""
+    out: dict[str, dict[str, Any]] = {}
+    for trial in trials:
+        if trial.revision.sha != sha or trial.status != TrialStatus.ok:
+            continue
+        for m in trial.measurements:
+            if m.status != "wrong_results" or (cases and m.case.name not in cases):
+                continue
+            found = TOLERANCE.search(m.error or "")
+            seen = out.get(m.case.name, {}).get("error")
+            if seen is None or (m.accuracy_error is not None and m.accuracy_error > seen):
+                out[m.case.name] = {"error": m.accuracy_error, "tolerance": float(found.group(1)) if found else None,
+                                    "message": (m.error or "")[:300] or None}
+    return out
+
+
 def _write_culprits(session: Session, job: Job, plan: Plan, findings: Sequence[CorrectnessFinding],
                     trials: Sequence[Trial], observations: dict[int, Observation]) -> None:
     shas = job.revision_shas
@@ -139,7 +165,7 @@ def _write_culprits(session: Session, job: Job, plan: Plan, findings: Sequence[C
     for finding in findings:
         first = shas[finding.first_bad]
         session.add(Culprit(job_id=job.id, kind=CulpritKind.correctness, first_sha=first, last_sha=first,
-                            revision_id=revisions[first].id,
+                            revision_id=revisions[first].id, effects=wrong_effects(trials, first, finding.cases),
                             fixed_sha=shas[finding.fixed_at] if finding.fixed_at is not None else None))
     session.flush()
 
@@ -155,7 +181,8 @@ def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observa
         "unbuildable": sum(o.state == RevisionState.unbuildable for o in observations.values()),
         "trials": finished,
         "planned": sum(r.trials for r in plan.requests),
-        "expected_trials": expected_trials(finished, observations, plan, config) + sweep.in_flight(trials),
+        "expected_trials": (expected_trials(finished, observations, plan, config, len(job.revision_shas))
+                            + sweep.in_flight(trials)),
         "accuracy_checked": checked,
         "rounds": rounds,
         "open_pairs": [[job.revision_shas[a][:12], job.revision_shas[b][:12]] for a, b in plan.open_pairs],
@@ -198,11 +225,11 @@ def advance(session: Session, job_id: int) -> Round:
         if sweep.in_flight(trials):  # the sweep's last result advances the job again
             return Round([])
         findings = sweep.findings(trials, job.revision_shas) if job.spec.get("check_accuracy") else plan.correctness
-        _write_culprits(session, job, plan, findings, timed, observations)
+        _write_culprits(session, job, plan, findings, trials, observations)
         job.progress["correctness"] = len(findings)
         raw = samples_of(session, [m.id for t in trials for m in t.measurements])
         job.status, job.error, job.result = outcome.conclude(job.revision_shas, job.spec, trials, observations,
-                                                             plan, config, raw)
+                                                             plan, config, raw, findings)
         job.finished_at = utcnow()
         return Round([], finished=True)
     if job.status == JobStatus.queued:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfbisect.service.bisect import BisectConfig, Observation, Plan
+from perfbisect.service.bisect.model import CorrectnessFinding
 from perfbisect.service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
 from perfbisect.service.models import JobStatus, Trial, TrialStatus
 
@@ -129,12 +130,14 @@ def summary(outcome: JobOutcome) -> str | None:
 
 def conclude(shas: Sequence[str], spec: dict[str, Any], trials: Sequence[Trial],
              observations: dict[int, Observation], plan: Plan, config: BisectConfig,
-             raw: Mapping[int, dict]) -> tuple[JobStatus, str | None, dict]:
+             raw: Mapping[int, dict], findings: Sequence[CorrectnessFinding] | None = None,
+             ) -> tuple[JobStatus, str | None, dict]:
     """(status, error, result JSON) of a job whose planner is done (or gave up); `raw` holds
-    the measurements' raw samples (for the noise report)."""
+    the measurements' raw samples (for the noise report), `findings` the wrong-results runs
+    (default: the plan's)."""
     failures = failures_from(trials, shas)
     cases = [c["name"] for c in spec["cases"]]
-    outcome = decide(len(shas), observations, plan, config, cases, failures, noise_inputs(trials, raw))
+    outcome = decide(len(shas), observations, plan, config, cases, failures, noise_inputs(trials, raw), findings)
     status = STATUS_OF.get(outcome.verdict, JobStatus.succeeded)
     error = summary(outcome)
     if not plan.done:

@@ -167,6 +167,14 @@ class CaseEffectRead(BaseModel):
     after_value: float | None = None
 
 
+class WrongCaseRead(BaseModel):
+    """A case that failed the accuracy check at a correctness culprit."""
+
+    error: float | None = Field(default=None, description="the largest relative error seen")
+    tolerance: float | None = Field(default=None, description="the suite's tolerance it broke")
+    message: str | None = None
+
+
 class CulpritRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -178,6 +186,8 @@ class CulpritRead(BaseModel):
     subject: str | None = None
     pr_number: int | None = None
     effects: dict[str, CaseEffectRead] = {}
+    wrong_cases: dict[str, WrongCaseRead] = Field(
+        default={}, description="correctness: the cases that failed the accuracy check (others keep their timing)")
 
 
 class StepRead(BaseModel):

@@ -9,7 +9,6 @@ the same job; an `Idempotency-Key` gives a caller the same job for the same key,
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any

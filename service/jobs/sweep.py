@@ -30,10 +30,12 @@ def new_trials(job: Job, trials: Sequence[Trial], plan: Plan, revisions: dict[st
             for i, sha in enumerate(job.revision_shas) if i not in timed]
 
 
-def states(trials: Sequence[Trial], shas: Sequence[str]) -> dict[int, RevisionState]:
-    """What the finished trials (sweep and timed) say of each revision's accuracy."""
+def states(trials: Sequence[Trial], shas: Sequence[str]) -> dict[int, Observation]:
+    """What the finished trials (sweep and timed) say of each revision's accuracy: its state and
+    the cases that were wrong there."""
     index = {sha: i for i, sha in enumerate(shas)}
     seen: dict[int, set[RevisionState]] = defaultdict(set)
+    wrong: dict[int, set[str]] = defaultdict(set)
     for trial in trials:
         if not trial.status.finished or trial.status == TrialStatus.cancelled:
             continue
@@ -42,19 +44,18 @@ def states(trials: Sequence[Trial], shas: Sequence[str]) -> dict[int, RevisionSt
         i = index[trial.revision.sha]
         if trial.status != TrialStatus.ok:
             seen[i].add(RevisionState.unbuildable)
-        elif any(m.status == CASE_WRONG for m in trial.measurements):
-            seen[i].add(RevisionState.wrong_results)
-        else:
-            seen[i].add(RevisionState.ok)
-    precedence = (RevisionState.wrong_results, RevisionState.ok, RevisionState.unbuildable)
-    return {i: next(s for s in precedence if s in found) for i, found in seen.items()}
+            continue
+        wrong[i] |= {m.case.name for m in trial.measurements if m.status == CASE_WRONG}
+        seen[i].add(RevisionState.ok)
+    precedence = (RevisionState.ok, RevisionState.unbuildable)
+    return {i: Observation(next(s for s in precedence if s in found), wrong=frozenset(wrong.get(i, ())))
+            for i, found in seen.items()}
 
 
 def findings(trials: Sequence[Trial], shas: Sequence[str]) -> tuple[CorrectnessFinding, ...]:
     """Each run of wrong-results revisions, from its first one to the next that passes (the
     planner's own rule, here over every revision instead of those the search built)."""
-    observed = {i: Observation(state) for i, state in states(trials, shas).items()}
-    return tuple(correctness(len(shas), observed)[0])
+    return tuple(correctness(len(shas), states(trials, shas))[0])
 
 
 def in_flight(trials: Sequence[Trial]) -> int:

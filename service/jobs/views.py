@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from perfbisect.service.jobs import repository
-from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, JobSummary, OutcomeRead, TrialRead
-from perfbisect.service.models import Job, Repository, Revision
+from perfbisect.service.jobs.schemas import (
+    CaseEffectRead, CulpritRead, JobRead, JobSummary, OutcomeRead, TrialRead, WrongCaseRead,
+)
+from perfbisect.service.models import Culprit, CulpritKind, Job, Repository, Revision
 from perfbisect.service.repos.redaction import env_secrets, scrub_tree
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.trials import repository as trials_repo
@@ -35,6 +38,14 @@ def job_reads(session: Session, jobs: Sequence[Job]) -> list[JobRead]:
     return [job_read(session, job, revisions[job.repository_id]) for job in jobs]
 
 
+def culprit_effects(culprit: Culprit) -> dict[str, Any]:
+    """CulpritRead's per-case fields: timing effects of a performance culprit, the wrong cases
+    (error vs tolerance) of a correctness one."""
+    if culprit.kind == CulpritKind.correctness:
+        return {"wrong_cases": {name: WrongCaseRead(**e) for name, e in (culprit.effects or {}).items()}}
+    return {"effects": {name: CaseEffectRead(**e) for name, e in (culprit.effects or {}).items()}}
+
+
 def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None = None) -> JobRead:
     if revisions is None:
         shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
@@ -46,7 +57,7 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
             kind=c.kind.value, first_sha=c.first_sha, last_sha=c.last_sha, fixed_sha=c.fixed_sha,
             exact=c.first_sha == c.last_sha, subject=rev.subject if rev else None,
             pr_number=rev.pr_number if rev else None,
-            effects={name: CaseEffectRead(**e) for name, e in c.effects.items()},
+            **culprit_effects(c),
         ))
     secrets = env_secrets(job.repository.env)  # rows stored before values were scrubbed at the source
     progress = dict(job.progress)

@@ -245,6 +245,10 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
             fixed = f"fixed at {c.fixed_sha[:10]}" if c.fixed_sha else "not fixed in this range"
             lines.append(Text(textwrap.shorten(f"  {c.first_sha[:10]} {pr_label(c)} {c.subject or ''}: first wrong "
                                                f"results; {fixed}", width, placeholder=" ..."), STYLE["regression"]))
+            for case, w in c.wrong_cases.items():  # the cases that failed accuracy; the others kept their timing
+                vs = f" vs tolerance {w.tolerance:.3g}" if w.tolerance is not None else ""
+                err = f": error {w.error:.3g}{vs}" if w.error is not None else ""
+                lines.append(Text(textwrap.shorten(f"    {case}{err}", width, placeholder=" ..."), STYLE["regression"]))
     case_lines = _case_outcomes(job, width, wide)
     if case_lines:
         lines += [Text(""), *case_lines]

@@ -8,7 +8,7 @@ from perfbisect.service.api.deps import AdminDep, SessionDep, ViewerDep
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.bounds import NO_NUL
 from perfbisect.service.repos import repository, service
-from perfbisect.service.repos.schemas import RepositoryCreate, RepositoryRead
+from perfbisect.service.repos.schemas import RepositoryCreate, RepositoryRead, RepositoryUpdate
 from perfbisect.service.suites import service as suites
 from perfbisect.service.suites.schemas import BenchmarkSetCreate, BenchmarkSetRead
 
@@ -33,6 +33,13 @@ def list_repositories(session: SessionDep, viewer: ViewerDep) -> list[Repository
 @router.get("/{name}", response_model=RepositoryRead)
 def get_repository(session: SessionDep, viewer: ViewerDep, name: RepositoryName) -> RepositoryRead:
     return RepositoryRead.of(service.get(session, name), reveal=viewer is not None and viewer.is_admin)
+
+
+@router.patch("/{name}", response_model=RepositoryRead)
+def update_repository(session: SessionDep, admin: AdminDep, name: RepositoryName, body: RepositoryUpdate) -> RepositoryRead:
+    """Admin only: set the pull-request bot's policy (what a PR measures, how the gate reads an
+    undecided compare)."""
+    return RepositoryRead.of(service.update(session, name, body), reveal=True)
 
 
 @router.post("/{name}/benchmark-sets", status_code=status.HTTP_201_CREATED, response_model=BenchmarkSetRead)

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -36,6 +36,33 @@ def checked_build_input(value: str) -> str:
     return trimmed or "."
 
 
+SET_NAME = text(100, min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+CaseSelector = text(300, min_length=1)
+
+
+class PrPolicy(BaseModel):
+    """What the pull-request bot measures on a PR and how its merge gate reads a compare that did
+    not decide every case."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inconclusive: Literal["neutral", "failure"] = Field(
+        default="neutral", description="the check's conclusion when a case could not be decided (too noisy, trial cap)")
+    failed: Literal["neutral", "failure"] = Field(
+        default="neutral", description="the check's conclusion when a case could not be measured or the job failed")
+    benchmark_set: SET_NAME | None = Field(
+        default=None, description="the benchmark set a PR is compared on (default: the cases of the tracked branch "
+                                  "the PR targets, else of every benchmark set and tracked branch of the repository)")
+    device_class: text(40, pattern=r"^[a-z0-9_-]{1,40}$") | None = Field(
+        default=None, description="default: the tracked branch's")
+    min_effect: float | None = Field(default=None, gt=0, lt=1, description="default: the tracked branch's min_magnitude")
+    kernel_paths: Annotated[dict[BuildInput, Annotated[list[CaseSelector], Field(min_length=1, max_length=64)]],
+                            Field(max_length=64)] = Field(
+        default_factory=dict, examples=[{"kernels/gemm/*": ["gemm"], "kernels/norm.py": ["rmsnorm"]}],
+        description="a PR touching a file matched by a glob (or under a directory) is also compared on the "
+                    "repository's known cases of those suites (or case names)")
+
+
 class RepositoryCreate(BaseModel):
     """Registering is admin-only: the build command and env run on the workers."""
 
@@ -49,6 +76,7 @@ class RepositoryCreate(BaseModel):
     env: Annotated[dict[EnvName, text(4000)], Field(max_length=64)] = Field(
         default_factory=dict, examples=[{"FLYDSL_RUNTIME_ENABLE_CACHE": "0"}])
     default_branch: str = Field(default="main", max_length=200, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
+    pr_policy: PrPolicy = Field(default_factory=PrPolicy)
 
     @field_validator("import_root")
     @classmethod
@@ -69,6 +97,14 @@ class RepositoryCreate(BaseModel):
         return self
 
 
+class RepositoryUpdate(BaseModel):
+    """Admin only: what may change on a registered repository."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pr_policy: PrPolicy
+
+
 class RepositoryRead(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -80,6 +116,7 @@ class RepositoryRead(BaseModel):
     import_root: str
     env: dict[str, str] = Field(description=f"values are {HIDDEN!r} unless the caller is an admin")
     default_branch: str
+    pr_policy: PrPolicy = Field(default_factory=PrPolicy)
     created_at: datetime
 
     @classmethod

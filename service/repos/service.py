@@ -13,7 +13,7 @@ from perfbisect.service.db import insert_or_skip
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.models import Repository, Revision
 from perfbisect.service.repos import repository
-from perfbisect.service.repos.schemas import RepositoryCreate
+from perfbisect.service.repos.schemas import RepositoryCreate, RepositoryUpdate
 from perfbisect.service.repos.urls import checked_url
 from perfbisect.service.settings import get_settings
 
@@ -48,6 +48,14 @@ def get(session: Session, name_or_id: str | int) -> Repository:
     repo = session.get(Repository, int(name_or_id)) if by_id else repository.get_by_name(session, str(name_or_id))
     if repo is None:
         raise NotFound(f"no repository {name_or_id!r} is registered (register it with POST /api/repositories)")
+    return repo
+
+
+def update(session: Session, name_or_id: str | int, data: RepositoryUpdate) -> Repository:
+    """Replace the repository's PR policy. Raises NotFound."""
+    repo = get(session, name_or_id)
+    repo.pr_policy = data.pr_policy.model_dump(exclude_none=True)
+    session.flush()
     return repo
 
 

@@ -93,3 +93,9 @@ def cases_of(session: Session, repository_id: int, cases: Sequence[dict]) -> dic
     rows = session.scalars(select(Case).where(Case.repository_id == repository_id, Case.name.in_(names))).all()
     wanted = {(c["suite"], c["target"], c["name"]) for c in cases}
     return {c.name: c for c in rows if (c.suite, c.target, c.name) in wanted}
+
+
+def of_repository(session: Session, repository_id: int) -> Sequence[TrackedBranch]:
+    """Every tracked branch of a repository, oldest first."""
+    stmt = select(TrackedBranch).where(TrackedBranch.repository_id == repository_id).order_by(TrackedBranch.id)
+    return session.scalars(stmt).all()

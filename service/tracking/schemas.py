@@ -56,7 +56,10 @@ class TrackedBranchRead(BaseModel):
     max_bisects: int
     metric: str
     last_sha: str | None
-    last_run_at: datetime | None
+    last_run_at: datetime | None = Field(description="when a run last looked at the branch (push, beat or a person)")
+    next_run_at: datetime | None = Field(
+        default=None, description="schedule and poll: when the next run is due (beat, or the embedded server, "
+                                  "looks every minute); None for push")
     created_at: datetime
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
@@ -86,10 +86,20 @@ def remove(session: Session, tracked_id: int) -> None:
     session.flush()
 
 
+def next_run_at(tracked: TrackedBranch) -> datetime | None:
+    """When a scheduled or polled branch is due next (its first run is due at once); None for push."""
+    if tracked.trigger == TrackTrigger.push:
+        return None
+    if tracked.last_run_at is None:
+        return tracked.created_at
+    return tracked.last_run_at + timedelta(seconds=tracked.interval_s)
+
+
 def read(tracked: TrackedBranch) -> TrackedBranchRead:
+    computed = ("repository", "trigger", "next_run_at")
     return TrackedBranchRead.model_validate(
-        {**{k: getattr(tracked, k) for k in TrackedBranchRead.model_fields if k not in ("repository", "trigger")},
-         "repository": tracked.repository.name, "trigger": tracked.trigger.value})
+        {**{k: getattr(tracked, k) for k in TrackedBranchRead.model_fields if k not in computed},
+         "repository": tracked.repository.name, "trigger": tracked.trigger.value, "next_run_at": next_run_at(tracked)})
 
 
 def _covered(trial: Trial, fingerprint: str | None, case_names: set[str]) -> bool:
@@ -143,7 +153,9 @@ def start_run(session: Session, tracked_id: int, head: str | None = None, *, onl
     heads = unmeasured(session, tracked, wanted)
     if not heads:
         return Run(tracked.id, head_sha, (), None, f"{len(wanted)} head(s) of {tracked.branch} measured already")
-    commits = [mirror.commit_info(sha) for sha in heads]
+    # Heads are first-parent commits of the branch: their depth is their place in its history,
+    # so each measured head is a point of /api/history and the overview as soon as it is stored.
+    commits = [replace(mirror.commit_info(sha), position=mirror.first_parent_depth(sha)) for sha in heads]
     spec = {"tracked_branch_id": tracked.id, "branch": tracked.branch, "cases": tracked.cases,
             "device_class": tracked.device_class, "metric": tracked.metric, "policy": tracked.policy,
             "trials_per_head": tracked.trials_per_head, "min_effect": tracked.min_magnitude,
@@ -165,4 +177,4 @@ def push_targets(session: Session, event: PushEvent) -> list[TrackedBranch]:
 def due(session: Session, now: datetime) -> list[tuple[int, bool]]:
     """(tracked id, only_if_moved) of the scheduled and polled branches whose interval has passed."""
     return [(t.id, t.trigger == TrackTrigger.poll) for t in repository.scheduled(session)
-            if t.last_run_at is None or now - t.last_run_at >= timedelta(seconds=t.interval_s)]
+            if (when := next_run_at(t)) is not None and when <= now]

@@ -22,7 +22,7 @@ from perfbisect.service.jobs import views
 from perfbisect.service.jobs.schemas import CulpritRead, JobRead
 from perfbisect.service.reports.pr_comment import render_culprit_comment, render_job
 from perfbisect.service.settings import get_settings
-from perfbisect.service.webhooks.check import CHECK_NAME, STATUS_STATE, check_verdict
+from perfbisect.service.webhooks.check import CHECK_NAME, STATUS_STATE, GatePolicy, check_verdict
 from perfbisect.service.webhooks.github_client import GitHubClient
 from perfbisect.service.webhooks.repo_urls import github_slug
 
@@ -99,8 +99,8 @@ def post_job_comments(session: Session, job_id: int, client: httpx.Client | None
 
 def post_check(session: Session, job_id: int, client: httpx.Client | None = None) -> dict[str, Any] | None:
     """Set the merge gate of a finished compare job on its head commit: a check run named
-    'perfbisect' (failure on a regression or wrong results, success otherwise, neutral when the
-    job failed), or, where the token cannot create check runs (403/404: not a GitHub App), a
+    'perfbisect' (service.webhooks.check: failure on a regression or wrong results, success only
+    when every case was decided, neutral or failure by the repository's pr_policy otherwise), or, where the token cannot create check runs (403/404: not a GitHub App), a
     commit status with the same verdict. None for a bisect job or a repository off GitHub.
     Returns {head_sha, conclusion, title, via ("check_run" | "status" | None), posted, error};
     an HTTP failure is reported in `error`, not raised."""
@@ -110,7 +110,9 @@ def post_check(session: Session, job_id: int, client: httpx.Client | None = None
     slug = github_slug(job.repository.url)
     if job.kind.value != "compare" or slug is None or not job.revision_shas:
         return None
-    verdict = check_verdict(views.job_read(session, job))
+    policy = job.repository.pr_policy or {}
+    gate = GatePolicy(**{k: policy[k] for k in ("inconclusive", "failed") if k in policy})
+    verdict = check_verdict(views.job_read(session, job), gate)
     settings = get_settings()
     result: dict[str, Any] = {"head_sha": job.revision_shas[-1], "conclusion": verdict.conclusion,
                               "title": verdict.title, "via": None, "posted": False, "error": None}

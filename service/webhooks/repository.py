@@ -16,16 +16,6 @@ def all_repositories(session: Session) -> Sequence[Repository]:
     return session.scalars(select(Repository).order_by(Repository.id)).all()
 
 
-def latest_bisect_spec(session: Session, repository_id: int) -> dict | None:
-    """The spec of the repository's most recent bisect job that lists cases, or None."""
-    stmt = (select(Job.spec).where(Job.repository_id == repository_id, Job.kind == JobKind.bisect)
-            .order_by(Job.id.desc()))
-    for spec in session.scalars(stmt):
-        if spec and spec.get("cases"):
-            return spec
-    return None
-
-
 def open_compare(session: Session, repository_id: int, base_sha: str, head_sha: str) -> Job | None:
     """A compare job of the same base and head that has not failed or been cancelled (a
     redelivered webhook, or a reopened PR with the same head, reuses it)."""

@@ -1,9 +1,8 @@
 """Turning a pull_request event into a compare job. Flushes through service.jobs, never
 commits: the webhook request owns the transaction and queues the job's first round after it.
 
-The benchmarks a PR is compared on are the cases of the repository's most recent bisect job
-(the shapes someone already cared enough about to bisect), with its device class, minimum
-effect and metric.
+The benchmarks a PR is compared on are those configured for the branch it targets, plus the
+cases whose kernel source it touches (service.webhooks.pr_cases).
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from perfbisect.service.repos import service as repos
 from perfbisect.service.suites import service as suites
 from perfbisect.service.webhooks import repository
 from perfbisect.service.webhooks.repo_urls import event_urls, normalized_url
+from perfbisect.service.webhooks.pr_cases import pr_benchmarks
 from perfbisect.service.webhooks.schemas import PullRequestEvent
 from perfbisect.gitrepo import GitError
 
@@ -86,27 +86,27 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
     """The compare job of the PR's base sha against its head sha (an existing open one of the
     same shas is reused); a new one cancels the PR's older queued or running compare jobs,
     whose head is stale. Raises NotFound (no registered repository matches), BadRequest (no
-    bisect job to take benchmarks from, or shas that do not resolve in the mirror)."""
+    benchmarks configured, or shas that do not resolve in the mirror)."""
     repo = match_repository(session, event.repository)
     pr = event.pull_request
     existing = repository.open_compare(session, repo.id, pr.base.sha, pr.head.sha)
     if existing is not None:
         return CompareOutcome(job=existing, created=False)
-    spec = repository.latest_bisect_spec(session, repo.id)
-    if spec is None:
-        raise BadRequest(f"no benchmarks configured for {repo.name!r}: the PR bot compares the cases of the "
-                         "repository's latest bisect job, and it has none (submit one with POST /api/jobs/bisect)")
     fetch_pull_head(repo, pr.number)
+    chosen = pr_benchmarks(session, repo, pr.base.ref or repo.default_branch, pr.base.sha, pr.head.sha)
+    if not chosen.cases:
+        raise BadRequest(f"no benchmarks configured for {repo.name!r}: the PR bot compares the cases of the branch's "
+                         f"tracked history or of a benchmark set (POST /api/tracked-branches, or POST "
+                         f"/api/repositories/{repo.name}/benchmark-sets and PATCH its pr_policy.benchmark_set)")
+    defaults = {k: v for k, v in (("device_class", chosen.device_class), ("min_effect", chosen.min_effect),
+                                  ("metric", chosen.metric)) if v is not None}
     try:
-        request = CompareCreate(
-            repository=repo.name, base=pr.base.sha, head=pr.head.sha, benchmarks=suites.benchmarks_of_cases(session, spec.get("cases", [])),
-            device_class=spec.get("device_class", "cpu"), min_effect=spec.get("min_effect", 0.02),
-            metric=spec.get("metric", "ratio"), pr_number=pr.number,
-        )
+        request = CompareCreate(repository=repo.name, base=pr.base.sha, head=pr.head.sha, pr_number=pr.number,
+                                benchmarks=suites.benchmarks_of_cases(session, chosen.cases), **defaults)
     except (ValidationError, KeyError) as exc:
-        raise BadRequest(f"the latest bisect of {repo.name!r} has benchmarks the PR bot cannot reuse: {exc}") from exc
-    # As before issue 22: this request fetches (the pull ref above, the branches here), with
-    # PERFBISECT_FETCH_TIMEOUT_S; moving it into the task as for API submissions is left to do.
+        raise BadRequest(f"the {chosen.source} of {repo.name!r} has benchmarks the PR bot cannot use: {exc}") from exc
+    # This request fetches (the pull ref above, the branches here), with PERFBISECT_FETCH_TIMEOUT_S;
+    # moving it into the task as for API submissions is left to do.
     submission = jobs.submit_compare(session, request, SYSTEM, fetch=True)
     job = submission.job
     if not submission.created:  # an identical delivery's job, created meanwhile

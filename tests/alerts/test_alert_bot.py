@@ -16,6 +16,11 @@ from perfbisect.service.models import (
     AlertKind,
     AlertStatus,
     Case,
+    Culprit,
+    CulpritKind,
+    Job,
+    JobKind,
+    JobStatus,
     Repository,
     Revision,
     TrackedBranch,
@@ -128,3 +133,41 @@ def test_without_a_token_nothing_is_sent_and_ranges_or_closed_alerts_get_no_comm
     assert bot.comment_work(session, alert.id) is None
     alert.status, alert.culprit_first_sha = AlertStatus.new, "9" * 40
     assert bot.comment_work(session, alert.id) is None
+
+
+def _bisected(session, alert: Alert, kind: CulpritKind, effects: dict) -> None:
+    tracked = session.get(TrackedBranch, alert.tracked_branch_id)
+    job = Job(kind=JobKind.bisect, repository_id=tracked.repository_id, status=JobStatus.succeeded,
+              revision_shas=["a" * 40, CULPRIT], spec={"min_effect": 0.05, "cases": []}, progress={})
+    session.add(job)
+    session.flush()
+    session.add(Culprit(job_id=job.id, kind=kind, first_sha=CULPRIT, last_sha=CULPRIT, effects=effects))
+    alert.bisect_job_id = job.id
+    session.flush()
+
+
+def test_the_alert_comment_has_units_interval_metric_and_links(session, token, alert, monkeypatch) -> None:
+    monkeypatch.setattr(token, "public_url", "https://perf.example/")
+    _bisected(session, alert, CulpritKind.performance, {"gemm M=1": {
+        "rel": -0.554, "ci": [-0.58, -0.52], "before": 0.967, "after": 0.431, "unit": "TFLOP/s",
+        "before_value": 641.0, "after_value": 286.0}})
+    body = bot.post(bot.comment_work(session, alert.id), client=FakeGitHub().client())["comments"][0]["body"]
+    assert "| case | ratio to the control (higher is faster), before → after | measured, before → after " \
+           "| step [95% CI] |" in body
+    assert "| `gemm M=1` | 0.967 → 0.431 | 641 → 286 TFLOP/s | -55.4% [-58.0%, -52.0%] |" in body
+    assert f"[alert #{alert.id}](https://perf.example/api/alerts/{alert.id})" in body
+    assert f"[bisect job {alert.bisect_job_id}](https://perf.example/dashboard/jobs/{alert.bisect_job_id})" in body
+    assert "[chart: gemm M=1](https://perf.example/dashboard/repositories/kern-bot?case=gemm%20M%3D1)" in body
+
+
+def test_a_wrong_results_alert_comment_names_the_error_and_tolerance(session, token, alert) -> None:
+    alert.kind = AlertKind.wrong_results
+    alert.cases[0].kind, alert.cases[0].rel = AlertKind.wrong_results, None
+    _bisected(session, alert, CulpritKind.correctness, {"gemm M=1": {"error": 0.31, "tolerance": 0.01}})
+    body = bot.post(bot.comment_work(session, alert.id), client=FakeGitHub().client())["comments"][0]["body"]
+    assert "| `gemm M=1` | passes → wrong results (error 0.31 vs tolerance 0.01) | – | – |" in body
+
+
+def test_an_unbisected_alert_says_it_has_no_interval(session, token, alert) -> None:
+    body = bot.post(bot.comment_work(session, alert.id), client=FakeGitHub().client())["comments"][0]["body"]
+    assert "| `gemm M=1` | 1 → 0.8 | – | -20.0% (p=1e-05, no interval: not bisected) |" in body

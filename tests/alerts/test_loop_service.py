@@ -27,6 +27,7 @@ from tests.gitrepo import git, make_repo
 CASE = {"suite": "gemm", "target": "lib.gemm:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}
 CASE_NAME = "gemm M=64,N=64,K=64,dtype=fp32"
 OTHER = {"suite": "gemm", "target": "lib.gemm:matmul", "shapes": ["M=128,N=128,K=128,dtype=fp32"]}
+OTHER_NAME = "gemm M=128,N=128,K=128,dtype=fp32"
 
 
 def result(case_values: dict[str, float | str]) -> dict:
@@ -98,6 +99,25 @@ def test_backfill_measures_every_kth_commit_and_nothing_twice(session, lib) -> N
     assert list(again.heads) == [shas[9]]
 
 
+def test_every_measured_head_is_a_point_of_the_history_at_once(client, session, lib) -> None:
+    """Backfill 5 heads + 2 pushes: 7 points per case in /api/history and the overview, in
+    first-parent order, with no bisect or compare covering them."""
+    shas = lib["shas"]
+    tracked = track(session, lib, benchmarks=[CASE, OTHER], backfill_every=1, backfill_depth=5)
+    flat = lambda sha: {CASE_NAME: 1.0, OTHER_NAME: 2.0}  # noqa: E731
+    measure(session, tracking.start_run(session, tracked.id).job.id, flat)
+    for index in (9, 11):
+        push(session, lib, tracked, index, flat)
+    session.flush()
+    body = client.get(f"/api/history/{lib['repo'].name}").json()
+    assert [c["sha"] for c in body["commits"]] == [shas[i] for i in (3, 4, 5, 6, 7, 9, 11)]
+    assert [c["index"] for c in body["commits"]] == [3, 4, 5, 6, 7, 9, 11]
+    assert sorted(c["case"] for c in body["cases"]) == sorted([CASE_NAME, OTHER_NAME])
+    assert all(len(c["series"][0]["points"]) == 7 for c in body["cases"])
+    overview = client.get(f"/api/history/{lib['repo'].name}/overview").json()
+    assert len(overview["cases"]) == 2
+
+
 def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(session, lib) -> None:
     shas, values = lib["shas"], step_at(lib, 10)
     tracked = track(session, lib)
@@ -118,7 +138,7 @@ def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(sess
     assert again.raised == [alert.id] and again.bisect_job_ids == []
     assert session.scalars(select(Alert).where(Alert.tracked_branch_id == tracked.id)).all() == [alert]
 
-    bisect.status = JobStatus.succeeded
+    bisect.status = JobStatus.inconclusive  # another case undecided: the confirmed culprit still stands
     session.add(Culprit(job_id=bisect.id, kind=CulpritKind.performance, first_sha=shas[10], last_sha=shas[10],
                         effects={CASE_NAME: {"rel": -0.4, "ci": [-0.42, -0.38], "before": 1.0, "after": 0.6}}))
     session.flush()
@@ -199,6 +219,27 @@ def test_wrong_results_raise_an_alert(session, lib) -> None:
     [alert_id] = alerts.detect(session, tracked.id).raised
     alert = session.get(Alert, alert_id)
     assert alert.kind.value == "wrong_results" and (alert.before_sha, alert.last_sha) == (shas[7], shas[11])
+
+
+def test_a_wrong_results_alerts_bisect_succeeds_and_names_its_culprit(session, lib) -> None:
+    shas = lib["shas"]
+    values = lambda sha: {CASE_NAME: "wrong" if shas.index(sha) >= 9 else 1.0,  # noqa: E731
+                          OTHER_NAME: 1.0}
+    tracked = track(session, lib, benchmarks=[CASE, OTHER])
+    measure(session, tracking.start_run(session, tracked.id).job.id, values)
+    push(session, lib, tracked, 11, values)
+    [alert_id] = alerts.detect(session, tracked.id).raised
+    alert = session.get(Alert, alert_id)
+    measure(session, alert.bisect_job_id, values)
+    bisect = session.get(Job, alert.bisect_job_id)
+    assert bisect.status == JobStatus.succeeded, bisect.error
+    [wrong] = [c for c in session.scalars(select(Culprit).where(Culprit.job_id == bisect.id))
+               if c.kind == CulpritKind.correctness]
+    assert (wrong.first_sha, list(wrong.effects)) == (shas[9], [CASE_NAME])  # only the case that was wrong
+    session.expire_all()  # a task's fresh session
+    done = alerts.job_finished(session, bisect.id)
+    assert (alert.culprit_first_sha, alert.culprit_last_sha, alert.note) == (shas[9], shas[9], None)
+    assert done.comment_alert_ids == [alert.id]
 
 
 # --- API and webhook ------------------------------------------------------------------------

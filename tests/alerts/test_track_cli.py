@@ -43,3 +43,17 @@ def test_track_add_list_remove_and_bad_input(tmp_path: Path) -> None:
     assert cli(env, "remove", "1").returncode == 0
     gone = cli(env, "remove", "1")
     assert gone.returncode == 2 and "no tracked branch 1" in gone.stderr
+
+
+def test_an_alert_whose_bisect_named_nothing_does_not_read_bisecting_forever() -> None:
+    from types import SimpleNamespace
+
+    from perfbisect.service.cli.track import alert_lines
+
+    alert = SimpleNamespace(id=3, kind="regression", status="new", before_sha="a" * 40, last_sha="b" * 40,
+                            culprit_exact=False, culprit_first_sha=None, culprit_last_sha=None, bisect_job_id=14,
+                            note="bisect job 14 inconclusive without naming a culprit for this alert",
+                            culprit_pr=None, culprit_subject=None, cases=[])
+    assert "culprit none: bisect job 14 inconclusive" in alert_lines([alert])[0]
+    running = SimpleNamespace(**{**vars(alert), "note": "looking into it"})
+    assert "culprit bisecting" in alert_lines([running])[0]
