@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from perfbisect.service.attribution.schemas import AttributionRead
 from perfbisect.service.bounds import Id, ShapeKey, ShapeValue, text
 
 # A shape: 'M=512,N=512,K=512,dtype=fp32' or the same as an object; sizes fit the case columns.
@@ -109,6 +110,9 @@ class BisectCreate(BaseModel):
                                           "its suites, targets and shape presets")
     check_accuracy: bool = Field(default=False, description="also check accuracy at every revision of the range "
                                  "(accuracy-only trials, no timing loop, run side by side with the search)")
+    attribute: bool | None = Field(default=None, description="after the bisect, measure the bad end with its culprits "
+                                   "reverted: None (default) when two or more culprits moved one case, true for any "
+                                   "culprit, false never")
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:
@@ -233,6 +237,9 @@ class JobRead(BaseModel):
     finished_at: datetime | None
     culprits: list[CulpritRead]
     outcome: OutcomeRead | None = Field(default=None, description="set once the job has finished")
+    attribution: AttributionRead | None = Field(
+        default=None, description="an attribution job's report; on a bisect, that of its latest finished attribution")
+    attribution_job_id: int | None = Field(default=None, description="a bisect's latest attribution job")
 
 
 class JobSummary(BaseModel):
