@@ -22,6 +22,7 @@ from pathlib import Path
 
 FOUND = re.compile(r"planted events found: (\d+)/(\d+)")
 VERDICT = re.compile(r"^verdict: (\w+)", re.M)
+INTERACTION = re.compile(r"planted interaction found: (\d+)/(\d+)(; interactions not planted: (.*))?")
 
 
 def one_run(i: int, out: Path, cpus: list[int] | None, device: str) -> dict:
@@ -38,7 +39,11 @@ def one_run(i: int, out: Path, cpus: list[int] | None, device: str) -> dict:
     (home / "stderr.txt").write_text(done.stderr)
     found = FOUND.search(done.stdout)
     verdict = VERDICT.search(done.stdout)
-    return {"run": i, "rc": done.returncode, "wall_s": round(time.monotonic() - started),
+    pair = INTERACTION.search(done.stdout)
+    return {"interaction": f"{pair[1]}/{pair[2]}" if pair else "?",
+            "interaction_found": bool(pair and pair[1] == pair[2] != "0"),
+            "interaction_extra": bool(pair and pair[4]),
+            "run": i, "rc": done.returncode, "wall_s": round(time.monotonic() - started),
             "found": f"{found[1]}/{found[2]}" if found else "?", "all": bool(found and found[1] == found[2]),
             "verdict": verdict[1] if verdict else "?"}
 
@@ -59,14 +64,18 @@ def main() -> None:
         slot = (i - 1) % args.parallel
         cpus = list(range(slot * args.cpus_per_run, (slot + 1) * args.cpus_per_run)) if pin else None
         result = one_run(i, out, cpus, args.device)
-        print(f"run {result['run']:>2}: found {result['found']}, verdict {result['verdict']}, exit {result['rc']}, "
+        print(f"run {result['run']:>2}: found {result['found']}, interaction {result['interaction']}"
+              f"{' (and one not planted)' if result['interaction_extra'] else ''}, verdict {result['verdict']}, exit {result['rc']}, "
               f"{result['wall_s']} s", flush=True)
         return result
 
     with ThreadPoolExecutor(args.parallel) as pool:
         results = list(pool.map(run, range(1, args.runs + 1)))
     complete = sum(r["all"] for r in results)
-    print(f"\nall planted events found in {complete} of {len(results)} runs; "
+    paired = sum(r["interaction_found"] for r in results)
+    extra = sum(r["interaction_extra"] for r in results)
+    print(f"\nplanted interaction named in {paired} of {len(results)} runs; an interaction not planted in {extra}")
+    print(f"all planted events found in {complete} of {len(results)} runs; "
           f"median wall {sorted(r['wall_s'] for r in results)[len(results) // 2]} s; outputs in {out}")
 
 

@@ -16,6 +16,7 @@ import textwrap
 from rich.text import Text
 
 from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead
+from perfbisect.service.reports.attribution import text_lines as attribution_lines
 
 STYLE = {"regressed": "bold red", "regression": "red", "improved": "bold green", "improvement": "green",
          "failed": "bold red", "inconclusive": "bold yellow", "unchanged": "", "warning": "yellow"}
@@ -248,6 +249,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
     case_lines = _case_outcomes(job, width, wide)
     if case_lines:
         lines += [Text(""), *case_lines]
+    lines += attribution_lines(job)
     if job.error and not case_lines:
         lines += [Text(""), Text(f"error: {job.error}", STYLE["failed"])]
     return lines
