@@ -126,3 +126,22 @@ def test_no_attribute_skips_and_post_forces(session, repo) -> None:
     assert made.created and made.job.kind == JobKind.attribute
     again = attribution.create(session, jobs.get(session, bisect_id), forced=True)
     assert not again.created and again.job.id == made.job.id  # one open attribution per request
+
+
+def test_the_api_and_the_job_page_show_the_attribution(session, repo, client, sent_tasks) -> None:
+    read, job = bisect_then_attribute(session)
+    body = client.get(f"/api/jobs/{read.id}").json()
+    assert body["attribution_job_id"] == job.id
+    assert body["attribution"]["cases"][0]["verdict"] == "interact"
+    assert client.get(f"/api/jobs/{job.id}").json()["attribution"]["culprits"][1]["label"] == "#111"
+    for page_id in (read.id, job.id):
+        html = client.get(f"/dashboard/jobs/{page_id}", headers={"Accept": "text/html"}).text
+        assert "<h2>Attribution at the head</h2>" in html and "<svg role=\"img\"" in html
+        assert "#105 + #111 reverted" in html and "interaction" in html
+    md = client.get(f"/api/jobs/{read.id}/report", params={"format": "markdown"}).text
+    assert "**Attribution at the head**" in md
+    # forcing it again through the API while none is open: a new job, queued after the commit
+    accepted = client.post(f"/api/jobs/{read.id}/attribute")
+    assert accepted.status_code == 202 and accepted.json()["id"] != job.id
+    refused = client.post(f"/api/jobs/{job.id}/attribute")  # an attribution is not a bisect
+    assert refused.status_code == 422 and "is not a finished bisect" in refused.json()["detail"]

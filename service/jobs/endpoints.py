@@ -57,7 +57,7 @@ def submit_compare(session: SessionDep, submitter: SubmitterDep, response: Respo
 def attribute_job(session: SessionDep, submitter: SubmitterDep, response: Response, job_id: JobId) -> JobAccepted:
     """Measure the bad end of finished bisect `job_id` with each culprit reverted (alone, together,
     every subset up to three) side by side with the bad end: what each culprit costs at the head,
-    and whether they interact. 400 for a job that is not a finished bisect or named no culprit."""
+    and whether they interact. 422 for a job that is not a finished bisect or named no culprit."""
     return _accepted(session, response, attribution.request(session, job_id, submitter))
 
 
