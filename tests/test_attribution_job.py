@@ -7,8 +7,11 @@ that does not revert cleanly is reported as such, not as an error."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from perfbisect.service.attribution import service as attribution
+from perfbisect.service.auth.principal import SYSTEM
+from perfbisect.service.jobs.schemas import CompareCreate
 from perfbisect.service.jobs import advance, views
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.models import JobKind, Trial
@@ -44,30 +47,32 @@ def drive(session, job_id: int, result_of) -> int | None:
     raise AssertionError("job did not finish")
 
 
-def interacting(conflict_with: str | None = None):
-    """The head at 0.56; either culprit reverted alone gives 0.8, both 1.0: each one costs 43%
-    with the other in, 25% (and 30%) without it. `conflict_with`: that culprit's reverts conflict."""
+def interacting(conflict_with: str | None = None, alone: dict[str, float] | None = None):
+    """The head at 0.56; either culprit reverted alone gives 0.8 (or `alone`, by its sha), both
+    1.0: each one costs 43% with the other in, 25% (and 30%) without it. `conflict_with`: that
+    culprit's reverts conflict."""
     def result_of(work, rng):
         if work.job_id is not None and work.reverts:
             reverted = {sha for first, last in work.reverts for sha in (first, last)}
             if conflict_with in reverted:
                 return {"status": "revert_conflict", "cases": [], "device": None,
                         "error": "does not revert cleanly at the head: conflicts in lib/gemm.py"}
-            big = 1.0 if len(work.reverts) == 2 else 0.8
+            big = 1.0 if len(work.reverts) == 2 else (alone or {}).get(work.reverts[0][1], 0.8)
         else:
             big = 0.56
         return harness_result({CASE_BIG: big}, rng, noise=0.01)
     return result_of
 
 
-def bisect_then_attribute(session, conflict: int | None = None):
+def bisect_then_attribute(session, conflict: int | None = None, alone: dict[int, float] | None = None):
     bisect_id = submit(session)
     attribution_id = drive(session, bisect_id, lambda work, rng: bisect_truth(
         jobs.get(session, bisect_id).revision_shas.index(work.sha), rng))
     assert attribution_id is not None, "two culprits on one case: the attribution follows the bisect"
     bisect = jobs.get(session, bisect_id)
     shas = bisect.revision_shas
-    drive(session, attribution_id, interacting(shas[conflict] if conflict is not None else None))
+    drive(session, attribution_id, interacting(shas[conflict] if conflict is not None else None,
+                                               {shas[i]: v for i, v in (alone or {}).items()}))
     return views.job_read(session, jobs.get(session, bisect_id)), jobs.get(session, attribution_id)
 
 
@@ -145,3 +150,31 @@ def test_the_api_and_the_job_page_show_the_attribution(session, repo, client, se
     assert accepted.status_code == 202 and accepted.json()["id"] != job.id
     refused = client.post(f"/api/jobs/{job.id}/attribute")  # an attribution is not a bisect
     assert refused.status_code == 422 and "is not a finished bisect" in refused.json()["detail"]
+
+
+def test_a_fix_is_checked_against_the_culprits_in_its_base(session, repo) -> None:
+    """#105 reverted alone gives 0.7, #111 alone 0.8, both 1.0; a PR on main that recovers what
+    reverting #111 does leaves 20% of the 44% lost, which #105 explains (+25% once #111 is fixed)."""
+    from tests.gitrepo import git
+
+    read, _job = bisect_then_attribute(session, alone={5: 0.7, 11: 0.8})
+    path = repo.url
+    git(path, "checkout", "-q", "-b", "fix")
+    (Path(path) / "fix.txt").write_text("fixed\n")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "Fix the second step (#200)")
+    body = CompareCreate(repository="lib", base="main", head="fix", pr_number=200, benchmarks=[
+        {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": [CASE_BIG.split(" ", 1)[1]]}])
+    compare = jobs.submit_compare(session, body, SYSTEM).job
+    base = compare.revision_shas[0]
+    drive(session, compare.id, lambda work, rng: harness_result({CASE_BIG: 0.56 if work.sha == base else 0.8}, rng,
+                                                                noise=0.01))
+    checked = views.job_read(session, jobs.get(session, compare.id)).fix_check
+    assert [row.case for row in checked] == [CASE_BIG]
+    row = checked[0]
+    assert row.culprits == ["#105", "#111"] and abs(row.lost - (0.56 - 1)) < 0.03
+    assert row.fixes == "#111" and row.explained_by == ["#105"]
+    assert abs(row.left - (0.8 - 1)) < 0.03 and abs(row.predicted_left.rel - 0.25) < 0.04
+    assert row.words.startswith("This pull request recovers 4") and "is left: what #105 costs once #111 is fixed" in row.words
+    assert row.words in render_job(views.job_read(session, jobs.get(session, compare.id)))
+    print(row.words, read.attribution.cases[0].words, sep="\n")

@@ -77,3 +77,18 @@ class AttributionRead(BaseModel):
     variants: list[VariantRead] = []
     cases: list[CaseAttributionRead] = []
     head_trials: int = 0
+
+
+class FixCheckRead(BaseModel):
+    """A compare whose base holds culprits named by an earlier bisect, on one case."""
+
+    case: str
+    culprits: list[str] = Field(description="the earlier culprits that moved this case (#PR or sha)")
+    lost: float = Field(description="their step together (relative, negative for a loss)")
+    recovered: float = Field(description="this pull request's step on the case")
+    left: float = Field(description="what remains of the earlier step (relative)")
+    share: float | None = Field(description="part of the loss recovered (log scale)")
+    fixes: str | None = Field(description="with an attribution: the culprit whose revert recovers most like this PR")
+    explained_by: list[str] = Field(description="the culprits that explain the remainder")
+    predicted_left: EstimateRead | None = Field(description="what they cost once `fixes` is fixed, per the attribution")
+    words: str

@@ -208,3 +208,37 @@ def _undecided(cases: Mapping[str, Sequence[int]], live: Sequence[Variant],
         if result.verdict == "undetermined":
             return True
     return False
+
+
+@dataclass(frozen=True)
+class FixCheck:
+    """A pull request against steps named earlier on one case, on the log scale: `lost` is the
+    sum of the earlier culprits' steps (negative for a loss), `recovered` the PR's step, `left`
+    what remains (lost + recovered), `share` the part of the loss recovered. With an attribution
+    at the head, `fixes` is the culprit whose revert recovers most nearly what the PR does, and
+    `predicted_left` what the others cost once it is fixed (all together minus its single):
+    the culprit(s) that explain the remainder."""
+
+    lost: float
+    recovered: float
+    left: float
+    share: float | None
+    fixes: int | None = None
+    predicted_left: Estimate | None = None
+
+
+def fix_check(earlier: Sequence[float], pr_step: float, together: Estimate | None = None,
+              singles: Mapping[int, Estimate] | None = None) -> FixCheck:
+    """`earlier`: the relative steps (rel) the culprits made on the case; `pr_step`: the PR's rel
+    on it (head against base); `together`/`singles`: the attribution's recoveries at the bad end
+    of all the culprits and of each alone (log scale), when one was measured."""
+    lost = sum(math.log1p(step) for step in earlier)
+    recovered = math.log1p(pr_step)
+    share = recovered / -lost if lost else None
+    if together is None or not singles:
+        return FixCheck(lost, recovered, lost + recovered, share)
+    fixes = min(singles, key=lambda i: abs(singles[i].log - recovered))
+    rest = together.log - singles[fixes].log
+    # the two recoveries are measured against the same head: their difference's se is at most the sum
+    se = math.hypot(together.se, singles[fixes].se)
+    return FixCheck(lost, recovered, lost + recovered, share, fixes, estimate(rest, se, together.df))

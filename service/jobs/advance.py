@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
 from perfbisect.service.bisect.progress import expected_trials
 from perfbisect.service.bisect.probes import nothing_built
+from perfbisect.service.attribution import fixcheck
 from perfbisect.service.attribution import service as attribution
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import outcome, repository, sweep
@@ -204,6 +205,8 @@ def advance(session: Session, job_id: int) -> Round:
         job.status, job.error, job.result = outcome.conclude(job.revision_shas, job.spec, trials, observations,
                                                              plan, config, raw)
         job.finished_at = utcnow()
+        if job.kind == JobKind.compare:  # a PR over culprits named earlier: what it recovers, what is left
+            job.result = {**job.result, "fix_check": fixcheck.check(session, job)}
         attributed = attribution.maybe_create(session, job)
         return Round([], finished=True, follow_up=attributed.id if attributed is not None else None)
     if job.status == JobStatus.queued:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from perfbisect.service.attribution.schemas import AttributionRead
+from perfbisect.service.attribution.schemas import AttributionRead, FixCheckRead
 from perfbisect.service.bounds import Id, ShapeKey, ShapeValue, text
 
 # A shape: 'M=512,N=512,K=512,dtype=fp32' or the same as an object; sizes fit the case columns.
@@ -240,6 +240,8 @@ class JobRead(BaseModel):
     attribution: AttributionRead | None = Field(
         default=None, description="an attribution job's report; on a bisect, that of its latest finished attribution")
     attribution_job_id: int | None = Field(default=None, description="a bisect's latest attribution job")
+    fix_check: list[FixCheckRead] = Field(default=[], description="a compare over culprits named earlier: per case "
+                                          "what the pull request recovers and what is left")
 
 
 class JobSummary(BaseModel):

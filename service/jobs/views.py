@@ -56,6 +56,7 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
         spec=job.spec, progress=progress, revision_shas=job.revision_shas, error=job.error, created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, culprits=culprits,
         outcome=OutcomeRead.model_validate(job.result["outcome"]) if (job.result or {}).get("outcome") else None,
+        fix_check=(job.result or {}).get("fix_check") or [],
         **_attribution(session, job),
     )
 

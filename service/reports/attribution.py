@@ -41,7 +41,13 @@ def _problems(attribution: AttributionRead) -> list[str]:
 
 
 def text_lines(job: JobRead) -> list[Text]:
-    """The terminal section; empty when the job has no attribution report."""
+    """The terminal section; empty when the job has no attribution report nor fix check."""
+    fixes = [Text(""), Text("Fix check (culprits named earlier in this base):")] if job.fix_check else []
+    fixes += [Text(f"  {row.case}: {row.words}") for row in job.fix_check]
+    return fixes + _attribution_lines(job)
+
+
+def _attribution_lines(job: JobRead) -> list[Text]:
     attribution = job.attribution
     if attribution is None:
         if job.attribution_job_id is not None:
@@ -62,7 +68,13 @@ def text_lines(job: JobRead) -> list[Text]:
 
 
 def markdown_lines(job: JobRead) -> list[str]:
-    """The Markdown section: per case a table and its sentence."""
+    """The Markdown section: the fix check, then per case a table and its sentence."""
+    out = ["", "**Fix check** (culprits named earlier in this base)", ""] if job.fix_check else []
+    out += [f"- `{row.case}`: {row.words}" for row in job.fix_check]
+    return out + _attribution_markdown(job)
+
+
+def _attribution_markdown(job: JobRead) -> list[str]:
     attribution = job.attribution
     if attribution is None:
         return []

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, attribute_case, interaction, plan_round,
-                                                   recovery, variants_of)
+from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, attribute_case, estimate, fix_check,
+                                                   interaction, plan_round, recovery, variants_of)
 
 T_975_8 = 2.306004135204166  # Student's t, 97.5% quantile, 8 degrees of freedom
 
@@ -103,3 +103,17 @@ def test_plan_round_brings_every_live_arm_to_the_same_count_and_stops():
     assert done.done
     capped = plan_round(cases, variants, {}, {v: 12 for v in values}, set())
     assert capped.done and not capped.requests
+
+
+def test_fix_check_splits_the_loss_and_names_the_remainder():
+    """Steps of -20% and -30% (lost: log 0.56); the PR recovers +42.9% (log 1/0.7). With the
+    attribution (culprit 0 alone +25%, culprit 1 alone +42.9%, both +78.6%) the PR fixed culprit 1
+    and culprit 0 explains the rest: log(1/0.56) - log(1/0.7) = log(1.25)."""
+    plain = fix_check([-0.2, -0.3], 1 / 0.7 - 1)
+    assert plain.lost == pytest.approx(math.log(0.56)) and plain.left == pytest.approx(math.log(0.8))
+    assert plain.share == pytest.approx(math.log(1 / 0.7) / -math.log(0.56)) and plain.fixes is None
+    singles = {0: estimate(math.log(1.25), 0.01, 8), 1: estimate(math.log(1 / 0.7), 0.01, 8)}
+    checked = fix_check([-0.2, -0.3], 1 / 0.7 - 1, estimate(math.log(1 / 0.56), 0.01, 8), singles)
+    assert checked.fixes == 1
+    assert checked.predicted_left.rel == pytest.approx(0.25)
+    assert checked.predicted_left.se == pytest.approx(0.01 * math.sqrt(2))
