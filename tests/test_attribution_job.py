@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 from perfbisect.service.attribution import service as attribution
+from perfbisect.service.cli.exit_codes import exit_code
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.jobs.schemas import CompareCreate
 from perfbisect.service.jobs import advance, views
@@ -99,6 +100,9 @@ def test_two_interacting_culprits_are_attributed(session, repo) -> None:
     assert "they interact (-12." in case.words or "they interact (-13." in case.words or "they interact (-11." in case.words
     assert " costs 4" in case.words and "with #" in case.words and "% without it." in case.words
 
+    own = views.job_read(session, job)
+    assert exit_code(own) == 0 and "at its bad end: succeeded" in culprit_table(own)
+    assert "#105 + #111 reverted" in culprit_table(own)
     text = culprit_table(read)
     assert "Attribution at the head" in text and "#105 + #111 reverted" in text and ": interact" in text
     md = render_job(read)

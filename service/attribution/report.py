@@ -107,6 +107,12 @@ def words(result: CaseAttribution, labels: Sequence[str], broken: Mapping[Varian
         both = result.recoveries[result.together]
         text += f"; {'both' if len(result.together) == 2 else 'all together'} {both.rel * 100:.1f}%"
         text += ": " + _interaction_words(result, labels)
+    combos = [v for v in result.recoveries if len(v) > 1]
+    if result.together is None and combos:  # some single did not revert: say what the largest set does
+        largest = max(combos, key=lambda v: (len(v), v))
+        rel = result.recoveries[largest].rel
+        text += (f"{'; ' if text else ''}reverting {name(largest)} together "
+                 f"{'recovers' if rel >= 0 else 'costs'} {abs(rel) * 100:.1f}%")
     for variant, problem in sorted(broken.items()):
         if len(variant) == 1:
             text += f"{'; ' if text else ''}{name(variant)} {problem}"

@@ -35,9 +35,17 @@ VARIANT_BROKEN = (TrialStatus.revert_conflict, TrialStatus.build_error, TrialSta
 PER_ROUND = AttributionConfig().initial
 
 
-def _moved_cases(culprit: Culprit, min_effect: float) -> list[str]:
-    """The cases a culprit moved: a step of at least the minimum effect whose interval excludes 0
-    (the reports' rule, service/reports/culprits.py:moved)."""
+def _moved_cases(job: Job, culprit: Culprit) -> list[str]:
+    """The cases a culprit moved, as the bisect concluded them: the steps of each case's outcome
+    (the planner's DIFFERENT pairs), not every case whose effect happened to pass the threshold
+    at the culprit's ends on a noisy case. Without an outcome, the reports' rule on the effects
+    (a step of at least the minimum effect whose interval excludes 0)."""
+    cases = ((job.result or {}).get("outcome") or {}).get("cases")
+    if cases is not None:
+        return [row["case"] for row in cases
+                if any(step["first_sha"] == culprit.first_sha and step["last_sha"] == culprit.last_sha
+                       for step in row.get("steps") or [])]
+    min_effect = job.spec["min_effect"]
     return [case for case, e in culprit.effects.items()
             if abs(e["rel"]) >= min_effect and (e["ci"][0] > 0 or e["ci"][1] < 0)]
 
@@ -49,7 +57,7 @@ def attributable(job: Job, culprits: Sequence[Culprit], *, minimum: int = 2) -> 
     performance = [c for c in culprits if c.kind == CulpritKind.performance]
     by_case: dict[str, list[Culprit]] = defaultdict(list)
     for culprit in performance:
-        for case in _moved_cases(culprit, job.spec["min_effect"]):
+        for case in _moved_cases(job, culprit):
             by_case[case].append(culprit)
     kept_cases = {case: found for case, found in by_case.items() if len(found) >= minimum}
     chosen = [c for c in performance if any(c in found for found in kept_cases.values())]
