@@ -57,7 +57,7 @@ def test_the_planted_pair_is_attributed_through_the_api(demo_repo: Path, tmp_pat
             assert submitted.status_code == 202, submitted.text
             bisect = wait_for_job(base, submitted.json()["id"], timeout_s=480, log=log)
             culprits = sorted(shas.index(c["last_sha"]) for c in bisect["culprits"] if c["kind"] == "performance")
-            assert culprits == [events["rms_blocks"], events["rms_weight_check"]], bisect["culprits"]
+            assert culprits == [events["rms_blocks"], events["rms_weight_check"]], (bisect["status"], bisect["outcome"])
             assert bisect["attribution_job_id"], "two culprits on one case: an attribution job follows"
             attribution = wait_for_job(base, bisect["attribution_job_id"], timeout_s=480, log=log)
             assert attribution["status"] == "succeeded", attribution
