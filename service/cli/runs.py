@@ -138,6 +138,22 @@ def follow_attribution(job: JobRead, *, api: str | None, show_progress: bool, co
     return read_remote(api, job.id) if api else read_local(job.id)
 
 
+def attribute_job(job_id: int, api: str | None, *, show_progress: bool, console: Console) -> JobRead:
+    """`perfbisect attribute ID`: start (or find) the attribution of bisect `job_id`, follow it,
+    return the bisect's read with it."""
+    from perfbisect.service.cli.follow import attribute_local, attribute_remote
+
+    if api:
+        api = api.rstrip("/")
+        attribution_id = attribute_remote(api, job_id)
+    else:
+        prepare_database()
+        attribution_id = attribute_local(job_id)
+    console.print(f"attributing the culprits of job {job_id} at its bad end: job {attribution_id}")
+    follow_job(attribution_id, api=api, show_progress=show_progress, console=console)
+    return read_remote(api, job_id) if api else read_local(job_id)
+
+
 def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> BisectCreate:
     import git
 
