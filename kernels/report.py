@@ -8,16 +8,35 @@ def _fmt(value, spec: str = ".3g") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _noise(samples: list[float]) -> str:
-    """Coefficient of variation of the target samples."""
-    if len(samples) < 2:
+def _noise(ratios: list[float]) -> str:
+    """The standard error of the median ratio relative to it (1.2533 sd / sqrt(n) / median): the
+    uncertainty of the number a bisect compares, which many samples shrink. One sample's spread
+    (hundreds of percent under load) says little about it."""
+    values = [r for r in ratios if r == r and r > 0]
+    if len(values) < 3:
         return "-"
-    return f"{statistics.stdev(samples) / statistics.mean(samples):.1%}"
+    median = statistics.median(values)
+    return f"±{1.2533 * statistics.stdev(values) / len(values) ** 0.5 / median:.1%}"
+
+
+def _balance_note(case: dict) -> str | None:
+    """Where one side's call is many times the other's, say how the samples were balanced: the
+    control cancels the machine's drift only over the same stretch of time as the target."""
+    repeats = case.get("repeats") or {}
+    t_med, c_med = case.get("median_target_ms"), case.get("median_control_ms")
+    if not t_med or not c_med or max(repeats.get("target", 1), repeats.get("control", 1)) == 1:
+        return None
+    slower, times = ("target", t_med / c_med) if t_med > c_med else ("control", c_med / t_med)
+    faster = "control" if slower == "target" else "target"
+    return (f"  {case['name']}: a {slower} call takes {times:.0f}x a {faster} call; each sample times "
+            f"{repeats[faster]} {faster} calls against one {slower} call, so both see the same stretch "
+            "of the machine")
 
 
 def format_result(result: dict) -> str:
     """Header (status, device, wall time) then one row per case: target and control
-    metric, control/target ratio, noise, accuracy error against tolerance, status."""
+    metric, control/target ratio and the relative standard error of that median ratio, samples,
+    accuracy error against tolerance, status."""
     device = result.get("device") or {}
     lines = [f"trial {result.get('status')}  device {device.get('kind')}: {device.get('name', '?')}"
              f"  torch {device.get('torch')}  triton {device.get('triton')}"
@@ -29,13 +48,13 @@ def format_result(result: dict) -> str:
         shown = ("start", "import", "compile", "inputs_reference", "timing", "teardown", "first_sample")
         lines.append("phases (s): " + "  ".join(f"{name} {phases[name]:.2f}" for name in shown if name in phases)
                      + f"  via {result.get('launcher', '?')}")
-    header = ("case", "target", "control", "unit", "ratio", "noise", "n", "accuracy", "status")
+    header = ("case", "target", "control", "unit", "ratio", "±ratio", "n", "accuracy", "status")
     rows = [header]
     for case in result.get("cases", []):
         metric = case["metric"]
         accuracy = f"{_fmt(case['accuracy_error'], '.1e')}/{_fmt(case['tolerance'], '.0e')}"
         rows.append((case["name"], _fmt(metric["target"], ".4g"), _fmt(metric["control"], ".4g"),
-                     metric["name"], _fmt(case["median_ratio"], ".3f"), _noise(case["target_ms"]),
+                     metric["name"], _fmt(case["median_ratio"], ".3f"), _noise(case["ratio"]),
                      str(len(case["target_ms"])), accuracy, case["status"]))
     if len(rows) > 1:
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -43,4 +62,5 @@ def format_result(result: dict) -> str:
             lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
         errors = [(c["name"], c["error"]) for c in result.get("cases", []) if c.get("error")]
         lines += [f"  {name}: {error.splitlines()[0]}" for name, error in errors]
+        lines += [line for case in result.get("cases", []) if (line := _balance_note(case))]
     return "\n".join(lines)

@@ -19,7 +19,11 @@ from pathlib import Path
 import git
 
 _REF_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/@{}~^+-]{0,254}$")
-_PR_RE = re.compile(r"\(#(\d+)\)\s*$")
+# Where a commit names its pull (or merge) request: a squash merge's subject ends "(#123)";
+# GitHub's merge commit subject is "Merge pull request #123 from owner/branch"; GitLab's merge
+# commit body has a line "See merge request group/project!123".
+_SUBJECT_PR = (re.compile(r"\(#(\d+)\)\s*$"), re.compile(r"^Merge pull request #(\d+)\b"))
+_BODY_PR = re.compile(r"^See merge request \S*!(\d+)\s*$", re.MULTILINE)
 
 
 class GitError(Exception):
@@ -62,20 +66,23 @@ def validate_ref(ref: str) -> str:
     return ref
 
 
-def pr_number(subject: str) -> int | None:
-    match = _PR_RE.search(subject)
-    return int(match.group(1)) if match else None
+def pr_number(subject: str, body: str = "") -> int | None:
+    """The pull or merge request a commit came from, by its subject or (GitLab) its body."""
+    for match in (*(p.search(subject) for p in _SUBJECT_PR), _BODY_PR.search(body)):
+        if match:
+            return int(match.group(1))
+    return None
 
 
 def _commit_info(commit: git.Commit) -> CommitInfo:
-    subject = commit.message.splitlines()[0] if commit.message else ""
+    subject, _, body = (commit.message or "").partition("\n")
     return CommitInfo(
         sha=commit.hexsha,
         parent_sha=commit.parents[0].hexsha if commit.parents else None,
         author=commit.author.name or "",
         authored_at=commit.authored_datetime,
         subject=subject,
-        pr_number=pr_number(subject),
+        pr_number=pr_number(subject, body),
     )
 
 

@@ -205,3 +205,24 @@ def test_trial_left_running_by_a_dead_worker_runs_again(session, repo) -> None:
     assert first is not None and again is not None and again.attempt == 2
     trial = session.get(Trial, trial_id)
     assert trial.attempts == 2 and trial.worker_host == "live-node"
+
+
+def test_a_step_undone_inside_the_range_is_found_with_scan_and_said_without(session, repo) -> None:
+    """Issue 28: equal ends hid a 20x slowdown that lasted a few commits. With --scan 3 the
+    search sees it and names both the regression and its fix; without, the case is unchanged
+    and its reason says a step inside would not have been seen."""
+
+    def truth(i: int, rng: random.Random) -> dict:
+        return harness_result({CASE_BIG: 0.05 if 6 <= i < 11 else 1.0, CASE_SMALL: 1.0}, rng)
+
+    scanned = submit(session, scan=3, min_effect=0.05)
+    run_job(session, scanned, truth)
+    job = views.job_read(session, jobs.get(session, scanned))
+    assert sorted(job.revision_shas.index(c.last_sha) for c in job.culprits) == [6, 11]
+    assert job.spec["scan"] == 3
+
+    blind = submit(session, scan=0, min_effect=0.05)
+    run_job(session, blind, truth)
+    job = views.job_read(session, jobs.get(session, blind))
+    assert job.culprits == [] and job.outcome.cases[0].outcome == "unchanged"
+    assert "only the ends were measured" in job.outcome.cases[0].reason

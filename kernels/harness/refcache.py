@@ -31,9 +31,20 @@ ALWAYS_STORED_BYTES = 1 << 20
 READ_BYTES_PER_S = 1e9
 
 
+PLAIN = (int, float, complex, bool, str, bytes, type(None))
+
+
 def input_digest(inputs: tuple) -> str:
-    """Cheap on any device: no copy of a whole tensor leaves the device."""
+    """Cheap on any device: no copy of a whole tensor leaves the device. Tensors, plain values
+    and tuples/lists/dicts of them are hashed; any other object only by its type: its own
+    repr() may be costly, recursive or stateful (a symbolic library's printer), and the cache
+    key already holds the case's params and seed, from which the suite made it."""
     h = hashlib.sha256()
+    _digest_into(h, inputs, depth=0)
+    return h.hexdigest()
+
+
+def _digest_into(h, inputs, depth: int) -> None:
     for value in inputs:
         if isinstance(value, torch.Tensor):
             flat = value.detach().reshape(-1)
@@ -42,9 +53,16 @@ def input_digest(inputs: tuple) -> str:
             total = torch.sum(flat, dtype=torch.float64).item() if flat.is_floating_point() else None
             h.update(repr((tuple(value.shape), str(value.dtype), total)).encode())
             h.update(sample.numpy().tobytes())
-        else:
+        elif isinstance(value, PLAIN):
             h.update(repr(value).encode())
-    return h.hexdigest()
+        elif isinstance(value, (tuple, list)) and depth < 8:
+            h.update(f"<{type(value).__name__} {len(value)}>".encode())
+            _digest_into(h, value, depth + 1)
+        elif isinstance(value, dict) and depth < 8:
+            h.update(f"<dict {len(value)}>".encode())
+            _digest_into(h, [item for pair in value.items() for item in pair], depth + 1)
+        else:
+            h.update(f"<{type(value).__module__}.{type(value).__qualname__}>".encode())
 
 
 class ReferenceCache:

@@ -21,10 +21,11 @@ from perfbisect.kernels.harness.refcache import ReferenceCache
 from perfbisect.kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
 from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, SmClock, should_stop, steady_host_allocator
 from perfbisect.kernels.suites import get_suite
-from perfbisect.kernels.suites.base import relative_error, resolve_callable
+from perfbisect.kernels.suites.base import resolve_callable
 
 DEFAULT_POLICY = {"min_samples": 10, "max_samples": 50, "max_time_s": 2.0, "rel_noise": 0.01,
-                  "warmup": 3, "throttle_fraction": 0.75}
+                  "warmup": 3, "throttle_fraction": 0.75, "balance_factor": 5.0}
+MAX_REPEATS = 64
 MAX_MESSAGE = 4000
 
 
@@ -100,7 +101,7 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device,
     with phases.track("inputs_reference"):
         reference = references.get_or_compute(case["suite"], params, seed, inputs,
                                                lambda: suite.reference(inputs, params))
-        error = relative_error(checked, reference)
+        error = suite.compare(checked, reference, params)
     entry["accuracy_error"] = _finite_or_none(error)
     if not error <= entry["tolerance"] and entry["status"] == "ok":
         # a fast kernel that computes the wrong thing is a failure, whatever its speed
@@ -120,18 +121,46 @@ def _kept_output(suite, out, inputs, params):
     return checked
 
 
+def balanced_repeats(target_ms: float, control_ms: float, factor: float) -> tuple[int, int]:
+    """How many calls of (target, control) make one sample: one each, unless one call takes more
+    than `factor` times the other; then the faster is called about as many times as it takes to
+    fill the slower one's window (at most MAX_REPEATS), so both sides of every ratio see the same
+    stretch of the machine. A 20 ms target against a 0.4 ms control otherwise compares each
+    target call with a control call that saw 2% of the load the target saw."""
+    if not (target_ms > 0 and control_ms > 0) or factor <= 0:
+        return 1, 1
+    ratio = target_ms / control_ms
+    if ratio > factor:
+        return 1, min(MAX_REPEATS, round(ratio))
+    if 1 / ratio > factor:
+        return min(MAX_REPEATS, round(1 / ratio)), 1
+    return 1, 1
+
+
+def _timed(timer, fn, repeats: int) -> float:
+    """The median of `repeats` timed calls (each cold when the timer flushes): a median, not a
+    mean, so that a sample of k calls estimates what a sample of one does (the median over
+    samples is then the same quantity whether a revision needed repeats or not)."""
+    return statistics.median(timer.time_ms(fn) for _ in range(repeats))
+
+
 def _time_samples(entry, run_target, run_control, timer, clock, policy, device, phases) -> None:
-    """Warm up, then time target and control interleaved (ABAB) until the stopping rule."""
+    """Warm up, then time target and control interleaved (ABAB) until the stopping rule; the
+    warm-up's own times choose the repeats that balance the two sides (balanced_repeats)."""
+    warm_t, warm_c = [], []
     for _ in range(policy["warmup"]):
-        run_target()
-        run_control()
+        warm_t.append(timer.time_ms(run_target))
+        warm_c.append(timer.time_ms(run_control))
     _sync(device)
+    t_reps, c_reps = balanced_repeats(_median(warm_t) or 0.0, _median(warm_c) or 0.0,
+                                      float(policy.get("balance_factor") or 0))
+    entry["repeats"] = {"target": t_reps, "control": c_reps}
     started = time.perf_counter()
     while True:
         phases.mark_first_sample()
-        t_ms = timer.time_ms(run_target)
+        t_ms = _timed(timer, run_target, t_reps)
         t_mhz = clock.read_mhz()
-        c_ms = timer.time_ms(run_control)
+        c_ms = _timed(timer, run_control, c_reps)
         c_mhz = clock.read_mhz()
         fraction = policy["throttle_fraction"]
         if clock.throttled(t_mhz, fraction) or clock.throttled(c_mhz, fraction):

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 # Bytes per element of each canonical dtype (footprints are checked without torch).
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
 
+# Divisors from work per second to the metrics whose unit says the scale.
+UNIT_SCALE = {"TFLOP/s": 1e12, "GFLOP/s": 1e9, "GB/s": 1e9, "TB/s": 1e12, "MB/s": 1e6}
+
 # Relative Frobenius error allowed per dtype. fp32 allows for tf32 tensor-core dots
 # (Triton's default for fp32 on NVIDIA GPUs, about 3e-4).
 DEFAULT_TOLERANCE = {"fp32": 2e-3, "fp16": 1e-2, "bf16": 2e-2, "fp64": 1e-9}
@@ -56,6 +59,36 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return err if err == err and err != float("inf") else float("inf")
 
 
+def output_error(out: Any, ref: Any, _depth: int = 0) -> float:
+    """The default accuracy check, for outputs of any common type: tensors by relative_error;
+    real or complex numbers by |out - ref| / |ref|; tuples and lists element by element (the
+    largest error; inf on a length mismatch); dicts key by key (inf on other keys); anything else
+    by ==, 0.0 when equal, else inf. A suite whose outputs need another notion of "the same
+    result" (a symbolic expression up to simplification, a float within an absolute bound)
+    defines `compare`."""
+    import torch
+
+    if isinstance(ref, torch.Tensor):
+        return relative_error(out, ref)
+    if isinstance(ref, (int, float, complex)) and not isinstance(ref, bool):
+        if not isinstance(out, (int, float, complex)) or isinstance(out, bool):
+            return float("inf")
+        err = abs(out - ref) / max(abs(ref), 1e-300)
+        return err if err == err else float("inf")
+    if _depth < 32 and isinstance(ref, (tuple, list)):
+        if not isinstance(out, (tuple, list)) or len(out) != len(ref):
+            return float("inf")
+        return max((output_error(o, r, _depth + 1) for o, r in zip(out, ref)), default=0.0)
+    if _depth < 32 and isinstance(ref, dict):
+        if not isinstance(out, dict) or out.keys() != ref.keys():
+            return float("inf")
+        return max((output_error(out[k], ref[k], _depth + 1) for k in ref), default=0.0)
+    try:
+        return 0.0 if bool(out == ref) else float("inf")
+    except Exception:  # an == that raises or returns something with no truth value
+        return float("inf")
+
+
 def require_positive_ints(params: Mapping[str, Any], keys: tuple[str, ...], suite: str) -> None:
     for key in keys:
         if key not in params:
@@ -69,7 +102,8 @@ class Suite:
     """Base of the built-in suites; custom files are wrapped to look the same."""
 
     name = "suite"
-    metric_name = "TFLOP/s"       # or "GB/s"
+    metric_name = "TFLOP/s"       # or "GB/s", or any unit a suite declares ("kcall/s", "items/s")
+    metric_scale: float | None = None   # work / seconds / scale = the metric; None: by the unit
     higher_is_better = True
     shape_keys: tuple[str, ...] = ()
     allowed_keys: tuple[str, ...] = ("dtype",)
@@ -93,7 +127,8 @@ class Suite:
         return inputs
 
     def work(self, params) -> float:
-        """FLOPs (TFLOP/s suites) or bytes moved (GB/s suites) of one call."""
+        """The work of one call in the metric's unit before scaling: FLOPs (TFLOP/s), bytes
+        moved (GB/s), or whatever the suite counts (1 call for calls/s)."""
         raise NotImplementedError
 
     def footprint_bytes(self, params) -> int | None:
@@ -102,8 +137,14 @@ class Suite:
         return None
 
     def metric(self, params, ms: float) -> float:
-        scale = 1e12 if self.metric_name == "TFLOP/s" else 1e9
-        return self.work(params) / (ms * 1e-3) / scale if ms > 0 else float("nan")
+        return self.work(params) / (ms * 1e-3) / self.scale() if ms > 0 else float("nan")
+
+    def scale(self) -> float:
+        """The divisor from work per second to the metric: 1e12 for TFLOP/s, 1e9 for GB/s,
+        `metric_scale` when the suite sets one, else 1 (a unit of its own, per second)."""
+        if self.metric_scale is not None:
+            return float(self.metric_scale)
+        return UNIT_SCALE.get(self.metric_name, 1.0)
 
     def call_target(self, fn: Callable, inputs: tuple, params):
         return fn(*inputs)
@@ -117,6 +158,10 @@ class Suite:
     def check_output(self, out, inputs: tuple, params) -> torch.Tensor:
         """The part of the output the reference covers (all of it, by default)."""
         return out
+
+    def compare(self, out, ref, params) -> float:
+        """The output's error against the reference, passed when <= tolerance (output_error)."""
+        return output_error(out, ref)
 
     def tolerance(self, params) -> float:
         return DEFAULT_TOLERANCE[params.get("dtype", "bf16")]

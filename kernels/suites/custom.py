@@ -4,15 +4,22 @@ trial's own directory at every revision, with the revision's import root on sys.
 
 The file follows the same protocol as the built-in suites, as module-level names:
 
-    METRIC = "TFLOP/s" or "GB/s"           (optional, default TFLOP/s)
+    METRIC = "TFLOP/s", "GB/s", or a unit of its own ("kcall/s", "items/s")
+                                           (optional: TFLOP/s with flops, GB/s with bytes_moved)
+    METRIC_SCALE = 1e3                     (optional: work per second / METRIC_SCALE = the metric;
+                                            known units scale themselves, others default to 1)
     HIGHER_IS_BETTER = True                (optional)
     TOLERANCE = 1e-2                       (optional, else per dtype)
     def validate(params) -> dict           (optional; raise ValueError)
     def make_inputs(params, device, generator) -> tuple        (required)
     def setup(inputs, params) -> tuple     (optional, untimed: e.g. a forward pass)
-    def flops(params) / bytes_moved(params) -> float           (one required)
-    def reference(inputs, params) -> Tensor                    (required)
-    def control(inputs, params) -> Tensor                      (required)
+    def flops(params) / bytes_moved(params) / work(params) -> float   (one required)
+    def reference(inputs, params) -> the expected output       (required; any type)
+    def control(inputs, params)                                (required)
+    def compare(output, reference, params) -> float            (optional: the error, passed
+                                           when <= TOLERANCE; default: tensors by relative
+                                           Frobenius error, numbers, sequences and dicts
+                                           element-wise, anything else by ==)
     def call_target(fn, inputs, params)    (optional; default fn(*inputs))
     def resolve_target(target: str)        (optional; default import 'module:function')
 """
@@ -26,6 +33,7 @@ from perfbisect.kernels.cases import canonical_dtype
 from perfbisect.kernels.suites.base import DEFAULT_TOLERANCE, Suite
 
 REQUIRED = ("make_inputs", "reference", "control")
+WORK_FUNCTIONS = ("flops", "bytes_moved", "work")
 
 
 def load_suite_file(repo_root: Path, relpath: str) -> ModuleType:
@@ -52,14 +60,19 @@ class CustomSuite(Suite):
 
     def __init__(self, name: str, module: ModuleType):
         missing = [fn for fn in REQUIRED if not hasattr(module, fn)]
-        if not (hasattr(module, "flops") or hasattr(module, "bytes_moved")):
-            missing.append("flops or bytes_moved")
+        if not any(hasattr(module, fn) for fn in WORK_FUNCTIONS):
+            missing.append("flops, bytes_moved or work")
         if missing:
             raise ValueError(f"custom suite {name}: missing {', '.join(missing)}")
         self.name = name
         self.module = module
-        default_metric = "TFLOP/s" if hasattr(module, "flops") else "GB/s"
+        default_metric = "TFLOP/s" if hasattr(module, "flops") else "GB/s" if hasattr(module, "bytes_moved") else None
         self.metric_name = getattr(module, "METRIC", default_metric)
+        if self.metric_name is None:
+            raise ValueError(f"custom suite {name}: a suite that counts `work` must name its unit in METRIC "
+                             "(e.g. METRIC = 'kcall/s' with METRIC_SCALE = 1e3)")
+        scale = getattr(module, "METRIC_SCALE", None)
+        self.metric_scale = float(scale) if scale is not None else None
         self.higher_is_better = getattr(module, "HIGHER_IS_BETTER", True)
 
     def validate(self, params):
@@ -77,7 +90,7 @@ class CustomSuite(Suite):
         return tuple(hook(inputs, params)) if hook else inputs
 
     def work(self, params):
-        fn = getattr(self.module, "flops", None) or self.module.bytes_moved
+        fn = next(getattr(self.module, name) for name in WORK_FUNCTIONS if hasattr(self.module, name))
         return float(fn(params))
 
     def call_target(self, fn, inputs, params):
@@ -89,6 +102,10 @@ class CustomSuite(Suite):
 
     def reference(self, inputs, params):
         return self.module.reference(inputs, params)
+
+    def compare(self, out, ref, params):
+        hook = getattr(self.module, "compare", None)
+        return float(hook(out, ref, params)) if hook else super().compare(out, ref, params)
 
     def tolerance(self, params):
         if hasattr(self.module, "TOLERANCE"):

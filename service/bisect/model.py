@@ -68,6 +68,8 @@ class BisectConfig:
     - `workers`: revisions measured at once per round (W); a round measures at least one
       revision in every open pair.
     - `confidence`: of the culprit's interval (Student's t on the pooled per-trial noise).
+    - `scan`: evenly spaced interior revisions measured with the ends in the first round, so a
+      step that was undone inside the range (equal ends) can still be seen (`probes.scan_points`).
     """
 
     min_effect: float = 0.02
@@ -86,6 +88,7 @@ class BisectConfig:
     confidence: float = 0.95
     bootstrap: int = 2000
     seed: int = 0
+    scan: int = 0
 
 
 @dataclass(frozen=True)

@@ -213,8 +213,11 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
     unresolved = _unresolved(case, plan, config.min_effect)
     bound = max(abs(ci[0]), abs(ci[1]))
     if not unresolved and bound < config.min_effect:
-        return CaseOutcome(case, Outcome.unchanged, f"no step beyond {_pct(bound)} (minimum effect "
-                           f"{_pct(config.min_effect)})", bound=bound, ci=ci)
+        reason = f"no step beyond {_pct(bound)} (minimum effect {_pct(config.min_effect)})"
+        if n > 2 and not any(0 < i < n - 1 for i in observations):
+            reason += (f"; only the ends were measured: a step undone inside the {n - 2} commits between them would "
+                       "not be seen (measure some with --scan K, or see the branch's tracked history)")
+        return CaseOutcome(case, Outcome.unchanged, reason, bound=bound, ci=ci)
     if detectable > config.min_effect:
         why = (f"too noisy for the minimum effect: the smallest step this run could detect is {_pct(detectable)}, "
                f"over the minimum {_pct(config.min_effect)}")
@@ -238,10 +241,26 @@ def case_noise(case: str, observations: Mapping[int, Observation], inputs: CaseN
     inputs = inputs or CaseNoise()
     control = log_spread(inputs.control)
     detectable = effective_min_effect(config, noise)
-    throttled = inputs.samples > 0 and inputs.throttled > THROTTLED_SHARE * (inputs.samples + inputs.throttled)
-    control_noisy = control is not None and math.expm1(config.noise_floor * control) > config.min_effect
-    noisy = detectable > config.min_effect or throttled or control_noisy
-    return NoiseReport(case, noise, control, inputs.throttled, inputs.samples, detectable, noisy)
+    report = NoiseReport(case, noise, control, inputs.throttled, inputs.samples, detectable, False)
+    return replace(report, noisy=detectable > config.min_effect or _unsteady_machine(report, config))
+
+
+def _unsteady_machine(report: NoiseReport, config: BisectConfig) -> bool:
+    """Samples dropped as throttled, or a control whose own spread across trials is beyond what
+    the minimum effect allows (the control is the same code at every revision)."""
+    throttled = report.samples > 0 and report.throttled > THROTTLED_SHARE * (report.samples + report.throttled)
+    spread = report.control_spread
+    return throttled or (spread is not None and math.expm1(config.noise_floor * spread) > config.min_effect)
+
+
+def _as_decided(report: NoiseReport, outcome: CaseOutcome, config: BisectConfig) -> NoiseReport:
+    """One story about noise: a case ruled unchanged had every step beyond its bound ruled out
+    by the trials at its ends (more trials than one trial's noise allows for), so the run could
+    detect the minimum effect there, whatever one trial's spread suggested; the report says so
+    instead of "the smallest step it could detect is 20%" beside "no step beyond 13.8%"."""
+    if outcome.outcome != Outcome.unchanged or report.detectable <= config.min_effect:
+        return report
+    return replace(report, detectable=config.min_effect, noisy=_unsteady_machine(report, config))
 
 
 def _warning(reports: Sequence[NoiseReport], min_effect: float) -> str | None:
@@ -304,6 +323,7 @@ def decide(n_revisions: int, observations: Mapping[int, Observation], plan: Plan
     detectable = {r.case: r.detectable for r in noise}
     outcomes = tuple(decide_case(c, n_revisions, observations, plan, config, failures, detectable[c])
                      for c in cases)
+    noise = tuple(_as_decided(r, o, config) for r, o in zip(noise, outcomes))
     present = {o.outcome for o in outcomes}
     verdict = next(s for s in SEVERITY if s in present)
     counts = {s.value: sum(o.outcome == s for o in outcomes) for s in Outcome}

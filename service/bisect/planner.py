@@ -10,8 +10,10 @@ One round:
    broken everywhere ends the job in three rounds, not a build of every revision). Nothing else
    is built until both ends are known: if they are SAME on every case the job ends with no
    culprit (a regression fully recovered inside the range is invisible by design, as in any
-   bisection). While the ends are UNKNOWN (the step is small against a noise
-   estimate still poor) they get a block more each round.
+   bisection, unless `scan` measured evenly spaced interior revisions, `replicates` trials each,
+   in the same first round: every adjacent measured pair is then judged as usual). While the
+   ends are UNKNOWN (the step is small against a noise estimate still poor) they get a block
+   more each round.
 2. Judge every adjacent pair of measured ok revisions (`pairs.judge_pairs`). Each case's noise
    is pooled over all measured revisions, with its degrees of freedom, and a pair may be
    DIFFERENT on the rank tests or, sequentially, on a t-test of its gap in those noise widths
@@ -65,7 +67,7 @@ from perfbisect.service.bisect.pairs import (
     heavy_tailed,
     judge_pairs,
 )
-from perfbisect.service.bisect.probes import allocate, correctness, edge_probes
+from perfbisect.service.bisect.probes import allocate, correctness, edge_probes, scan_points
 
 
 class _Requests:
@@ -236,6 +238,9 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     ends = [e for e in (0, n - 1) if e not in observations] + edge_probes(n, observations)
     for end in sorted(set(ends)):
         requests.new(end, config.endpoint_trials)
+    if 0 not in observations and n - 1 not in observations:  # the first round: scan with the ends
+        for revision in scan_points(n, config.scan):
+            requests.new(revision, config.replicates)
     for revision in fix_probes:
         requests.new(revision, config.initial_trials)
     ok = sorted(i for i, o in observations.items() if o.state == RevisionState.ok and o.trials() > 0)

@@ -40,6 +40,15 @@ def edge_probes(n: int, measured: Mapping[int, Observation]) -> list[int]:
     return sorted(set(probes))
 
 
+def scan_points(n: int, k: int) -> list[int]:
+    """`k` evenly spaced interior revisions of 0..n-1 (fewer when the range has fewer)."""
+    interior = n - 2
+    if k <= 0 or interior <= 0:
+        return []
+    k = min(k, interior)
+    return sorted({round(i * (n - 1) / (k + 1)) for i in range(1, k + 1)})
+
+
 def nearest_candidate(target: float, candidates: Sequence[int], taken: set[int]) -> int | None:
     """The untaken candidate closest to `target` (the lower one on a tie)."""
     free = [c for c in candidates if c not in taken]

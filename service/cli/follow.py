@@ -144,10 +144,32 @@ def bar_position(job: JobRead) -> tuple[int, int | None]:
     return done, None if expected is None else max(expected, done)
 
 
+def progress_line(job: JobRead, elapsed_s: float) -> str:
+    """One line of where a job stands, for a log (a CI job, nohup): revisions, trials, culprits
+    so far and an ETA from the pace so far when the planner has said how many trials to expect."""
+    p = job.progress
+    done, expected = bar_position(job)
+    eta = ""
+    if expected and done and job.status not in FINISHED:
+        eta = f", ETA {_minutes(elapsed_s * (expected - done) / done)}"
+    return (f"job {job.id} {job.status}: round {p.get('rounds', 0)}, {done}/{expected or '?'} trials, "
+            f"{p.get('measured', 0)}/{p.get('revisions', '?')} revisions, {p.get('culprits', 0)} culprit(s), "
+            f"{_minutes(elapsed_s)} elapsed{eta}")
+
+
+def _minutes(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 60}m{whole % 60:02d}s"
+
+
 def follow(read: Callable[[], JobRead], console: Console, *, show: bool = True, poll_s: float = 0.5,
            stalled: Callable[[], bool] = lambda: False) -> JobRead:
     """Poll until the job finishes, drawing trials done of those expected, an ETA, revisions
-    measured, rounds and culprits. Raises CLIError when an embedded job stops making progress."""
+    measured, rounds and culprits: a live bar on a terminal; elsewhere (a log) one line per
+    round and one at the end, since a bar redrawn in place prints nothing there until it ends.
+    Raises CLIError when an embedded job stops making progress."""
+    if show and not console.is_terminal:
+        return _follow_lines(read, console, poll_s, stalled)
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
                TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
     with Progress(*columns, console=console, disable=not show, transient=False) as bar:
@@ -161,9 +183,29 @@ def follow(read: Callable[[], JobRead], console: Console, *, show: bool = True, 
             bar.update(task, description=f"job {job.id} {job.status}", detail=detail, total=expected, completed=done)
             if job.status in FINISHED:
                 return job
-            if stalled() and (job := read()).status not in FINISHED:
-                raise CLIError(f"job {job.id} stopped making progress (see the log above); it is {job.status}")
+            _check_stalled(read, stalled)
             time.sleep(poll_s)
+
+
+def _follow_lines(read: Callable[[], JobRead], console: Console, poll_s: float,
+                  stalled: Callable[[], bool]) -> JobRead:
+    started = time.monotonic()
+    last = None
+    while True:
+        job = read()
+        state = (job.status, job.progress.get("rounds", 0))
+        if state != last:
+            console.print(progress_line(job, time.monotonic() - started), soft_wrap=True, highlight=False)
+            last = state
+        if job.status in FINISHED:
+            return job
+        _check_stalled(read, stalled)
+        time.sleep(poll_s)
+
+
+def _check_stalled(read: Callable[[], JobRead], stalled: Callable[[], bool]) -> None:
+    if stalled() and (job := read()).status not in FINISHED:
+        raise CLIError(f"job {job.id} stopped making progress (see the log above); it is {job.status}")
 
 
 def embedded_stalled() -> bool:

@@ -18,6 +18,7 @@ from perfbisect.service.cli.errors import CLIError, Interrupted
 from perfbisect.service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
 from perfbisect.service.cli.repo import repo_app
 from perfbisect.service.cli.submit import SuiteFileOpt, bisect, compare
+from perfbisect.service.cli.suite_check import suite_app
 from perfbisect.service.cli.tokens import app as token_app
 from perfbisect.service.cli.track import track_app
 
@@ -29,6 +30,7 @@ app.command("changepoints")(changepoints)
 app.add_typer(token_app, name="token")
 app.add_typer(track_app, name="track")
 app.add_typer(repo_app, name="repo")
+app.add_typer(suite_app, name="suite")
 app.command()(bisect)
 app.command()(compare)
 console = Console(stderr=True, soft_wrap=True)  # one message, one line: no wrapping at 80 columns
@@ -293,12 +295,14 @@ def show(
     api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="read it from this API server")] = None,
     fail_on: Annotated[FailOn, typer.Option(help="exit 1 when the verdict is a regression (or any change)")] = FailOn.never,
     wide: Annotated[bool, typer.Option(help="one table row per case, wider than 100 columns")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="wait for the job to finish, showing its progress "
+                                         "(a bar on a terminal, a line per round in a log)")] = False,
 ) -> None:
     """Show one job's report; the exit code is the job's (see `bisect`; 6 while it is still running)."""
     from perfbisect.service.cli import runs
 
     with user_errors():
-        job = runs.read_job(job_id, api)
+        job = runs.watch_job(job_id, api, console) if follow else runs.read_job(job_id, api)
     runs.print_job(job, as_json, wide=wide)
     raise typer.Exit(exit_code(job, fail_on))
 

@@ -356,6 +356,20 @@ def read_job(job_id: int, api: str | None = None) -> JobRead:
         raise CLIError(exc.message) from exc
 
 
+def watch_job(job_id: int, api: str | None, console: Console) -> JobRead:
+    """`show --follow`: follow a job this process did not submit until it finishes. Ctrl-C only
+    detaches (the job goes on wherever its trials run)."""
+    read = (lambda: read_remote(api.rstrip("/"), job_id)) if api else (lambda: read_local(job_id))
+    if not api:
+        prepare_database()
+    try:
+        return follow(read, console)
+    except PerfbisectError as exc:
+        raise CLIError(exc.message) from exc
+    except KeyboardInterrupt:
+        raise Interrupted(job_id, f"stopped following job {job_id}, which keeps running") from None
+
+
 def cancel_job(job_id: int, api: str | None = None) -> JobRead:
     from perfbisect.service.cli.follow import cancel_remote
     from perfbisect.service.jobs import service as jobs

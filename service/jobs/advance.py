@@ -23,6 +23,7 @@ from perfbisect.service.attribution import fixcheck
 from perfbisect.service.attribution import service as attribution
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import outcome, repository, sweep
+from perfbisect.service.jobs.schemas import AUTO_SCAN, AUTO_SCAN_ABOVE
 from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.trials.repository import samples_of
@@ -86,9 +87,12 @@ def config_of(job: Job, trials: Sequence[Trial]) -> BisectConfig:
     higher = True
     if spec.get("metric") == "raw":
         higher = next((m.higher_is_better for t in trials for m in t.measurements), True)
+    scan = spec.get("scan")
+    if scan is None:
+        scan = AUTO_SCAN if len(job.revision_shas) > AUTO_SCAN_ABOVE else 0
     return BisectConfig(
         min_effect=spec["min_effect"], higher_is_better=higher, workers=spec.get("workers", 1),
-        max_trials=spec.get("max_trials", 12),
+        max_trials=spec.get("max_trials", 12), scan=scan,
     )
 
 

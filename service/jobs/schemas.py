@@ -36,6 +36,11 @@ MAX_SUITE_SOURCE_BYTES = 256 * 1024
 SOURCE_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}"
 
 
+
+# A range over AUTO_SCAN_ABOVE commits has AUTO_SCAN interior revisions measured with its ends
+# unless the request says otherwise (BisectCreate.scan).
+AUTO_SCAN, AUTO_SCAN_ABOVE = 3, 32
+
 class Benchmark(BaseModel):
     """One suite and target, with the shapes that matter."""
 
@@ -82,6 +87,9 @@ class HarnessPolicy(BaseModel):
     warmup: int | None = Field(default=None, ge=0, le=1000)
     throttle_fraction: float | None = Field(default=None, ge=0, le=1, description="of the max SM clock")
     threads: int | None = Field(default=None, ge=1, le=256, description="CPU threads")
+    balance_factor: float | None = Field(default=None, ge=0, le=1000, description=(
+        "when one of target and control takes over this many times the other per call, the faster is called "
+        "repeatedly within each sample (0: never)"))
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> HarnessPolicy:
@@ -110,6 +118,9 @@ class BisectCreate(BaseModel):
                                           "its suites, targets and shape presets")
     check_accuracy: bool = Field(default=False, description="also check accuracy at every revision of the range "
                                  "(accuracy-only trials, no timing loop, run side by side with the search)")
+    scan: int | None = Field(default=None, ge=0, le=32, description=(
+        "interior revisions measured, evenly spaced, with the ends in the first round, so that a step undone "
+        f"inside the range is seen; default {AUTO_SCAN} for ranges over {AUTO_SCAN_ABOVE} commits, else 0"))
     attribute: bool | None = Field(default=None, description="after the bisect, measure the bad end with its culprits "
                                    "reverted: None (default) when two or more culprits moved one case, true for any "
                                    "culprit, false never")

@@ -231,3 +231,19 @@ def test_an_end_whose_every_trial_failed_without_a_value_is_done_at_the_cap():
     plan = plan_next(10, {0: ok, 9: empty}, config)
     assert plan.done and plan.requests == ()
     assert not plan_next(10, {0: ok, 9: Observation(RevisionState.ok, {}, failed=1)}, config).done
+
+
+def test_a_scan_finds_a_step_that_was_undone_inside_the_range() -> None:
+    """Issue 28: a 20x slowdown that lasted six commits, with equal ends, ended "unchanged"
+    after measuring only the ends. Three scanned interior revisions see it, and the search then
+    names both the regression and its fix."""
+    from perfbisect.service.bisect.history import CaseModel, History
+    from perfbisect.service.bisect.probes import scan_points
+    from perfbisect.service.bisect.simulate import run
+
+    assert scan_points(16, 3) == [4, 8, 11] and scan_points(3, 3) == [1] and scan_points(2, 3) == []
+    history = History(n_revisions=16, cases={"k": CaseModel(cv=0.01, levels=((0, 1.0), (6, 0.05), (12, 1.0)))})
+    plan, _, _ = run(history, BisectConfig(min_effect=0.05, scan=3), seed=1)
+    assert sorted((c.first, c.last) for c in plan.culprits) == [(6, 6), (12, 12)]
+    blind, _, _ = run(history, BisectConfig(min_effect=0.05), seed=1)
+    assert blind.culprits == ()

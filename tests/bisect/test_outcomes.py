@@ -3,6 +3,8 @@ what was not measured, the failed end's error kept, noise that hides the minimum
 
 from __future__ import annotations
 
+import math
+
 from perfbisect.service.bisect import BisectConfig, Observation, RevisionState, plan_next
 from perfbisect.service.bisect.outcomes import CaseNoise, Failure, Outcome, decide
 
@@ -160,3 +162,32 @@ def test_a_step_neither_reached_nor_ruled_out_at_the_cap_is_inconclusive_and_say
     assert other.outcome == Outcome.inconclusive
     assert other.reason.startswith("the step at revision 2 (a culprit on other cases) is -14.4%")
     assert "neither reached nor ruled out: trial cap reached (6 trials per revision)" in other.reason
+
+
+def test_a_case_ruled_unchanged_is_never_also_called_too_noisy_to_detect_that_step() -> None:
+    """Issue 28: one run warned that the smallest detectable step on a case was 20.4% and called
+    the same case "unchanged, no step beyond 13.8%". Enough trials at the ends rule out a step
+    that one trial's noise alone could not: the warning then speaks of the machine, not of a
+    step the run could not see."""
+    import random
+
+    rng = random.Random(4)
+    noisy = [[math.exp(rng.gauss(0, 0.10)) for _ in range(12)] for _ in range(2)]
+    config = BisectConfig(min_effect=0.15)
+    result = decide(2, {0: ok(noisy[0]), 1: ok(noisy[1])}, plan_next(2, {0: ok(noisy[0]), 1: ok(noisy[1])}, config),
+                    config, (CASE,))
+    [case] = result.cases
+    [report] = result.noise
+    assert case.outcome == Outcome.unchanged and case.bound < 0.15
+    assert report.detectable <= 0.15
+    assert not (result.warning or "").startswith("noisy run")
+
+
+def test_equal_ends_with_nothing_measured_between_say_a_hidden_step_would_not_be_seen() -> None:
+    observations = {0: ok(CALM), 9: ok([v * 1.005 for v in CALM])}
+    [case] = outcome_of(observations, n=10).cases
+    assert case.outcome == Outcome.unchanged
+    assert "only the ends were measured: a step undone inside the 8 commits between them" in case.reason
+    assert "--scan" in case.reason
+    scanned = outcome_of({**observations, 5: ok(CALM)}, n=10, config=CONFIG)
+    assert "only the ends" not in scanned.cases[0].reason
