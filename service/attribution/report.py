@@ -132,12 +132,14 @@ def _interaction_words(result: CaseAttribution, labels: Sequence[str]) -> str:
     if len(result.together) != 2:
         return head
     a, b = result.together
-    # the culprit whose cost depends most on the other: its two conditional costs differ by |I|
-    alone = {i: result.recoveries[(i,)].rel for i in (a, b)}
-    mine, other = (a, b) if alone[a] >= alone[b] else (b, a)
     both = result.recoveries[result.together].log
-    without = both - result.recoveries[(other,)].log
-    return (f"{head}: {labels[mine]} costs {alone[mine] * 100:.1f}% with {labels[other]} in, "
+    # say it of the culprit whose cost depends most on the other: the smallest share of its cost
+    # with the other in that is left without it (the motivating case: #930's 10.4% became 1.4%)
+    costs = {i: (result.recoveries[(i,)].log, both - result.recoveries[(j,)].log) for i, j in ((a, b), (b, a))}
+    mine = min(costs, key=lambda i: abs(costs[i][1]) / max(abs(costs[i][0]), 1e-9))
+    other = b if mine == a else a
+    with_other, without = costs[mine]
+    return (f"{head}: {labels[mine]} costs {math.expm1(with_other) * 100:.1f}% with {labels[other]} in, "
             f"{math.expm1(without) * 100:.1f}% without it")
 
 
