@@ -26,6 +26,7 @@ from pathlib import Path
 FOUND = re.compile(r"planted events found: (\d+)/(\d+)")
 VERDICT = re.compile(r"^verdict: (\w+)", re.M)
 TRACKED = re.compile(r"planted steps alerted: (\d+)/(\d+), culprits exact: (\d+)/(\d+), false alerts: (\d+)")
+INTERACTION = re.compile(r"planted interaction found: (\d+)/(\d+)(; interactions not planted: (.*))?")
 
 
 def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool = False) -> dict:
@@ -46,10 +47,15 @@ def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool 
         score = TRACKED.search(done.stdout)
         return {"run": i, "rc": done.returncode, "wall_s": wall,
                 "found": f"alerted {score[1]}/{score[2]}, exact {score[3]}/{score[4]}, false {score[5]}" if score else "?",
-                "all": done.returncode == 0, "verdict": "track"}
+                "all": done.returncode == 0, "verdict": "track", "interaction": "-",
+                "interaction_found": False, "interaction_extra": False}
     found = FOUND.search(done.stdout)
     verdict = VERDICT.search(done.stdout)
-    return {"run": i, "rc": done.returncode, "wall_s": wall,
+    pair = INTERACTION.search(done.stdout)
+    return {"interaction": f"{pair[1]}/{pair[2]}" if pair else "?",
+            "interaction_found": bool(pair and pair[1] == pair[2] != "0"),
+            "interaction_extra": bool(pair and pair[4]),
+            "run": i, "rc": done.returncode, "wall_s": wall,
             "found": f"{found[1]}/{found[2]}" if found else "?", "all": bool(found and found[1] == found[2]),
             "verdict": verdict[1] if verdict else "?"}
 
@@ -71,14 +77,18 @@ def main() -> None:
         slot = (i - 1) % args.parallel
         cpus = list(range(slot * args.cpus_per_run, (slot + 1) * args.cpus_per_run)) if pin else None
         result = one_run(i, out, cpus, args.device, args.track)
-        print(f"run {result['run']:>2}: found {result['found']}, verdict {result['verdict']}, exit {result['rc']}, "
+        print(f"run {result['run']:>2}: found {result['found']}, interaction {result['interaction']}"
+              f"{' (and one not planted)' if result['interaction_extra'] else ''}, verdict {result['verdict']}, exit {result['rc']}, "
               f"{result['wall_s']} s", flush=True)
         return result
 
     with ThreadPoolExecutor(args.parallel) as pool:
         results = list(pool.map(run, range(1, args.runs + 1)))
     complete = sum(r["all"] for r in results)
-    print(f"\nall planted events found in {complete} of {len(results)} runs; "
+    paired = sum(r["interaction_found"] for r in results)
+    extra = sum(r["interaction_extra"] for r in results)
+    print(f"\nplanted interaction named in {paired} of {len(results)} runs; an interaction not planted in {extra}")
+    print(f"all planted events found in {complete} of {len(results)} runs; "
           f"median wall {sorted(r['wall_s'] for r in results)[len(results) // 2]} s; outputs in {out}")
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real bisect through the service on one GPU, embedded (SQLite, in-process tasks): the demo
-# repository's commits 12..23 hold a broken import (14-16 unbuildable) and the dropped fast-math
-# path in attention (20). Run from the repository root on a GPU node, the service stack on
+# repository's commits 14..25 hold a broken import (16-18 unbuildable) and the dropped fast-math
+# path in attention (22). Run from the repository root on a GPU node, the service stack on
 # PYTHONPATH (see bench/RESULTS.md for how it was carried to the H200):
 #   bash bench/gpu_bisect.sh OUTDIR
 set -euo pipefail
@@ -12,7 +12,7 @@ python3 -m perfbisect.service.cli.main demo-repo "$out/minikern" >/dev/null
 shas=($(git -C "$out/minikern" rev-list --first-parent --reverse HEAD))
 policy=$(python3 -c "import json; from perfbisect.kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
 start=$(date +%s)
-python3 -m perfbisect.service.cli.main bisect --repo "$out/minikern" --good "${shas[12]}" --bad "${shas[23]}" \
+python3 -m perfbisect.service.cli.main bisect --repo "$out/minikern" --good "${shas[14]}" --bad "${shas[25]}" \
   --suite attention --target minikern.attention:attention \
   --shape B=2,H=32,S=1024,D=128,causal=false,dtype=bf16 --shape B=2,H=32,S=4096,D=128,causal=false,dtype=bf16 \
   --device-class cuda --min-effect 0.02 --build "{python} -m compileall -q minikern" --policy "$policy" \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A 64-commit range with one large step, bisected through the service on one GPU, embedded:
-# the demo repository's commit 19 (good), 40 documentation commits, the demo's fast-math drop
-# in attention (its commit 20, -20%/-25% on the H200), 23 more documentation commits.
+# the demo repository's commit 21 (good), 40 documentation commits, the demo's fast-math drop
+# in attention (its commit 22, -20%/-25% on the H200), 23 more documentation commits.
 #   bash bench/gpu_bisect64.sh OUTDIR
 set -euo pipefail
 out=${1:-/tmp/perfbisect-gpu-bisect64}
@@ -11,12 +11,12 @@ python3 -m perfbisect.service.cli.main demo-repo "$out/minikern" >/dev/null
 shas=($(git -C "$out/minikern" rev-list --first-parent --reverse HEAD))
 git clone -q "$out/minikern" "$out/long"
 cd "$out/long"
-git -c advice.detachedHead=false checkout -q -b long "${shas[19]}"
+git -c advice.detachedHead=false checkout -q -b long "${shas[21]}"
 note() { echo "note $1" >> NOTES.md; git add NOTES.md; git -c user.name=bench -c user.email=bench@example.com commit -qm "docs: note $1"; }
 for i in $(seq 1 40); do note "$i"; done
-git -c user.name=bench -c user.email=bench@example.com cherry-pick "${shas[20]}" >/dev/null
+git -c user.name=bench -c user.email=bench@example.com cherry-pick "${shas[22]}" >/dev/null
 for i in $(seq 41 63); do note "$i"; done
-good=${shas[19]}; bad=$(git rev-parse HEAD)
+good=${shas[21]}; bad=$(git rev-parse HEAD)
 echo "range: $(git rev-list --count "$good..$bad") commits after $good"
 cd - >/dev/null
 policy=$(python3 -c "import json; from perfbisect.kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")

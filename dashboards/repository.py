@@ -203,7 +203,7 @@ def measurement_rows(session: Session, repository_id: int, *, job_id: int | None
         .join(Trial, Measurement.trial_id == Trial.id)
         .join(Revision, Trial.revision_id == Revision.id)
         .join(Case, Measurement.case_id == Case.id)
-        .where(Revision.repository_id == repository_id)
+        .where(Revision.repository_id == repository_id, Trial.variant.is_(None))  # a variant is not the commit
         .order_by(Trial.id)
     )
     if job_id is not None:

@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -70,6 +70,15 @@ class FetchStamp:
 
     started: float
     error: str | None
+
+
+class RevertConflict(GitError):
+    """A culprit's change does not revert cleanly at the checked-out commit: a later change
+    touched the same lines. `files` are the conflicting paths."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.files = files
+        super().__init__("does not revert cleanly at the head: conflicts in " + (", ".join(files) or "the index"))
 
 
 @dataclass(frozen=True)
@@ -300,6 +309,7 @@ class Mirror:
                         # the slot is this worker's alone, so nobody else's worktree is overridden
                         repo.git.worktree("add", "--detach", "--force", "--force", str(worktree), sha)
                 tree = git.Repo(worktree)
+                _forget_revert(tree)
                 tree.git.checkout("-f", "--detach", sha)
                 tree.git.clean("-fdxq")
                 return worktree
@@ -308,3 +318,31 @@ class Mirror:
                 if attempt:
                     raise GitError(f"cannot check out {sha[:12]}: {exc}") from exc
         return worktree
+
+    def revert(self, worktree: Path, ranges: Sequence[tuple[str, str]]) -> None:
+        """Revert each culprit (first, last) of `ranges` (oldest first, as on the branch) in the
+        checked-out `worktree` without committing (`git revert --no-commit`; a range reverts
+        first^..last), newest first so that later changes come off before the ones under them.
+        Raises RevertConflict with the conflicting files, the worktree then back at its commit."""
+        tree = git.Repo(worktree)
+        for first, last in reversed(list(ranges)):
+            spec = [last] if first == last else [f"{validate_ref(first)}^..{validate_ref(last)}"]
+            try:
+                tree.git.revert("--no-commit", "--no-edit", "--end-of-options", *spec)
+            except git.GitCommandError as exc:
+                files = tree.git.diff("--name-only", "--diff-filter=U").split()
+                _forget_revert(tree)
+                tree.git.reset("--hard", "-q")
+                if not files:
+                    raise GitError(f"cannot revert {first[:12]}..{last[:12]}: {exc.stderr.strip() or exc}") from exc
+                raise RevertConflict(files) from exc
+            _forget_revert(tree)  # a range leaves the sequencer's state behind; the next revert needs it gone
+
+
+def _forget_revert(tree: git.Repo) -> None:
+    """Drop any revert in progress (its state, not the changes): a worktree reused after a
+    variant's trial must accept the next revert or checkout."""
+    try:
+        tree.git.revert("--quit")
+    except git.GitCommandError:
+        pass

@@ -52,6 +52,7 @@ class JobKind(str, enum.Enum):
     bisect = "bisect"
     compare = "compare"
     track = "track"
+    attribute = "attribute"  # the bad end of a bisect with its culprits reverted, alone and together
 
 
 class JobStatus(str, enum.Enum):
@@ -78,6 +79,9 @@ class TrialStatus(str, enum.Enum):
     # the worker failed before the revision's code ran (checkout, sandbox, a crash of the worker
     # itself): says nothing about the revision, which is tried again
     worker_error = "worker_error"
+    # an attribution variant whose reverts do not apply cleanly at the bad end (failure_reason
+    # names the conflicting files): a fact about the variant, never retried
+    revert_conflict = "revert_conflict"
     cancelled = "cancelled"
 
     @property
@@ -211,6 +215,8 @@ class Trial(Base):
     status: Mapped[TrialStatus] = mapped_column(_enum(TrialStatus), default=TrialStatus.pending, index=True)
     device_class: Mapped[str] = mapped_column(String(50), default="cpu")
     accuracy_only: Mapped[bool] = mapped_column(default=False, doc="a correctness-sweep trial: no timing loop")
+    variant: Mapped[str | None] = mapped_column(
+        String(100), doc="attribution: culprit indices reverted at the revision ('0+1'); None: the commit as it is")
     device: Mapped[str | None] = mapped_column(String(200), doc="device model as the harness saw it")
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     provenance: Mapped[dict[str, Any] | None]

@@ -116,6 +116,20 @@ def test_bisect_an_installed_src_layout_with_a_suite_file_outside_it(scalepkg, t
     assert builds and all(b is not None and b > 0 for (b,) in builds)  # the install ran, and was timed, per trial
     assert registered[0] == ".perfbisect-build" and json.loads(registered[1]) == {"OMP_NUM_THREADS": "1"}
     assert registered[2] == INSTALL
+    # `perfbisect attribute`: the one culprit reverted at main (forced: one culprit is attributed
+    # only when asked), installed and measured beside main; reverting it recovers the slowdown
+    done = subprocess.run([str(BIN / "perfbisect"), "attribute", str(job["id"]), "--json"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == OK, done.stderr[-3000:]
+    attributed = json.loads(done.stdout)["attribution"]
+    assert [c["last_sha"] for c in attributed["culprits"]] == [culprit["last_sha"]]
+    [case] = attributed["cases"]
+    [reverted] = case["recoveries"]
+    assert reverted["variant"] == "0" and reverted["ci"][0] > 1.0, case  # more than twice as fast
+    assert case["interaction"] is None and case["words"].startswith("Reverting ")
+    missing = subprocess.run([str(BIN / "perfbisect"), "attribute", "999"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == USAGE and "no job 999" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_repo_add_list_show_and_a_benchmark_set(embedded, scalepkg, tmp_path: Path) -> None:

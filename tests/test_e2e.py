@@ -109,13 +109,13 @@ def kill_worker_running_a_trial(base: str, job_id: int, after_trials: int, deadl
     raise AssertionError("no trial was running to kill")
 
 
-# The cases with the demo's two largest planted steps: the swizzle turned off for bf16 (#912, at 8)
-# and the attention fast-math flag dropped (#924, at 20), bisected over 4..24 (the import breakage
-# of 14..16 inside): a shorter search than the whole history, the same faults.
+# The cases with the demo's two largest planted steps: the swizzle turned off for bf16 (#912, at 10)
+# and the attention fast-math flag dropped (#924, at 22), bisected over 6..26 (the import breakage
+# of 16..18 inside): a shorter search than the whole history, the same faults.
 LARGE_STEP_CASES = [c for c in demo.DEMO_CPU_CASES
                     if (c["suite"], c["params"]["dtype"]) == ("gemm", "bf16") or c["params"].get("S") == 256]
 LARGE_STEPS = ("swizzle_off_bf16", "fastmath_dropped")
-LARGE_STEP_RANGE = (4, 24)
+LARGE_STEP_RANGE = (6, 26)
 
 
 def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: Path, tmp_path: Path) -> None:
@@ -170,11 +170,11 @@ def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: 
 
 def test_embedded_cli_bisect_json_names_the_gemm_culprits(demo_repo: Path, tmp_path: Path) -> None:
     # Two revisions per round, run side by side in the one process (SQLite, no broker).
-    # Over 2..30: the swizzle loss (8), the import breakage (14..16) and the BLOCK_K step (26).
+    # Over 4..32: the swizzle loss (10), the import breakage (16..18) and the BLOCK_K step (28).
     home = traversable_home()
     env = service_env(home, None, None, PERFBISECT_EMBEDDED_WORKERS="2")
     truth, shas = truth_of(demo_repo), history(demo_repo)
-    args = ["bisect", "--repo", str(demo_repo), "--good", shas[2], "--bad", shas[30], "--suite", "gemm",
+    args = ["bisect", "--repo", str(demo_repo), "--good", shas[4], "--bad", shas[32], "--suite", "gemm",
             "--target", demo.GEMM_TARGET, "--min-effect", str(DEMO_MIN_EFFECT["cpu"]),
             "--build", demo.DEMO_BUILD_COMMAND, "--policy", json.dumps(demo.DEMO_CPU_POLICY), "--workers", "2",
             "--json"]

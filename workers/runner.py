@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perfbisect.gitrepo import GitError, Mirror
+from perfbisect.gitrepo import GitError, Mirror, RevertConflict
 from perfbisect.kernels.harness.phases import add_worker_phases
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.settings import get_settings
@@ -59,15 +59,23 @@ def harness_spec(cases: list[dict[str, Any]], device_class: str, policy: dict[st
 def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | None, env: dict[str, str],
                 spec: dict[str, Any], import_root: str, build_inputs: Sequence[str] = (),
                 should_stop: StopCheck | None = None,
-                build_network: bool = False) -> tuple[dict[str, Any], float | None]:
-    """Check out `sha` into the slot, build it (from the build cache where `build_inputs` are
-    declared) and measure it; returns (result, build seconds), the result carrying the checkout
-    and build phases too, and under "build" what the build cache did."""
+                build_network: bool = False,
+                reverts: Sequence[tuple[str, str]] = ()) -> tuple[dict[str, Any], float | None]:
+    """Check out `sha` into the slot, revert the culprit ranges of `reverts` on it (an
+    attribution variant), build it (from the build cache where `build_inputs` are declared and
+    nothing was reverted: the cache is keyed by the commit's tree) and measure it; returns
+    (result, build seconds), the result carrying the checkout and build phases too, and under
+    "build" what the build cache did. A revert that does not apply is a `revert_conflict`."""
     settings = get_settings()
     started = time.perf_counter()
     try:
         mirror.ensure(fetch=False)
         mirror.checkout(box.worktree, sha)
+        if reverts:
+            mirror.revert(box.worktree, reverts)
+            build_inputs = ()
+    except RevertConflict as exc:
+        return add_worker_phases(failure("revert_conflict", str(exc)), time.perf_counter() - started, None), None
     except GitError as exc:
         return add_worker_phases(failure("worker_error", f"checkout failed: {exc}"), time.perf_counter() - started, None), None
     checkout_s = time.perf_counter() - started
@@ -111,7 +119,8 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
         with slot() as box:
             result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,
                                           spec=spec, import_root=work.import_root, build_inputs=work.build_inputs,
-                                          should_stop=should_stop, build_network=may_download(work.repo_name))
+                                          should_stop=should_stop, build_network=may_download(work.repo_name),
+                                          reverts=work.reverts)
     except SandboxError as exc:
         result, build_s = failure("worker_error", f"sandbox: {exc}"), None
     return redact_tree(result, work.env.values()), build_s  # the repository's env values too

@@ -72,6 +72,8 @@ def advance_job(job_id: int) -> int:
         dispatch.send(RUN_TRIAL, trial_id, queue=planned.queue)
     if planned.finished:
         dispatch.send(NOTIFY_JOB, job_id, queue=CONTROL_QUEUE)
+    if planned.follow_up is not None:
+        dispatch.send(ADVANCE_JOB, planned.follow_up, queue=CONTROL_QUEUE)
     return len(planned.trial_ids)
 
 

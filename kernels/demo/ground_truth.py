@@ -5,6 +5,16 @@ from __future__ import annotations
 from perfbisect.kernels.cases import case_name
 
 EVENTS = {
+    "rms_blocks": {
+        "kind": "perf", "direction": "slower",
+        "mechanism": "RMSNorm walks the rows in blocks (16 rows on the CPU: six small ops per block, 64 "
+                     "blocks; grids of 1024 rows on the GPU: 16 launches)"},
+    "rms_weight_check": {
+        "kind": "perf", "direction": "slower", "interacts_with": "rms_blocks",
+        "mechanism": "the weight is checked for NaN/inf and all zeros where rows are normalized: two "
+                     "reductions and two host round trips per call, which the row blocks of rms_blocks "
+                     "repeat per block (64 per CPU call, 32 host syncs per GPU call): a few percent "
+                     "without the blocks, about 30% with them"},
     "swizzle_off_bf16": {
         "kind": "perf", "direction": "slower",
         "mechanism": "GROUP_M dropped from the bf16 tile config: row-major launch order, no "
@@ -40,6 +50,8 @@ def event_hits(event: str, case: dict, device: str) -> bool:
     suite, params = case["suite"], case["params"]
     if event in ("swizzle_off_bf16", "block_k_small_step", "swizzle_partial_recovery"):
         return suite == "gemm" and params.get("dtype") == "bf16"
+    if event in ("rms_blocks", "rms_weight_check"):
+        return suite == "rmsnorm"
     if event == "fastmath_dropped":
         return suite == "attention"
     if event in ("k_tail_dropped", "k_tail_fixed"):
@@ -62,4 +74,7 @@ def ground_truth(shas: list[str], subjects: list[str], events: dict[int, str],
                                       if event_hits(key, c, "cpu")],
                               "cuda": [case_name(c["suite"], c["params"]) for c in gpu_cases
                                        if event_hits(key, c, "cuda")]}})
-    return {"commits": len(shas), "first": shas[0], "last": shas[-1], "events": out}
+    return {"commits": len(shas), "first": shas[0], "last": shas[-1], "events": out,
+            "interactions": [{"events": sorted([key, EVENTS[key]["interacts_with"]]), "case_suite": "rmsnorm",
+                              "kind": "sub-additive"}
+                             for key in sorted(set(events.values())) if EVENTS[key].get("interacts_with")]}

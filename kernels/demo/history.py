@@ -8,6 +8,7 @@ INITIAL_STATE = {
     "version": "0.3.0", "gemm_doc": "", "attn_doc": "", "rms_doc": "",
     "utils_cdiv": "cdiv", "gemm_cdiv": "cdiv", "attn_cdiv": "cdiv",
     "bf16_group_m": 8, "bf16_block_k": 64, "k_tail": True, "exp_mode": "exp2",
+    "rms_blocks": False, "rms_weight_check": False,
 }
 
 
@@ -121,10 +122,13 @@ COMMITS: list[Commit] = [
            files={"README.md": README.format(extra="\nSupported dtypes: bf16, fp16, fp32.\n")}),
     Commit("tests: matmul against torch.matmul (#904)",
            files={"tests/test_gemm.py": TEST_GEMM.format(shapes=[(64, 64, 64)], atol=1e-3)}),
+    Commit("rmsnorm: normalize in blocks of rows (#905)", state={"rms_blocks": True}, event="rms_blocks"),
     Commit("ci: run the CPU test suite on every pull request (#906)",
            files={".github/workflows/ci.yml": CI.format(py="3.11", extra="")}),
     Commit("docs: explain the grouped launch order in gemm (#907)",
            state={"gemm_doc": "\nSee docs/tuning.md for the tile tables.\n"}),
+    Commit("rmsnorm: reject a weight with NaN or inf (#908)", state={"rms_weight_check": True},
+           event="rms_weight_check"),
     Commit("tests: attention, causal and non-causal (#909)",
            files={"tests/test_attention.py": TEST_ATTENTION.format(seqs=[64, 128], seed=0)}),
     Commit("rmsnorm: document the eps convention (#910)",

@@ -5,13 +5,18 @@ RMSNORM = '''"""RMSNorm over the last dimension: y = x * rsqrt(mean(x^2) + eps) 
 import torch
 
 from ._utils import HAS_TRITON, next_power_of_2, use_triton
+@@CHECK_FN@@
+
+def _normalize_rows(x, w, eps):
+    """RMSNorm of a block of rows; `w` is the weight in float32."""
+@@CPU_CHECK@@    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * rstd * w).to(x.dtype)
 
 
 def _rms_norm_cpu(x, weight, eps):
-    xf = x.float()
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (xf * rstd * weight.float()).to(x.dtype)
-
+    w = weight.float()
+@@CPU_BODY@@
 
 if HAS_TRITON:
     import triton
@@ -28,18 +33,52 @@ if HAS_TRITON:
         tl.store(Y + row * stride + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
 
 
+def _launch_rows(x, weight, y, eps):
+    """One grid over the rows of `x` (contiguous), one program per row."""
+@@GPU_CHECK@@    M, N = x.shape
+    block = next_power_of_2(N)
+    _rms_norm_kernel[(M,)](x, weight, y, N, x.stride(0), eps, BLOCK_N=block,
+                           num_warps=min(16, max(4, block // 512)))
+
+
 def rms_norm(x, weight, eps=1e-6):
     """RMSNorm of a 2-D tensor over its last dimension."""
     if not use_triton(x):
         return _rms_norm_cpu(x, weight, eps)
     x = x.contiguous()
     y = torch.empty_like(x)
-    M, N = x.shape
-    block = next_power_of_2(N)
-    _rms_norm_kernel[(M,)](x, weight, y, N, x.stride(0), eps, BLOCK_N=block,
-                           num_warps=min(16, max(4, block // 512)))
-    return y
+@@GPU_BODY@@    return y
 '''
+
+# The planted interacting pair. `rms_blocks` walks the rows in blocks (CPU: 16 rows, six small
+# ops per block, 64 blocks for 1024 rows: about -50% of the ratio with cold caches; GPU: grids
+# of 1024 rows, a few more launches). `rms_weight_check` validates the weight where rows are
+# normalized: two reductions and two host round trips per call, a few percent without the
+# blocks, but once per block with them (64 per CPU call, 32 host syncs per GPU call): about
+# -30% on top of the blocks.
+RMS_BLOCKS = {
+    False: {"CPU_BODY": "    return _normalize_rows(x, w, eps)\n",
+            "GPU_BODY": "    _launch_rows(x, weight, y, eps)\n"},
+    True: {"CPU_BODY": ("    # in blocks of rows: a block's float32 temporaries stay small and the allocator reuses\n"
+                        "    # them, where whole-tensor steps allocate five full-size buffers\n"
+                        "    y = torch.empty_like(x)\n"
+                        "    for start in range(0, x.shape[0], 16):\n"
+                        "        y[start:start + 16] = _normalize_rows(x[start:start + 16], w, eps)\n"
+                        "    return y\n"),
+           "GPU_BODY": ("    for start in range(0, x.shape[0], 1024):  # grids of at most 1024 rows\n"
+                        "        _launch_rows(x[start:start + 1024], weight, y[start:start + 1024], eps)\n")},
+}
+RMS_WEIGHT_CHECK = {
+    False: {"CHECK_FN": "", "CPU_CHECK": "", "GPU_CHECK": ""},
+    True: {"CHECK_FN": ("\n\ndef _check_weight(w):\n"
+                        "    \"\"\"A NaN or inf in the weight poisons every row it scales, and an all-zero weight\n"
+                        "    zeroes the output: refuse both.\"\"\"\n"
+                        "    if not bool(torch.isfinite(w).all()):\n"
+                        "        raise ValueError(\"rms_norm: the weight holds NaN or inf\")\n"
+                        "    if not bool(w.any()):\n"
+                        "        raise ValueError(\"rms_norm: the weight is all zeros\")\n"),
+           "CPU_CHECK": "    _check_weight(w)\n", "GPU_CHECK": "    _check_weight(weight)\n"},
+}
 
 UTILS = '''"""Helpers shared by the kernels. Triton is optional: without it (or on CPU
 tensors) every op runs its torch implementation."""
@@ -88,5 +127,6 @@ def render_package(state: dict) -> dict[str, str]:
         "minikern/_utils.py": fill(UTILS, {"CDIV": state["utils_cdiv"]}),
         "minikern/gemm.py": render_gemm(state),
         "minikern/attention.py": render_attention(state),
-        "minikern/rmsnorm.py": fill(RMSNORM, {"RMS_DOC": state["rms_doc"]}),
+        "minikern/rmsnorm.py": fill(RMSNORM, {"RMS_DOC": state["rms_doc"], **RMS_BLOCKS[state["rms_blocks"]],
+                                              **RMS_WEIGHT_CHECK[state["rms_weight_check"]]}),
     }

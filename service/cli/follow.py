@@ -105,6 +105,27 @@ def submit_remote(api: str, request: BisectCreate | CompareCreate) -> int:
     return _call("POST", f"{api}/api/jobs/{kind}", json=request.model_dump(exclude_none=True), timeout=120).json()["id"]
 
 
+def attribute_remote(api: str, job_id: int) -> int:
+    return _call("POST", f"{api}/api/jobs/{job_id}/attribute", timeout=60).json()["id"]
+
+
+def attribute_local(job_id: int) -> int:
+    """The attribution job of bisect `job_id` (created, or the open one), queued after commit."""
+    from perfbisect.service.attribution import service as attribution
+    from perfbisect.service.cli.tokens import local_principal
+
+    try:
+        with session_scope() as session:
+            made = attribution.request(session, job_id, local_principal())
+            attribution_id, created = made.job.id, made.created
+    except PerfbisectError as exc:
+        raise CLIError(exc.message) from exc
+    if created:
+        dispatch.send(ADVANCE_JOB, attribution_id)
+        dispatch.drain_in_background()
+    return attribution_id
+
+
 def read_remote(api: str, job_id: int) -> JobRead:
     return JobRead.model_validate(_call("GET", f"{api}/api/jobs/{job_id}", timeout=30).json())
 

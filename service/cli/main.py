@@ -348,6 +348,22 @@ def show(
 
 
 @app.command()
+def attribute(
+    job_id: int,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="on this API server")] = None,
+) -> None:
+    """Attribute a finished bisect's culprits at its bad end (each reverted, alone and together),
+    follow it, and print the bisect's report with the attribution."""
+    from perfbisect.service.cli import runs
+
+    with user_errors():
+        job = runs.attribute_job(job_id, api, show_progress=not as_json, console=console)
+    runs.print_job(job, as_json)
+    raise typer.Exit(exit_code(job))
+
+
+@app.command()
 def cancel(
     job_id: int,
     api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="cancel it on this API server")] = None,

@@ -128,6 +128,32 @@ def run_job(request: BisectCreate | CompareCreate, *, api: str | None, repo_sett
     return follow_job(job_id, api=None, show_progress=show_progress, console=console)
 
 
+def follow_attribution(job: JobRead, *, api: str | None, show_progress: bool, console: Console) -> JobRead:
+    """A bisect that went on to attribute its culprits at the head: follow that job too, then
+    read the bisect again (its read carries the attribution)."""
+    if job.attribution_job_id is None or job.attribution is not None:
+        return job
+    console.print(f"attributing the culprits at the head: job {job.attribution_job_id}")
+    follow_job(job.attribution_job_id, api=api, show_progress=show_progress, console=console)
+    return read_remote(api, job.id) if api else read_local(job.id)
+
+
+def attribute_job(job_id: int, api: str | None, *, show_progress: bool, console: Console) -> JobRead:
+    """`perfbisect attribute ID`: start (or find) the attribution of bisect `job_id`, follow it,
+    return the bisect's read with it."""
+    from perfbisect.service.cli.follow import attribute_local, attribute_remote
+
+    if api:
+        api = api.rstrip("/")
+        attribution_id = attribute_remote(api, job_id)
+    else:
+        prepare_database()
+        attribution_id = attribute_local(job_id)
+    console.print(f"attributing the culprits of job {job_id} at its bad end: job {attribution_id}")
+    follow_job(attribution_id, api=api, show_progress=show_progress, console=console)
+    return read_remote(api, job_id) if api else read_local(job_id)
+
+
 def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> BisectCreate:
     import git
 
@@ -183,7 +209,8 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     request = _demo_request(name, path, device, workers)
     console.print(f"bisecting {len(request.benchmarks)} suite(s) on {device} over the demo history")
     job_id = submit_local(request)
-    return follow_job(job_id, api=None, show_progress=show_progress, console=console), truth
+    job = follow_job(job_id, api=None, show_progress=show_progress, console=console)
+    return follow_attribution(job, api=None, show_progress=show_progress, console=console), truth
 
 
 def print_job(job: JobRead, as_json: bool, *, wide: bool = False) -> None:
@@ -222,6 +249,36 @@ def print_truth_check(job: JobRead, truth: dict) -> None:
     print(f"\nplanted events found: {len(check['found'])}/{total} ({', '.join(check['found']) or 'none'})"
           + (f"; missed: {', '.join(check['missed'])}" if check["missed"] else "")
           + (f"; culprits not planted: {', '.join(check['extra'])}" if check["extra"] else ""))
+    found = interaction_check(job, truth)
+    print(f"planted interaction found: {found['found']}/{found['planted']}"
+          + (f"; interactions not planted: {', '.join(found['extra'])}" if found["extra"] else ""))
+
+
+def interaction_check(job: JobRead, truth: dict) -> dict:
+    """Whether the attribution called the planted pair's interaction, on a case of its suite,
+    between the culprits that hold its two events; and any interaction called elsewhere."""
+    index = {e["event"]: e["index"] for e in truth["events"]}
+    pos = {sha: i for i, sha in enumerate(job.revision_shas)}
+    planted = truth.get("interactions", [])
+    attribution = job.attribution
+    called = []
+    for case in attribution.cases if attribution else []:
+        if case.verdict != "interact" or not case.together:
+            continue
+        spans = [(pos.get(c.first_sha, -1), pos.get(c.last_sha, -1)) for c in attribution.culprits
+                 if c.index in case.culprits and str(c.index) in case.together.split("+")]
+        called.append((case.case, spans))
+    found, matched = 0, set()
+    for pair in planted:
+        events = [index[e] for e in pair["events"]]
+        for n, (case, spans) in enumerate(called):
+            holds = all(any(a <= i <= b for a, b in spans) for i in events)
+            if holds and case.startswith(pair["case_suite"] + " "):
+                found += 1
+                matched.add(n)
+                break
+    extra = [case for n, (case, _spans) in enumerate(called) if n not in matched]
+    return {"found": found, "planted": len(planted), "extra": extra}
 
 
 def run_measure(repo: Path, rev: str, bench: dict[str, Any], device: str, build: str | None,

@@ -99,6 +99,9 @@ def bisect(
     scan: Annotated[Optional[int], typer.Option(
         help="interior revisions measured with the ends, so a step undone inside the range is seen "
              "(default: 3 for ranges over 32 commits, else 0)")] = None,
+    attribute: Annotated[Optional[bool], typer.Option(
+        "--attribute/--no-attribute", help="afterwards, measure the bad end with each culprit reverted (alone and "
+        "together): by default when two or more culprits moved one case")] = None,
     api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
 ) -> None:
     """Bisect good..bad, follow its progress, print every culprit with the step per shape.
@@ -116,7 +119,7 @@ def bisect(
         request = validated(BisectCreate, repository=repo, good=good, bad=bad,
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
-                            policy=parsed_policy, check_accuracy=check_accuracy, scan=scan)
+                            policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, attribute=attribute)
         job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
     _finish(job, as_json, wide, fail_on)
 
@@ -154,5 +157,7 @@ def _submit(request, api: str | None, build: str | None, import_root: str | None
     if api and (build is not None or import_root is not None or env is not None):
         raise CLIError("--build, --import-root and --env register a local path; with --api, register the "
                        "repository first (`perfbisect repo add ... --api URL`)")
-    return runs.run_job(request, api=api, repo_settings=runs.RepoSettings(build, import_root, env),
-                        show_progress=show_progress, console=console)
+    job = runs.run_job(request, api=api, repo_settings=runs.RepoSettings(build, import_root, env),
+                       show_progress=show_progress, console=console)
+    return runs.follow_attribution(job, api=api.rstrip("/") if api else None, show_progress=show_progress,
+                                   console=console)

@@ -20,6 +20,8 @@ from sqlalchemy.orm import Session
 from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
 from perfbisect.service.bisect.progress import expected_trials
 from perfbisect.service.bisect.probes import nothing_built
+from perfbisect.service.attribution import fixcheck
+from perfbisect.service.attribution import service as attribution
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import outcome, repository, resolution, sweep
 from perfbisect.service.jobs.schemas import AUTO_SCAN, AUTO_SCAN_ABOVE
@@ -198,6 +200,7 @@ class Round:
     trial_ids: list[int]
     queue: str | None = None
     finished: bool = False
+    follow_up: int | None = None  # a job this round created (a bisect's attribution): advanced after commit
 
 
 def advance(session: Session, job_id: int) -> Round:
@@ -211,6 +214,9 @@ def advance(session: Session, job_id: int) -> Round:
         return Round([])  # (a job still resolving is advanced by its task once it is resolved)
     if job.kind == JobKind.track:  # a tracked branch's heads: measured, never bisected
         return _measure_heads(session, job)
+    if job.kind == JobKind.attribute:  # the bad end with culprits reverted, side by side with it
+        new, finished = attribution.advance(session, job)
+        return Round([t.id for t in new], queue=job.spec["device_class"], finished=finished)
     trials = repository.trials_of(session, job.id)
     timed = [t for t in trials if not t.accuracy_only]  # sweep trials never enter the timing comparison
     observations = observations_from(timed, job.revision_shas, job.spec.get("metric", "ratio"))
@@ -231,7 +237,10 @@ def advance(session: Session, job_id: int) -> Round:
         job.status, job.error, job.result = outcome.conclude(job.revision_shas, job.spec, trials, observations,
                                                              plan, config, raw, findings)
         job.finished_at = utcnow()
-        return Round([], finished=True)
+        if job.kind == JobKind.compare:  # a PR over culprits named earlier: what it recovers, what is left
+            job.result = {**job.result, "fix_check": fixcheck.check(session, job)}
+        attributed = attribution.maybe_create(session, job)
+        return Round([], finished=True, follow_up=attributed.id if attributed is not None else None)
     if job.status == JobStatus.queued:
         job.status, job.started_at = JobStatus.running, utcnow()
     revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)

@@ -10,6 +10,7 @@ from perfbisect.queue import ADVANCE_JOB
 from perfbisect.service.api.deps import SessionDep, SubmitterDep, ViewerDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.bounds import MAX_ID
+from perfbisect.service.attribution import service as attribution
 from perfbisect.service.jobs import repository, service, views
 from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, JobSummary, TrialRead
 from perfbisect.service.models import JobStatus
@@ -49,6 +50,15 @@ def submit_compare(session: SessionDep, submitter: SubmitterDep, response: Respo
                    idempotency_key: IdempotencyKey = None) -> JobAccepted:
     """Compare a pull request's head against its base on every case."""
     return _accepted(session, response, service.submit_compare(session, body, submitter, idempotency_key))
+
+
+@router.post("/{job_id}/attribute", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
+             responses=SUBMIT_RESPONSES)
+def attribute_job(session: SessionDep, submitter: SubmitterDep, response: Response, job_id: JobId) -> JobAccepted:
+    """Measure the bad end of finished bisect `job_id` with each culprit reverted (alone, together,
+    every subset up to three) side by side with the bad end: what each culprit costs at the head,
+    and whether they interact. 422 for a job that is not a finished bisect or named no culprit."""
+    return _accepted(session, response, attribution.request(session, job_id, submitter))
 
 
 @router.get("", response_model=list[JobSummary], dependencies=READ)

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from perfbisect.service.attribution.schemas import AttributionRead, FixCheckRead
 from perfbisect.service.bounds import Id, ShapeKey, ShapeValue, text
 
 # A shape: 'M=512,N=512,K=512,dtype=fp32' or the same as an object; sizes fit the case columns.
@@ -120,6 +121,9 @@ class BisectCreate(BaseModel):
     scan: int | None = Field(default=None, ge=0, le=32, description=(
         "interior revisions measured, evenly spaced, with the ends in the first round, so that a step undone "
         f"inside the range is seen; default {AUTO_SCAN} for ranges over {AUTO_SCAN_ABOVE} commits, else 0"))
+    attribute: bool | None = Field(default=None, description="after the bisect, measure the bad end with its culprits "
+                                   "reverted: None (default) when two or more culprits moved one case, true for any "
+                                   "culprit, false never")
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:
@@ -254,6 +258,11 @@ class JobRead(BaseModel):
     finished_at: datetime | None
     culprits: list[CulpritRead]
     outcome: OutcomeRead | None = Field(default=None, description="set once the job has finished")
+    attribution: AttributionRead | None = Field(
+        default=None, description="an attribution job's report; on a bisect, that of its latest finished attribution")
+    attribution_job_id: int | None = Field(default=None, description="a bisect's latest attribution job")
+    fix_check: list[FixCheckRead] = Field(default=[], description="a compare over culprits named earlier: per case "
+                                          "what the pull request recovers and what is left")
 
 
 class JobSummary(BaseModel):

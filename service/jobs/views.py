@@ -14,6 +14,8 @@ from perfbisect.service.jobs.schemas import (
 )
 from perfbisect.service.models import Culprit, CulpritKind, Job, Repository, Revision
 from perfbisect.service.repos.redaction import env_secrets, scrub_tree
+from perfbisect.service.attribution.schemas import AttributionRead
+from perfbisect.service.models import JobKind
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.trials import repository as trials_repo
 
@@ -70,7 +72,26 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
         started_at=job.started_at, finished_at=job.finished_at, culprits=culprits,
         outcome=(OutcomeRead.model_validate(scrub_tree(job.result["outcome"], secrets))
                  if (job.result or {}).get("outcome") else None),
+        fix_check=(job.result or {}).get("fix_check") or [],
+        **_attribution(session, job),
     )
+
+
+def _attribution(session: Session, job: Job) -> dict:
+    """An attribution job's report; a bisect's latest attribution job and its report once finished."""
+    from perfbisect.service.attribution import service as attribution
+
+    if job.kind == JobKind.attribute:
+        found = attribution.result_of(job)
+        return {"attribution": AttributionRead(job_id=job.id, status=job.status.value, **found) if found else None}
+    if job.kind != JobKind.bisect:
+        return {}
+    latest = next(iter(attribution.attributions_of(session, job.id)), None)
+    if latest is None:
+        return {}
+    found = attribution.result_of(latest)
+    return {"attribution_job_id": latest.id,
+            "attribution": AttributionRead(job_id=latest.id, status=latest.status.value, **found) if found else None}
 
 
 LOGS_HIDDEN = "hidden: build and harness logs need a token with the read scope"

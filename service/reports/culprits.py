@@ -16,6 +16,7 @@ import textwrap
 from rich.text import Text
 
 from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead
+from perfbisect.service.reports.attribution import text_lines as attribution_lines
 
 STYLE = {"regressed": "bold red", "regression": "red", "improved": "bold green", "improvement": "green",
          "failed": "bold red", "inconclusive": "bold yellow", "unchanged": "", "warning": "yellow"}
@@ -104,6 +105,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def headline(job: JobRead) -> Text:
+    if job.kind == "attribute":  # no per-case verdict: the attribution section says what it found
+        return Text(f"attribution of the culprits of bisect {job.spec.get('parent_job_id')} at its bad end: {job.status}")
     if job.outcome is None:
         return Text(f"verdict: none ({'the job ' + job.status if job.status in ('failed', 'cancelled') else 'not finished'})")
     counts = job.outcome.counts
@@ -252,6 +255,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
     case_lines = _case_outcomes(job, width, wide)
     if case_lines:
         lines += [Text(""), *case_lines]
+    lines += attribution_lines(job)
     if job.error and not case_lines:
         lines += [Text(""), Text(f"error: {job.error}", STYLE["failed"])]
     return lines

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from perfbisect.service.jobs.schemas import CulpritRead, JobRead
+from perfbisect.service.reports.attribution import markdown_lines as attribution_markdown
 from perfbisect.service.reports.culprits import (
     before_after,
     decided_on,
@@ -134,6 +135,7 @@ def render_job(job: JobRead, public_url: str | None = None) -> str:
                     + (f", fixed at `{c.fixed_sha[:10]}`" if c.fixed_sha else ", not fixed in this range")
                     + " (a fast kernel that computes the wrong thing is a failure, not a speed-up)"]
     out += _case_lists(job)
+    out += attribution_markdown(job)
     if job.outcome and job.outcome.warning:
         out += ["", f"> :warning: {job.outcome.warning}"]
     if job.error and not (job.outcome and job.outcome.cases):
@@ -158,6 +160,7 @@ def render_culprit_comment(job: JobRead, culprits: list[CulpritRead], public_url
            f"Bisecting `{ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))}` in **{job.repository}** found the step at "
            f"{shas}, from this pull request. Step = relative change of the {decided_on(job)}, 95% CI:"]
     out += _step_tables(job, culprits, with_revision=True)
+    out += attribution_markdown(job)
     out += ["", _footer(job, public_url)]
     return "\n".join(out)
 

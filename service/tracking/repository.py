@@ -62,7 +62,7 @@ def finished_trials_at(session: Session, repository_id: int, device_class: str, 
     """Finished trials (of any job) at these commits on this device class, with their cases."""
     stmt = (select(Trial).join(Revision, Trial.revision_id == Revision.id)
             .where(Revision.repository_id == repository_id, Revision.sha.in_(list(shas)),
-                   Trial.device_class == device_class,
+                   Trial.device_class == device_class, Trial.variant.is_(None),
                    Trial.status.not_in((TrialStatus.pending, TrialStatus.running, TrialStatus.cancelled)))
             .options(selectinload(Trial.revision), selectinload(Trial.measurements).selectinload(Measurement.case)))
     return session.scalars(stmt).all()
@@ -83,7 +83,7 @@ def history_rows(session: Session, repository_id: int, device_class: str, finger
             .join(Trial, Measurement.trial_id == Trial.id).join(Revision, Trial.revision_id == Revision.id)
             .where(Revision.repository_id == repository_id, Revision.sha.in_(list(shas)),
                    Measurement.case_id.in_(list(case_ids)), Trial.device_class == device_class,
-                   Trial.fingerprint == fingerprint, Trial.status == TrialStatus.ok))
+                   Trial.fingerprint == fingerprint, Trial.status == TrialStatus.ok, Trial.variant.is_(None)))
     return [(sha, case_id, m) for sha, case_id, m in session.execute(stmt)]
 
 

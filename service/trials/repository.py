@@ -62,14 +62,14 @@ def refresh_case_points(session: Session, trial: Trial, case_ids: Sequence[int])
     """Recompute the medians of (case, revision, fingerprint) over the ok trials for the cases
     `trial` just stored. The revision row is locked so two trials of one revision finishing at
     once cannot each write a median that misses the other's measurement."""
-    if trial.status != TrialStatus.ok or not case_ids:
-        return
+    if trial.status != TrialStatus.ok or not case_ids or trial.variant:
+        return  # a variant (culprits reverted) is not the commit: it has no place in its history
     revision = session.get_one(Revision, trial.revision_id, with_for_update=True)
     fingerprint = trial.fingerprint or ""
     stmt = (select(Measurement.case_id, Measurement.value, Measurement.control_value, Measurement.ratio,
                    Measurement.unit, Measurement.higher_is_better)
             .join(Trial, Measurement.trial_id == Trial.id)
-            .where(Trial.revision_id == revision.id, Trial.status == TrialStatus.ok,
+            .where(Trial.revision_id == revision.id, Trial.status == TrialStatus.ok, Trial.variant.is_(None),
                    func.coalesce(Trial.fingerprint, "") == fingerprint, Measurement.case_id.in_(list(case_ids)),
                    Measurement.status == "ok", Measurement.value.is_not(None)))
     by_case: dict[int, list] = defaultdict(list)

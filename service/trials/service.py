@@ -50,6 +50,7 @@ class TrialWork:
     accuracy_only: bool = False
     suite_sources: dict[str, str] = field(default_factory=dict)  # sha256 -> text of the suite files sent with the job
     build_inputs: tuple[str, ...] = ()  # declared build inputs: the build cache's key (none: build every trial)
+    reverts: tuple[tuple[str, str], ...] = ()  # attribution: culprit ranges (first, last) reverted at `sha`
 
 
 def beating(trial: Trial, now: datetime, timeout_s: float) -> bool:
@@ -86,7 +87,16 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
         accuracy_only=trial.accuracy_only,
         suite_sources=suites.sources_of(session, job.spec["cases"]),
         build_inputs=tuple(repo.build_inputs or ()),
+        reverts=reverts_of(job.spec, trial.variant),
     )
+
+
+def reverts_of(spec: dict[str, Any], variant: str | None) -> tuple[tuple[str, str], ...]:
+    """The culprit ranges an attribution trial reverts: its variant's culprits, in branch order."""
+    if not variant:
+        return ()
+    culprits = spec["culprits"]
+    return tuple((culprits[int(i)]["first_sha"], culprits[int(i)]["last_sha"]) for i in sorted(variant.split("+"), key=int))
 
 
 def check_in(session: Session, trial_id: int, attempt: int, *, beat: bool) -> bool:

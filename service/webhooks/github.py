@@ -70,6 +70,8 @@ def post_job_comments(session: Session, job_id: int, client: httpx.Client | None
     job = jobs.get(session, job_id)
     if not job.status.finished:
         raise Conflict(f"job {job_id} is {job.status.value}: comments are posted once it has finished")
+    if job.kind.value == "attribute":  # the bisect's culprit comments again, now with the attribution
+        job = jobs.get(session, job.spec["parent_job_id"])
     slug = github_slug(job.repository.url)
     if slug is None:
         return []

@@ -38,7 +38,10 @@ def test_history_is_realistic_and_records_its_ground_truth(demo):
     events = {e["event"]: e for e in demo.truth["events"]}
     assert set(events) == {"swizzle_off_bf16", "import_broken", "import_fixed", "fastmath_dropped",
                            "block_k_small_step", "k_tail_dropped", "k_tail_fixed",
-                           "swizzle_partial_recovery"}
+                           "swizzle_partial_recovery", "rms_blocks", "rms_weight_check"}
+    assert demo.truth["interactions"] == [{"events": ["rms_blocks", "rms_weight_check"], "case_suite": "rmsnorm",
+                                           "kind": "sub-additive"}]
+    assert events["rms_blocks"]["index"] < events["rms_weight_check"]["index"] < events["swizzle_off_bf16"]["index"]
     for event in events.values():
         assert demo.shas[event["index"]] == event["sha"]
         assert demo.shas[event["index"] - 1] == event["parent"]
@@ -61,7 +64,7 @@ def test_same_code_writes_the_same_shas(demo, tmp_path):
 # (event, trials per side): the block_k step is the smallest on the CPU, so it gets more
 @pytest.mark.parametrize("event_key, trials", [
     ("swizzle_off_bf16", 1), ("fastmath_dropped", 1), ("block_k_small_step", 3),
-    ("swizzle_partial_recovery", 1)])
+    ("swizzle_partial_recovery", 1), ("rms_blocks", 3), ("rms_weight_check", 1)])
 def test_planted_step_is_measured_in_the_right_direction(demo, event_key, trials):
     event = demo.event(event_key)
     cases = [c for c in DEMO_CPU_CASES if event_hits(event_key, c, "cpu")]
@@ -118,3 +121,26 @@ def test_head_is_correct_on_odd_shapes_and_a_trial_is_quick(demo):
     assert set(full) == {case_name(c["suite"], c["params"]) for c in DEMO_CPU_CASES}
     # about 3 s on a 2-core machine; a generous bound, so a loaded CI box still passes
     assert time.monotonic() - started < 12
+
+
+def test_the_planted_pair_interacts_at_the_head(demo, tmp_path):
+    """The weight check costs a few percent without the row blocks and tens of percent with
+    them: measured at the head with each change reverted (git revert, as an attribution does)."""
+    blocks, check = demo.event("rms_blocks"), demo.event("rms_weight_check")
+    arms = {}
+    for name, reverts in (("head", []), ("no_blocks", [blocks]), ("no_check", [check]),
+                          ("neither", [check, blocks])):
+        tree = tmp_path / name
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), demo.shas[-1]], cwd=demo.root, check=True)
+        for event in reverts:
+            subprocess.run(["git", "revert", "--no-commit", event["sha"]], cwd=tree, check=True, capture_output=True)
+        arms[name] = tree
+    case = [c for c in DEMO_CPU_CASES if c["suite"] == "rmsnorm"]
+    ratios = {name: [] for name in arms}
+    for t in range(3):  # interleaved, so machine drift hits every arm
+        for name, tree in arms.items():
+            ratios[name].append(by_name(trial(tree, case, seed=1234 + t))[case_name("rmsnorm", case[0]["params"])]["median_ratio"])
+    m = {name: statistics.median(v) for name, v in ratios.items()}
+    with_blocks = m["head"] / m["no_check"] - 1      # the check's cost with the blocks in
+    without_blocks = m["no_blocks"] / m["neither"] - 1  # and without them
+    assert with_blocks < -0.15 and with_blocks < without_blocks - 0.10, m

@@ -1,0 +1,94 @@
+"""The attribution report as the API serves it (job.result["attribution"], see report.py)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class EstimateRead(BaseModel):
+    rel: float = Field(description="relative change of the decision value (exp of the log effect, minus 1)")
+    ci: tuple[float, float] = Field(description="95% interval, Student's t on the per-trial noise pooled over the arms")
+
+
+class ArmRead(BaseModel):
+    ratio: float | None = Field(description="median of the per-trial ratios to the control")
+    value: float | None = Field(description="median of the per-trial metric (TFLOP/s, GB/s)")
+    trials: int
+
+
+class RecoveryRead(EstimateRead):
+    variant: str = Field(description="the culprit indices reverted together, e.g. '0+1'")
+    culprits: list[int]
+    ratio: float | None
+    value: float | None
+    trials: int
+
+
+class ConditionalRead(BaseModel):
+    """Two culprits: what `culprit` costs with `other` in (its revert at the head) and without
+    it (reverting both against reverting `other` alone)."""
+
+    culprit: int
+    other: int
+    with_other: EstimateRead
+    without_other: EstimateRead
+
+
+class CaseAttributionRead(BaseModel):
+    case: str
+    culprits: list[int] = Field(description="indices of the culprits that moved this case")
+    unit: str | None
+    higher_is_better: bool
+    head: ArmRead = Field(description="the bad end as it is")
+    recoveries: list[RecoveryRead] = Field(description="each measured variant against the bad end")
+    together: str | None = Field(description="the variant of every culprit that reverts cleanly (two or more)")
+    interaction: EstimateRead | None = Field(
+        description="all together minus the sum of the singles (log scale): 0 when the costs add up")
+    verdict: Literal["interact", "additive", "undetermined"] | None
+    conditional: list[ConditionalRead] = []
+    words: str
+
+
+class AttributedCulpritRead(BaseModel):
+    index: int
+    label: str = Field(description="#PR, or the sha (range) when no PR is known")
+    first_sha: str
+    last_sha: str
+    subject: str
+    reverts_cleanly: bool
+    problem: str | None = Field(description="e.g. 'does not revert cleanly at the head: conflicts in a.py'")
+
+
+class VariantRead(BaseModel):
+    key: str
+    culprits: list[int]
+    problem: str | None
+    trials: int
+
+
+class AttributionRead(BaseModel):
+    """What each culprit costs at the bad end, alone and together, and whether they interact."""
+
+    job_id: int = Field(description="the attribution job")
+    status: str
+    culprits: list[AttributedCulpritRead] = []
+    variants: list[VariantRead] = []
+    cases: list[CaseAttributionRead] = []
+    head_trials: int = 0
+
+
+class FixCheckRead(BaseModel):
+    """A compare whose base holds culprits named by an earlier bisect, on one case."""
+
+    case: str
+    culprits: list[str] = Field(description="the earlier culprits that moved this case (#PR or sha)")
+    lost: float = Field(description="their step together (relative, negative for a loss)")
+    recovered: float = Field(description="this pull request's step on the case")
+    left: float = Field(description="what remains of the earlier step (relative)")
+    share: float | None = Field(description="part of the loss recovered (log scale)")
+    fixes: str | None = Field(description="with an attribution: the culprit whose revert recovers most like this PR")
+    explained_by: list[str] = Field(description="the culprits that explain the remainder")
+    predicted_left: EstimateRead | None = Field(description="what they cost once `fixes` is fixed, per the attribution")
+    words: str

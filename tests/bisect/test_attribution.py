@@ -1,0 +1,135 @@
+"""The attribution arithmetic: recoveries, the interaction term and their intervals, on literal
+per-trial values whose logs are round numbers (so every figure can be checked by hand)."""
+
+import math
+
+import pytest
+
+from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, attribute_case, estimate, fix_check,
+                                                   interaction, plan_round, recovery, variants_of)
+
+T_975_8 = 2.306004135204166  # Student's t, 97.5% quantile, 8 degrees of freedom
+
+
+def arm(*logs):
+    return [math.exp(x) for x in logs]
+
+
+# Four arms of three trials; every arm's logs spread -0.01, 0, +0.01 around its mean, so the
+# pooled per-trial noise is exactly 0.01 with 4 * 2 = 8 degrees of freedom.
+HEAD_VALUES = arm(-0.01, 0.0, 0.01)
+A = arm(0.09, 0.10, 0.11)   # reverting culprit 0 alone: +0.10 in log
+B = arm(0.19, 0.20, 0.21)   # culprit 1 alone: +0.20
+AB = arm(0.24, 0.25, 0.26)  # both: +0.25, not 0.30: they interact by -0.05
+
+
+def test_recovery_is_the_log_step_with_a_t_interval():
+    r = recovery(HEAD_VALUES, A, 0.01, 8)
+    half = T_975_8 * 0.01 * math.sqrt(2 / 3)
+    assert r.log == pytest.approx(0.10)
+    assert r.rel == pytest.approx(math.expm1(0.10))
+    assert r.ci == pytest.approx((math.expm1(0.10 - half), math.expm1(0.10 + half)))
+
+
+def test_interaction_is_all_together_minus_the_sum_of_singles():
+    term = interaction(HEAD_VALUES, [A, B], AB, 0.01, 8)
+    half = T_975_8 * 0.01 * math.sqrt(4 / 3)  # 1/3 (both) + 1/3 + 1/3 (singles) + 1/3 (head, (k-1)^2 = 1)
+    assert term.log == pytest.approx(-0.05)
+    assert term.ci == pytest.approx((math.expm1(-0.05 - half), math.expm1(-0.05 + half)))
+    assert term.excludes_zero()
+
+
+def test_three_culprits_weigh_the_head_by_k_minus_one():
+    c = arm(0.04, 0.05, 0.06)
+    together = arm(0.34, 0.35, 0.36)  # 0.10 + 0.20 + 0.05 = 0.35: additive
+    term = interaction(HEAD_VALUES, [A, B, c], together, 0.01, 12)
+    assert term.log == pytest.approx(0.0, abs=1e-12)
+    assert term.se == pytest.approx(0.01 * math.sqrt(4 / 3 + 4 / 3))  # 4 arms of 1/3, head (3-1)^2/3
+
+
+def test_one_culprit_cannot_interact():
+    with pytest.raises(ValueError):
+        interaction(HEAD_VALUES, [A], A, 0.01, 8)
+
+
+def test_attribute_case_pools_the_noise_and_calls_the_interaction():
+    result = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): AB},
+                            AttributionConfig(min_effect=0.02))
+    assert result.together == (0, 1)
+    assert result.interaction.df == 8
+    assert result.interaction.log == pytest.approx(-0.05)
+    assert result.verdict == "interact"
+    assert result.recoveries[(1,)].log == pytest.approx(0.20)
+
+
+def test_independent_factors_do_not_interact():
+    """Two culprits that each scale the time by their own factor add on the log scale; with three
+    trials an arm the interval (+-2.7%) is wider than the 2% threshold: undetermined, with six
+    (+-1.5%) it is inside it: additive."""
+    ab = arm(0.29, 0.30, 0.31)
+    three = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): ab},
+                           AttributionConfig(min_effect=0.02))
+    assert three.interaction.log == pytest.approx(0.0, abs=1e-12)
+    assert three.verdict == "undetermined"
+    six = attribute_case("c", (0, 1), {v: x * 2 for v, x in {HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): ab}.items()},
+                         AttributionConfig(min_effect=0.02))
+    assert six.interaction.df == 20
+    assert six.interaction.se == pytest.approx(math.sqrt(4 * 0.0004 / 20) * math.sqrt(4 / 6))
+    assert six.verdict == "additive"
+
+
+def test_a_conflicting_culprit_leaves_no_interaction():
+    result = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (1,): B}, AttributionConfig())
+    assert result.interaction is None and result.verdict is None
+    assert set(result.recoveries) == {(1,)}
+
+
+def test_variants_are_every_subset_up_to_three_then_singles_and_all():
+    assert variants_of([0, 1]) == [(0,), (1,), (0, 1)]
+    assert len(variants_of([0, 1, 2])) == 7
+    assert variants_of([0, 1, 2, 3]) == [(0,), (1,), (2,), (3,), (0, 1, 2, 3)]
+
+
+def test_plan_round_brings_every_live_arm_to_the_same_count_and_stops():
+    cases = {"c": (0, 1)}
+    variants = [(0,), (1,), (0, 1)]
+    first = plan_round(cases, variants, {}, {}, set())
+    assert first.requests == {HEAD: 3, (0,): 3, (1,): 3, (0, 1): 3} and not first.done
+    conflicted = plan_round(cases, variants, {}, {HEAD: 3, (0,): 3, (1,): 3, (0, 1): 3}, {(0,), (0, 1)})
+    assert set(conflicted.requests) <= {HEAD, (1,)}
+    values = {HEAD: {"c": HEAD_VALUES}, (0,): {"c": A}, (1,): {"c": B}, (0, 1): {"c": AB}}
+    attempts = {v: 3 for v in values}
+    done = plan_round(cases, variants, values, attempts, set(), AttributionConfig(min_effect=0.02))
+    assert done.done
+    capped = plan_round(cases, variants, {}, {v: 12 for v in values}, set())
+    assert capped.done and not capped.requests
+
+
+def test_fix_check_splits_the_loss_and_names_the_remainder():
+    """Steps of -20% and -30% (lost: log 0.56); the PR recovers +42.9% (log 1/0.7). With the
+    attribution (culprit 0 alone +25%, culprit 1 alone +42.9%, both +78.6%) the PR fixed culprit 1
+    and culprit 0 explains the rest: log(1/0.56) - log(1/0.7) = log(1.25)."""
+    plain = fix_check([-0.2, -0.3], 1 / 0.7 - 1)
+    assert plain.lost == pytest.approx(math.log(0.56)) and plain.left == pytest.approx(math.log(0.8))
+    assert plain.share == pytest.approx(math.log(1 / 0.7) / -math.log(0.56)) and plain.fixes is None
+    singles = {0: estimate(math.log(1.25), 0.01, 8), 1: estimate(math.log(1 / 0.7), 0.01, 8)}
+    checked = fix_check([-0.2, -0.3], 1 / 0.7 - 1, estimate(math.log(1 / 0.56), 0.01, 8), singles)
+    assert checked.fixes == 1
+    assert checked.predicted_left.rel == pytest.approx(0.25)
+    assert checked.predicted_left.se == pytest.approx(0.01 * math.sqrt(2))
+
+
+def test_the_sentence_names_the_culprit_whose_cost_depends_on_the_other():
+    """The demo's pair as measured (a CLI run): #905 reverted +187.4%, #908 +80.3%, both +194.3%.
+    #908's cost nearly vanishes without #905 (+2.4%): that is the culprit the sentence is about."""
+    from perfbisect.service.attribution.report import words
+    from perfbisect.service.bisect.attribution import CaseAttribution
+
+    def rec(rel):
+        return estimate(math.log1p(rel), 0.02, 10)
+
+    result = CaseAttribution("rmsnorm", (0, 1), {(0,): rec(1.874), (1,): rec(0.803), (0, 1): rec(1.943)}, (0, 1),
+                             estimate(math.log(2.943 / (2.874 * 1.803)), 0.03, 10), "interact")
+    text = words(result, ["#905", "#908"], {})
+    assert text.startswith("Reverting #905 alone recovers 187.4%; #908 alone 80.3%; both 194.3%: they interact (-43.2%")
+    assert text.endswith("#908 costs 80.3% with #905 in, 2.4% without it.")
