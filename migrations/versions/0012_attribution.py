@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012_attribution"
-down_revision = "0007_samples_retention"
+down_revision = "0011_gate"
 branch_labels = None
 depends_on = None
 
