@@ -10,17 +10,18 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from perfbisect.dashboards import repository, views
+from perfbisect.dashboards import repository, triage, views
 from perfbisect.dashboards.charts import format_value
 from perfbisect.service.api.deps import SessionDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.api.responses import FastJSONResponse
 from perfbisect.service.bounds import MAX_ID, NO_NUL
-from perfbisect.service.models import JobStatus
+from perfbisect.service.errors import BadRequest
+from perfbisect.service.models import AlertStatus, JobStatus
 from perfbisect.service.repos.urls import public_url
 
 # Reads: public, or a token with the read scope when PERFBISECT_PUBLIC_READS is off.
@@ -33,6 +34,7 @@ templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.filters["num"] = lambda v: "-" if v is None else format_value(v)
 templates.env.filters["svg"] = Markup  # overview.sparkline escapes every text it writes
 templates.env.filters["pct"] = lambda v: "-" if v is None else f"{v * 100:+.1f}%"
+REGRESSION_KINDS = ("wrong results",)  # the regressions list's kind that alerts spell wrong_results
 STALLED_AFTER = timedelta(minutes=30)  # a job in flight none of whose trials moved for this long
 
 
@@ -88,14 +90,48 @@ def dashboard_history(request: Request, session: SessionDep, name: RepoName, sui
     wanted = views.parse_shape(shape)
     view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last,
                                     shape=wanted, overlay=overlay)
-    return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters, "shape": wanted})
+    alerts_of_jobs = triage.alerts_of_jobs(session, sorted({m.job_id for h in view.histories for m in h.steps}))
+    return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters, "shape": wanted,
+                                                                "alerts_of_jobs": alerts_of_jobs})
+
+
+@router.get("/dashboard/regressions", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_regressions(request: Request, session: SessionDep, repository: str | None = None,
+                          kind: str | None = Query(None, pattern="^(regression|improvement|wrong results)$")) -> HTMLResponse:
+    """Culprits of finished jobs (what /dashboard/alerts showed before tracking's alerts)."""
+    page = views.alerts_page(session, repository_name=repository, kind=kind)
+    alerts_of_jobs = triage.alerts_of_jobs(session, sorted({r.job_id for r in page.rows}))
+    return templates.TemplateResponse(request, "regressions.html", {"page": page, "kind": kind, "repository": repository,
+                                                                    "alerts_of_jobs": alerts_of_jobs})
 
 
 @router.get("/dashboard/alerts", response_class=HTMLResponse, include_in_schema=False)
-def dashboard_alerts(request: Request, session: SessionDep, repository: str | None = None,
-                     kind: str | None = Query(None, pattern="^(regression|improvement|wrong results)$")) -> HTMLResponse:
-    page = views.alerts_page(session, repository_name=repository, kind=kind)
-    return templates.TemplateResponse(request, "alerts.html", {"page": page, "kind": kind, "repository": repository})
+def dashboard_alerts(request: Request, session: SessionDep, repository: Filter = None, branch: Filter = None,
+                     status: AlertStatus | None = None, kind: str | None = None,
+                     assignee: Filter = None) -> Response:
+    """Tracking's alerts with their triage, filtered; triage through PATCH /api/alerts (triage.js)."""
+    if kind in REGRESSION_KINDS:  # an old link to the regressions list (its kinds had spaces)
+        return RedirectResponse(f"/dashboard/regressions?{request.url.query}", status_code=307)
+    if kind is not None and kind not in triage.KINDS:
+        raise BadRequest(f"kind must be one of {', '.join(triage.KINDS)}")
+    filters = {"repository": repository, "branch": branch, "status": status.value if status else None,
+               "kind": kind, "assignee": assignee}
+    page = triage.alerts_page(session, filters)
+    return templates.TemplateResponse(request, "alerts.html", {"page": page, "statuses": triage.STATUSES,
+                                                               "kinds": triage.KINDS})
+
+
+@router.get("/dashboard/alerts/{alert_id}", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_alert(request: Request, session: SessionDep, alert_id: JobId) -> HTMLResponse:
+    page = triage.alert_page(session, alert_id)
+    return templates.TemplateResponse(request, "alert.html", {"page": page, "view": page.alerts[0],
+                                                              "statuses": triage.STATUSES})
+
+
+@router.get("/dashboard/tracked-branches", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_tracked_branches(request: Request, session: SessionDep) -> HTMLResponse:
+    return templates.TemplateResponse(request, "tracked_branches.html", {"rows": triage.tracked_branches(session),
+                                                                         "statuses": triage.STATUSES})
 
 
 @router.get("/dashboard/repositories/{name}/compare", response_class=HTMLResponse, include_in_schema=False)

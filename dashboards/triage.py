@@ -130,3 +130,10 @@ def tracked_branches(session: Session) -> list[BranchRow]:
     return [BranchRow(tracked=t, trigger=_trigger_words(t), next_run=next_run(t, now),
                       alerts=Counter(counts.get(t.id, {})))
             for t in tracking_repository.list_all(session)]
+
+
+def alerts_of_jobs(session: Session, job_ids: list[int]) -> dict[int, tuple[int, str]]:
+    """bisect job id -> (alert id, alert status) for the jobs that bisect an alert."""
+    of_jobs = alerts_repository.of_jobs(session, job_ids)
+    statuses = {a.id: a.status.value for a in alerts_repository.by_ids(session, list(of_jobs.values()))}
+    return {job_id: (alert_id, statuses[alert_id]) for job_id, alert_id in of_jobs.items()}

@@ -23,6 +23,10 @@ from perfbisect.dashboards.history import (
 )
 from perfbisect.dashboards.links import repo_links
 from perfbisect.service.models import (
+    Alert,
+    AlertCase,
+    AlertKind,
+    AlertStatus,
     Case,
     Culprit,
     CulpritKind,
@@ -32,6 +36,8 @@ from perfbisect.service.models import (
     Measurement,
     Repository,
     Revision,
+    TrackedBranch,
+    TrackTrigger,
     Trial,
     TrialStatus,
 )
@@ -323,10 +329,66 @@ def test_alerts_list_only_passed_steps_with_links(client, measured, session) -> 
     session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=SHAS[1], last_sha=SHAS[1],
                         effects={GEMM: {"rel": 0.018, "ci": [-0.01, 0.05]}}))  # spans zero: no alert
     session.flush()
-    html = client.get("/dashboard/alerts").text
+    html = client.get("/dashboard/regressions").text
     assert html.count("<tr>") == 2  # header + the -8% step
     assert "regression" in html and "-8.0% [-10.0%, -6.0%]" in html and "https://github.com/acme/kern/pull/13" in html
-    assert "No regressions" in client.get("/dashboard/alerts", params={"kind": "improvement"}).text
+    assert "none: a bisect submitted by hand" in html  # not an alert's bisect: no made-up triage state
+    assert "No regressions" in client.get("/dashboard/regressions", params={"kind": "improvement"}).text
+    old_link = client.get("/dashboard/alerts", params={"kind": "wrong results"}, follow_redirects=False)
+    assert old_link.status_code == 307 and old_link.headers["location"].startswith("/dashboard/regressions?")
+
+
+@pytest.fixture
+def alerted(session, measured) -> dict:
+    """main of `kern` tracked on push with one regression alert bisected by the measured job."""
+    case = session.scalars(select(Case).where(Case.repository_id == measured["repo"].id)).one()
+    tracked = TrackedBranch(repository_id=measured["repo"].id, branch="main", device_class="h200", cases=[],
+                            trigger=TrackTrigger.schedule, interval_s=3600,
+                            last_run_at=datetime(2026, 1, 2, 10, tzinfo=timezone.utc), last_sha=SHAS[4])
+    session.add(tracked)
+    session.flush()
+    alert = Alert(tracked_branch_id=tracked.id, kind=AlertKind.regression, status=AlertStatus.new, magnitude=0.08,
+                  before_sha=SHAS[2], first_sha=SHAS[3], last_sha=SHAS[3], culprit_first_sha=SHAS[3],
+                  culprit_last_sha=SHAS[3], bisect_job_id=measured["job"].id, comments={}, detections=1)
+    alert.cases = [AlertCase(case=case, kind=AlertKind.regression, rel=-0.08, pvalue=0.001, mean_before=0.86,
+                             mean_after=0.79)]
+    session.add(alert)
+    session.flush()
+    measured["job"].spec = {**measured["job"].spec, "alert_id": alert.id}
+    session.flush()
+    return {**measured, "tracked": tracked, "alert": alert}
+
+
+def test_alerts_page_shows_triage_who_when_assignee_issue_and_links_both_ways(client, alerted) -> None:
+    alert, job = alerted["alert"], alerted["job"]
+    triaged = client.patch(f"/api/alerts/{alert.id}", json={"status": "investigating", "assignee": "ana",
+                                                            "bug": "https://github.com/acme/kern/issues/5"})
+    assert triaged.status_code == 200, triaged.text
+    html = client.get("/dashboard/alerts", params={"repository": "kern", "branch": "main"}).text
+    assert f'href="/dashboard/alerts/{alert.id}"' in html and "investigating" in html
+    assert client.principal.name in html and "ana" in html and 'href="https://github.com/acme/kern/issues/5"' in html
+    assert f'href="/dashboard/jobs/{job.id}"' in html  # its bisect
+    assert f"https://github.com/acme/kern/commit/{SHAS[3]}" in html  # its culprit
+    assert "/dashboard/repositories/kern?case=" in html  # its chart
+    assert 'class="pick"' in html and 'id="token-form"' in html and "/static/triage.js" in html
+    assert "No alerts match" in client.get("/dashboard/alerts", params={"status": "fixed"}).text
+    assert client.get("/dashboard/alerts", params={"kind": "sideways"}).status_code == 422
+    detail = client.get(f"/dashboard/alerts/{alert.id}").text
+    assert "new" in detail and "investigating" in detail and "ana" in detail  # the history table
+    assert f'data-alert-id="{alert.id}"' in detail
+    assert client.get("/dashboard/alerts/999999").status_code == 404
+    # and back: the job, the chart's step list and the regressions list lead to the alert
+    assert f'href="/dashboard/alerts/{alert.id}"' in client.get(f"/dashboard/jobs/{job.id}").text
+    chart = client.get("/dashboard/repositories/kern", params={"case": GEMM}).text
+    assert f'href="/dashboard/alerts/{alert.id}"' in chart
+    assert f'href="/dashboard/alerts/{alert.id}"' in client.get("/dashboard/regressions").text
+
+
+def test_tracked_branches_page_lists_triggers_runs_and_alerts(client, alerted) -> None:
+    html = client.get("/dashboard/tracked-branches").text
+    assert "kern" in html and "every 1 h" in html and "2026-01-02 10:00" in html and SHAS[4][:10] in html
+    assert "due now" in html  # an hour after its last run, long ago
+    assert "1 alerts" in html and "1 new" in html and "branch=main" in html
 
 
 def test_compare_view_reads_two_stored_revisions(client, measured) -> None:

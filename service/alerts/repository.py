@@ -74,3 +74,7 @@ def status_counts(session: Session) -> dict[int, dict[str, int]]:
     for tracked_id, status, count in session.execute(stmt):
         out.setdefault(tracked_id, {})[AlertStatus(status).value] = count
     return out
+
+
+def by_ids(session: Session, ids: Sequence[int]) -> Sequence[Alert]:
+    return session.scalars(select(Alert).where(Alert.id.in_(list(ids)))).all()
