@@ -136,8 +136,9 @@ def dashboard_tracked_branches(request: Request, session: SessionDep) -> HTMLRes
 
 @router.get("/dashboard/repositories/{name}/compare", response_class=HTMLResponse, include_in_schema=False)
 def dashboard_compare(request: Request, session: SessionDep, name: str, base: str | None = None,
-                      head: str | None = None) -> HTMLResponse:
-    page = views.compare_page(session, name, base, head)
+                      head: str | None = None,
+                      min_effect: float | None = Query(None, gt=0, lt=1, description="verdict threshold")) -> HTMLResponse:
+    page = views.compare_page(session, name, base, head, min_effect)
     return templates.TemplateResponse(request, "compare.html", {"page": page})
 
 

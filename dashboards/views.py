@@ -4,7 +4,7 @@ repository or job (rendered as a 404 by the API's domain-error handler)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from perfbisect.dashboards import repository
 from perfbisect.dashboards.alerts import AlertRow, culprit_alerts
 from perfbisect.dashboards.charts import case_chart, commit_info, describe_device
-from perfbisect.dashboards.compare import CompareRow, compare_rows
+from perfbisect.dashboards.compare import CompareRow, case_verdict, compare_rows
 from perfbisect.dashboards.history import (
     CaseHistory,
     Order,
@@ -30,6 +30,7 @@ from perfbisect.service.jobs import views as job_views
 from perfbisect.service.jobs.schemas import JobRead
 from perfbisect.service.models import JobStatus, Repository
 from perfbisect.service.reports.culprits import culprit_rows
+from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.phases import PhaseRow, build_cache_summary, phase_table
 
 
@@ -296,12 +297,35 @@ class ComparePage:
     choices: list[RevisionMeta]
     links: RepoLinks
     devices: dict[str, str] = field(default_factory=dict)
+    min_effect: float = 0.02
 
 
-def compare_page(session: Session, name: str, base: str | None, head: str | None) -> ComparePage:
+def _with_verdicts(session: Session, repo_id: int, rows: list[CompareRow], base: str, head: str,
+                   min_effect: float) -> list[CompareRow]:
+    """Each row with the three-way verdict from the two revisions' trials (ratio or value as the
+    row compares)."""
+    values: dict[tuple, dict[str, list[float]]] = {}
+    for m in repository.measurement_rows(session, repo_id, shas=[base, head]):
+        if m.status != "ok":
+            continue
+        sides = values.setdefault((m.suite, m.target, m.case, m.fingerprint or ""), {"ratio": {}, "value": {}})
+        for metric in ("ratio", "value"):
+            if getattr(m, metric) is not None:
+                sides[metric].setdefault(m.sha, []).append(getattr(m, metric))
+    out = []
+    for r in rows:
+        per_sha = values.get((r.suite, r.target, r.case, r.fingerprint or ""), {}).get(r.metric, {})
+        found = case_verdict(per_sha.get(base, []), per_sha.get(head, []), min_effect)
+        out.append(replace(r, verdict=found))
+    return out
+
+
+def compare_page(session: Session, name: str, base: str | None, head: str | None,
+                 min_effect: float | None = None) -> ComparePage:
     """Two stored revisions of repository `name` (sha or a unique prefix) compared from their
-    per-revision medians. Without both refs, only the revisions to choose from. Raises NotFound
-    for an unknown repository or a ref that names no single stored revision."""
+    per-revision medians, with each case's verdict at `min_effect` (default: that of the newest
+    job that measured the head). Without both refs, only the revisions to choose from. Raises
+    NotFound for an unknown repository or a ref that names no single stored revision."""
     repo = _repository(session, name)
     revs = []
     for ref in (base, head):
@@ -316,6 +340,9 @@ def compare_page(session: Session, name: str, base: str | None, head: str | None
     if revs[0] and revs[1]:
         points = repository.revision_points(session, repo.id, [revs[0].id, revs[1].id])
         rows = compare_rows([p for rid, p in points if rid == revs[0].id], [p for rid, p in points if rid == revs[1].id])
+        if min_effect is None:
+            min_effect = repository.job_min_effect(session, revs[1].id) or get_settings().default_min_effect
+        rows = _with_verdicts(session, repo.id, rows, revs[0].sha, revs[1].sha, min_effect)
     meta = repository.revision_meta(session, repo.id, [r.sha for r in revs if r])
     fps = [r.fingerprint for r in rows if r.fingerprint]
     devices = {fp: describe_device(p) for fp, p in repository.devices_of(session, fps).items()}
@@ -323,4 +350,5 @@ def compare_page(session: Session, name: str, base: str | None, head: str | None
                for r in repository.measured_revisions(session, repo.id)]
     return ComparePage(repository=repo, base=meta.get(revs[0].sha) if revs[0] else None,
                        head=meta.get(revs[1].sha) if revs[1] else None, rows=rows, choices=choices,
-                       links=repo_links(repo.url), devices=devices)
+                       links=repo_links(repo.url), devices=devices,
+                       min_effect=min_effect or get_settings().default_min_effect)

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from perfbisect.dashboards.charts import case_chart
-from perfbisect.dashboards.compare import compare_rows
+from perfbisect.dashboards.compare import case_verdict, compare_rows
 from perfbisect.dashboards.history import (
     CulpritRow,
     FailedTrialRow,
@@ -174,6 +174,19 @@ def test_compare_rows_say_better_worse_or_within_noise() -> None:
     assert rows[GEMM].change == pytest.approx(-0.2) and rows[GEMM].direction == "worse"
     assert rows["b"].direction == "better" and rows["c"].direction == "within noise"
     assert rows["d"].direction == "missing" and rows["d"].base is None
+
+
+def test_case_verdict_is_the_bisect_s_three_way_answer_with_interval_and_noise() -> None:
+    step = case_verdict([0.941, 0.947, 0.951], [0.75, 0.756, 0.763], min_effect=0.02)
+    assert step.verdict == "different" and step.pvalue < 0.001
+    assert step.ci[0] < step.rel < step.ci[1] < -0.02 and step.trials == (3, 3)
+    assert all(0.004 < n < 0.01 for n in step.noise)  # each side's spread between trials
+    flat = case_verdict([0.9, 0.91, 0.905], [0.902, 0.908, 0.904], min_effect=0.02)
+    assert flat.verdict == "same" and -0.02 < flat.ci[0] < flat.ci[1] < 0.02
+    assert case_verdict([0.9, 0.91, 0.905], [0.902, 0.908, 0.904], min_effect=0.001).verdict == "unknown"
+    one_each = case_verdict([0.9], [0.7], min_effect=0.02)  # no noise estimate: cannot tell
+    assert one_each.verdict == "unknown" and one_each.ci is None and one_each.noise == (None, None)
+    assert case_verdict([], [0.7], min_effect=0.02) is None
 
 
 # --- pages through the API --------------------------------------------------------------------
@@ -393,7 +406,12 @@ def test_tracked_branches_page_lists_triggers_runs_and_alerts(client, alerted) -
 
 def test_compare_view_reads_two_stored_revisions(client, measured) -> None:
     html = client.get("/dashboard/repositories/kern/compare", params={"base": SHAS[2][:8], "head": SHAS[3]}).text
-    assert "0.864" in html and "0.794" in html and "-8.1%" in html and "worse" in html  # ratios to the control
+    assert "0.864" in html and "0.794" in html and "-8.1%" in html  # ratios to the control
+    assert "verdict at 2.0%" in html and "unknown" in html and "1 vs 1 trials" in html  # one trial a side
+    steady = client.get("/dashboard/repositories/kern/compare", params={"base": SHAS[0], "head": SHAS[0],
+                                                                          "min_effect": 0.05}).text
+    assert "verdict at 5.0%" in steady and "same" in steady and "±1.2% / ±1.2%" in steady  # 600 and 610
+    assert client.get("/dashboard/repositories/kern/compare", params={"min_effect": 2}).status_code == 422
     assert client.get("/dashboard/repositories/kern/compare", params={"base": "zzzz", "head": SHAS[3]}).status_code == 404
     chooser = client.get("/dashboard/repositories/kern/compare").text
     assert chooser.count(f'<option value="{SHAS[0]}"') == 2  # base and head selects
