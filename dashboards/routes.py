@@ -158,11 +158,22 @@ JSON_OBJECT = {200: {"content": {"application/json": {"schema": {"type": "object
 
 @router.get("/api/history/{name}", tags=["history"], responses=JSON_OBJECT)
 def history(session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
-            case: Filter = None, last: int | None = Query(None, ge=2, le=100_000)) -> FastJSONResponse:
+            case: Filter = None, last: int | None = Query(None, ge=2, le=100_000),
+            points: int | None = Query(None, ge=2, le=100_000, description="at most this many points per series"),
+            start: int | None = Query(None, ge=0, le=MAX_ID, description="first commit position of the window"),
+            end: int | None = Query(None, ge=0, le=MAX_ID, description="last commit position of the window")
+            ) -> FastJSONResponse:
     """Per case of repository `name`: one series per fingerprint (per-revision medians of the
     target metric and of the control, in first-parent commit order) and the culprit steps;
-    `last` keeps only the newest N commits of that order."""
+    `last` keeps only the newest N commits of that order, `start`..`end` a window of commit
+    positions. With `points`, each series has at most that many points: the points on both
+    sides of every culprit, failed build and wrong-results mark are kept, the rest is min/max
+    bucketed and each kept point carries its bucket's band, so steps and extremes survive
+    (ask again with a narrower window for every point)."""
+    if start is not None and end is not None and end < start:
+        raise BadRequest("end must not be before start")
     view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last, panels=False)
+    views.bounded(view, points, start, end)
     return FastJSONResponse(views.history_json(view))
 
 

@@ -13,6 +13,7 @@ from perfbisect.dashboards import repository
 from perfbisect.dashboards.alerts import AlertRow, culprit_alerts
 from perfbisect.dashboards.charts import case_chart, commit_info, describe_device
 from perfbisect.dashboards.compare import CompareRow, case_verdict, compare_rows
+from perfbisect.dashboards.downsample import downsample
 from perfbisect.dashboards.history import (
     CaseHistory,
     Order,
@@ -184,6 +185,21 @@ def _repository(session: Session, name: str) -> Repository:
     if repo is None:
         raise NotFound(f"no repository {name!r} is registered")
     return repo
+
+
+def bounded(view: RepositoryHistory, points: int | None, start: int | None, end: int | None) -> None:
+    """Narrow the view's histories to commit positions start..end and to at most `points`
+    points per series (dashboards.downsample: marks pinned, min/max buckets with their band)."""
+    if points is None and start is None and end is None:
+        return
+    lo, hi = start if start is not None else -1, end if end is not None else 1 << 62
+    for h in view.histories:
+        h.steps = [m for m in h.steps if lo <= m.last_index and m.first_index <= hi]
+        h.failed = [f for f in h.failed if lo <= f.index <= hi]
+        marks = [i for m in h.steps for i in (m.first_index, m.last_index)] + [f.index for f in h.failed]
+        h.series = [replace(s, points=tuple(downsample([p for p in s.points if lo <= p.index <= hi], points, marks)
+                                            if points else [p for p in s.points if lo <= p.index <= hi]))
+                    for s in h.series]
 
 
 def history_json(view: RepositoryHistory) -> dict[str, Any]:

@@ -252,6 +252,15 @@ def test_history_json_orders_commits_and_separates_fingerprints(client, measured
     recent = client.get("/api/history/kern", params={"last": 2}).json()
     assert [c["sha"] for c in recent["commits"]] == SHAS[3:5]
     assert [s["fingerprint"] for s in recent["cases"][0]["series"]] == ["f" * 64]
+    window = client.get("/api/history/kern", params={"start": 3, "end": 4}).json()
+    assert [c["sha"] for c in window["commits"]] == SHAS[3:5] and window["cases"][0]["steps"][0]["last_sha"] == SHAS[3]
+    after = client.get("/api/history/kern", params={"start": 4}).json()["cases"][0]
+    assert after["steps"] == [] and after["failed"] == []
+    bounded = client.get("/api/history/kern", params={"points": 2}).json()["cases"][0]
+    kept = {p["sha"] for s in bounded["series"] for p in s["points"]}
+    assert {SHAS[2], SHAS[3]} <= kept  # both sides of the step, whatever the width
+    assert client.get("/api/history/kern", params={"points": 1}).status_code == 422
+    assert client.get("/api/history/kern", params={"start": 4, "end": 3}).status_code == 422
     listed = client.get("/api/history").json()
     assert listed == [{"repository": "kern", "url": "https://github.com/acme/kern.git",
                        "cases": [{"suite": "gemm", "target": TARGET, "case": GEMM}]}]
@@ -482,3 +491,34 @@ def test_a_fingerprint_s_device_is_its_newest_trial_with_a_provenance(session, m
     session.flush()
     assert devices_of(session, ["a" * 64, "b" * 64, "", "c" * 64]) == {"a" * 64: h200}
     assert devices_of(session, []) == {}
+
+
+def test_downsampling_keeps_every_marked_step_and_the_band_s_extremes() -> None:
+    import random
+
+    from perfbisect.dashboards.downsample import downsample
+    from perfbisect.dashboards.history import RevisionPoint
+
+    rng = random.Random(5)
+    points = []
+    for i in range(0, 10_000, 1):
+        level = 1.0 if i < 6_000 else 0.8  # a step at commit 6,000
+        mid = level * rng.gauss(1, 0.01)
+        spread = rng.uniform(0.002, 0.02)
+        points.append(RevisionPoint(f"{i:040x}", i, mid * 100, 100.0, mid, 3, (mid - spread) * 100,
+                                    (mid + spread) * 100, mid - spread, mid + spread))
+    points[4_321] = points[4_321]._replace(ratio_min=0.5)  # one wild trial inside a bucket
+    marks = [6_000, 2_500, 9_999]  # a culprit, a failed build, wrong results
+    kept = downsample(points, 1_400, marks)
+    assert len(kept) <= 1_400
+    shas = {p.sha for p in kept}
+    for mark in marks:  # the measured points on both sides of every mark
+        assert points[mark - 1].sha in shas and points[mark].sha in shas
+    assert [p.index for p in kept] == sorted(p.index for p in kept)
+    assert min(p.ratio_min for p in kept) == 0.5
+    assert max(p.ratio_max for p in kept) == max(p.ratio_max for p in points)
+    assert min(p.value_min for p in kept) == min(p.value_min for p in points)
+    assert min(p.ratio for p in kept) == min(p.ratio for p in points)  # the lowest median too
+    assert downsample(points[:50], 1_400, marks) == points[:50]
+    with pytest.raises(ValueError):
+        downsample(points, 1)
