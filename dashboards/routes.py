@@ -18,7 +18,7 @@ from perfbisect.dashboards import repository, triage, views
 from perfbisect.dashboards.charts import format_value
 from perfbisect.service.api.deps import SessionDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
-from perfbisect.service.api.responses import FastJSONResponse
+from perfbisect.service.api.responses import etagged
 from perfbisect.service.bounds import MAX_ID, NO_NUL
 from perfbisect.service.errors import BadRequest
 from perfbisect.service.models import AlertStatus, JobStatus
@@ -157,12 +157,12 @@ JSON_OBJECT = {200: {"content": {"application/json": {"schema": {"type": "object
 
 
 @router.get("/api/history/{name}", tags=["history"], responses=JSON_OBJECT)
-def history(session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
+def history(request: Request, session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
             case: Filter = None, last: int | None = Query(None, ge=2, le=100_000),
             points: int | None = Query(None, ge=2, le=100_000, description="at most this many points per series"),
             start: int | None = Query(None, ge=0, le=MAX_ID, description="first commit position of the window"),
             end: int | None = Query(None, ge=0, le=MAX_ID, description="last commit position of the window")
-            ) -> FastJSONResponse:
+            ) -> Response:
     """Per case of repository `name`: one series per fingerprint (per-revision medians of the
     target metric and of the control, in first-parent commit order) and the culprit steps;
     `last` keeps only the newest N commits of that order, `start`..`end` a window of commit
@@ -174,13 +174,13 @@ def history(session: SessionDep, name: RepoName, suite: Filter = None, target: F
         raise BadRequest("end must not be before start")
     view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last, panels=False)
     views.bounded(view, points, start, end)
-    return FastJSONResponse(views.history_json(view))
+    return etagged(request, views.history_json(view))
 
 
-@router.get("/api/history/{name}/overview", tags=["history"])
-def history_overview(session: SessionDep, name: str,
-                     points: int = Query(50, ge=2, le=500, description="sparkline length")) -> dict[str, Any]:
+@router.get("/api/history/{name}/overview", tags=["history"], responses=JSON_OBJECT)
+def history_overview(request: Request, session: SessionDep, name: str,
+                     points: int = Query(50, ge=2, le=500, description="sparkline length")) -> Response:
     """Per case of repository `name`: the latest value and ratio, the newest `points` ratios and
     the latest step. What the dashboard's all-cases view shows, without every point."""
     overview = views.repository_overview(session, name, sparkline_points=points)
-    return views.overview_json(overview)
+    return etagged(request, views.overview_json(overview))

@@ -522,3 +522,18 @@ def test_downsampling_keeps_every_marked_step_and_the_band_s_extremes() -> None:
     assert downsample(points[:50], 1_400, marks) == points[:50]
     with pytest.raises(ValueError):
         downsample(points, 1)
+
+
+def test_history_and_overview_answer_304_while_nothing_changed(client, measured, session) -> None:
+    for path in ("/api/history/kern", "/api/history/kern/overview"):
+        first = client.get(path)
+        tag = first.headers["etag"]
+        again = client.get(path, headers={"If-None-Match": tag})
+        assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == tag
+        assert client.get(path, headers={"If-None-Match": '"other"'}).status_code == 200
+    before = client.get("/api/history/kern").headers["etag"]
+    session.add(Culprit(job_id=measured["job"].id, kind=CulpritKind.correctness, first_sha=SHAS[4],
+                        last_sha=SHAS[4], effects={}))
+    session.flush()
+    changed = client.get("/api/history/kern", headers={"If-None-Match": before})
+    assert changed.status_code == 200 and changed.headers["etag"] != before
