@@ -132,8 +132,9 @@ def tracked_branches(session: Session) -> list[BranchRow]:
             for t in tracking_repository.list_all(session)]
 
 
-def alerts_of_jobs(session: Session, job_ids: list[int]) -> dict[int, tuple[int, str]]:
-    """bisect job id -> (alert id, alert status) for the jobs that bisect an alert."""
+def alerts_of_jobs(session: Session, job_ids: list[int]) -> dict[tuple[int, str], tuple[int, str]]:
+    """(bisect job id, culprit sha) -> (alert id, alert status) for the jobs that bisect an alert
+    and named its culprit: a job's other culprits (another case's step) belong to no alert."""
     of_jobs = alerts_repository.of_jobs(session, job_ids)
-    statuses = {a.id: a.status.value for a in alerts_repository.by_ids(session, list(of_jobs.values()))}
-    return {job_id: (alert_id, statuses[alert_id]) for job_id, alert_id in of_jobs.items()}
+    alerts = alerts_repository.by_ids(session, list(of_jobs.values()))
+    return {(a.bisect_job_id, a.culprit_last_sha): (a.id, a.status.value) for a in alerts if a.culprit_last_sha}
