@@ -341,7 +341,8 @@ def main() -> None:
         case = conn.execute("SELECT name FROM cases ORDER BY id LIMIT 1").fetchone()[0]
         job_id = conn.execute("SELECT id FROM jobs ORDER BY id OFFSET (SELECT count(*) / 2 FROM jobs) LIMIT 1").fetchone()[0]
     print("bytes:", json.dumps({k: round(v) for k, v in sizes(url).items()}))
-    print(f"machine reference: {machine_reference_ms():.0f} ms (a fixed Python loop; lower is faster)")
+    reference = machine_reference_ms()  # every latency is also printed as a ratio to it (issue 29)
+    print(f"machine reference: {reference:.0f} ms (a fixed Python loop; lower is faster)")
 
     port = 18765
     with socket.socket() as probe:  # a server left by an interrupted run would be measured instead
@@ -364,28 +365,29 @@ def main() -> None:
             time.sleep(5)  # every server process up, not only the first
             rows = [
                 ("one case, all commits", f"/api/history/scale", {"case": case}),
+                ("one case, 1,400 points", f"/api/history/scale", {"case": case, "points": 1400}),
                 ("one case, last 100", f"/api/history/scale", {"case": case, "last": 100}),
                 ("all-cases overview (JSON)", "/api/history/scale/overview", None),
                 ("all-cases overview (page)", "/dashboard/repositories/scale", None),
                 ("job read", f"/api/jobs/{job_id}", None),
                 ("jobs list", "/api/jobs", None),
             ]
-            print(f"{'request':<28}{'p50 ms':>9}{'p95 ms':>9}{'bytes':>11}")
+            print(f"{'request':<28}{'p50 ms':>9}{'p95 ms':>9}{'p95/ref':>9}{'bytes':>11}")
             normal = None
             for label, path, params in rows:
                 p50, p95, size = timed(client, path, params)
                 normal = p50 if label == "job read" else normal
-                print(f"{label:<28}{p50:>9.1f}{p95:>9.1f}{size:>11,}")
+                print(f"{label:<28}{p50:>9.1f}{p95:>9.1f}{p95 / reference:>9.2f}{size:>11,}")
             print(f"server CPU per job read: {server_cpu_ms(server.pid, client, f'/api/jobs/{job_id}'):.2f} ms "
                   "(1,000 sequential reads)")
             per = 5 if args.quick else 10
             print(f"\njob reads offered at a fixed rate for {per} s ({args.workers} server processes):")
-            print(f"{'offered rps':>12}{'ok rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'503 shed':>10}{'other 5xx':>11}"
+            print(f"{'offered rps':>12}{'ok rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99/ref':>9}{'503 shed':>10}{'other 5xx':>11}"
                   f"{'no answer':>11}{'resent':>8}")
             for rate in (int(r) for r in args.rates.split(",")):
                 res = asyncio.run(offered_load(base, f"/api/jobs/{job_id}", rate, per))
                 print(f"{res['offered']:>12}{res['achieved_ok_rps']:>9.0f}{res['p50_ms'] or 0:>9.1f}"
-                      f"{res['p99_ms'] or 0:>9.1f}{res['shed_503']:>10}{res['errors_5xx']:>11}{res['no_answer']:>11}"
+                      f"{res['p99_ms'] or 0:>9.1f}{(res['p99_ms'] or 0) / reference:>9.2f}{res['shed_503']:>10}{res['errors_5xx']:>11}{res['no_answer']:>11}"
                       f"{res['stale_retries']:>8}")
             seconds = recovery(client, f"/api/jobs/{job_id}", normal or 5.0, base)
             print(f"\nback to normal latency {seconds:.1f} s after a 5 s overload (1000 rps offered) stopped")

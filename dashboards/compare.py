@@ -1,13 +1,55 @@
 """Two stored revisions side by side, per case and fingerprint, from their per-revision medians
 (no re-measuring): the base and head value and ratio, the relative change of the ratio (of the
-value when there is no control) and whether the trials' ranges overlap. Pure."""
+value when there is no control) and whether the trials' ranges overlap; and from the trials'
+own values the bisect's three-way verdict at a minimum effect with the step's interval and the
+noise of each side (service.bisect.verdict and effect). Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from perfbisect.dashboards.history import PointRow
+from perfbisect.service.bisect.effect import t_effect
+from perfbisect.service.bisect.model import BisectConfig
+from perfbisect.service.bisect.verdict import assess, pooled_noise
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    """The bisect's answer for one case between two revisions: `verdict` is different, same or
+    unknown at `min_effect`; `pvalue` the smaller of the rank test's and the t route's; `rel` = median(head)/median(base) - 1 with its 95% interval `ci`
+    (None without a noise estimate: one trial a side); `noise` the per-trial spread (standard
+    deviation of log values, about the relative spread) of base and head, None under 2 trials."""
+
+    verdict: str
+    rel: float
+    ci: tuple[float, float] | None
+    pvalue: float
+    noise: tuple[float | None, float | None]
+    trials: tuple[int, int]
+    min_effect: float
+
+
+def _spread(values: Sequence[float]) -> float | None:
+    return float(np.std(np.log(values), ddof=1)) if len(values) >= 2 else None
+
+
+def case_verdict(base: Sequence[float], head: Sequence[float], min_effect: float) -> CaseVerdict | None:
+    """Compare the trials of one case (decision values: ratios or rates, all positive) as a
+    bisect does: the rank test, or the sequential t route against the two sides' pooled noise
+    at the bisect's default level. None when a side has no positive value (nothing to compare)."""
+    base, head = [v for v in base if v and v > 0], [v for v in head if v and v > 0]
+    if not base or not head:
+        return None
+    noise = pooled_noise([base, head])  # the two sides' own spread (the bisect pools more revisions)
+    found = assess(base, head, min_effect=min_effect, noise=noise[0] if noise else None,
+                   noise_df=noise[1] if noise else None, sequential_alpha=BisectConfig().sequential_alpha)
+    ci = t_effect(base, head, noise=noise[0], df=noise[1]).ci if noise and noise[0] > 0 else None
+    return CaseVerdict(verdict=found.verdict.value, rel=found.rel, ci=ci, pvalue=min(found.pvalue, found.seq_pvalue),
+                       noise=(_spread(base), _spread(head)), trials=(len(base), len(head)), min_effect=min_effect)
 
 
 @dataclass(frozen=True)
@@ -18,6 +60,7 @@ class CompareRow:
     fingerprint: str | None
     base: PointRow | None
     head: PointRow | None
+    verdict: CaseVerdict | None = None
 
     @property
     def metric(self) -> str:

@@ -7,13 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 STATIC = Path(__file__).parent / "static"
-VENDOR = "/static/vendor"
 _templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 TITLES = {400: "Bad request", 401: "Not signed", 404: "Not found", 405: "Method not allowed",
           409: "Conflict", 422: "Invalid request", 500: "Server error", 503: "Busy"}
@@ -55,14 +53,11 @@ def mount(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.get("/docs", include_in_schema=False)
-    def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API",
-                                   swagger_js_url=f"{VENDOR}/swagger-ui/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{VENDOR}/swagger-ui/swagger-ui.css",
-                                   swagger_favicon_url="/static/favicon.svg")
+    def swagger_ui(request: Request) -> HTMLResponse:
+        return _templates.TemplateResponse(request, "api_docs.html", {"kind": "swagger", "title": f"{app.title} API",
+                                                                      "openapi_url": app.openapi_url or "/openapi.json"})
 
     @app.get("/redoc", include_in_schema=False)
-    def redoc() -> HTMLResponse:
-        return get_redoc_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API",
-                              redoc_js_url=f"{VENDOR}/redoc/redoc.standalone.js",
-                              redoc_favicon_url="/static/favicon.svg", with_google_fonts=False)
+    def redoc(request: Request) -> HTMLResponse:
+        return _templates.TemplateResponse(request, "api_docs.html", {"kind": "redoc", "title": f"{app.title} API",
+                                                                      "openapi_url": app.openapi_url or "/openapi.json"})

@@ -193,9 +193,9 @@ def revision_meta(session: Session, repository_id: int, shas: Sequence[str] | No
 
 def measurement_rows(session: Session, repository_id: int, *, job_id: int | None = None,
                      suite: str | None = None, target: str | None = None,
-                     case: str | None = None) -> list[MeasurementRow]:
+                     case: str | None = None, shas: Sequence[str] | None = None) -> list[MeasurementRow]:
     """Every measurement of the repository (or of one job), joined to its trial, revision and
-    case, optionally narrowed to one suite, target or case name."""
+    case, optionally narrowed to one suite, target or case name, or to the revisions `shas`."""
     stmt = (
         select(Case.suite, Case.target, Case.name, Trial.fingerprint, Revision.sha, Trial.job_id,
                Measurement.value, Measurement.control_value, Measurement.ratio, Measurement.unit,
@@ -208,6 +208,8 @@ def measurement_rows(session: Session, repository_id: int, *, job_id: int | None
     )
     if job_id is not None:
         stmt = stmt.where(Trial.job_id == job_id)
+    if shas is not None:
+        stmt = stmt.where(Revision.sha.in_(list(shas)))
     for column, wanted in ((Case.suite, suite), (Case.target, target), (Case.name, case)):
         if wanted:
             stmt = stmt.where(column == wanted)
@@ -321,6 +323,14 @@ def revision_by_ref(session: Session, repository_id: int, ref: str) -> Revision 
     stmt = select(Revision).where(Revision.repository_id == repository_id, Revision.sha.startswith(ref))
     found = session.scalars(stmt.limit(2)).all()
     return found[0] if len(found) == 1 else None
+
+
+def job_min_effect(session: Session, revision_id: int) -> float | None:
+    """The minimum effect of the newest job that measured the revision (None when none has)."""
+    stmt = (select(Job.spec).join(Trial, Trial.job_id == Job.id).where(Trial.revision_id == revision_id)
+            .order_by(Job.id.desc()).limit(1))
+    spec = session.scalar(stmt)
+    return float(spec["min_effect"]) if spec and spec.get("min_effect") else None
 
 
 def measured_revisions(session: Session, repository_id: int, limit: int = 200) -> list[Revision]:

@@ -10,17 +10,18 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from perfbisect.dashboards import repository, views
+from perfbisect.dashboards import repository, triage, views
 from perfbisect.dashboards.charts import format_value
 from perfbisect.service.api.deps import SessionDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
-from perfbisect.service.api.responses import FastJSONResponse
+from perfbisect.service.api.responses import etagged
 from perfbisect.service.bounds import MAX_ID, NO_NUL
-from perfbisect.service.models import JobStatus
+from perfbisect.service.errors import BadRequest
+from perfbisect.service.models import AlertStatus, JobStatus
 from perfbisect.service.repos.urls import public_url
 
 # Reads: public, or a token with the read scope when PERFBISECT_PUBLIC_READS is off.
@@ -33,6 +34,7 @@ templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.filters["num"] = lambda v: "-" if v is None else format_value(v)
 templates.env.filters["svg"] = Markup  # overview.sparkline escapes every text it writes
 templates.env.filters["pct"] = lambda v: "-" if v is None else f"{v * 100:+.1f}%"
+REGRESSION_KINDS = ("wrong results",)  # the regressions list's kind that alerts spell wrong_results
 STALLED_AFTER = timedelta(minutes=30)  # a job in flight none of whose trials moved for this long
 
 
@@ -88,20 +90,55 @@ def dashboard_history(request: Request, session: SessionDep, name: RepoName, sui
     wanted = views.parse_shape(shape)
     view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last,
                                     shape=wanted, overlay=overlay)
-    return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters, "shape": wanted})
+    alerts_of_jobs = triage.alerts_of_jobs(session, sorted({m.job_id for h in view.histories for m in h.steps}))
+    return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters, "shape": wanted,
+                                                                "alerts_of_jobs": alerts_of_jobs})
+
+
+@router.get("/dashboard/regressions", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_regressions(request: Request, session: SessionDep, repository: str | None = None,
+                          kind: str | None = Query(None, pattern="^(regression|improvement|wrong results)$")) -> HTMLResponse:
+    """Culprits of finished jobs (what /dashboard/alerts showed before tracking's alerts)."""
+    page = views.alerts_page(session, repository_name=repository, kind=kind)
+    alerts_of_jobs = triage.alerts_of_jobs(session, sorted({r.job_id for r in page.rows}))
+    return templates.TemplateResponse(request, "regressions.html", {"page": page, "kind": kind, "repository": repository,
+                                                                    "alerts_of_jobs": alerts_of_jobs})
 
 
 @router.get("/dashboard/alerts", response_class=HTMLResponse, include_in_schema=False)
-def dashboard_alerts(request: Request, session: SessionDep, repository: str | None = None,
-                     kind: str | None = Query(None, pattern="^(regression|improvement|wrong results)$")) -> HTMLResponse:
-    page = views.alerts_page(session, repository_name=repository, kind=kind)
-    return templates.TemplateResponse(request, "alerts.html", {"page": page, "kind": kind, "repository": repository})
+def dashboard_alerts(request: Request, session: SessionDep, repository: Filter = None, branch: Filter = None,
+                     status: AlertStatus | None = None, kind: str | None = None,
+                     assignee: Filter = None) -> Response:
+    """Tracking's alerts with their triage, filtered; triage through PATCH /api/alerts (triage.js)."""
+    if kind in REGRESSION_KINDS:  # an old link to the regressions list (its kinds had spaces)
+        return RedirectResponse(f"/dashboard/regressions?{request.url.query}", status_code=307)
+    if kind is not None and kind not in triage.KINDS:
+        raise BadRequest(f"kind must be one of {', '.join(triage.KINDS)}")
+    filters = {"repository": repository, "branch": branch, "status": status.value if status else None,
+               "kind": kind, "assignee": assignee}
+    page = triage.alerts_page(session, filters)
+    return templates.TemplateResponse(request, "alerts.html", {"page": page, "statuses": triage.STATUSES,
+                                                               "kinds": triage.KINDS})
+
+
+@router.get("/dashboard/alerts/{alert_id}", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_alert(request: Request, session: SessionDep, alert_id: JobId) -> HTMLResponse:
+    page = triage.alert_page(session, alert_id)
+    return templates.TemplateResponse(request, "alert.html", {"page": page, "view": page.alerts[0],
+                                                              "statuses": triage.STATUSES})
+
+
+@router.get("/dashboard/tracked-branches", response_class=HTMLResponse, include_in_schema=False)
+def dashboard_tracked_branches(request: Request, session: SessionDep) -> HTMLResponse:
+    return templates.TemplateResponse(request, "tracked_branches.html", {"rows": triage.tracked_branches(session),
+                                                                         "statuses": triage.STATUSES})
 
 
 @router.get("/dashboard/repositories/{name}/compare", response_class=HTMLResponse, include_in_schema=False)
 def dashboard_compare(request: Request, session: SessionDep, name: str, base: str | None = None,
-                      head: str | None = None) -> HTMLResponse:
-    page = views.compare_page(session, name, base, head)
+                      head: str | None = None,
+                      min_effect: float | None = Query(None, gt=0, lt=1, description="verdict threshold")) -> HTMLResponse:
+    page = views.compare_page(session, name, base, head, min_effect)
     return templates.TemplateResponse(request, "compare.html", {"page": page})
 
 
@@ -120,19 +157,30 @@ JSON_OBJECT = {200: {"content": {"application/json": {"schema": {"type": "object
 
 
 @router.get("/api/history/{name}", tags=["history"], responses=JSON_OBJECT)
-def history(session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
-            case: Filter = None, last: int | None = Query(None, ge=2, le=100_000)) -> FastJSONResponse:
+def history(request: Request, session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
+            case: Filter = None, last: int | None = Query(None, ge=2, le=100_000),
+            points: int | None = Query(None, ge=2, le=100_000, description="at most this many points per series"),
+            start: int | None = Query(None, ge=0, le=MAX_ID, description="first commit position of the window"),
+            end: int | None = Query(None, ge=0, le=MAX_ID, description="last commit position of the window")
+            ) -> Response:
     """Per case of repository `name`: one series per fingerprint (per-revision medians of the
     target metric and of the control, in first-parent commit order) and the culprit steps;
-    `last` keeps only the newest N commits of that order."""
+    `last` keeps only the newest N commits of that order, `start`..`end` a window of commit
+    positions. With `points`, each series has at most that many points: the points on both
+    sides of every culprit, failed build and wrong-results mark are kept, the rest is min/max
+    bucketed and each kept point carries its bucket's band, so steps and extremes survive
+    (ask again with a narrower window for every point)."""
+    if start is not None and end is not None and end < start:
+        raise BadRequest("end must not be before start")
     view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last, panels=False)
-    return FastJSONResponse(views.history_json(view))
+    views.bounded(view, points, start, end)
+    return etagged(request, views.history_json(view))
 
 
-@router.get("/api/history/{name}/overview", tags=["history"])
-def history_overview(session: SessionDep, name: str,
-                     points: int = Query(50, ge=2, le=500, description="sparkline length")) -> dict[str, Any]:
+@router.get("/api/history/{name}/overview", tags=["history"], responses=JSON_OBJECT)
+def history_overview(request: Request, session: SessionDep, name: str,
+                     points: int = Query(50, ge=2, le=500, description="sparkline length")) -> Response:
     """Per case of repository `name`: the latest value and ratio, the newest `points` ratios and
     the latest step. What the dashboard's all-cases view shows, without every point."""
     overview = views.repository_overview(session, name, sparkline_points=points)
-    return views.overview_json(overview)
+    return etagged(request, views.overview_json(overview))

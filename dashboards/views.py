@@ -4,7 +4,7 @@ repository or job (rendered as a 404 by the API's domain-error handler)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -13,7 +13,8 @@ from perfbisect.dashboards import repository
 from perfbisect.dashboards.alerts import AlertRow, culprit_alerts
 from perfbisect.dashboards.attribution import CaseChart, attribution_charts
 from perfbisect.dashboards.charts import case_chart, commit_info, describe_device
-from perfbisect.dashboards.compare import CompareRow, compare_rows
+from perfbisect.dashboards.compare import CompareRow, case_verdict, compare_rows
+from perfbisect.dashboards.downsample import downsample
 from perfbisect.dashboards.history import (
     CaseHistory,
     Order,
@@ -31,6 +32,7 @@ from perfbisect.service.jobs import views as job_views
 from perfbisect.service.jobs.schemas import JobRead
 from perfbisect.service.models import JobStatus, Repository
 from perfbisect.service.reports.culprits import culprit_rows
+from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.phases import PhaseRow, build_cache_summary, phase_table
 
 
@@ -187,6 +189,21 @@ def _repository(session: Session, name: str) -> Repository:
     return repo
 
 
+def bounded(view: RepositoryHistory, points: int | None, start: int | None, end: int | None) -> None:
+    """Narrow the view's histories to commit positions start..end and to at most `points`
+    points per series (dashboards.downsample: marks pinned, min/max buckets with their band)."""
+    if points is None and start is None and end is None:
+        return
+    lo, hi = start if start is not None else -1, end if end is not None else 1 << 62
+    for h in view.histories:
+        h.steps = [m for m in h.steps if lo <= m.last_index and m.first_index <= hi]
+        h.failed = [f for f in h.failed if lo <= f.index <= hi]
+        marks = [i for m in h.steps for i in (m.first_index, m.last_index)] + [f.index for f in h.failed]
+        h.series = [replace(s, points=tuple(downsample([p for p in s.points if lo <= p.index <= hi], points, marks)
+                                            if points else [p for p in s.points if lo <= p.index <= hi]))
+                    for s in h.series]
+
+
 def history_json(view: RepositoryHistory) -> dict[str, Any]:
     """The JSON body of /api/history/{name}: the commits that carry a point or a mark, and per
     case one series per fingerprint plus the culprit steps."""
@@ -299,12 +316,35 @@ class ComparePage:
     choices: list[RevisionMeta]
     links: RepoLinks
     devices: dict[str, str] = field(default_factory=dict)
+    min_effect: float = 0.02
 
 
-def compare_page(session: Session, name: str, base: str | None, head: str | None) -> ComparePage:
+def _with_verdicts(session: Session, repo_id: int, rows: list[CompareRow], base: str, head: str,
+                   min_effect: float) -> list[CompareRow]:
+    """Each row with the three-way verdict from the two revisions' trials (ratio or value as the
+    row compares)."""
+    values: dict[tuple, dict[str, list[float]]] = {}
+    for m in repository.measurement_rows(session, repo_id, shas=[base, head]):
+        if m.status != "ok":
+            continue
+        sides = values.setdefault((m.suite, m.target, m.case, m.fingerprint or ""), {"ratio": {}, "value": {}})
+        for metric in ("ratio", "value"):
+            if getattr(m, metric) is not None:
+                sides[metric].setdefault(m.sha, []).append(getattr(m, metric))
+    out = []
+    for r in rows:
+        per_sha = values.get((r.suite, r.target, r.case, r.fingerprint or ""), {}).get(r.metric, {})
+        found = case_verdict(per_sha.get(base, []), per_sha.get(head, []), min_effect)
+        out.append(replace(r, verdict=found))
+    return out
+
+
+def compare_page(session: Session, name: str, base: str | None, head: str | None,
+                 min_effect: float | None = None) -> ComparePage:
     """Two stored revisions of repository `name` (sha or a unique prefix) compared from their
-    per-revision medians. Without both refs, only the revisions to choose from. Raises NotFound
-    for an unknown repository or a ref that names no single stored revision."""
+    per-revision medians, with each case's verdict at `min_effect` (default: that of the newest
+    job that measured the head). Without both refs, only the revisions to choose from. Raises
+    NotFound for an unknown repository or a ref that names no single stored revision."""
     repo = _repository(session, name)
     revs = []
     for ref in (base, head):
@@ -319,6 +359,9 @@ def compare_page(session: Session, name: str, base: str | None, head: str | None
     if revs[0] and revs[1]:
         points = repository.revision_points(session, repo.id, [revs[0].id, revs[1].id])
         rows = compare_rows([p for rid, p in points if rid == revs[0].id], [p for rid, p in points if rid == revs[1].id])
+        if min_effect is None:
+            min_effect = repository.job_min_effect(session, revs[1].id) or get_settings().default_min_effect
+        rows = _with_verdicts(session, repo.id, rows, revs[0].sha, revs[1].sha, min_effect)
     meta = repository.revision_meta(session, repo.id, [r.sha for r in revs if r])
     fps = [r.fingerprint for r in rows if r.fingerprint]
     devices = {fp: describe_device(p) for fp, p in repository.devices_of(session, fps).items()}
@@ -326,4 +369,5 @@ def compare_page(session: Session, name: str, base: str | None, head: str | None
                for r in repository.measured_revisions(session, repo.id)]
     return ComparePage(repository=repo, base=meta.get(revs[0].sha) if revs[0] else None,
                        head=meta.get(revs[1].sha) if revs[1] else None, rows=rows, choices=choices,
-                       links=repo_links(repo.url), devices=devices)
+                       links=repo_links(repo.url), devices=devices,
+                       min_effect=min_effect or get_settings().default_min_effect)

@@ -376,6 +376,7 @@ class AlertKind(str, enum.Enum):
 class AlertStatus(str, enum.Enum):
     new = "new"
     acknowledged = "acknowledged"
+    investigating = "investigating"
     invalid = "invalid"
     fixed = "fixed"
     expected = "expected"
@@ -435,9 +436,26 @@ class Alert(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     triaged_at: Mapped[datetime | None]
+    triaged_by: Mapped[str | None] = mapped_column(String(100), doc="the token name of the last triage")
+    assignee: Mapped[str | None] = mapped_column(String(100))
+    bug: Mapped[str | None] = mapped_column(String(500), doc="an issue URL or reference (e.g. #123, PROJ-7)")
 
     cases: Mapped[list[AlertCase]] = relationship(
         back_populates="alert", lazy="raise", cascade="all, delete-orphan", order_by="AlertCase.id")
+
+
+class AlertChange(Base):
+    """One field of an alert changed by a person (PATCH /api/alerts): the triage history."""
+
+    __tablename__ = "alert_changes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    by: Mapped[str] = mapped_column(String(100))
+    field: Mapped[str] = mapped_column(String(20))  # status | assignee | bug | note
+    old: Mapped[str | None] = mapped_column(Text)
+    new: Mapped[str | None] = mapped_column(Text)
 
 
 class AlertCase(Base):

@@ -11,6 +11,10 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy.orm import Session
 
 from perfbisect.service.models import (
+    Alert,
+    AlertCase,
+    AlertKind,
+    AlertStatus,
     Case,
     Culprit,
     CulpritKind,
@@ -20,6 +24,8 @@ from perfbisect.service.models import (
     Measurement,
     Repository,
     Revision,
+    TrackedBranch,
+    TrackTrigger,
     Trial,
     TrialStatus,
 )
@@ -89,7 +95,35 @@ def seed(session: Session) -> dict:
                   created_at=datetime.now(timezone.utc), started_at=datetime.now(timezone.utc))
     session.add(running)
     session.flush()
-    return {"repo": repo, "job": bisect, "running": running, "revisions": revs}
+    alerts = _alerts(session, repo, cases, revs, bisect, spec_cases)
+    return {"repo": repo, "job": bisect, "running": running, "revisions": revs, "alerts": alerts}
+
+
+def _alerts(session: Session, repo: Repository, cases: dict, revs: list, bisect: Job, spec_cases: list) -> list[Alert]:
+    """main tracked on every push with two alerts (the -20% step, bisected by `bisect`, and the
+    wrong results), and a nightly branch that never ran."""
+    main = TrackedBranch(repository_id=repo.id, branch="main", device_class="h200", cases=spec_cases,
+                         trigger=TrackTrigger.push, last_sha=revs[-1].sha,
+                         last_run_at=datetime(2026, 11, 11, 6, tzinfo=timezone.utc))
+    nightly = TrackedBranch(repository_id=repo.id, branch="release", device_class="h200", cases=spec_cases,
+                            trigger=TrackTrigger.schedule, interval_s=86400)
+    session.add_all([main, nightly])
+    session.flush()
+    step = Alert(tracked_branch_id=main.id, kind=AlertKind.regression, status=AlertStatus.new, magnitude=0.2,
+                 before_sha=revs[STEP_AT - 1].sha, first_sha=revs[STEP_AT].sha, last_sha=revs[STEP_AT].sha,
+                 culprit_first_sha=revs[STEP_AT].sha, culprit_last_sha=revs[STEP_AT].sha, bisect_job_id=bisect.id,
+                 comments={}, detections=1)
+    step.cases = [AlertCase(case=cases[STEPPED], kind=AlertKind.regression, rel=-0.2, pvalue=0.001,
+                            mean_before=0.95, mean_after=0.76)]
+    wrong = Alert(tracked_branch_id=main.id, kind=AlertKind.wrong_results, status=AlertStatus.new, magnitude=0.0,
+                  before_sha=revs[WRONG_AT - 1].sha, first_sha=revs[WRONG_AT].sha, last_sha=revs[WRONG_AT].sha,
+                  comments={}, detections=1)
+    wrong.cases = [AlertCase(case=cases[NORM_CASE], kind=AlertKind.wrong_results)]
+    session.add_all([step, wrong])
+    session.flush()
+    bisect.spec = {**bisect.spec, "alert_id": step.id}
+    session.flush()
+    return [step, wrong]
 
 
 def _measurement(case: Case, name: str, i: int, rng: random.Random) -> Measurement:

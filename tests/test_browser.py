@@ -94,8 +94,9 @@ def browser() -> Iterator:
 
 
 @pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport={"width": 1200, "height": 900}, base_url=server)
+def page(browser, server, request):
+    width = getattr(request, "param", 1200)  # indirect parametrization: the viewport width
+    context = browser.new_context(viewport={"width": width, "height": 900}, base_url=server)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -139,7 +140,7 @@ def test_zoom_by_drag_buttons_and_keyboard_and_the_readout(page) -> None:
     page.keyboard.press("+")
     assert fig.get_attribute("data-zoomed") == "true"
     page.keyboard.press("0")
-    page.keyboard.press("ArrowRight")
+    page.keyboard.press("Home")
     readout = fig.locator(".readout").inner_text()
     assert sha(0)[:10] in readout and "#900" in readout and "median of 3 trials" in readout
     assert "[" in readout and "× control" in readout  # the trials' range, in the ratio view
@@ -191,19 +192,144 @@ def _axe(page) -> list[dict]:
     return result
 
 
+def _pages(seeded) -> list[str]:
+    return ["/dashboard", "/dashboard/jobs", f"/dashboard/jobs/{seeded['job'].id}",
+            f"/dashboard/jobs/{seeded['running'].id}", "/dashboard/repositories/minikern",
+            f"/dashboard/repositories/minikern?target=minikern.gemm:matmul&case={STEPPED}",
+            "/dashboard/repositories/minikern?target=minikern.gemm:matmul&shape=dtype%3Dbf16&overlay=true",
+            "/dashboard/alerts", f"/dashboard/alerts/{seeded['alerts'][0].id}", "/dashboard/tracked-branches",
+            "/dashboard/regressions", f"/dashboard/repositories/minikern/compare?base={sha(24)}&head={sha(25)}",
+            "/dashboard/repositories/nope", "/docs", "/redoc"]
+
+
+def _settle(page, path: str) -> None:
+    if page.locator("figure.perf-chart").count():
+        page.wait_for_selector("figure.perf-chart[data-ready='true']")
+    if path == "/docs":
+        page.wait_for_selector(".swagger-ui .opblock")
+    if path == "/redoc":
+        page.wait_for_selector("[role='menuitem']", state="attached", timeout=20_000)
+
+
+@pytest.mark.parametrize("page", [1400, 390], indirect=True, ids=["desktop", "phone"])
 def test_axe_finds_no_violations_on_any_page(page, seeded) -> None:
-    paths = ["/dashboard", "/dashboard/jobs", f"/dashboard/jobs/{seeded['job'].id}",
-             f"/dashboard/jobs/{seeded['running'].id}", "/dashboard/repositories/minikern",
-             f"/dashboard/repositories/minikern?target=minikern.gemm:matmul&case={STEPPED}",
-             "/dashboard/repositories/minikern?target=minikern.gemm:matmul&shape=dtype%3Dbf16&overlay=true",
-             "/dashboard/alerts", f"/dashboard/repositories/minikern/compare?base={sha(24)}&head={sha(25)}",
-             "/dashboard/repositories/nope"]
     found = {}
-    for path in paths:
+    for path in _pages(seeded):
         page.goto(path)
-        if page.locator("figure.perf-chart").count():
-            page.wait_for_selector("figure.perf-chart[data-ready='true']")
+        _settle(page, path)
         violations = _axe(page)
         if violations:
             found[path] = violations
     assert found == {}, json.dumps(found, indent=1)[:4000]
+
+
+@pytest.mark.parametrize("page", [1400, 390], indirect=True, ids=["desktop", "phone"])
+def test_no_page_is_wider_than_its_viewport(page, seeded) -> None:
+    """Tables scroll inside their own box, long names wrap, charts take their box's width."""
+    width = page.viewport_size["width"]
+    wide = {}
+    for path in _pages(seeded):
+        page.goto(path)
+        _settle(page, path)
+        scroll = page.evaluate("document.documentElement.scrollWidth")
+        if scroll > width:
+            wide[path] = scroll
+    assert wide == {}, wide
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)
+    canvas = page.locator("figure.perf-chart canvas").first.bounding_box()
+    assert canvas["x"] >= 0 and canvas["x"] + canvas["width"] <= width
+
+
+@pytest.mark.parametrize("page", [390], indirect=True, ids=["phone"])
+def test_step_labels_do_not_overlap_on_a_phone_chart(page) -> None:
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)  # -20% at 25, wrong results from 31
+    boxes = json.loads(page.locator("figure.perf-chart .uplot").first.get_attribute("data-labels"))
+    assert len(boxes) == 2
+    (l1, t1, r1, b1), (l2, t2, r2, b2) = boxes
+    assert r1 <= l2 or r2 <= l1 or b1 <= t2 or b2 <= t1  # side by side or one above the other
+
+
+def test_arrow_keys_start_at_the_newest_commit_and_stop_at_the_ends(page) -> None:
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)
+    fig = page.locator("figure.perf-chart")
+    readout = fig.locator(".readout")
+    assert sha(39)[:10] in readout.inner_text()
+    fig.locator(".plot").focus()
+    page.keyboard.press("ArrowRight")  # already the newest: stays, never jumps to the oldest
+    assert sha(39)[:10] in readout.inner_text()
+    page.keyboard.press("ArrowLeft")
+    assert sha(38)[:10] in readout.inner_text()
+    page.keyboard.press("Home")
+    page.keyboard.press("ArrowLeft")
+    assert sha(0)[:10] in readout.inner_text()
+    page.keyboard.press("End")
+    assert sha(39)[:10] in readout.inner_text()
+
+
+def test_value_view_reads_values_and_the_legend_names_the_control(page) -> None:
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)
+    fig = page.locator("figure.perf-chart")
+    assert "× control" in fig.locator(".readout").inner_text()
+    assert "control" not in fig.locator("ul.legend").inner_text()
+    fig.locator("input[value='value']").check()
+    readout = fig.locator(".readout").inner_text()
+    assert "× control" not in readout and "TFLOP/s" in readout  # switched at once, no stale ratio
+    assert "control (dashed" in fig.locator("ul.legend").inner_text()
+
+
+def test_tooltip_names_the_commit_under_the_mouse(page) -> None:
+    _history(page, target="minikern.gemm:matmul", case=STEPPED)
+    over = page.locator("figure.perf-chart .u-over")
+    box = over.bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
+    tip = page.locator("figure.perf-chart .tip")
+    assert tip.is_visible() and sha(39)[:7] in tip.inner_text() and "× control" in tip.inner_text()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] + 120)
+    assert not tip.is_visible()
+
+
+def test_the_chart_is_two_key_presses_away(page, seeded) -> None:
+    for path in (f"/dashboard/repositories/minikern?target=minikern.gemm:matmul&case={STEPPED}",
+                 f"/dashboard/jobs/{seeded['job'].id}"):
+        page.goto(path)
+        page.wait_for_selector("figure.perf-chart[data-ready='true']")
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.textContent") == "skip to the chart"
+        page.keyboard.press("Enter")
+        assert page.evaluate("document.activeElement.id") == "chart-1-plot"
+
+
+def test_bulk_triage_sends_the_token_and_the_fields(page, seeded) -> None:
+    from perfbisect.service.auth import service as auth
+
+    _, token = auth.create_token(seeded["session"], "browser-triager", auth.parse_scopes(["submit"]))
+    page.goto("/dashboard/alerts")
+    assert page.locator("tbody tr").count() == 2
+    page.fill("#token-form input[name='token']", token)
+    page.click("#token-form button[type='submit']")
+    assert "token is set" in page.locator("#token-state").inner_text()
+    assert page.evaluate("document.cookie") == ""  # kept in sessionStorage, never a cookie
+    page.check("#pick-all")
+    page.select_option("#triage-form select[name='status']", "acknowledged")
+    page.fill("#triage-form input[name='assignee']", "ana")
+    answers = []
+
+    def through(route):  # to the real server; its answer is kept before the page reloads
+        response = route.fetch()
+        answers.append((route.request, response.status, response.json()))
+        route.fulfill(response=response)
+
+    page.route("**/api/alerts", through)
+    with page.expect_navigation():  # saved: the page reloads to show the new state
+        page.click("#triage-form button[type='submit']")
+    [(sent, status, body)] = answers
+    assert sent.method == "PATCH" and sent.headers["authorization"] == f"Bearer {token}"
+    newest_first = sorted((a.id for a in seeded["alerts"]), reverse=True)  # the table's order
+    assert json.loads(sent.post_data) == {"ids": newest_first, "status": "acknowledged", "assignee": "ana"}
+    assert status == 200
+    assert [(a["status"], a["assignee"], a["triaged_by"]) for a in body] == [("acknowledged", "ana", "browser-triager")] * 2
+    page.click("#token-forget")
+    page.check("#pick-all")
+    page.fill("#triage-form input[name='assignee']", "bo")
+    page.click("#triage-form button[type='submit']")
+    assert "token" in page.locator("#triage-message").inner_text()

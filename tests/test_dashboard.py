@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from perfbisect.dashboards.charts import case_chart
-from perfbisect.dashboards.compare import compare_rows
+from perfbisect.dashboards.compare import case_verdict, compare_rows
 from perfbisect.dashboards.history import (
     CulpritRow,
     FailedTrialRow,
@@ -24,6 +24,10 @@ from perfbisect.dashboards.history import (
 )
 from perfbisect.dashboards.links import repo_links
 from perfbisect.service.models import (
+    Alert,
+    AlertCase,
+    AlertKind,
+    AlertStatus,
     Case,
     Culprit,
     CulpritKind,
@@ -33,6 +37,8 @@ from perfbisect.service.models import (
     Measurement,
     Repository,
     Revision,
+    TrackedBranch,
+    TrackTrigger,
     Trial,
     TrialStatus,
 )
@@ -171,6 +177,19 @@ def test_compare_rows_say_better_worse_or_within_noise() -> None:
     assert rows["d"].direction == "missing" and rows["d"].base is None
 
 
+def test_case_verdict_is_the_bisect_s_three_way_answer_with_interval_and_noise() -> None:
+    step = case_verdict([0.941, 0.947, 0.951], [0.75, 0.756, 0.763], min_effect=0.02)
+    assert step.verdict == "different" and step.pvalue < 0.001
+    assert step.ci[0] < step.rel < step.ci[1] < -0.02 and step.trials == (3, 3)
+    assert all(0.004 < n < 0.01 for n in step.noise)  # each side's spread between trials
+    flat = case_verdict([0.9, 0.91, 0.905], [0.902, 0.908, 0.904], min_effect=0.02)
+    assert flat.verdict == "same" and -0.02 < flat.ci[0] < flat.ci[1] < 0.02
+    assert case_verdict([0.9, 0.91, 0.905], [0.902, 0.908, 0.904], min_effect=0.001).verdict == "unknown"
+    one_each = case_verdict([0.9], [0.7], min_effect=0.02)  # no noise estimate: cannot tell
+    assert one_each.verdict == "unknown" and one_each.ci is None and one_each.noise == (None, None)
+    assert case_verdict([], [0.7], min_effect=0.02) is None
+
+
 # --- pages through the API --------------------------------------------------------------------
 
 @pytest.fixture
@@ -234,6 +253,15 @@ def test_history_json_orders_commits_and_separates_fingerprints(client, measured
     recent = client.get("/api/history/kern", params={"last": 2}).json()
     assert [c["sha"] for c in recent["commits"]] == SHAS[3:5]
     assert [s["fingerprint"] for s in recent["cases"][0]["series"]] == ["f" * 64]
+    window = client.get("/api/history/kern", params={"start": 3, "end": 4}).json()
+    assert [c["sha"] for c in window["commits"]] == SHAS[3:5] and window["cases"][0]["steps"][0]["last_sha"] == SHAS[3]
+    after = client.get("/api/history/kern", params={"start": 4}).json()["cases"][0]
+    assert after["steps"] == [] and after["failed"] == []
+    bounded = client.get("/api/history/kern", params={"points": 2}).json()["cases"][0]
+    kept = {p["sha"] for s in bounded["series"] for p in s["points"]}
+    assert {SHAS[2], SHAS[3]} <= kept  # both sides of the step, whatever the width
+    assert client.get("/api/history/kern", params={"points": 1}).status_code == 422
+    assert client.get("/api/history/kern", params={"start": 4, "end": 3}).status_code == 422
     listed = client.get("/api/history").json()
     assert listed == [{"repository": "kern", "url": "https://github.com/acme/kern.git",
                        "cases": [{"suite": "gemm", "target": TARGET, "case": GEMM}]}]
@@ -324,10 +352,66 @@ def test_alerts_list_only_passed_steps_with_links(client, measured, session) -> 
     session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=SHAS[1], last_sha=SHAS[1],
                         effects={GEMM: {"rel": 0.018, "ci": [-0.01, 0.05]}}))  # spans zero: no alert
     session.flush()
-    html = client.get("/dashboard/alerts").text
+    html = client.get("/dashboard/regressions").text
     assert html.count("<tr>") == 2  # header + the -8% step
     assert "regression" in html and "-8.0% [-10.0%, -6.0%]" in html and "https://github.com/acme/kern/pull/13" in html
-    assert "No regressions" in client.get("/dashboard/alerts", params={"kind": "improvement"}).text
+    assert '<span class="muted">none</span>' in html  # not an alert's bisect: no made-up triage state
+    assert "No regressions" in client.get("/dashboard/regressions", params={"kind": "improvement"}).text
+    old_link = client.get("/dashboard/alerts", params={"kind": "wrong results"}, follow_redirects=False)
+    assert old_link.status_code == 307 and old_link.headers["location"].startswith("/dashboard/regressions?")
+
+
+@pytest.fixture
+def alerted(session, measured) -> dict:
+    """main of `kern` tracked on push with one regression alert bisected by the measured job."""
+    case = session.scalars(select(Case).where(Case.repository_id == measured["repo"].id)).one()
+    tracked = TrackedBranch(repository_id=measured["repo"].id, branch="main", device_class="h200", cases=[],
+                            trigger=TrackTrigger.schedule, interval_s=3600,
+                            last_run_at=datetime(2026, 1, 2, 10, tzinfo=timezone.utc), last_sha=SHAS[4])
+    session.add(tracked)
+    session.flush()
+    alert = Alert(tracked_branch_id=tracked.id, kind=AlertKind.regression, status=AlertStatus.new, magnitude=0.08,
+                  before_sha=SHAS[2], first_sha=SHAS[3], last_sha=SHAS[3], culprit_first_sha=SHAS[3],
+                  culprit_last_sha=SHAS[3], bisect_job_id=measured["job"].id, comments={}, detections=1)
+    alert.cases = [AlertCase(case=case, kind=AlertKind.regression, rel=-0.08, pvalue=0.001, mean_before=0.86,
+                             mean_after=0.79)]
+    session.add(alert)
+    session.flush()
+    measured["job"].spec = {**measured["job"].spec, "alert_id": alert.id}
+    session.flush()
+    return {**measured, "tracked": tracked, "alert": alert}
+
+
+def test_alerts_page_shows_triage_who_when_assignee_issue_and_links_both_ways(client, alerted) -> None:
+    alert, job = alerted["alert"], alerted["job"]
+    triaged = client.patch(f"/api/alerts/{alert.id}", json={"status": "investigating", "assignee": "ana",
+                                                            "bug": "https://github.com/acme/kern/issues/5"})
+    assert triaged.status_code == 200, triaged.text
+    html = client.get("/dashboard/alerts", params={"repository": "kern", "branch": "main"}).text
+    assert f'href="/dashboard/alerts/{alert.id}"' in html and "investigating" in html
+    assert client.principal.name in html and "ana" in html and 'href="https://github.com/acme/kern/issues/5"' in html
+    assert f'href="/dashboard/jobs/{job.id}"' in html  # its bisect
+    assert f"https://github.com/acme/kern/commit/{SHAS[3]}" in html  # its culprit
+    assert "/dashboard/repositories/kern?case=" in html  # its chart
+    assert 'class="pick"' in html and 'id="token-form"' in html and "/static/triage.js" in html
+    assert "No alerts match" in client.get("/dashboard/alerts", params={"status": "fixed"}).text
+    assert client.get("/dashboard/alerts", params={"kind": "sideways"}).status_code == 422
+    detail = client.get(f"/dashboard/alerts/{alert.id}").text
+    assert "new" in detail and "investigating" in detail and "ana" in detail  # the history table
+    assert f'data-alert-id="{alert.id}"' in detail
+    assert client.get("/dashboard/alerts/999999").status_code == 404
+    # and back: the job, the chart's step list and the regressions list lead to the alert
+    assert f'href="/dashboard/alerts/{alert.id}"' in client.get(f"/dashboard/jobs/{job.id}").text
+    chart = client.get("/dashboard/repositories/kern", params={"case": GEMM}).text
+    assert f'href="/dashboard/alerts/{alert.id}"' in chart
+    assert f'href="/dashboard/alerts/{alert.id}"' in client.get("/dashboard/regressions").text
+
+
+def test_tracked_branches_page_lists_triggers_runs_and_alerts(client, alerted) -> None:
+    html = client.get("/dashboard/tracked-branches").text
+    assert "kern" in html and "every 1 h" in html and "2026-01-02 10:00" in html and SHAS[4][:10] in html
+    assert "due now" in html  # an hour after its last run, long ago
+    assert "1 alerts" in html and "1 new" in html and "branch=main" in html
 
 
 def test_an_inconclusive_jobs_confirmed_culprits_reach_the_regressions_page(client, measured, session) -> None:
@@ -355,7 +439,12 @@ def test_a_correctness_mark_lands_only_on_the_cases_that_were_wrong() -> None:
 
 def test_compare_view_reads_two_stored_revisions(client, measured) -> None:
     html = client.get("/dashboard/repositories/kern/compare", params={"base": SHAS[2][:8], "head": SHAS[3]}).text
-    assert "0.864" in html and "0.794" in html and "-8.1%" in html and "worse" in html  # ratios to the control
+    assert "0.864" in html and "0.794" in html and "-8.1%" in html  # ratios to the control
+    assert "verdict at 2.0%" in html and "unknown" in html and "1 vs 1 trials" in html  # one trial a side
+    steady = client.get("/dashboard/repositories/kern/compare", params={"base": SHAS[0], "head": SHAS[0],
+                                                                          "min_effect": 0.05}).text
+    assert "verdict at 5.0%" in steady and "same" in steady and "±1.2% / ±1.2%" in steady  # 600 and 610
+    assert client.get("/dashboard/repositories/kern/compare", params={"min_effect": 2}).status_code == 422
     assert client.get("/dashboard/repositories/kern/compare", params={"base": "zzzz", "head": SHAS[3]}).status_code == 404
     chooser = client.get("/dashboard/repositories/kern/compare").text
     assert chooser.count(f'<option value="{SHAS[0]}"') == 2  # base and head selects
@@ -426,3 +515,49 @@ def test_a_fingerprint_s_device_is_its_newest_trial_with_a_provenance(session, m
     session.flush()
     assert devices_of(session, ["a" * 64, "b" * 64, "", "c" * 64]) == {"a" * 64: h200}
     assert devices_of(session, []) == {}
+
+
+def test_downsampling_keeps_every_marked_step_and_the_band_s_extremes() -> None:
+    import random
+
+    from perfbisect.dashboards.downsample import downsample
+    from perfbisect.dashboards.history import RevisionPoint
+
+    rng = random.Random(5)
+    points = []
+    for i in range(0, 10_000, 1):
+        level = 1.0 if i < 6_000 else 0.8  # a step at commit 6,000
+        mid = level * rng.gauss(1, 0.01)
+        spread = rng.uniform(0.002, 0.02)
+        points.append(RevisionPoint(f"{i:040x}", i, mid * 100, 100.0, mid, 3, (mid - spread) * 100,
+                                    (mid + spread) * 100, mid - spread, mid + spread))
+    points[4_321] = points[4_321]._replace(ratio_min=0.5)  # one wild trial inside a bucket
+    marks = [6_000, 2_500, 9_999]  # a culprit, a failed build, wrong results
+    kept = downsample(points, 1_400, marks)
+    assert len(kept) <= 1_400
+    shas = {p.sha for p in kept}
+    for mark in marks:  # the measured points on both sides of every mark
+        assert points[mark - 1].sha in shas and points[mark].sha in shas
+    assert [p.index for p in kept] == sorted(p.index for p in kept)
+    assert min(p.ratio_min for p in kept) == 0.5
+    assert max(p.ratio_max for p in kept) == max(p.ratio_max for p in points)
+    assert min(p.value_min for p in kept) == min(p.value_min for p in points)
+    assert min(p.ratio for p in kept) == min(p.ratio for p in points)  # the lowest median too
+    assert downsample(points[:50], 1_400, marks) == points[:50]
+    with pytest.raises(ValueError):
+        downsample(points, 1)
+
+
+def test_history_and_overview_answer_304_while_nothing_changed(client, measured, session) -> None:
+    for path in ("/api/history/kern", "/api/history/kern/overview"):
+        first = client.get(path)
+        tag = first.headers["etag"]
+        again = client.get(path, headers={"If-None-Match": tag})
+        assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == tag
+        assert client.get(path, headers={"If-None-Match": '"other"'}).status_code == 200
+    before = client.get("/api/history/kern").headers["etag"]
+    session.add(Culprit(job_id=measured["job"].id, kind=CulpritKind.correctness, first_sha=SHAS[4],
+                        last_sha=SHAS[4], effects={}))
+    session.flush()
+    changed = client.get("/api/history/kern", headers={"If-None-Match": before})
+    assert changed.status_code == 200 and changed.headers["etag"] != before

@@ -57,16 +57,28 @@
     return function (u) {
       var ctx = u.ctx, top = u.bbox.top, height = u.bbox.height, dpr = devicePixelRatio || 1;
       ctx.save();
-      spec.steps.forEach(function (m) {
+      var rows = [], boxes = [];  // per label row, the right edge of its last label: labels never overlap
+      ctx.font = (11 * dpr) + "px system-ui, sans-serif"; ctx.textAlign = "left";
+      spec.steps.slice().sort(function (a, b) { return a.x1 - b.x1; }).forEach(function (m) {
         var x0 = u.valToPos(m.x0 - (m.x0 === m.x1 ? 0 : 0.5), "x", true);
         var x1 = u.valToPos(m.x1, "x", true);
+        if (x1 < u.bbox.left - 1 || x1 > u.bbox.left + u.bbox.width + 1) return;  // zoomed out of view
         var color = m.kind === "correctness" ? "#7a00b0" : "#b00020";
         if (m.x1 > m.x0) { ctx.fillStyle = color + "22"; ctx.fillRect(x0, top, x1 - x0, height); }
         ctx.strokeStyle = color; ctx.lineWidth = 1.5 * dpr; ctx.setLineDash([4 * dpr, 3 * dpr]);
         ctx.beginPath(); ctx.moveTo(x1, top); ctx.lineTo(x1, top + height); ctx.stroke();
-        ctx.setLineDash([]); ctx.fillStyle = color; ctx.font = (11 * dpr) + "px system-ui, sans-serif";
-        ctx.textAlign = "center"; ctx.fillText(m.label, x1, top + 12 * dpr);
+        ctx.setLineDash([]); ctx.fillStyle = color;
+        var w = ctx.measureText(m.label).width, pad = 4 * dpr;
+        var left = Math.min(Math.max(x1 - w / 2, u.bbox.left), u.bbox.left + u.bbox.width - w);
+        var row = 0;
+        while (row < rows.length && rows[row] > left - pad) row++;
+        if (row > 2) return;  // three rows full here: the legend and the list below name it
+        rows[row] = left + w;
+        var y = top + (12 + 13 * row) * dpr;
+        ctx.fillText(m.label, left, y);
+        boxes.push([left / dpr, (y - 11 * dpr) / dpr, (left + w) / dpr, y / dpr]);
       });
+      u.root.dataset.labels = JSON.stringify(boxes);  // where the labels went, in CSS pixels (tests read it)
       ctx.strokeStyle = "#444"; ctx.lineWidth = 2 * dpr;
       spec.failed.forEach(function (f) {
         var x = u.valToPos(f.x, "x", true), y = top + height - 6 * dpr, r = 4 * dpr;
@@ -129,13 +141,34 @@
     return frag;
   }
 
-  function legend(spec, box) {
+  function hasControl(spec) {
+    return spec.series.some(function (s) { return s.points.some(function (p) { return p.control !== null; }); });
+  }
+
+  function tooltip(spec, al, view, x) {
+    var parts = [];
+    al.meta.forEach(function (m) {
+      var p = m.byX[x]; if (!p) return;
+      if (!parts.length) parts.push(p.sha.slice(0, 7));
+      var v = view === "ratio" ? p.ratio : p.value;
+      parts.push((al.meta.length > 1 ? m.spec.label + " " : "") + fmt(v) + (view === "ratio" ? " × control" : " " + (m.spec.unit || "")));
+    });
+    return parts.join(" · ");
+  }
+
+  function legend(spec, box, view) {
     box.textContent = "";
     spec.series.forEach(function (s) {
       var item = el("li"); var sw = el("span", {"class": "swatch", "aria-hidden": "true"});
       sw.style.background = s.color; item.appendChild(sw); item.appendChild(document.createTextNode(s.label));
       box.appendChild(item);
     });
+    if (view === "value" && hasControl(spec)) {
+      var item = el("li", {"class": "legend-control"});
+      item.appendChild(el("span", {"class": "swatch dashed", "aria-hidden": "true"}));
+      item.appendChild(document.createTextNode("control (dashed, same colour): the reference kernel measured beside it"));
+      box.appendChild(item);
+    }
     var steps = spec.steps.filter(function (m) { return m.kind !== "correctness"; });
     var wrong = spec.steps.filter(function (m) { return m.kind === "correctness"; });
     if (steps.length) box.appendChild(el("li", {"class": "legend-step"}, "┆ step (" + steps.map(function (m) { return m.label; }).join(", ") + ")"));
@@ -151,19 +184,36 @@
     fig.querySelectorAll("input[name$='-view']").forEach(function (r) {
       if (r.value === "ratio" && !hasRatio(spec)) { r.disabled = true; }
       r.checked = r.value === view;
-      r.addEventListener("change", function () { if (r.checked) { view = r.value; draw(); } });
+      r.addEventListener("change", function () {
+        if (!r.checked) return;
+        view = r.value; draw(); legend(spec, box, view);
+        show(cursor);  // the read-out follows the view: no stale "× control" after switching
+      });
     });
-    legend(spec, box);
+    legend(spec, box, view);
     function show(idx) {
       if (!al || idx === null || idx === undefined || idx < 0) return;
       var content = readout(spec, al, view, al.xs[idx]);
       if (content) { out.textContent = ""; out.appendChild(content); }
     }
+    var tip = el("div", {"class": "tip", "aria-hidden": "true"});  // the read-out is what screen readers get
+    function hover(u) {
+      var idx = u.cursor.idx;
+      if (idx === null || idx === undefined || u.cursor.left < 0) { tip.style.display = "none"; return; }
+      cursor = idx;
+      show(idx);
+      tip.textContent = tooltip(spec, al, view, al.xs[idx]);
+      if (!tip.textContent) { tip.style.display = "none"; return; }
+      tip.style.display = "block";
+      var left = u.cursor.left + 12, width = tip.offsetWidth, room = u.over.clientWidth;
+      tip.style.left = (left + width > room ? Math.max(0, u.cursor.left - width - 12) : left) + "px";
+      tip.style.top = Math.max(0, u.cursor.top - 34) + "px";
+    }
     function draw() {
       var keep = u ? [u.scales.x.min, u.scales.x.max] : null;
       if (u) u.destroy();
       al = aligned(spec, view);
-      var width = Math.max(320, plot.clientWidth || 760);
+      var width = Math.max(240, plot.clientWidth || 760);
       u = new uPlot({
         width: width, height: 280, series: al.series, bands: al.bands,
         legend: {show: false}, cursor: {drag: {x: true, y: false}},
@@ -173,10 +223,11 @@
                     var m = al.meta.find(function (m) { return m.byX[x]; }); return m ? m.byX[x].sha.slice(0, 7) : String(x);
                   }); }, stroke: "#333"},
                {label: view === "ratio" ? "ratio to the control" : spec.unit, stroke: "#333", size: 60}],
-        hooks: {draw: [drawMarks(spec)], setCursor: [function (u) { show(u.cursor.idx); }],
+        hooks: {draw: [drawMarks(spec)], setCursor: [hover],
                 setScale: [function (u, key) { if (key === "x") fig.dataset.zoomed = String(u.scales.x.min > al.xs[0] || u.scales.x.max < al.xs[al.xs.length - 1]); }]}
       }, al.data, plot);
       if (keep && keep[0] !== null) u.setScale("x", {min: keep[0], max: keep[1]});
+      u.over.appendChild(tip);
       fig.dataset.ready = "true";
     }
     function zoom(factor) {
@@ -188,8 +239,9 @@
     fig.querySelector(".zoom-out").addEventListener("click", function () { zoom(2); });
     fig.querySelector(".zoom-reset").addEventListener("click", reset);
     plot.addEventListener("keydown", function (e) {
-      if (e.key === "ArrowRight" || e.key === "ArrowLeft") {
-        cursor = Math.min(al.xs.length - 1, Math.max(0, cursor + (e.key === "ArrowRight" ? 1 : -1)));
+      var keys = {ArrowRight: cursor + 1, ArrowLeft: cursor - 1, Home: 0, End: al.xs.length - 1};
+      if (e.key in keys) {  // stays at either end instead of wrapping round
+        cursor = Math.min(al.xs.length - 1, Math.max(0, keys[e.key]));
         var x = al.xs[cursor];
         u.setCursor({left: u.valToPos(x, "x"), top: u.bbox.height / (2 * (devicePixelRatio || 1))});
         show(cursor); e.preventDefault();
@@ -198,7 +250,14 @@
       else if (e.key === "0") { reset(); e.preventDefault(); }
     });
     draw();
-    show(al.xs.length - 1);
+    cursor = al.xs.length - 1;  // the read-out starts on the newest commit, and so do the arrow keys
+    show(cursor);
+    var width = plot.clientWidth;
+    new ResizeObserver(function () {  // the chart follows its box (a phone turned, a window resized)
+      if (!u || Math.abs(plot.clientWidth - width) < 2) return;
+      width = plot.clientWidth;
+      u.setSize({width: Math.max(240, width), height: 280});
+    }).observe(plot);
   }
 
   document.querySelectorAll("figure.perf-chart").forEach(mount);

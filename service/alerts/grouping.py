@@ -19,7 +19,7 @@ from typing import Protocol
 
 REGRESSION, IMPROVEMENT, WRONG_RESULTS, WRONG_FIXED = "regression", "improvement", "wrong_results", "wrong_fixed"
 UNTRIAGED = "new"
-OPEN = ("new", "acknowledged")  # statuses a detection may still move to fixed
+OPEN = ("new", "acknowledged", "investigating")  # statuses a detection may still move to fixed
 
 
 class ChangePointLike(Protocol):

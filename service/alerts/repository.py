@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from perfbisect.service.models import (
-    Alert, AlertCase, AlertKind, AlertStatus, Culprit, CulpritKind, Job, JobStatus, TrackedBranch,
-)
+from perfbisect.service.models import (Alert, AlertCase, AlertChange, AlertKind, AlertStatus, Culprit, CulpritKind, Job,
+                                      JobStatus, Repository, TrackedBranch)
 
 _LOAD = (selectinload(Alert.cases).selectinload(AlertCase.case),)
 
@@ -27,13 +26,30 @@ def of_branch(session: Session, tracked_id: int) -> Sequence[Alert]:
 
 
 def listing(session: Session, *, status: AlertStatus | None = None, tracked_id: int | None = None,
-            limit: int = 100) -> Sequence[Alert]:
+            repository: str | None = None, branch: str | None = None, kind: AlertKind | None = None,
+            assignee: str | None = None, limit: int = 100) -> Sequence[Alert]:
+    """Alerts newest first, narrowed by each filter given (all of them must hold)."""
     stmt = select(Alert).options(*_LOAD)
-    if status is not None:
-        stmt = stmt.where(Alert.status == status)
-    if tracked_id is not None:
-        stmt = stmt.where(Alert.tracked_branch_id == tracked_id)
+    if repository is not None or branch is not None:
+        stmt = stmt.join(TrackedBranch, Alert.tracked_branch_id == TrackedBranch.id)
+    if repository is not None:
+        stmt = stmt.join(Repository, TrackedBranch.repository_id == Repository.id).where(Repository.name == repository)
+    for column, wanted in ((Alert.status, status), (Alert.tracked_branch_id, tracked_id),
+                           (TrackedBranch.branch, branch), (Alert.kind, kind), (Alert.assignee, assignee)):
+        if wanted is not None:
+            stmt = stmt.where(column == wanted)
     return session.scalars(stmt.order_by(Alert.id.desc()).limit(limit)).all()
+
+
+def changes(session: Session, alert_id: int) -> Sequence[AlertChange]:
+    stmt = select(AlertChange).where(AlertChange.alert_id == alert_id).order_by(AlertChange.id)
+    return session.scalars(stmt).all()
+
+
+def of_jobs(session: Session, job_ids: Sequence[int]) -> dict[int, int]:
+    """bisect job id -> the id of the alert it bisects, for the given jobs."""
+    stmt = select(Alert.bisect_job_id, Alert.id).where(Alert.bisect_job_id.in_(list(job_ids)))
+    return {job_id: alert_id for job_id, alert_id in session.execute(stmt)}
 
 
 def by_bisect_job(session: Session, job_id: int) -> Alert | None:
@@ -61,3 +77,16 @@ def bisect_culprit(session: Session, alert: Alert) -> Culprit | None:
     found = session.scalars(stmt).all()
     wanted = CulpritKind.correctness if alert.kind == AlertKind.wrong_results else CulpritKind.performance
     return next((c for c in found if c.kind == wanted), found[0] if found else None)
+
+
+def status_counts(session: Session) -> dict[int, dict[str, int]]:
+    """tracked branch id -> alert status -> count."""
+    stmt = select(Alert.tracked_branch_id, Alert.status, func.count()).group_by(Alert.tracked_branch_id, Alert.status)
+    out: dict[int, dict[str, int]] = {}
+    for tracked_id, status, count in session.execute(stmt):
+        out.setdefault(tracked_id, {})[AlertStatus(status).value] = count
+    return out
+
+
+def by_ids(session: Session, ids: Sequence[int]) -> Sequence[Alert]:
+    return session.scalars(select(Alert).where(Alert.id.in_(list(ids)))).all()

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-TriageStatus = Literal["new", "acknowledged", "invalid", "fixed", "expected"]
+from perfbisect.service.bounds import MAX_ID
+
+TriageStatus = Literal["new", "acknowledged", "investigating", "invalid", "fixed", "expected"]
+# An issue link: an http(s) URL, or a short reference such as #123 or PROJ-7 (shown as text).
+BUG = r"^(https?://[^\s<>\"]+|[\w.#/-]{1,100})$"
+PERSON = r"^[^\x00-\x1f<>]{1,100}$"
 
 
 class AlertCaseRead(BaseModel):
@@ -43,9 +48,34 @@ class AlertRead(BaseModel):
     created_at: datetime
     updated_at: datetime
     triaged_at: datetime | None
+    triaged_by: str | None = Field(None, description="the token name of the last triage")
+    assignee: str | None = None
+    bug: str | None = Field(None, description="an issue URL or reference")
     cases: list[AlertCaseRead]
 
 
 class AlertUpdate(BaseModel):
+    """A triage: each field sent is set (an empty assignee, bug or note clears it), each field
+    left out is kept. Unknown fields are a 422, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
     status: TriageStatus | None = None
     note: str | None = Field(default=None, max_length=2000)
+    assignee: str | None = Field(default=None, max_length=100, pattern=PERSON + "|^$")
+    bug: str | None = Field(default=None, max_length=500, pattern=BUG + "|^$",
+                            description="an issue URL (http/https) or a reference such as #123")
+
+
+class AlertBulkUpdate(AlertUpdate):
+    """The same triage for several alerts at once, all or none."""
+
+    ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(min_length=1, max_length=200)
+
+
+class AlertChangeRead(BaseModel):
+    at: datetime
+    by: str
+    field: str
+    old: str | None
+    new: str | None

@@ -22,8 +22,8 @@ from perfbisect.service.bisect.changepoints import compute_change_points
 from perfbisect.service.errors import BadRequest, NotFound
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs.schemas import BisectCreate
-from perfbisect.service.models import (Alert, AlertCase, AlertKind, AlertStatus, CulpritKind, Job, JobStatus, TrackedBranch,
-                            utcnow)
+from perfbisect.service.models import (Alert, AlertCase, AlertChange, AlertKind, AlertStatus, CulpritKind, Job,
+                                      JobStatus, TrackedBranch, utcnow)
 from perfbisect.service.suites import service as suites
 from perfbisect.service.tracking import service as tracking
 
@@ -208,20 +208,45 @@ def get(session: Session, alert_id: int) -> Alert:
     return alert
 
 
-def triage(session: Session, alert_id: int, update: AlertUpdate) -> Alert:
-    """Set the triage status and note. Invalid or expected cancels the alert's running bisect.
-    Raises NotFound."""
+TRIAGED_FIELDS = ("status", "assignee", "bug", "note")
+
+
+def triage(session: Session, alert_id: int, update: AlertUpdate, by: str) -> Alert:
+    """Set the fields `update` carries (an empty assignee, bug or note clears it) and record each
+    change in alert_changes under `by` (the token's name). Invalid or expected cancels the
+    alert's running bisect. Raises NotFound."""
     alert = repository.get(session, alert_id, lock=True)
     if alert is None:
         raise NotFound(f"no alert {alert_id}")
-    if update.note is not None:
-        alert.note = update.note
-    if update.status is not None and update.status != alert.status.value:
-        alert.status, alert.triaged_at = AlertStatus(update.status), utcnow()
-        if alert.status in CLOSED and alert.bisect_job_id is not None:
-            job = jobs.get(session, alert.bisect_job_id)
-            if not job.status.finished:
-                jobs.cancel(session, job.id, SYSTEM)
-    alert.updated_at = utcnow()
+    now = utcnow()
+    for name in TRIAGED_FIELDS:
+        wanted = getattr(update, name)
+        if wanted is None:
+            continue
+        old = alert.status.value if name == "status" else getattr(alert, name)
+        new = wanted or None
+        if new == old:
+            continue
+        session.add(AlertChange(alert_id=alert.id, at=now, by=by, field=name, old=old, new=new))
+        if name == "status":
+            _set_status(session, alert, AlertStatus(new), now)
+        else:
+            setattr(alert, name, new)
+        alert.triaged_by = by
+    alert.updated_at = now
     session.flush()
     return alert
+
+
+def _set_status(session: Session, alert: Alert, status: AlertStatus, now) -> None:
+    alert.status, alert.triaged_at = status, now
+    if alert.status in CLOSED and alert.bisect_job_id is not None:
+        job = jobs.get(session, alert.bisect_job_id)
+        if not job.status.finished:
+            jobs.cancel(session, job.id, SYSTEM)
+
+
+def triage_many(session: Session, ids: list[int], update: AlertUpdate, by: str) -> list[Alert]:
+    """The same triage for every alert in `ids` (in id order, so two bulk requests lock in the
+    same order); all or none: an unknown id raises NotFound before anything is kept."""
+    return [triage(session, alert_id, update, by) for alert_id in sorted(set(ids))]

@@ -29,6 +29,7 @@ def alert_reads(session: Session, alerts: Sequence[Alert]) -> list[AlertRead]:
             bisect_job_id=alert.bisect_job_id, fixed_by_id=alert.fixed_by_id, note=alert.note,
             comments=alert.comments, detections=alert.detections, created_at=alert.created_at,
             updated_at=alert.updated_at, triaged_at=alert.triaged_at,
+            triaged_by=alert.triaged_by, assignee=alert.assignee, bug=alert.bug,
             cases=[AlertCaseRead(case=c.case.name, kind=c.kind.value, rel=c.rel, pvalue=c.pvalue,
                                  before=c.mean_before, after=c.mean_after) for c in alert.cases],
         ))

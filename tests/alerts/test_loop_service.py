@@ -156,7 +156,7 @@ def test_triaged_alerts_are_not_raised_again_and_invalid_cancels_the_bisect(sess
     for index in (11, 13, 15):
         push(session, lib, tracked, index, values)
     [alert_id] = alerts.detect(session, tracked.id).raised
-    alert = alerts.triage(session, alert_id, AlertUpdate(status="invalid", note="noisy runner"))
+    alert = alerts.triage(session, alert_id, AlertUpdate(status="invalid", note="noisy runner"), "tester")
     assert alert.triaged_at is not None and alert.note == "noisy runner"
     assert session.get(Job, alert.bisect_job_id).status == JobStatus.cancelled
     push(session, lib, tracked, 17, values)
@@ -322,3 +322,46 @@ def test_beat_runs_scheduled_and_polled_branches_when_due_and_poll_only_when_mov
     moved = tracking.start_run(session, polled.id, only_if_moved=True)
     assert moved.moved and list(moved.heads) == [lib["shas"][9]]
     assert pushed.trigger.value == "push"
+
+
+def test_triage_stores_assignee_and_issue_with_who_when_and_a_history(client, make_client, session, lib,
+                                                                        sent_tasks) -> None:
+    values = step_at(lib, 5)
+    tracked = track(session, lib, backfill_every=1, backfill_depth=8)
+    measure(session, tracking.start_run(session, tracked.id).job.id, values)
+    [alert_id] = alerts.detect(session, tracked.id).raised
+    body = {"status": "investigating", "assignee": "ana", "bug": "https://github.com/acme/lib/issues/7"}
+    patched = client.patch(f"/api/alerts/{alert_id}", json=body)
+    assert patched.status_code == 200, patched.text
+    read = patched.json()
+    assert (read["status"], read["assignee"], read["bug"]) == ("investigating", "ana", body["bug"])
+    assert read["triaged_by"] == client.principal.name and read["triaged_at"]
+    assert client.get(f"/api/alerts/{alert_id}").json()["assignee"] == "ana"  # stored, not echoed
+    # an empty value clears; a field left out is kept
+    assert client.patch(f"/api/alerts/{alert_id}", json={"bug": ""}).json()["bug"] is None
+    assert client.get(f"/api/alerts/{alert_id}").json()["assignee"] == "ana"
+    history = client.get(f"/api/alerts/{alert_id}/changes").json()
+    assert [(c["field"], c["old"], c["new"]) for c in history] == [
+        ("status", "new", "investigating"), ("assignee", None, "ana"), ("bug", None, body["bug"]),
+        ("bug", body["bug"], None)]
+    assert {c["by"] for c in history} == {client.principal.name}
+    # unknown fields and unsafe links are refused, not dropped
+    assert client.patch(f"/api/alerts/{alert_id}", json={"owner": "bob"}).status_code == 422
+    assert client.patch(f"/api/alerts/{alert_id}", json={"bug": "javascript:alert(1)"}).status_code == 422
+    assert make_client("read").patch(f"/api/alerts/{alert_id}", json={"status": "fixed"}).status_code == 403
+    assert client.get("/api/alerts", params={"assignee": "ana", "repository": lib["repo"].name,
+                                             "branch": "main"}).json()[0]["id"] == alert_id
+    assert client.get("/api/alerts", params={"branch": "other"}).json() == []
+
+
+def test_bulk_triage_is_all_or_none(client, session, lib, sent_tasks) -> None:
+    values = step_at(lib, 5)
+    tracked = track(session, lib, backfill_every=1, backfill_depth=8)
+    measure(session, tracking.start_run(session, tracked.id).job.id, values)
+    [alert_id] = alerts.detect(session, tracked.id).raised
+    missing = client.patch("/api/alerts", json={"ids": [alert_id, 999999], "status": "expected"})
+    assert missing.status_code == 404
+    assert client.get(f"/api/alerts/{alert_id}").json()["status"] == "new"
+    done = client.patch("/api/alerts", json={"ids": [alert_id], "status": "acknowledged", "assignee": "ana"})
+    assert done.status_code == 200 and [(a["status"], a["assignee"]) for a in done.json()] == [("acknowledged", "ana")]
+    assert client.patch("/api/alerts", json={"ids": []}).status_code == 422
