@@ -90,6 +90,18 @@ class Settings(BaseSettings):
     max_case_gib: float = Field(default=64.0, gt=0, description="largest memory one built-in case may need")
     public_url: str | None = Field(default=None, description="where people reach the dashboard, for links in PR comments")
 
+    # Notifications (service/notifications): email goes through this SMTP server; webhooks and
+    # Slack need nothing here. A failed delivery is retried with exponential backoff.
+    smtp_host: str | None = Field(default=None, description="SMTP server for email notifications; unset: email off")
+    smtp_port: int = Field(default=25, ge=1, le=65535)
+    smtp_user: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: bool = Field(default=False, description="STARTTLS before logging in")
+    smtp_from: str = Field(default="perfbisect@localhost", description="the From address of notifications")
+    notify_max_attempts: int = Field(default=6, ge=1, le=20, description="tries of one notification delivery")
+    notify_backoff_s: float = Field(default=5.0, gt=0, description="first retry delay; doubles per try (max 10 min)")
+    log_format: Literal["text", "json"] = Field(default="text", description="json: one JSON object per log line")
+
     @model_validator(mode="after")
     def _refuse_placeholders_in_production(self) -> Settings:
         if self.environment == "production":
