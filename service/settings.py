@@ -37,7 +37,6 @@ class Settings(BaseSettings):
     # Worker behaviour.
     build_timeout_s: int = 900
     trial_timeout_s: int = 900
-    device_class: str = "cpu"
     visibility_timeout_s: int = 3600
     embedded_workers: int = Field(default=1, ge=1, le=64, description="trials run at once without a broker")
     # Serving: processes; per process, the database connections (requests doing database work at
