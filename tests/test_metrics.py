@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from perfbisect.service.models import (Alert, AlertKind, AlertStatus, Job, JobKind, JobStatus, Repository, Revision,
                                        TrackedBranch, Trial, TrialStatus, WebhookDelivery, utcnow)
 from perfbisect.service.notifications.models import Channel, Delivery, DeliveryStatus, Event, Subscription
+from tests.test_notifications import embedded  # noqa: F401 (a fixture: SQLite, tasks in-process)
 
 
 def scrape(client) -> dict[tuple[str, tuple], float]:
@@ -151,3 +152,15 @@ def test_json_logs_are_one_object_per_line() -> None:
     assert (access["logger"], access["level"], access["message"]) == ("uvicorn.access", "INFO", "GET /metrics 200")
     assert (warning["message"], warning["trial_id"], warning["level"]) == ("trial 7 failed", 7, "WARNING")
     assert {"time", "process"} <= warning.keys()
+
+
+def test_an_embedded_server_scrapes_its_sqlite_database(embedded) -> None:
+    from prometheus_client import generate_latest
+
+    from perfbisect.service.api.metrics import registry
+    from perfbisect.service.db import session_scope
+
+    with session_scope(reads_only=True) as session:
+        text = generate_latest(registry(session)).decode()
+    samples = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    assert "perfbisect_trial_phase_seconds_count" in samples and "perfbisect_broker_up" not in samples
