@@ -325,3 +325,15 @@ def test_deleting_a_subscription_keeps_its_log(session, lib) -> None:
     assert session.get(Delivery, delivery_id).subscription_id is None
     assert notifications.work_of(session, delivery_id) is None  # not sent
     assert session.scalars(select(Delivery.status).where(Delivery.id == delivery_id)).one() == DeliveryStatus.failed
+
+
+def test_the_smtp_password_is_redacted_from_stored_output(monkeypatch) -> None:
+    from perfbisect.service.settings import get_settings
+    from perfbisect.workers import redact
+
+    monkeypatch.setattr(get_settings(), "smtp_password", "mail-pass-0451")
+    redact.secrets.cache_clear()
+    try:
+        assert redact.redact("login mail-pass-0451 ok") == "login [redacted] ok"
+    finally:
+        redact.secrets.cache_clear()

@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.slow
+# One worker builds them one after another: two builds at once share the tree's build/ folder.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 
 @pytest.fixture(scope="module")

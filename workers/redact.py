@@ -36,7 +36,8 @@ def secrets() -> tuple[str, ...]:
     passwords inside the URLs), and any variable of this process named like a secret. Longest
     first, so a URL is redacted whole before its password is."""
     settings = get_settings()
-    values = {settings.database_url, settings.redis_url, settings.github_token, settings.webhook_secret}
+    values = {settings.database_url, settings.redis_url, settings.github_token, settings.webhook_secret,
+              settings.smtp_password}
     for name, value in os.environ.items():
         if SECRET_NAME.search(name) and not name.startswith(("PATH", "LD_")):
             values.add(value)
