@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from perfbisect.service.models import Alert, Job, TrackedBranch
 from perfbisect.service.notifications.models import Event
 from perfbisect.service.settings import get_settings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -28,8 +29,6 @@ class SubscriptionCreate(BaseModel):
 
     @model_validator(mode="after")
     def _target_fits_channel(self) -> SubscriptionCreate:
-        import re
-
         pattern, what = (EMAIL, "an email address") if self.channel == "email" else (URL, "an http(s) URL")
         if not re.match(pattern, self.target):
             raise ValueError(f"a {self.channel} subscription's target must be {what}")
