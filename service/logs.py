@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging.config
 from typing import Any
 
+from pythonjsonlogger.core import RESERVED_ATTRS
+
 JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"
 
 
@@ -16,7 +18,9 @@ def json_config() -> dict[str, Any]:
     quiet = {"handlers": ["json"], "level": "INFO", "propagate": False}
     return {"version": 1, "disable_existing_loggers": False,
             "formatters": {"json": {"()": "pythonjsonlogger.json.JsonFormatter", "fmt": JSON_FIELDS,
-                                    "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}}},
+                                    "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+                                    # uvicorn's terminal-coloured copy of each message
+                                    "reserved_attrs": [*RESERVED_ATTRS, "color_message"]}},
             "handlers": {"json": handler},
             "root": {"handlers": ["json"], "level": "INFO"},
             "loggers": {name: quiet for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "celery")}}

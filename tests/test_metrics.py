@@ -144,12 +144,13 @@ def test_json_logs_are_one_object_per_line() -> None:
 
     code = ("import logging; from perfbisect.service.logs import configure, uvicorn_log_config; "
             "assert uvicorn_log_config('text') is None; configure('json'); "
-            "logging.getLogger('uvicorn.access').info('GET /metrics 200'); "
+            "logging.getLogger('uvicorn.access').info('GET /metrics 200', extra={'color_message': 'x'}); "
             "logging.getLogger('perfbisect.workers').warning('trial %s failed', 7, extra={'trial_id': 7})")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     access, warning = [json.loads(line) for line in done.stderr.splitlines()]
     assert (access["logger"], access["level"], access["message"]) == ("uvicorn.access", "INFO", "GET /metrics 200")
+    assert "color_message" not in access  # uvicorn's coloured copy
     assert (warning["message"], warning["trial_id"], warning["level"]) == ("trial 7 failed", 7, "WARNING")
     assert {"time", "process"} <= warning.keys()
 
