@@ -61,15 +61,25 @@ def notify_job(job_id: int) -> int:
     from perfbisect.service.webhooks.github import post_check, post_job_comments
     from perfbisect.workers.track_tasks import continue_loop  # imports this module
 
-    with session_scope() as session:
-        deliveries = notifications.job_finished(session, job_id)
-    send_deliveries(deliveries)
+    _tell_subscribers(job_id)
     if continue_loop(job_id):
         return 0
     with session_scope() as session:
         posted = len(post_job_comments(session, job_id))
         post_check(session, job_id)
         return posted
+
+
+def _tell_subscribers(job_id: int) -> None:
+    """The deliveries of a finished job (its own transaction). A failure here is logged and
+    never keeps the job's comments, check or tracking loop from going on."""
+    try:
+        with session_scope() as session:
+            deliveries = notifications.job_finished(session, job_id)
+    except Exception:
+        log.exception("notifying the subscribers of job %s failed", job_id)
+        return
+    send_deliveries(deliveries)
 
 
 # A worker whose trials fail on the worker itself (checkout, sandbox, a crash: worker_error) this
