@@ -1,6 +1,6 @@
 # The two commands of the README. Each sets up what it needs on a fresh machine.
 #   make demo   - install, write the demo kernel repository, bisect it, print the culprits
-#   make test   - install, make sure PostgreSQL and Redis are up, run the test suite
+#   make test   - install, make sure PostgreSQL, Redis and Chromium are there, run the test suite
 # The venv's interpreter must be one the sandbox user (nobody) can run: a root worker runs the
 # repository's code as that user with this interpreter. One under a private home (pyenv under
 # /root, mode 0700) cannot be run by it, and the contained-trial tests would skip. So the
@@ -10,13 +10,16 @@ PYTHON ?= $(or $(firstword $(foreach p,/usr/bin/python3 /usr/local/bin/python3 p
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: demo test install services system-packages bench wheelhouse
+.PHONY: demo test install services system-packages chromium bench wheelhouse
 
+# The checkout's folders are mapped under `perfbisect`, so the editable install is a meta path
+# finder (what keeps `kernels` from being a top-level import) and setuptools says so in a 10-line
+# warning on every install: that one is silenced, nothing else is.
 $(VENV)/.installed: pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch==2.13.0 (CPU build) comes from constraints.txt, so no multi-GB CUDA build is pulled.
-	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install -q -c constraints.txt -e '.[test]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -31,9 +34,14 @@ services:
 system-packages:
 	bash scripts/system_packages.sh
 
+# Debian's Chromium for the browser tests: installed where root and apt allow, else a line says
+# that the browser tests will be skipped (as in .ci/run).
+chromium:
+	@bash scripts/chromium.sh
+
 # Both cores for the unit and service tests; then the end-to-end tests one at a time on a quiet
 # machine (they start servers and workers of their own and time real trials and recoveries).
-test: install services system-packages
+test: install services system-packages chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not e2e" --durations=10
 	$(BIN)/python -m pytest -q -m e2e --durations=0
 

@@ -23,7 +23,8 @@ DETECT_ALERTS = "perfbisect.detect_alerts"
 COMMENT_ALERT = "perfbisect.comment_alert"
 POLL_TRACKED_BRANCHES = "perfbisect.poll_tracked_branches"
 PRUNE_SAMPLES = "perfbisect.prune_samples"
-TASK_MODULES = ["perfbisect.workers.tasks", "perfbisect.workers.track_tasks"]
+DELIVER_NOTIFICATION = "perfbisect.deliver_notification"
+TASK_MODULES = ["perfbisect.workers.tasks", "perfbisect.workers.track_tasks", "perfbisect.workers.notify_tasks"]
 
 CONTROL_QUEUE = "control"
 TRACK_POLL_S = 60.0  # how often beat looks for tracked branches that are due
@@ -42,7 +43,8 @@ def make_celery() -> Celery:
         task_default_queue=CONTROL_QUEUE,
         # Planning and notifying run on the control queue; trials are sent to their job's
         # device-class queue explicitly (workers/tasks.py).
-        task_routes={name: {"queue": CONTROL_QUEUE} for name in (ADVANCE_JOB, NOTIFY_JOB, RECONCILE, PRUNE_SAMPLES)},
+        task_routes={name: {"queue": CONTROL_QUEUE} for name in (ADVANCE_JOB, NOTIFY_JOB, RECONCILE, PRUNE_SAMPLES,
+                                                                DELIVER_NOTIFICATION)},
         # The reconciler (service/trials/reconcile.py) re-sends what the broker lost; run by
         # `perfbisect worker --beat` (one per deployment) or `perfbisect beat`. A run that
         # waited longer than one interval is dropped: the next one does the same work.

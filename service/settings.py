@@ -37,7 +37,6 @@ class Settings(BaseSettings):
     # Worker behaviour.
     build_timeout_s: int = 900
     trial_timeout_s: int = 900
-    device_class: str = "cpu"
     gpu_caches: str | None = Field(default=None, description="the cache levels a GPU worker's cold flush covers, "
                                    "e.g. L2=4MiB*8,MALL=256MiB (default: detected; kernels/harness/devices.py)")
     visibility_timeout_s: int = 3600
@@ -124,6 +123,18 @@ class Settings(BaseSettings):
                                 "cuda (NVIDIA), rocm (AMD Instinct), or a GPU model any GPU worker may serve")
     max_case_gib: float = Field(default=64.0, gt=0, description="largest memory one built-in case may need")
     public_url: str | None = Field(default=None, description="where people reach the dashboard, for links in PR comments")
+
+    # Notifications (service/notifications): email goes through this SMTP server; webhooks and
+    # Slack need nothing here. A failed delivery is retried with exponential backoff.
+    smtp_host: str | None = Field(default=None, description="SMTP server for email notifications; unset: email off")
+    smtp_port: int = Field(default=25, ge=1, le=65535)
+    smtp_user: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: bool = Field(default=False, description="STARTTLS before logging in")
+    smtp_from: str = Field(default="perfbisect@localhost", description="the From address of notifications")
+    notify_max_attempts: int = Field(default=6, ge=1, le=20, description="tries of one notification delivery")
+    notify_backoff_s: float = Field(default=5.0, gt=0, description="first retry delay; doubles per try (max 10 min)")
+    log_format: Literal["text", "json"] = Field(default="text", description="json: one JSON object per log line")
 
     @field_validator("token_rate_limit", "bad_token_rate_limit")
     @classmethod

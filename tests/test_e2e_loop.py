@@ -4,10 +4,13 @@ comments) and git's `insteadOf` pointing the GitHub URL at a local copy of the d
 
 A tracked branch is backfilled, six pushes arrive through the push webhook, the step planted
 before them raises one alert, its bisect names the exact commit, and the PR bot comments on the
-pull request GitHub says merged it."""
+pull request GitHub says merged it. A webhook subscribed to the branch hears of the alert and
+of its culprit (signed; the first attempt answered 503 and retried by the worker's Celery)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import subprocess
 import threading
@@ -66,6 +69,24 @@ class FakeGitHub(BaseHTTPRequestHandler):
         pass
 
 
+class Subscriber(BaseHTTPRequestHandler):
+    """A notification webhook: checks each body's signature, answers the first one 503."""
+
+    secret = ""
+    received: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        signed = hmac.compare_digest(self.headers.get("X-Perfbisect-Signature-256", ""),
+                                     "sha256=" + hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest())
+        self.received.append({"body": json.loads(body), "signed": signed})
+        self.send_response(503 if len(self.received) == 1 else 204)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
 def deliver_push(base: str, sha: str) -> None:
     """A push delivery as GitHub sends it: signed with the webhook secret, with a delivery id."""
     body = json.dumps({"ref": "refs/heads/main", "after": sha,
@@ -108,10 +129,12 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
     FakeGitHub.prs = {sha: 900 + i for i, sha in enumerate(shas)} | {step["sha"]: 912}
     github = ThreadingHTTPServer(("127.0.0.1", 0), FakeGitHub)
     threading.Thread(target=github.serve_forever, daemon=True).start()
+    hooks = ThreadingHTTPServer(("127.0.0.1", 0), Subscriber)
+    threading.Thread(target=hooks.serve_forever, daemon=True).start()
 
     env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e_loop"), fresh_redis(13),
                       PERFBISECT_GITHUB_TOKEN="tok", PERFBISECT_WEBHOOK_SECRET=WEBHOOK_SECRET, PERFBISECT_GITHUB_API_URL=f"http://127.0.0.1:{github.server_port}",
-                      GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0=f"url.{origin}.insteadOf", GIT_CONFIG_VALUE_0=GITHUB_URL)
+                      PERFBISECT_NOTIFY_BACKOFF_S="0.5", GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0=f"url.{origin}.insteadOf", GIT_CONFIG_VALUE_0=GITHUB_URL)
     subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
     log = tmp_path / "services.log"
     worker = perfbisect("worker", "--device-class", "cpu", "--concurrency", "2", env=env, log=log)
@@ -126,6 +149,11 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
                 "backfill_every": 1, "backfill_depth": 6, "trials_per_head": 3, "min_magnitude": 0.15,
                 "policy": demo.DEMO_CPU_POLICY}, timeout=60)
             assert tracked.status_code == 201, tracked.text
+            subscribed = httpx.post(f"{base}/api/notifications/subscriptions", headers=admin, json={
+                "repository": "minikern", "branch": "main", "events": ["alert", "culprit"], "channel": "webhook",
+                "target": f"http://127.0.0.1:{hooks.server_port}/hook"})
+            assert subscribed.status_code == 201, subscribed.text
+            Subscriber.secret, Subscriber.received = subscribed.json()["secret"], []
             [backfill] = wait_for_jobs(base, "track", 1, timeout_s=300)
             backfill = httpx.get(f"{base}/api/jobs/{backfill['id']}").json()  # the list has no revisions
             assert [shas.index(sha) for sha in backfill["revision_shas"]] == [2, 3, 4, 5, 6, 7]
@@ -148,6 +176,26 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
             assert ("GET", f"/repos/acme/minikern/commits/{step['sha']}/pulls") in FakeGitHub.seen
             jobs = httpx.get(f"{base}/api/jobs").json()
             assert sum(j["kind"] == "track" for j in jobs) == 7  # the backfill and six pushes
+
+            deliveries = wait_for_deliveries(base, admin, 2, timeout_s=60)
+            assert {d["event"]: d["status"] for d in deliveries} == {"alert": "delivered", "culprit": "delivered"}
+            assert sorted(d["attempts"] for d in deliveries) == [1, 2]  # the 503 was retried
+            heard = {r["body"]["event"]: r["body"] for r in Subscriber.received}
+            assert all(r["signed"] for r in Subscriber.received) and len(Subscriber.received) == 3
+            assert heard["alert"]["alert"]["id"] == alert["id"] and heard["alert"]["branch"] == "main"
+            assert heard["culprit"]["job"]["alert_id"] == alert["id"]
+            assert step["sha"] in [c["last_sha"] for c in heard["culprit"]["job"]["culprits"]]
     finally:
         stop(worker)
         github.shutdown()
+        hooks.shutdown()
+
+
+def wait_for_deliveries(base: str, admin: dict, count: int, timeout_s: float) -> list[dict]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        deliveries = httpx.get(f"{base}/api/notifications/deliveries", headers=admin, timeout=10).json()
+        if len(deliveries) >= count and all(d["status"] != "pending" for d in deliveries):
+            return deliveries
+        time.sleep(1)
+    raise AssertionError(f"{count} notification deliveries did not settle in {timeout_s}s: {deliveries}")

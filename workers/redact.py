@@ -27,7 +27,8 @@ def secrets() -> tuple[str, ...]:
     """Every secret this worker knows: the settings' URLs, tokens and passwords (and the
     passwords inside the URLs), and any variable of this process named like a secret."""
     settings = get_settings()
-    values = [settings.database_url, settings.redis_url, settings.github_token, settings.webhook_secret]
+    values = [settings.database_url, settings.redis_url, settings.github_token, settings.webhook_secret,
+              settings.smtp_password]
     values += [value for name, value in os.environ.items()
                if SECRET_NAME.search(name) and not name.startswith(("PATH", "LD_"))]
     return secret_values(values)

@@ -16,11 +16,13 @@ from perfbisect import dispatch
 from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, PRUNE_SAMPLES, RUN_TRIAL, celery_app
 from perfbisect.service.db import database_unreachable, session_scope
 from perfbisect.service.jobs import advance, resolution
+from perfbisect.service.notifications import service as notifications
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials import reconcile as reconciler
 from perfbisect.service.trials import retention
 from perfbisect.service.trials import service as trials
 from perfbisect.workers.heartbeat import Heartbeat
+from perfbisect.workers.notify_tasks import send_deliveries
 from perfbisect.workers.retrying import with_database
 from perfbisect.workers.runner import execute, worker_slot
 
@@ -81,16 +83,29 @@ def advance_job(job_id: int) -> int:
 def notify_job(job_id: int) -> int:
     """Comment on the pull requests a finished job concerns and set a compare job's check on its
     head commit (both no-ops without a GitHub token). A track job or an alert's bisect continues
-    the tracking loop instead."""
+    the tracking loop instead. First, the subscribers hear of its culprits or failed gate."""
     from perfbisect.service.webhooks.github import post_check, post_job_comments
     from perfbisect.workers.track_tasks import continue_loop  # imports this module
 
+    _tell_subscribers(job_id)
     if continue_loop(job_id):
         return 0
     with session_scope() as session:
         posted = len(post_job_comments(session, job_id))
         post_check(session, job_id)
         return posted
+
+
+def _tell_subscribers(job_id: int) -> None:
+    """The deliveries of a finished job (its own transaction). A failure here is logged and
+    never keeps the job's comments, check or tracking loop from going on."""
+    try:
+        with session_scope() as session:
+            deliveries = notifications.job_finished(session, job_id)
+    except Exception:
+        log.exception("notifying the subscribers of job %s failed", job_id)
+        return
+    send_deliveries(deliveries)
 
 
 # A worker whose trials fail on the worker itself (checkout, sandbox, a crash: worker_error) this

@@ -2,7 +2,7 @@
 transaction, and send follow-ups only after it has committed.
 
     track_branch(tracked_id, head)  a push, a beat tick or a person: measure the new head(s)
-    detect_alerts(tracked_id)       after a track job: change points -> alerts -> bisects
+    detect_alerts(tracked_id)       after a track job: change points -> alerts -> bisects, notifications
     comment_alert(alert_id)         an alert with an exact culprit (or fixed): the PR comments
     poll_tracked_branches()         Celery beat: the scheduled and polled branches that are due
 """
@@ -17,8 +17,10 @@ from perfbisect.service.alerts import bot
 from perfbisect.service.alerts import service as alerts
 from perfbisect.service.db import session_scope
 from perfbisect.service.jobs import repository as jobs_repo
+from perfbisect.service.notifications import service as notifications
 from perfbisect.service.models import JobKind, utcnow
 from perfbisect.service.tracking import service as tracking
+from perfbisect.workers.notify_tasks import send_deliveries
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +46,24 @@ def track_branch(tracked_id: int, head: str | None = None, only_if_moved: bool =
     return run.message
 
 
+def _alert_deliveries(session, alert_ids: list[int]) -> list[int]:
+    """The deliveries of newly raised alerts, in a savepoint: a failure is logged and loses no
+    alert (the detection's own work commits)."""
+    try:
+        with session.begin_nested():
+            return notifications.alerts_raised(session, alert_ids)
+    except Exception:
+        log.exception("notifying the subscribers of alerts %s failed", alert_ids)
+        return []
+
+
 @celery_app.task(name="perfbisect.detect_alerts")
 def detect_alerts(tracked_id: int) -> int:
     with session_scope() as session:
         next_ = alerts.detect(session, tracked_id)
+        deliveries = _alert_deliveries(session, next_.raised)
     send_next(next_)
+    send_deliveries(deliveries)
     return len(next_.raised)
 
 

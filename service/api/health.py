@@ -4,7 +4,7 @@ from functools import lru_cache
 
 import redis
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from sqlalchemy import text
 
 from perfbisect.service.db import get_engine
@@ -17,6 +17,12 @@ router = APIRouter(tags=["health"])
 def broker_client(url: str) -> redis.Redis:
     """One client (and connection pool) for every health check, not one per request."""
     return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+
+
+@router.get("/", include_in_schema=False)
+def root() -> RedirectResponse:
+    """A person who opens the server's address lands on the dashboard."""
+    return RedirectResponse("/dashboard", status_code=307)
 
 
 @router.get("/healthz")

@@ -17,22 +17,32 @@ from perfbisect.service.cli.changepoints import changepoints
 from perfbisect.service.cli.errors import CLIError, Interrupted
 from perfbisect.service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
 from perfbisect.service.cli.repo import repo_app
-from perfbisect.service.cli.submit import SuiteFileOpt, bisect, compare
+from perfbisect.service.cli.submit import BISECT_EXAMPLES, COMPARE_EXAMPLES, SuiteFileOpt, bisect, compare
 from perfbisect.service.cli.suite_check import suite_app
 from perfbisect.service.cli.tokens import app as token_app
 from perfbisect.service.cli.track import track_app
 
+# Plain click help, wrapped at 100 columns: rich's option tables squeezed each description into
+# ~25 columns beside the type column and cut the example shapes.
 app = typer.Typer(help="Automated performance-regression bisection for GPU kernel libraries.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
-db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+                  rich_markup_mode=None, context_settings={"max_content_width": 100},
+                  epilog="""\b
+Examples:
+  perfbisect demo                  bisect the demo kernel repository on this machine
+  perfbisect serve                 the API and the dashboard on http://127.0.0.1:8000/dashboard
+  perfbisect bisect --help         bisect a repository of yours (examples there)
+  perfbisect track add --help      measure a branch on every push and raise alerts
+  perfbisect jobs                  recent jobs; `perfbisect show ID` for one""")
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 app.command("changepoints")(changepoints)
 app.add_typer(token_app, name="token")
 app.add_typer(track_app, name="track")
 app.add_typer(repo_app, name="repo")
 app.add_typer(suite_app, name="suite")
-app.command()(bisect)
-app.command()(compare)
+app.command(epilog=BISECT_EXAMPLES)(bisect)
+app.command(epilog=COMPARE_EXAMPLES)(compare)
 console = Console(stderr=True, soft_wrap=True)  # one message, one line: no wrapping at 80 columns
 
 
@@ -140,9 +150,21 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
         start_embedded_reconciler()
     # Embedded, tasks run inside the server process: one process keeps them in one place.
     processes = workers or settings.web_workers or (1 if settings.embedded else os.cpu_count() or 1)
+    from perfbisect.service.logs import uvicorn_log_config
+
+    typer.echo(served_urls(host, port))
     uvicorn.run("perfbisect.service.api:create_served_app", factory=True, host=host, port=port, log_level="info",
                 workers=processes, backlog=settings.max_in_flight * 4,
+                log_config=uvicorn_log_config(settings.log_format) or uvicorn.config.LOGGING_CONFIG,
                 timeout_worker_healthcheck=60)  # a loaded node may take a while to import the app
+
+
+def served_urls(host: str, port: int) -> str:
+    """What `serve` prints first: where a person finds the dashboard, the API and the metrics."""
+    shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
+    base = f"http://{shown}:{port}"
+    rows = [("dashboard", "/dashboard"), ("API docs", "/docs"), ("metrics", "/metrics"), ("health", "/healthz")]
+    return "\n".join([f"perfbisect is serving on {base}"] + [f"  {name:<10} {base}{path}" for name, path in rows])
 
 
 @app.command()
@@ -180,7 +202,9 @@ def worker(
                 fail(f"this worker cannot serve device class {device_class!r} (perfbisect doctor; --no-flush-check "
                      "skips this)")
     from perfbisect.queue import CONTROL_QUEUE, celery_app
+    from perfbisect.service.logs import configure
 
+    configure(get_settings().log_format)
     queues = ([device_class] if trials else []) + ([CONTROL_QUEUE] if control else [])
     if not queues:
         fail("--no-trials and --no-control leave this worker nothing to do")
@@ -322,10 +346,20 @@ def jobs(limit: int = 20) -> None:
         prepare_database()
         with session_scope() as session:
             for job in repository.list_jobs(session, limit=limit):
-                p = job.progress
-                print(f"{job.id:>5}  {job.kind.value:<8} {job.status.value:<10} {job.repository.name:<24} "
-                      f"{p.get('measured', 0)}/{p.get('revisions', '?')} revisions  {p.get('trials', 0)} trials  "
-                      f"{len(job.culprits)} culprit(s)")
+                print(job_line(job))
+
+
+def job_line(job) -> str:
+    """One row of `perfbisect jobs`: fixed-width columns (the longest status, "inconclusive",
+    fits its column; a long repository name is cut), so rows line up whatever they hold."""
+    from perfbisect.service.models import JobStatus
+
+    status_width = max(len(s.value) for s in JobStatus)
+    p = job.progress
+    name = job.repository.name if len(job.repository.name) <= 24 else job.repository.name[:23] + "…"
+    revisions = f"{p.get('measured', 0)}/{p.get('revisions', '?')}"
+    return (f"{job.id:>5}  {job.kind.value:<8} {job.status.value:<{status_width}} {name:<24} {revisions:>9} revisions "
+            f"{p.get('trials', 0):>5} trials  {len(job.culprits)} culprit(s)")
 
 
 @app.command()

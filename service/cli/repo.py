@@ -13,7 +13,7 @@ from perfbisect.service.cli.errors import CLIError
 from perfbisect.service.cli.submit import (ApiOpt, EnvOpt, JsonOpt, ShapeOpt, SuiteFileOpt, SuiteOpt, TargetOpt,
                                 benchmarks_of, parse_env, validated)
 
-repo_app = typer.Typer(help="Registered repositories and their benchmark sets.", no_args_is_help=True)
+repo_app = typer.Typer(help="Registered repositories and their benchmark sets.", no_args_is_help=True, rich_markup_mode=None)
 
 
 def _local(work):

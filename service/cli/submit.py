@@ -29,6 +29,29 @@ ApiOpt = Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
 FailOnOpt = Annotated[FailOn, typer.Option(help="exit 1 when the verdict is a regression (or any change)")]
 WideOpt = Annotated[bool, typer.Option(help="one table row per case, wider than 100 columns")]
+DeviceClassOpt = Annotated[str, typer.Option(
+    help="the queue whose workers measure it: cpu, cuda, or a GPU model such as h200 (one of "
+         "PERFBISECT_DEVICE_CLASSES)")]
+MinEffectOpt = Annotated[float, typer.Option(
+    help="the smallest relative step worth naming, e.g. 0.02 for 2%: smaller steps read as unchanged")]
+MetricOpt = Annotated[str, typer.Option(
+    help="ratio: each revision's time over a control kernel's in the same process (steady under drifting "
+         "clocks); raw: the case's own metric")]
+# Shown under the options; click keeps a paragraph that starts with \b as written (no re-wrapping).
+BISECT_EXAMPLES = """\b
+Examples:
+  perfbisect bisect --repo ./minikern --good v1.0 --bad main \\
+      --suite gemm --target minikern.gemm:matmul \\
+      --shape M=8192,N=8192,K=8192,dtype=bf16 --shape M=4096,N=4096,K=4096,dtype=fp16
+  perfbisect bisect --repo minikern --good v1.0 --bad main --benchmark-set nightly \\
+      --device-class h200 --min-effect 0.01 --workers 4 --fail-on regression
+  perfbisect bisect --repo minikern --good v1.0 --bad main --suite-file ./my_suite.py \\
+      --target minikern.ops:fused --shape B=8,N=4096 --api http://perfbisect.internal:8000"""
+COMPARE_EXAMPLES = """\b
+Examples:
+  perfbisect compare --repo minikern --base main --head my-branch --benchmark-set nightly
+  perfbisect compare --repo ./minikern --base origin/main --head HEAD --suite gemm \\
+      --target minikern.gemm:matmul --shape M=4096,N=4096,K=4096,dtype=bf16 --fail-on regression"""
 
 
 def read_suite_file(path: Path) -> dict[str, str]:
@@ -88,9 +111,9 @@ def bisect(
     bad: Annotated[str, typer.Option(help="later ref where it is bad")],
     suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
     target: TargetOpt = None, shape: ShapeOpt = None,
-    device_class: str = "cpu",
-    min_effect: float = 0.02,
-    metric: str = "ratio",
+    device_class: DeviceClassOpt = "cpu",
+    min_effect: MinEffectOpt = 0.02,
+    metric: MetricOpt = "ratio",
     workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
     build: BuildOpt = None, import_root: ImportRootOpt = None, env: EnvOpt = None,
     policy: Annotated[Optional[str], typer.Option(help='harness sample policy as JSON, e.g. {"max_time_s": 0.5}')] = None,
@@ -130,9 +153,9 @@ def compare(
     head: Annotated[str, typer.Option(help="the head ref (e.g. a pull request's)")],
     suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
     target: TargetOpt = None, shape: ShapeOpt = None,
-    device_class: str = "cpu",
-    min_effect: float = 0.02,
-    metric: str = "ratio",
+    device_class: DeviceClassOpt = "cpu",
+    min_effect: MinEffectOpt = 0.02,
+    metric: MetricOpt = "ratio",
     pr: Annotated[Optional[int], typer.Option(help="the pull request's number, shown in the report")] = None,
     build: BuildOpt = None, import_root: ImportRootOpt = None, env: EnvOpt = None,
     api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,

@@ -15,7 +15,7 @@ import typer
 
 from perfbisect.service.cli.errors import CLIError
 
-suite_app = typer.Typer(help="Custom suite files.", no_args_is_help=True)
+suite_app = typer.Typer(help="Custom suite files.", no_args_is_help=True, rich_markup_mode=None)
 
 CHECK_TIMEOUT_S = 600
 

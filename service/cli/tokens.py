@@ -27,7 +27,7 @@ LOCAL_TOKEN_FILE = "cli-token"
 LOCAL_TOKEN_NAME = "local-cli"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
-app = typer.Typer(help="API tokens: create (shown once), list, revoke.", no_args_is_help=True)
+app = typer.Typer(help="API tokens: create (shown once), list, revoke.", no_args_is_help=True, rich_markup_mode=None)
 console = Console(stderr=True)
 
 

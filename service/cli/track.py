@@ -27,7 +27,7 @@ from perfbisect.service.cli.submit import (
 )
 from perfbisect.service.errors import PerfbisectError
 
-track_app = typer.Typer(help="Track branches: measure every push, raise alerts, bisect them.", no_args_is_help=True)
+track_app = typer.Typer(help="Track branches: measure every push, raise alerts, bisect them.", no_args_is_help=True, rich_markup_mode=None)
 console = Console(stderr=True)
 
 
@@ -167,10 +167,17 @@ def remove(tracked_id: int) -> None:
 
 
 NO_CULPRIT_NOTE = "bisect job "  # service.alerts.service.job_finished's note when a bisect named no culprit
+LINE_WIDTH = 100  # a terminal's or a log viewer's width: `track alerts` lines never wrap
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
 
 
 def alert_lines(alerts: list) -> list[str]:
-    """One line per alert and one per case: what the CLI and the demo print."""
+    """One line per alert and one per case, each at most LINE_WIDTH columns (a long culprit
+    subject or case name is cut with an ellipsis; --json has them whole): what the CLI and the
+    demo print."""
     lines = []
     for a in alerts:
         culprit = (a.culprit_last_sha[:10] if a.culprit_exact else
@@ -180,10 +187,14 @@ def alert_lines(alerts: list) -> list[str]:
                    "bisecting" if a.bisect_job_id else "-")
         pr = f"#{a.culprit_pr}" if a.culprit_pr else ""
         lines.append(f"alert {a.id:<3} {a.kind:<13} {a.status:<12} {a.before_sha[:10]}..{a.last_sha[:10]}  "
-                     f"culprit {culprit} {pr} {a.culprit_subject or ''}".rstrip())
+                     f"culprit {culprit}")
+        subject = f"{pr} {a.culprit_subject or ''}".strip()
+        if subject:  # a line of its own: beside the shas a subject would keep only a few characters
+            lines.append(_clip(f"      {subject}", LINE_WIDTH))
         for c in a.cases:
             step = "wrong results" if c.rel is None else f"{c.before:.4g} -> {c.after:.4g} ({c.rel:+.1%})"
-            lines.append(f"      {c.case:<52} {step}")
+            name_width = max(LINE_WIDTH - 6 - 1 - len(step), 20)
+            lines.append(_clip(f"      {_clip(c.case, name_width):<{min(52, name_width)}} {step}", LINE_WIDTH))
     return lines
 
 
