@@ -402,3 +402,32 @@ def test_a_fingerprint_s_device_is_its_newest_trial_with_a_provenance(session, m
     session.flush()
     assert devices_of(session, ["a" * 64, "b" * 64, "", "c" * 64]) == {"a" * 64: h200}
     assert devices_of(session, []) == {}
+
+
+def test_history_api_downsamples_to_a_width_and_windows_by_commit_index(client, measured) -> None:
+    full = client.get("/api/history/kern").json()
+    [series] = [s for s in full["cases"][0]["series"] if s["fingerprint"] == "f" * 64]
+    assert (series["total"], series["sent"]) == (4, 4)
+    body = client.get("/api/history/kern", params={"width": 16}).json()
+    assert body["encoding"] == "columns" and body["commits"]["sha"] == SHAS[:5]
+    line = next(s for s in body["cases"][0]["series"] if s["fingerprint"] == "f" * 64)
+    assert (line["total"], line["sent"]) == (4, 4)
+    assert line["points"]["index"] == [0, 2, 3, 4] and line["points"]["value"] == [605.0, 605.0, 556.0, 560.0]
+    assert line["points"]["ratio_min"][0] == round(600 / 700, 6)  # 6 significant digits
+    assert body["cases"][0]["steps"][0]["last_index"] == 3
+    window = client.get("/api/history/kern", params={"width": 16, "start": 2, "end": 3}).json()
+    assert window["commits"]["sha"] == SHAS[2:4]
+    backwards = client.get("/api/history/kern", params={"start": 3, "end": 2})
+    assert backwards.status_code == 422 and "end must not be before start" in backwards.text
+    assert client.get("/api/history/kern", params={"width": 1}).status_code == 422
+
+
+def test_history_and_overview_answer_304_while_nothing_changed(client, measured) -> None:
+    for path in ("/api/history/kern", "/api/history/kern/overview"):
+        first = client.get(path)
+        tag = first.headers["etag"]
+        again = client.get(path, headers={"If-None-Match": tag})
+        assert again.status_code == 304 and again.content == b""
+        assert client.get(path, headers={"If-None-Match": '"other"'}).status_code == 200
+    tag = client.get("/api/history/kern").headers["etag"]
+    assert client.get("/api/history/kern", params={"last": 2}).headers["etag"] != tag  # the query is in the body
