@@ -11,6 +11,7 @@ bucket. Largest-triangle (LTTB) keeps one point per bucket and would drop a band
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Collection, Sequence
 
 from perfbisect.dashboards.history import RevisionPoint
@@ -28,23 +29,12 @@ def pinned_positions(points: Sequence[RevisionPoint], marks: Collection[int]) ->
     indexes = [p.index for p in points]
     pinned: set[int] = set()
     for mark in marks:
-        at = _bisect_left(indexes, mark)
+        at = bisect_left(indexes, mark)
         if at < len(indexes) and indexes[at] == mark:
             pinned.add(at)
         if at > 0:
             pinned.add(at - 1)
     return pinned
-
-
-def _bisect_left(indexes: Sequence[int], wanted: int) -> int:
-    lo, hi = 0, len(indexes)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if indexes[mid] < wanted:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def _columns(points: Sequence[RevisionPoint]) -> list[tuple[list[float], bool]]:
@@ -55,8 +45,8 @@ def _columns(points: Sequence[RevisionPoint]) -> list[tuple[list[float], bool]]:
     for name, lowest in EXTREMES:
         at, fallback = RevisionPoint._fields.index(name), RevisionPoint._fields.index(FALLBACK.get(name, name))
         missing = float("inf") if lowest else float("-inf")
-        columns.append(([missing if (v := p[at] if p[at] is not None else p[fallback]) is None else v for p in points],
-                         lowest))
+        read = (p[at] if p[at] is not None else p[fallback] for p in points)
+        columns.append(([missing if v is None else v for v in read], lowest))
     return columns
 
 
