@@ -1,69 +1,81 @@
-"""Bounded history payloads (issue 29): a series of N points reduced to at most `width` points
-for a chart `width` points wide, keeping what a person must see. Pure.
+"""Bounded history payloads: a series of thousands of points cut to about `width` points (a chart's
+pixel width) without losing what a reader looks for. Pure functions, no database.
 
-- Pinned points stay: at each marked commit (a culprit's first and last commit, a failed build,
-  wrong results) the measured points on either side, so every step is drawn where it is.
-- The rest is min/max bucketing: the window is cut into equal buckets of commits, each keeps
-  the points with its lowest and its highest level (ratio, else value), and the kept point
-  carries the whole bucket's band (the lowest trial minimum, the highest trial maximum), so the
-  band's extremes survive at any width.
-Full resolution is one zoom away: the chart asks again for the narrower window.
+Min/max bucketing with pinned points: the points are cut into contiguous buckets; each bucket keeps
+its first and last point and the points holding its extremes of the line and of the band (the
+lowest value_min and ratio_min, the highest value_max and ratio_max, the lowest and highest value
+and ratio), so every spike and the band's envelope survive; the points at a step's edges (and the
+measured point just before each), and at a failed build or a wrong result, are kept whatever the
+bucket. Largest-triangle (LTTB) keeps one point per bucket and would drop a band extreme.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left
+from collections.abc import Collection, Sequence
 
 from perfbisect.dashboards.history import RevisionPoint
 
+# (field, keep the lowest?) per extreme kept in each bucket; a None field falls back to the value.
+EXTREMES = (("value", True), ("value", False), ("ratio", True), ("ratio", False),
+            ("value_min", True), ("value_max", False), ("ratio_min", True), ("ratio_max", False))
+FALLBACK = {"value_min": "value", "value_max": "value", "ratio_min": "ratio", "ratio_max": "ratio"}
 
-def _level(p: RevisionPoint) -> float:
-    return p.ratio if p.ratio is not None else p.value
 
-
-def pinned(points: Sequence[RevisionPoint], marks: Iterable[int]) -> set[int]:
-    """Positions (in `points`, sorted by index) of the measured points next to each marked
-    commit index: the last one before it and the first one at or after it."""
-    indices = [p.index for p in points]
-    keep: set[int] = set()
+def pinned_positions(points: Sequence[RevisionPoint], marks: Collection[int]) -> set[int]:
+    """Offsets into `points` that must survive: the points at the commit indexes `marks` (step
+    edges, failed builds, wrong results) and, for each mark, the measured point just before it
+    (a step is drawn from there)."""
+    indexes = [p.index for p in points]
+    pinned: set[int] = set()
     for mark in marks:
-        at = bisect.bisect_left(indices, mark)
-        keep.update(a for a in (at - 1, at) if 0 <= a < len(points))
+        at = bisect_left(indexes, mark)
+        if at < len(indexes) and indexes[at] == mark:
+            pinned.add(at)
+        if at > 0:
+            pinned.add(at - 1)
+    return pinned
+
+
+def _columns(points: Sequence[RevisionPoint]) -> list[tuple[list[float], bool]]:
+    """Per extreme: the field's column (a missing band edge read as the line; a missing value as
+    +inf for a lowest, -inf for a highest, so it is never picked) and whether the lowest is kept.
+    Columns let each bucket's extreme be found by min()/max() over a slice, in C."""
+    columns = []
+    for name, lowest in EXTREMES:
+        at, fallback = RevisionPoint._fields.index(name), RevisionPoint._fields.index(FALLBACK.get(name, name))
+        missing = float("inf") if lowest else float("-inf")
+        read = (p[at] if p[at] is not None else p[fallback] for p in points)
+        columns.append(([missing if v is None else v for v in read], lowest))
+    return columns
+
+
+def _bucketed(columns: list[tuple[list[float], bool]], n: int, buckets: int) -> set[int]:
+    keep: set[int] = set()
+    for b in range(buckets):
+        start, stop = b * n // buckets, (b + 1) * n // buckets
+        if stop <= start:
+            continue
+        keep.update((start, stop - 1))
+        for column, lowest in columns:
+            part = column[start:stop]
+            keep.add(start + part.index(min(part) if lowest else max(part)))
     return keep
 
 
-def _widened(p: RevisionPoint, bucket: Sequence[RevisionPoint]) -> RevisionPoint:
-    def low(name: str) -> float | None:
-        found = [getattr(q, name) for q in bucket if getattr(q, name) is not None]
-        return min(found) if found else None
-
-    def high(name: str) -> float | None:
-        found = [getattr(q, name) for q in bucket if getattr(q, name) is not None]
-        return max(found) if found else None
-
-    return p._replace(value_min=low("value_min"), value_max=high("value_max"),
-                      ratio_min=low("ratio_min"), ratio_max=high("ratio_max"))
-
-
-def downsample(points: Sequence[RevisionPoint], width: int, marks: Iterable[int] = ()) -> list[RevisionPoint]:
-    """At most max(width, pinned + 2) points of `points` (sorted by commit index), in order: the pinned neighbours of `marks` as they are, the rest min/max bucketed with each
-    bucket's band. `points` is returned as it is when it already fits."""
-    if width < 2:
-        raise ValueError("width must be at least 2 points")
+def downsample(points: Sequence[RevisionPoint], width: int, marks: Collection[int] = ()) -> list[RevisionPoint]:
+    """At most `width` points of `points` (in order) when the pinned ones fit in it (they are
+    always all kept), keeping each bucket's extremes and the marked commits (see the module's
+    docstring). A series of `width` points or fewer is returned whole."""
     if len(points) <= width:
         return list(points)
-    keep = pinned(points, marks)
-    buckets = max(1, (width - len(keep)) // 2)
-    lo, hi = points[0].index, points[-1].index
-    span = (hi - lo + 1) / buckets
-    grouped: dict[int, list[int]] = {}
-    for at, p in enumerate(points):
-        if at not in keep:
-            grouped.setdefault(min(buckets - 1, int((p.index - lo) / span)), []).append(at)
-    out = {at: points[at] for at in keep}
-    for members in grouped.values():
-        bucket = [points[at] for at in members]
-        for at in {min(members, key=lambda a: _level(points[a])), max(members, key=lambda a: _level(points[a]))}:
-            out[at] = _widened(points[at], bucket)
-    return [out[at] for at in sorted(out)]
+    pinned = pinned_positions(points, marks)
+    # Up to len(EXTREMES) + 2 points per bucket, often fewer (one point holds several extremes):
+    # start from the number that fills `width` in the common case and shrink until it fits.
+    buckets = max(1, (width - len(pinned)) // 4)
+    columns = _columns(points)
+    while True:
+        keep = _bucketed(columns, len(points), buckets) | pinned
+        if len(keep) <= width or buckets == 1:
+            return [points[i] for i in sorted(keep)]
+        buckets = max(1, buckets * (width - len(pinned)) // max(1, len(keep) - len(pinned)) - 1)

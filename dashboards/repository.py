@@ -98,10 +98,10 @@ META_IN_LIMIT = 500
 
 
 def case_series(session: Session, repository_id: int, *, suite: str | None = None, target: str | None = None,
-                case: str | None = None, min_position: int | None = None,
+                case: str | None = None, min_position: int | None = None, max_position: int | None = None,
                 ) -> tuple[dict[tuple[str, str, str], list[Series]], dict[str, RevisionMeta]]:
     """Per case key (suite, target, case) of the repository (optionally one suite, target or
-    case; optionally only from `min_position` on): one Series per fingerprint of its stored
+    case; optionally only from `min_position` on and up to `max_position`): one Series per fingerprint of its stored
     per-revision medians in position order, and the metadata of their commits.
 
     Three reads, none joined per point: the matching cases (a handful of rows), their points
@@ -125,6 +125,8 @@ def case_series(session: Session, repository_id: int, *, suite: str | None = Non
               .order_by(CasePoint.case_id, CasePoint.position))
     if min_position is not None:
         points = points.where(CasePoint.position >= min_position)
+    if max_position is not None:
+        points = points.where(CasePoint.position <= max_position)
     rows = session.connection().execute(points).all()
     commits = _commits_by_id(session, repository_id, {r[2] for r in rows}, min(r[3] for r in rows) if rows else 0)
     sha_of = {rid: meta.sha for rid, meta in commits.items()}

@@ -16,9 +16,10 @@ from markupsafe import Markup
 
 from perfbisect.dashboards import repository, triage, views
 from perfbisect.dashboards.charts import format_value
+from perfbisect.dashboards.payload import bounded_history_json
 from perfbisect.service.api.deps import SessionDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
-from perfbisect.service.api.responses import etagged
+from perfbisect.service.api.responses import FastJSONResponse, etagged
 from perfbisect.service.bounds import MAX_ID, NO_NUL
 from perfbisect.service.errors import BadRequest
 from perfbisect.service.models import AlertStatus, JobStatus
@@ -159,22 +160,23 @@ JSON_OBJECT = {200: {"content": {"application/json": {"schema": {"type": "object
 @router.get("/api/history/{name}", tags=["history"], responses=JSON_OBJECT)
 def history(request: Request, session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
             case: Filter = None, last: int | None = Query(None, ge=2, le=100_000),
-            points: int | None = Query(None, ge=2, le=100_000, description="at most this many points per series"),
-            start: int | None = Query(None, ge=0, le=MAX_ID, description="first commit position of the window"),
-            end: int | None = Query(None, ge=0, le=MAX_ID, description="last commit position of the window")
+            start: int | None = Query(None, ge=0, le=MAX_ID, description="first commit index of the window"),
+            end: int | None = Query(None, ge=0, le=MAX_ID, description="last commit index of the window"),
+            width: int | None = Query(None, ge=16, le=10_000, description="at most about this many points per series"),
             ) -> Response:
     """Per case of repository `name`: one series per fingerprint (per-revision medians of the
     target metric and of the control, in first-parent commit order) and the culprit steps;
-    `last` keeps only the newest N commits of that order, `start`..`end` a window of commit
-    positions. With `points`, each series has at most that many points: the points on both
-    sides of every culprit, failed build and wrong-results mark are kept, the rest is min/max
-    bucketed and each kept point carries its bucket's band, so steps and extremes survive
-    (ask again with a narrower window for every point)."""
+    `last` keeps only the newest N commits of that order, `start`/`end` a window of commit
+    indexes. With `width`, each series is downsampled to about that many points (every step
+    edge, failed build and band extreme kept) in a column encoding (dashboards.payload); each
+    series says its `total` points and how many were `sent`. An ETag answers a repeated
+    request with 304 when nothing changed."""
     if start is not None and end is not None and end < start:
         raise BadRequest("end must not be before start")
-    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last, panels=False)
-    views.bounded(view, points, start, end)
-    return etagged(request, views.history_json(view))
+    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last, panels=False,
+                                    start=start, end=end)
+    body = bounded_history_json(view, width) if width else views.history_json(view)
+    return etagged(request, FastJSONResponse(body))
 
 
 @router.get("/api/history/{name}/overview", tags=["history"], responses=JSON_OBJECT)
@@ -183,4 +185,4 @@ def history_overview(request: Request, session: SessionDep, name: str,
     """Per case of repository `name`: the latest value and ratio, the newest `points` ratios and
     the latest step. What the dashboard's all-cases view shows, without every point."""
     overview = views.repository_overview(session, name, sparkline_points=points)
-    return etagged(request, views.overview_json(overview))
+    return etagged(request, FastJSONResponse(views.overview_json(overview)))

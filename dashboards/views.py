@@ -14,7 +14,6 @@ from perfbisect.dashboards.alerts import AlertRow, culprit_alerts
 from perfbisect.dashboards.attribution import CaseChart, attribution_charts
 from perfbisect.dashboards.charts import case_chart, commit_info, describe_device
 from perfbisect.dashboards.compare import CompareRow, case_verdict, compare_rows
-from perfbisect.dashboards.downsample import downsample
 from perfbisect.dashboards.history import (
     CaseHistory,
     Order,
@@ -143,17 +142,20 @@ def _build_panels(histories: list[CaseHistory], order: Order, revisions: dict[st
 
 def repository_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
                        case: str | None = None, last: int | None = None, shape: dict[str, str] | None = None,
-                       overlay: bool = False, panels: bool = True) -> RepositoryHistory:
+                       overlay: bool = False, panels: bool = True, start: int | None = None,
+                       end: int | None = None) -> RepositoryHistory:
     """The history of every measured case of repository `name` (optionally one suite, target
     or case, or the cases whose shape parameters match `shape`; optionally only the `last`
-    commits) in first-parent order, from the stored per-revision medians; with `panels`, the
+    commits, or the window of positions `start`..`end`) in first-parent order, from the stored per-revision medians; with `panels`, the
     page's charts and tables too (`overlay` draws the shapes of each kernel in one chart).
     Raises NotFound."""
     repo = _repository(session, name)
     newest = repository.max_position(session, repo.id)
     since = newest - last + 1 if last and newest is not None else None
+    if start is not None:
+        since = start if since is None else max(since, start)
     series, revisions = repository.case_series(session, repo.id, suite=suite, target=target, case=case,
-                                               min_position=since)
+                                               min_position=since, max_position=end)
     shapes: dict[str, set[str]] = {}
     for _, _, case_name in series:
         for k, v in shape_params(case_name).items():
@@ -165,8 +167,9 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
     positions = {p.sha: p.index for per_case in series.values() for s in per_case for p in s.points}
     marked = {sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed}
     positions.update(repository.revision_positions(session, repo.id, sorted(marked - positions.keys())))
-    if since is not None:
-        positions = {sha: p for sha, p in positions.items() if p >= since}
+    if since is not None or end is not None:
+        low, high = since if since is not None else float("-inf"), end if end is not None else float("inf")
+        positions = {sha: p for sha, p in positions.items() if low <= p <= high}
     histories = assemble_histories(series, culprits, positions, failed)
     if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
         revisions.update(repository.revision_meta(session, repo.id, missing))
@@ -189,21 +192,6 @@ def _repository(session: Session, name: str) -> Repository:
     return repo
 
 
-def bounded(view: RepositoryHistory, points: int | None, start: int | None, end: int | None) -> None:
-    """Narrow the view's histories to commit positions start..end and to at most `points`
-    points per series (dashboards.downsample: marks pinned, min/max buckets with their band)."""
-    if points is None and start is None and end is None:
-        return
-    lo, hi = start if start is not None else -1, end if end is not None else 1 << 62
-    for h in view.histories:
-        h.steps = [m for m in h.steps if lo <= m.last_index and m.first_index <= hi]
-        h.failed = [f for f in h.failed if lo <= f.index <= hi]
-        marks = [i for m in h.steps for i in (m.first_index, m.last_index)] + [f.index for f in h.failed]
-        h.series = [replace(s, points=tuple(downsample([p for p in s.points if lo <= p.index <= hi], points, marks)
-                                            if points else [p for p in s.points if lo <= p.index <= hi]))
-                    for s in h.series]
-
-
 def history_json(view: RepositoryHistory) -> dict[str, Any]:
     """The JSON body of /api/history/{name}: the commits that carry a point or a mark, and per
     case one series per fingerprint plus the culprit steps."""
@@ -223,6 +211,7 @@ def history_json(view: RepositoryHistory) -> dict[str, Any]:
             "series": [{"fingerprint": s.fingerprint, "unit": s.unit, "higher_is_better": s.higher_is_better,
                         "device": view.devices.get(s.fingerprint or ""),
                         # sha, index, value, control_value, ratio, trials, value/ratio min and max
+                        "total": len(s.points), "sent": len(s.points),
                         "points": [dict(zip(RevisionPoint._fields, p)) for p in s.points]}
                        for s in h.series],
             "steps": [{"kind": m.kind, "first_sha": m.first_sha, "last_sha": m.last_sha, "exact": m.exact,

@@ -517,47 +517,30 @@ def test_a_fingerprint_s_device_is_its_newest_trial_with_a_provenance(session, m
     assert devices_of(session, []) == {}
 
 
-def test_downsampling_keeps_every_marked_step_and_the_band_s_extremes() -> None:
-    import random
-
-    from perfbisect.dashboards.downsample import downsample
-    from perfbisect.dashboards.history import RevisionPoint
-
-    rng = random.Random(5)
-    points = []
-    for i in range(0, 10_000, 1):
-        level = 1.0 if i < 6_000 else 0.8  # a step at commit 6,000
-        mid = level * rng.gauss(1, 0.01)
-        spread = rng.uniform(0.002, 0.02)
-        points.append(RevisionPoint(f"{i:040x}", i, mid * 100, 100.0, mid, 3, (mid - spread) * 100,
-                                    (mid + spread) * 100, mid - spread, mid + spread))
-    points[4_321] = points[4_321]._replace(ratio_min=0.5)  # one wild trial inside a bucket
-    marks = [6_000, 2_500, 9_999]  # a culprit, a failed build, wrong results
-    kept = downsample(points, 1_400, marks)
-    assert len(kept) <= 1_400
-    shas = {p.sha for p in kept}
-    for mark in marks:  # the measured points on both sides of every mark
-        assert points[mark - 1].sha in shas and points[mark].sha in shas
-    assert [p.index for p in kept] == sorted(p.index for p in kept)
-    assert min(p.ratio_min for p in kept) == 0.5
-    assert max(p.ratio_max for p in kept) == max(p.ratio_max for p in points)
-    assert min(p.value_min for p in kept) == min(p.value_min for p in points)
-    assert min(p.ratio for p in kept) == min(p.ratio for p in points)  # the lowest median too
-    assert downsample(points[:50], 1_400, marks) == points[:50]
-    with pytest.raises(ValueError):
-        downsample(points, 1)
+def test_history_api_downsamples_to_a_width_and_windows_by_commit_index(client, measured) -> None:
+    full = client.get("/api/history/kern").json()
+    [series] = [s for s in full["cases"][0]["series"] if s["fingerprint"] == "f" * 64]
+    assert (series["total"], series["sent"]) == (4, 4)
+    body = client.get("/api/history/kern", params={"width": 16}).json()
+    assert body["encoding"] == "columns" and body["commits"]["sha"] == SHAS[:5]
+    line = next(s for s in body["cases"][0]["series"] if s["fingerprint"] == "f" * 64)
+    assert (line["total"], line["sent"]) == (4, 4)
+    assert line["points"]["index"] == [0, 2, 3, 4] and line["points"]["value"] == [605.0, 605.0, 556.0, 560.0]
+    assert line["points"]["ratio_min"][0] == round(600 / 700, 6)  # 6 significant digits
+    assert body["cases"][0]["steps"][0]["last_index"] == 3
+    window = client.get("/api/history/kern", params={"width": 16, "start": 2, "end": 3}).json()
+    assert window["commits"]["sha"] == SHAS[2:4]
+    backwards = client.get("/api/history/kern", params={"start": 3, "end": 2})
+    assert backwards.status_code == 422 and "end must not be before start" in backwards.text
+    assert client.get("/api/history/kern", params={"width": 1}).status_code == 422
 
 
-def test_history_and_overview_answer_304_while_nothing_changed(client, measured, session) -> None:
+def test_history_and_overview_answer_304_while_nothing_changed(client, measured) -> None:
     for path in ("/api/history/kern", "/api/history/kern/overview"):
         first = client.get(path)
         tag = first.headers["etag"]
         again = client.get(path, headers={"If-None-Match": tag})
-        assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == tag
+        assert again.status_code == 304 and again.content == b""
         assert client.get(path, headers={"If-None-Match": '"other"'}).status_code == 200
-    before = client.get("/api/history/kern").headers["etag"]
-    session.add(Culprit(job_id=measured["job"].id, kind=CulpritKind.correctness, first_sha=SHAS[4],
-                        last_sha=SHAS[4], effects={}))
-    session.flush()
-    changed = client.get("/api/history/kern", headers={"If-None-Match": before})
-    assert changed.status_code == 200 and changed.headers["etag"] != before
+    tag = client.get("/api/history/kern").headers["etag"]
+    assert client.get("/api/history/kern", params={"last": 2}).headers["etag"] != tag  # the query is in the body
