@@ -41,3 +41,20 @@ def test_every_sandbox_is_without_network_and_dies_with_the_worker():
     assert ("--bind", "/srv/slot-0") in pairs and ("--dev-bind", "/dev/nvidia2") in pairs
     assert not any(a == "--bind" and b in ("/", "/var", "/run", "/root", "/home") for a, b in pairs)
     assert "--unshare-net" not in namespaces.argv(namespaces.View(writable=(), network=True))
+
+
+def test_the_interpreters_import_dirs_show_inside_even_under_tmp_but_never_the_home(monkeypatch, tmp_path, home):
+    """On the H200's stock image the service stack was carried in a PYTHONPATH directory under
+    /tmp, which the sandbox's private /tmp hid: every trial failed 'the fork server did not
+    start'. Import directories are bound after the tmpfs; the service's home and the
+    directories above it (a worker's cwd on sys.path) are not."""
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site), str(home), str(home.parent), "/"])
+    paths = namespaces.readonly_paths()
+    assert str(site.resolve()) in paths
+    assert str(home.resolve()) not in paths and str(home.parent.resolve()) not in paths and "/" not in paths
+    args = namespaces.argv(namespaces.View(writable=(), devices=(), network=False))
+    assert args.index("/tmp") < args.index(str(site.resolve()))

@@ -57,9 +57,21 @@ def readonly_paths() -> list[str]:
     paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                            os.path.dirname(sys.executable))}
     packages = [os.path.dirname(perfbisect.__file__), *perfbisect.kernels.__path__]
+    # and every directory this worker imports from (a GPU node's image keeps torch under /opt,
+    # a carried service stack may sit in a PYTHONPATH directory under /tmp)
+    packages += [p for p in sys.path if p and os.path.isdir(p) and not _holds_home(p)]
     paths |= {os.path.realpath(p) for p in packages}
     covered = (*SYSTEM_DIRS, *paths)  # a path inside another comes with it
     return sorted(p for p in paths if not any(p == d and d in SYSTEM_DIRS or p.startswith(d + "/") for d in covered))
+
+
+def _holds_home(path: str) -> bool:
+    """True for the service's home or a directory above it (a worker started with `python -m`
+    from there has it on sys.path): never shown to repository code, even read-only."""
+    from perfbisect.service.settings import get_settings
+
+    home, path = os.path.realpath(get_settings().home), os.path.realpath(path)
+    return path == "/" or home == path or home.startswith(path.rstrip("/") + "/")
 
 
 def _system_args() -> list[str]:
@@ -78,11 +90,12 @@ def argv(view: View, *, chdir: str = "/", as_pid_1: bool = False) -> list[str]:
     may signal it)."""
     args = [bwrap() or "bwrap", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--disable-userns", *_system_args()]
-    for path in readonly_paths():
-        args += ["--ro-bind", path, path]
-    # a private /tmp and /dev/shm in memory, small (TMPDIR is the slot's tmp, on disk)
+    # a private /tmp and /dev/shm in memory, small (TMPDIR is the slot's tmp, on disk); mounted
+    # before the binds, so that a bound path under /tmp (an interpreter's or a slot's) shows on it
     args += ["--dev", "/dev", "--proc", "/proc", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",
              "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]
+    for path in readonly_paths():
+        args += ["--ro-bind", path, path]
     for path in view.writable:
         args += ["--bind", path, path]
     for node in view.devices:
