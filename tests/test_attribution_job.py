@@ -169,7 +169,7 @@ def test_a_fix_is_checked_against_the_culprits_in_its_base(session, repo) -> Non
     git(path, "commit", "-q", "-m", "Fix the second step (#200)")
     body = CompareCreate(repository="lib", base="main", head="fix", pr_number=200, benchmarks=[
         {"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": [CASE_BIG.split(" ", 1)[1]]}])
-    compare = jobs.submit_compare(session, body, SYSTEM).job
+    compare = jobs.submit_compare(session, body, SYSTEM, fetch=True).job
     base = compare.revision_shas[0]
     drive(session, compare.id, lambda work, rng: harness_result({CASE_BIG: 0.56 if work.sha == base else 0.8}, rng,
                                                                 noise=0.01))
