@@ -120,12 +120,14 @@ def wait_for_commented_alert(base: str, timeout_s: float) -> list[dict]:
 
 def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(demo_repo: Path, tmp_path: Path) -> None:
     truth = json.loads((demo_repo / GROUND_TRUTH_FILE).read_text())
-    step = next(e for e in truth["events"] if e["event"] == "swizzle_off_bf16")  # commit 8, PR #912
+    step = next(e for e in truth["events"] if e["event"] == "swizzle_off_bf16")  # PR #912
+    at = step["index"]  # the demo's history moves when commits are planted before it
+    fixed = next(e for e in truth["events"] if e["event"] == "import_fixed")["index"]
     origin = tmp_path / "origin.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(demo_repo), str(origin)], check=True)
     shas = subprocess.run(["git", "rev-list", "--first-parent", "--reverse", "HEAD"], cwd=origin, check=True,
                           capture_output=True, text=True).stdout.split()
-    subprocess.run(["git", "update-ref", "refs/heads/main", shas[7]], cwd=origin, check=True)
+    subprocess.run(["git", "update-ref", "refs/heads/main", shas[at - 1]], cwd=origin, check=True)
     FakeGitHub.prs = {sha: 900 + i for i, sha in enumerate(shas)} | {step["sha"]: 912}
     github = ThreadingHTTPServer(("127.0.0.1", 0), FakeGitHub)
     threading.Thread(target=github.serve_forever, daemon=True).start()
@@ -156,17 +158,17 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
             Subscriber.secret, Subscriber.received = subscribed.json()["secret"], []
             [backfill] = wait_for_jobs(base, "track", 1, timeout_s=300)
             backfill = httpx.get(f"{base}/api/jobs/{backfill['id']}").json()  # the list has no revisions
-            assert [shas.index(sha) for sha in backfill["revision_shas"]] == [2, 3, 4, 5, 6, 7]
-            # The step is at 8: six heads before it and up to six after (the detector wants three
+            assert [shas.index(sha) for sha in backfill["revision_shas"]] == list(range(at - 6, at))
+            # The step is at `at`: six heads before it and up to six after (the detector wants three
             # heads a level and a significant jump; on this loaded 2-core machine a -50% step was
-            # found 4-5 heads after it). 14..16 are the demo's planted import breakage.
-            for index in (9, 10, 11, 12, 13, 17):
+            # found 4-5 heads after it); the last push is past the demo's planted import breakage.
+            for index in (*range(at + 1, at + 6), fixed):
                 subprocess.run(["git", "update-ref", "refs/heads/main", shas[index]], cwd=origin, check=True)
                 deliver_push(base, shas[index])
 
             [alert] = wait_for_commented_alert(base, timeout_s=600)
             assert (alert["kind"], alert["status"]) == ("regression", "new"), log.read_text()[-3000:]
-            assert (alert["before_sha"], alert["last_sha"]) == (shas[7], shas[9])
+            assert (alert["before_sha"], alert["last_sha"]) == (shas[at - 1], shas[at + 1])
             assert alert["culprit_exact"] and alert["culprit_last_sha"] == step["sha"]
             assert alert["culprit_pr"] == 912 and alert["cases"][0]["rel"] < -0.15
             bisect = httpx.get(f"{base}/api/jobs/{alert['bisect_job_id']}").json()
