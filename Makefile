@@ -43,7 +43,7 @@ chromium:
 # machine (they start servers and workers of their own and time real trials and recoveries).
 test: install services system-packages chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not e2e" --durations=10
-	$(BIN)/python -m pytest -q -m e2e --durations=0
+	$(BIN)/python -m pytest -q -m "e2e and not quiet" --durations=0
 
 bench: install
 	$(BIN)/python bench/bisect_accuracy.py --quick
