@@ -109,12 +109,7 @@ def kill_tree(root_pid: int, marker: str, rounds: int = 50, reap_root: bool = Fa
                    if p.pid in known or _belongs(p, marker, root_pid, under_root)]
         known |= {p.pid for p in victims}
         live = [p for p in victims if not p.zombie]
-        for info in live:
-            try:
-                os.kill(info.pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
+        killed += _sigkill(live)
         # A subprocess root is the caller's Popen, which reaps it; orphans re-parented here are reaped now.
         _reap(p.pid for p in victims if p.ppid == me and (reap_root or p.pid != root_pid))
         # a dead process whose parent is dying too (a forked trial's root adopts its orphans) is
@@ -127,6 +122,18 @@ def kill_tree(root_pid: int, marker: str, rounds: int = 50, reap_root: bool = Fa
     return killed
 
 
+def _sigkill(processes) -> int:
+    """SIGKILL each process; how many were still there to kill."""
+    killed = 0
+    for info in processes:
+        try:
+            os.kill(info.pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed
+
+
 def kill_descendants(pid: int, rounds: int = 50) -> int:
     """SIGKILL every descendant of `pid` (not `pid` itself) until none is left: after a trial,
     whatever runs under its slot's own fork server (a double-fork that dropped the marker and
@@ -136,12 +143,7 @@ def kill_descendants(pid: int, rounds: int = 50) -> int:
         live = [p for p in descendants(pid, all_processes()) if not p.zombie]
         if not live:
             return killed
-        for info in live:
-            try:
-                os.kill(info.pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
+        killed += _sigkill(live)
         time.sleep(0.02)
     log.warning("descendants of %d survived %d kill rounds", pid, rounds)
     return killed
