@@ -204,8 +204,9 @@ class ForkServer:
         except ValueError:
             self.hello = {}
         if not self.hello.get("ready"):
+            said = self._stderr_tail()
             self.stop()
-            raise ForkServerUnavailable("the fork server did not start (torch not importable?)")
+            raise ForkServerUnavailable(f"the fork server did not start: {said or 'it said nothing (torch not importable?)'}")
         # the server's pid as this process sees it: under a wrapper, the wrapper's child
         self.server_pid = _child_of(self.proc.pid) if self.containment.wrapper else self.proc.pid
 
@@ -231,6 +232,14 @@ class ForkServer:
 
         def keep() -> None:
             try:
+                # what it says before it is ready (a sandbox that cannot start, an import that
+                # fails) is kept for the error; once ready it says nothing
+                stderr = open(self.dir / "stderr", "wb")  # noqa: SIM115 - closed below
+            except OSError as exc:
+                failure.append(exc)
+                started.set()
+                return
+            try:
                 # cwd: this private directory (only the socket in it), so the server's own
                 # sys.path[0] holds no package that could shadow torch or the harness. In a
                 # sandbox this process is outside the server's user namespace: its uid shows as
@@ -240,12 +249,13 @@ class ForkServer:
                     [*self.containment.wrapper, sys.executable, "-m", "perfbisect.kernels.harness.zygote",
                      "--fd", str(listener.fileno()), "--client-uid", str(client_uid)],
                     cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(listener.fileno(),),
+                    stderr=stderr, start_new_session=True, pass_fds=(listener.fileno(),),
                     **self.containment.popen_args())
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 failure.append(exc)
                 return
             finally:
+                stderr.close()
                 started.set()
             self.proc.wait()
 
@@ -253,6 +263,13 @@ class ForkServer:
         started.wait()
         if failure:
             raise ForkServerUnavailable(f"the fork server did not start: {failure[0]}")
+
+    def _stderr_tail(self, lines: int = 3) -> str:
+        try:
+            text = (self.dir / "stderr").read_text(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -299,9 +316,9 @@ class ForkServer:
             _reap_adopted(self.server_pid)
         if self.proc.stdout:
             self.proc.stdout.close()
-        for path in (Path(self.socket_path), self.dir / "home", self.dir):
+        for path in (Path(self.socket_path), self.dir / "stderr", self.dir / "home", self.dir):
             try:
-                path.unlink() if path.is_socket() else path.rmdir()
+                path.rmdir() if path.is_dir() else path.unlink()
             except OSError:
                 pass
 

@@ -63,7 +63,10 @@ def test_a_contained_forked_trial_uses_the_gpu_under_the_data_cap(demo, tmp_path
 
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-gpu-sandbox-"))
     shared.chmod(0o755)
+    # the slots and the revision caches where the sandbox user can reach them (a worker's home
+    # is so by the README's setup; this user's own, e.g. /root/.perfbisect, is not)
     monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
+    monkeypatch.setattr(get_settings(), "home", shared)
     spec = {"cases": SMALL_ATTENTION, "device": "cuda", "policy": DEMO_GPU_POLICY, "seed": 3}
     try:
         with sandbox.slot(user=sandbox.lookup_user("nobody") if os.geteuid() == 0 else None) as box:

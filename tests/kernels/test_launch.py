@@ -106,3 +106,13 @@ def test_revision_caches_share_the_jit_dir_and_the_reference_per_seed(probe_repo
     assert second["reference_cache"] == {"hits": 1, "misses": 0, "rejected": 0}
     assert other_seed["reference_cache"]["hits"] == 0
     assert second["cases"][0]["accuracy_error"] == first["cases"][0]["accuracy_error"]
+
+
+def test_a_fork_server_that_cannot_start_says_why():
+    """A wrapper (a sandbox) that fails before the server is up: the error carries what it said,
+    not a guess (a bwrap that cannot bind a directory used to read "torch not importable?")."""
+    from perfbisect.kernels.harness.launch import Containment, ForkServer, ForkServerUnavailable
+
+    wrapper = ("sh", "-c", "echo 'bwrap: Can not access /root/.perfbisect: Permission denied' >&2; exit 1", "sh")
+    with pytest.raises(ForkServerUnavailable, match="Can not access /root/.perfbisect: Permission denied"):
+        ForkServer(dict(os.environ), Containment(wrapper=wrapper))
