@@ -13,7 +13,7 @@ import torch
 from perfbisect.kernels.harness.amd import AmdClock, AmdSmiDevice, describe_amd, torch_bdf
 from perfbisect.kernels.harness.devices import CacheLevel
 from perfbisect.kernels.harness.nvidia import NvidiaClock, describe_nvidia, torch_pci_bus_id
-from perfbisect.kernels.harness.timing import cpu_flush_bytes, cpu_llc_bytes
+from perfbisect.kernels.harness.timing import cpu_clock, cpu_flush_bytes, cpu_llc_bytes
 
 
 def gpu_vendor() -> str:
@@ -61,6 +61,7 @@ def describe_device(kind: str, threads: int | None = None) -> dict:
     else:
         levels = cpu_levels()
         info.update(vendor="cpu", name=_cpu_name(), l2_bytes=cpu_llc_bytes(), threads=threads,
+                    clock=cpu_clock(threads),
                     caches=[level.as_dict() for level in levels], flush_bytes=cpu_flush_bytes() * 3 // 2)
     return info
 

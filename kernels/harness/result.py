@@ -26,7 +26,7 @@ def vendor_identity(device: dict) -> dict:
 def fingerprint_basis(device: dict, cold: bool) -> dict:
     """What the fingerprint hashes besides the repository and the case: only
     measurements with an equal basis are compared (conbench's rule)."""
-    keys = ("kind", "name", "driver", "cuda", "torch", "triton", "threads")
+    keys = ("kind", "name", "driver", "cuda", "torch", "triton", "threads", "clock")
     basis = {key: device.get(key) for key in keys}
     basis.update(vendor_identity(device))
     basis.update(harness_version=HARNESS_VERSION, cold=bool(cold))

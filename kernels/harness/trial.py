@@ -229,7 +229,8 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
                               time.perf_counter() - started, cold)
 
     with phases.track("timing"):
-        timer = CudaTimer(cold, flush_bytes=info.get("flush_bytes")) if device == "cuda" else CpuTimer(cold)
+        timer = (CudaTimer(cold, flush_bytes=info.get("flush_bytes")) if device == "cuda"
+                 else CpuTimer(cold, info["clock"]))
         clock = open_clock(device)
         if clock.available:  # clock, temperature, power, throttles: before and after the cases
             info["telemetry"] = {"start": clock.telemetry()}

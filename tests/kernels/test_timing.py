@@ -5,12 +5,14 @@ import math
 import platform
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from perfbisect.kernels.harness.timing import (
     CPU_FLUSH_CAP_BYTES,
     CpuTimer,
+    cpu_clock,
     cpu_llc_bytes,
     relative_noise_of_median,
     should_stop,
@@ -57,6 +59,19 @@ def test_cpu_flush_buffer_is_larger_than_the_last_level_cache_up_to_the_cap():
     assert CpuTimer(cold=False).flush_buffer is None
     assert timer.time_ms(lambda: sum(range(1000))) > 0
 
+
+
+def test_a_single_threaded_cpu_trial_times_the_thread_not_the_wait():
+    """On a loaded machine a one-thread call is preempted; its thread clock does not count the
+    time it waited, so the ratio to the control does not move with a neighbour's load. A blocked
+    call is the extreme case: it waits the whole time and the thread clock reads ~0."""
+    assert cpu_clock(1) == "thread" and cpu_clock(2) == "wall" and cpu_clock(None) == "wall"
+    waiting = threading.Event()
+    blocked = lambda: waiting.wait(0.05)  # noqa: E731 - the thread is off the CPU throughout
+    assert CpuTimer(cold=False, clock="wall").time_ms(blocked) >= 45
+    assert CpuTimer(cold=False, clock="thread").time_ms(blocked) < 10
+    busy = lambda: sum(range(200_000))  # noqa: E731 - on the CPU throughout: both clocks see it
+    assert CpuTimer(cold=False, clock="thread").time_ms(busy) > 0.5
 
 STEADY_ALLOCATOR_PROBE = """
 import ctypes, resource, sys
