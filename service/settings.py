@@ -55,7 +55,7 @@ class Settings(BaseSettings):
         "cancel); auto forks them from a contained fork server that has imported torch, or runs a subprocess when "
         "it cannot (the repository shadows torch/triton, no fork); fork-server never falls back; subprocess always "
         "starts a fresh interpreter")
-    trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a worker keeps")
+    trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a sandbox slot keeps")
     build_cache_keep: int = Field(default=32, ge=1, description="build outputs (of repositories that declare their "
                                   "build inputs) a worker keeps under HOME/build-cache")
     # Containment of repository code (workers/sandbox.py). As root, builds and trials run as this

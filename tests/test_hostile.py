@@ -21,6 +21,7 @@ from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import TrialWork
 from perfbisect.workers import proctree, sandbox
 from perfbisect.workers.runner import execute
+from perfbisect.workers.trialcache import caches_for
 from tests.hostile import BUILD_COMMAND, SUITE, TARGET, reported, write_hostile_repo
 
 POLICY = {"min_samples": 2, "max_samples": 2, "max_time_s": 0.05, "rel_noise": 0.5, "warmup": 0}
@@ -129,6 +130,22 @@ def test_a_trial_cannot_stop_its_fork_server_or_another_slot(hostile, namespaced
         finally:
             stop.set()
             busy.join()
+
+
+def test_a_trial_cannot_plant_code_in_another_slots_caches(hostile):
+    """Slot B's JIT cache of the revision (which B's next trial of it would load) and its cache
+    tree: a trial in slot A writes into neither (another uid's 0700 tree; not mounted in A's
+    namespace)."""
+    repo, shas = hostile
+    with sandbox.slot() as other:
+        caches = caches_for(get_settings(), shas["plant_cache"], {}, other.cache_root)
+        other.give(caches.jit_dir, caches.reference_dir)
+        targets = [str(caches.jit_dir), str(caches.reference_dir), str(other.cache_root)]
+        seen = reported(run(hostile, "plant_cache", env={"OTHER_CACHES": json.dumps(targets)}))
+        assert seen is not None and set(seen["planted"]) == set(targets), seen
+        assert "written" not in seen["planted"].values(), seen
+        assert not [p for p in other.cache_root.rglob("planted.py")]
+        assert (other.cache_root.stat().st_mode & 0o777, other.cache_root.stat().st_uid) == (0o700, other.user.uid)
 
 
 def _escaped_sleeps() -> list[int]:

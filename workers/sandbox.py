@@ -9,7 +9,8 @@ when it is released, so nothing of a finished, cancelled or dead worker's trial 
 Inside a slot a command gets:
 - Linux namespaces made by bubblewrap (workers/namespaces.py): its own PID namespace that dies
   with it, no network (builds of repositories in PERFBISECT_BUILD_NETWORK_REPOS excepted), a
-  mount view of the system read-only and its slot writable, the slot's GPU device nodes only;
+  mount view of the system read-only and its slot (and its own revision caches) writable, the
+  slot's GPU device nodes only;
   where the host cannot make them, the containment below alone, said loudly at every slot;
 - an environment built from an allow-list plus the repository's own env: never DATABASE_URL,
   REDIS_URL, tokens or other PERFBISECT_* settings;
@@ -56,7 +57,7 @@ from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailabl
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
 from perfbisect.service.settings import Settings, get_settings
 from perfbisect.workers import hostshare, namespaces, proctree
-from perfbisect.workers.trialcache import cache_root
+from perfbisect.workers.trialcache import cache_root, slot_cache_root
 
 log = logging.getLogger(__name__)
 
@@ -191,9 +192,9 @@ def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
     if settings.sandbox_max_procs and own_uid:
         limits.append((resource.RLIMIT_NPROC, settings.sandbox_max_procs))
     limits.append((resource.RLIMIT_CORE, 0))
-    # slots of one host share the revision caches through their common group (Slot.give)
+    # nothing a slot writes is writable by another uid (its caches are its own: Slot.cache_root)
     return Containment(uid=user.uid if user else None, gid=user.gid if user else None, limits=tuple(limits),
-                       wrapper=wrapper, umask=0o002 if own_uid else -1)
+                       wrapper=wrapper, umask=0o022)
 
 
 def use_namespaces(user: SandboxUser | None) -> bool:
@@ -234,34 +235,39 @@ class Slot:
     def log_path(self) -> Path:
         return self.path / "output.log"
 
-    def give(self, *paths: Path, shared: bool = False) -> None:
-        """Hand `paths` (recursively) to the slot's user, so its code can write there; `shared`:
-        writable by the group of every slot's uid too (the revision caches, which trials of one
-        revision in other slots fill at the same time; their code runs with umask 002)."""
+    @property
+    def cache_root(self) -> Path:
+        """The slot's own revision caches (workers/trialcache.py), kept across its trials."""
+        return slot_cache_root(get_settings(), self.path)
+
+    def give(self, *paths: Path) -> None:
+        """Hand `paths` (recursively) to the slot's user, so its code can write there."""
         if self.user is None:
             return
         for top in paths:
-            self._take(Path(top), shared)
+            os.lchown(top, self.user.uid, self.user.gid)
             for root, dirs, files in os.walk(top):
                 for name in dirs + files:
-                    self._take(Path(root, name), shared)
+                    os.lchown(Path(root, name), self.user.uid, self.user.gid)
 
-    def _take(self, path: Path, shared: bool) -> None:
-        os.lchown(path, self.user.uid, self.user.gid)
-        if shared and not path.is_symlink():
-            path.chmod(path.stat().st_mode | (0o070 if path.is_dir() else 0o060))
+    def own_caches(self) -> None:
+        """Create the slot's cache tree, mode 0700 and the slot's uid's: no other slot's uid
+        may enter it (a planted kernel or reference would be read by this slot's trials)."""
+        self.cache_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.cache_root.chmod(0o700)
+        if self.user is not None:
+            os.chown(self.cache_root, self.user.uid, self.user.gid)
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
         return scrubbed_env({**(namespaces.gpu_env() if self.contained else {}), **extra}, self.home, self.tmp)
 
     def wrapper(self, cwd: Path, *, network: bool = False, as_pid_1: bool = False) -> tuple[str, ...]:
         """The bwrap command line of this slot's sandbox (empty where it is not contained): the
-        slot and the revision caches writable."""
+        slot and its own revision caches writable, no other slot's."""
         if not self.contained:
             return ()
-        caches = cache_root(get_settings())
-        caches.mkdir(parents=True, exist_ok=True)
-        view = namespaces.View(writable=(str(self.path), str(caches)), network=network, devices=namespaces.gpu_nodes())
+        view = namespaces.View(writable=(str(self.path), str(self.cache_root)), network=network,
+                               devices=namespaces.gpu_nodes())
         return (*namespaces.argv(view, chdir=str(cwd), as_pid_1=as_pid_1),)
 
     def run(self, cmd: list[str] | str, *, cwd: Path, env: dict[str, str], timeout_s: float,
@@ -389,6 +395,7 @@ def slot(user: SandboxUser | None | Literal["configured"] = "configured") -> Ite
             for directory in (path, taken.home, taken.tmp, taken.scratch):
                 directory.mkdir(mode=0o755, exist_ok=True)
             taken.give(taken.home, taken.tmp, taken.scratch)
+            taken.own_caches()
             yield taken
             return
         finally:

@@ -66,6 +66,18 @@ ESCAPES: dict[str, tuple[str, str]] = {
             except OSError as exc:
                 outcome[name] = type(exc).__name__
         report(**outcome)""")),
+    # compiled code planted in another slot's JIT cache (its path named by the test), which that
+    # slot's next trial of the revision would load
+    "plant_cache": ("exit 0", textwrap.dedent("""\
+        outcome = {}
+        for directory in json.loads(os.environ["OTHER_CACHES"]):
+            try:
+                with open(os.path.join(directory, "planted.py"), "w") as planted:
+                    planted.write("import os; os.system('id')")
+                outcome[directory] = "written"
+            except OSError as exc:
+                outcome[directory] = type(exc).__name__
+        report(planted=outcome)""")),
     # a setsid double-fork that drops the sandbox's marker, then a normal exit
     "double_fork": ("env -u PERFBISECT_SANDBOX setsid sh -c 'sleep {sleep_s} &' ; exit 0", textwrap.dedent("""\
         import subprocess
