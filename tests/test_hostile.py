@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -130,6 +131,23 @@ def test_a_trial_cannot_stop_its_fork_server_or_another_slot(hostile, namespaced
         finally:
             stop.set()
             busy.join()
+
+
+def test_a_package_under_tmp_on_the_pythonpath_is_not_importable_in_a_trial(hostile, namespaced):
+    """The repository's env puts a /tmp directory on PYTHONPATH: neither the host's package there
+    nor the one its build wrote there is imported (the build's and the trial's /tmp are private)."""
+    planted = Path(tempfile.mkdtemp(prefix="hostile-planted-", dir="/tmp"))
+    try:
+        planted.chmod(0o755)
+        (planted / "plantedpkg").mkdir(mode=0o755)
+        (planted / "plantedpkg" / "__init__.py").write_text('WHO = "host"\n')
+        (planted / "plantedpkg" / "__init__.py").chmod(0o644)
+        seen = reported(run(hostile, "tmp_import", env={"HOSTILE_TMP": str(planted), "PYTHONPATH": str(planted)}))
+        assert seen is not None and seen["imported"] == "ModuleNotFoundError", seen
+        assert planted.name not in seen["tmp"], seen
+        assert (planted / "plantedpkg" / "__init__.py").read_text() == 'WHO = "host"\n'  # the build's write went nowhere
+    finally:
+        shutil.rmtree(planted)
 
 
 def test_a_trial_cannot_plant_code_in_another_slots_caches(hostile):

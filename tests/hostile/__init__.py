@@ -78,6 +78,16 @@ ESCAPES: dict[str, tuple[str, str]] = {
             except OSError as exc:
                 outcome[directory] = type(exc).__name__
         report(planted=outcome)""")),
+    # a package under /tmp (HOSTILE_TMP) on the trial's PYTHONPATH (the repository's env): one the
+    # host has there (placed by the test) and one the build writes there
+    "tmp_import": ('mkdir -p "$HOSTILE_TMP/plantedpkg" && echo \'WHO = "build"\' > "$HOSTILE_TMP/plantedpkg/__init__.py"',
+                   textwrap.dedent("""\
+        try:
+            import plantedpkg
+            outcome = plantedpkg.WHO
+        except ImportError as exc:
+            outcome = type(exc).__name__
+        report(imported=outcome, tmp=sorted(os.listdir("/tmp")))""")),
     # a setsid double-fork that drops the sandbox's marker, then a normal exit
     "double_fork": ("env -u PERFBISECT_SANDBOX setsid sh -c 'sleep {sleep_s} &' ; exit 0", textwrap.dedent("""\
         import subprocess
