@@ -19,7 +19,9 @@ Inside a slot a command gets:
   that no slot can signal another;
 - resource limits: a process limit per slot (RLIMIT_NPROC of the slot's uid), RLIMIT_AS (CPU
   trials) or RLIMIT_DATA (builds and GPU trials: the CUDA driver reserves far more address space
-  than it uses, so RLIMIT_AS would break it), a file size cap, no core dumps;
+  than it uses, so RLIMIT_AS would break it), a file size cap, no core dumps; and where the host
+  delegates a cgroup v2 directory, the slot's own cgroup (memory.max, pids.max, cpuset.cpus:
+  workers/cgroups.py);
 - its output in a file, never a pipe, and a deadline enforced on its whole process tree,
   including processes that called setsid (workers/proctree.py), with a stop check (a cancel)
   polled while it runs.
@@ -56,7 +58,7 @@ from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailabl
                                                start_contained)
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
 from perfbisect.service.settings import Settings, get_settings
-from perfbisect.workers import hostshare, namespaces, proctree
+from perfbisect.workers import cgroups, hostshare, namespaces, proctree
 from perfbisect.workers.trialcache import cache_root, slot_cache_root
 
 log = logging.getLogger(__name__)
@@ -174,11 +176,12 @@ def slot_user(user: SandboxUser | None, index: int, settings: Settings) -> Sandb
 
 
 def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
-                wrapper: tuple[str, ...] = ()) -> Containment:
-    """How repository code of a slot starts: as `user` (under `wrapper`, its namespaces), with
-    the memory cap of `memory_kind`, the file size cap, the slot's process limit, no core dumps,
-    and death with the worker. A subprocess applies it itself; a fork server runs under it and
-    its trials inherit it."""
+                wrapper: tuple[str, ...] = (), cgroup: str = "") -> Containment:
+    """How repository code of a slot starts: in its cgroup (workers/cgroups.py, where the host
+    delegates one), as `user` (under `wrapper`, its namespaces), with the memory cap of
+    `memory_kind`, the file size cap, the slot's process limit, no core dumps, and death with
+    the worker. A subprocess applies it itself; a fork server runs under it and its trials
+    inherit it."""
     settings = get_settings()
     limits = []
     memory_mb = hostshare.memory_cap_mb(settings)
@@ -194,7 +197,7 @@ def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
     limits.append((resource.RLIMIT_CORE, 0))
     # nothing a slot writes is writable by another uid (its caches are its own: Slot.cache_root)
     return Containment(uid=user.uid if user else None, gid=user.gid if user else None, limits=tuple(limits),
-                       wrapper=wrapper, umask=0o022)
+                       wrapper=wrapper, umask=0o022, cgroup=cgroup)
 
 
 def use_namespaces(user: SandboxUser | None) -> bool:
@@ -214,6 +217,7 @@ class Slot:
     user: SandboxUser | None
     marker: str
     contained: bool = False  # in bwrap's namespaces (use_namespaces)
+    cgroup: str = ""  # its cgroup v2 directory (workers/cgroups.py); "": rlimits only
 
     @property
     def worktree(self) -> Path:
@@ -281,7 +285,8 @@ class Slot:
         with open(self.log_path, "wb") as out:
             proc = subprocess.Popen(wrapped, cwd=cwd, env={**env, proctree.MARKER: self.marker},
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, **containment(self.user, memory).popen_args())
+                                    start_new_session=True,
+                                    **containment(self.user, memory, cgroup=self.cgroup).popen_args())
             stopped = _wait(lambda timeout: _poll(proc, timeout), time.monotonic() + timeout_s, should_stop)
             proctree.kill_tree(proc.pid, self.marker)  # also after a clean exit: nothing outlives it
             proc.wait()
@@ -299,7 +304,7 @@ class Slot:
         # the server's own directory is the slot's HOME: the same for every trial of the slot
         wrapper = self.wrapper(self.home, as_pid_1=True)
         with open(self.log_path, "wb") as out:
-            trial = start_contained(request, containment(self.user, memory, wrapper), out.fileno())
+            trial = start_contained(request, containment(self.user, memory, wrapper, self.cgroup), out.fileno())
         try:
             stopped = _wait(trial.poll, time.monotonic() + timeout_s, should_stop)
         finally:
@@ -391,7 +396,8 @@ def slot(user: SandboxUser | None | Literal["configured"] = "configured") -> Ite
         try:
             _wipe(path)
             owner = slot_user(user, index, get_settings())
-            taken = Slot(path, owner, f"{_marker_prefix(path)}{uuid.uuid4().hex}", use_namespaces(owner))
+            taken = Slot(path, owner, f"{_marker_prefix(path)}{uuid.uuid4().hex}", use_namespaces(owner),
+                         cgroups.slot_cgroup(get_settings(), index))
             for directory in (path, taken.home, taken.tmp, taken.scratch):
                 directory.mkdir(mode=0o755, exist_ok=True)
             taken.give(taken.home, taken.tmp, taken.scratch)
