@@ -66,7 +66,7 @@ def contained_trial(args, spec: dict, tree: Path, sha: str) -> dict:
 
     with sandbox.slot() as box:
         shutil.copytree(tree, box.worktree, symlinks=True)
-        caches = None if args.fresh_jit else caches_for(get_settings(), sha, {})
+        caches = None if args.fresh_jit else caches_for(get_settings(), sha, {}, box.cache_root)
         box.give(box.worktree, *([caches.jit_dir, caches.reference_dir] if caches else []))
         if args.sandbox == "namespaces" and not box.contained:
             raise SystemExit("bubblewrap cannot make namespaces here (see the log above)")

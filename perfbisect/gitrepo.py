@@ -179,6 +179,14 @@ class Mirror:
                 stamp = self.last_fetch()
             return stamp
 
+    def fetch_pull(self, number: int, timeout_s: float) -> None:
+        """Fetch refs/pull/<number>/head, where GitHub keeps a pull request's head (one from a
+        fork lives nowhere else: the regular fetch takes branches and tags only), killed past
+        `timeout_s`. Raises GitError (a remote without pull refs), FetchTimeout."""
+        ref = f"refs/pull/{int(number)}/head"
+        with _locked(self.path):
+            run_git(["fetch", "origin", f"+{ref}:{ref}"], timeout_s, cwd=self.path)
+
     def last_fetch(self) -> FetchStamp | None:
         try:
             data = json.loads(Path(f"{self.path}.fetched").read_text())

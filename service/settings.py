@@ -55,7 +55,7 @@ class Settings(BaseSettings):
         "cancel); auto forks them from a contained fork server that has imported torch, or runs a subprocess when "
         "it cannot (the repository shadows torch/triton, no fork); fork-server never falls back; subprocess always "
         "starts a fresh interpreter")
-    trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a worker keeps")
+    trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a sandbox slot keeps")
     build_cache_keep: int = Field(default=32, ge=1, description="build outputs (of repositories that declare their "
                                   "build inputs) a worker keeps under HOME/build-cache")
     # Containment of repository code (workers/sandbox.py). As root, builds and trials run as this
@@ -75,6 +75,9 @@ class Settings(BaseSettings):
                                   "the sandbox user), so no slot can signal another; 0: every slot is the sandbox user")
     sandbox_max_procs: int = Field(default=1024, ge=0, description="processes and threads of one slot (RLIMIT_NPROC "
                                    "of its uid; needs sandbox_uid_base); 0 = none")
+    sandbox_cgroup_dir: Path | None = Field(default=None, description="a cgroup v2 directory delegated to the "
+                                            "worker: slot N gets slot-N in it with memory.max, pids.max and "
+                                            "cpuset.cpus; unset: rlimits only (workers/cgroups.py)")
     build_network_repos: str = Field(default="", description="comma-separated repositories whose builds may use the "
                                      "network (to download); trials never can")
     max_file_mb: int = Field(default=16384, ge=0, description="largest file a build or trial may write; 0 = none")

@@ -162,23 +162,32 @@ def test_a_home_the_sandbox_user_cannot_enter_is_refused_at_start(monkeypatch, t
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
-def test_slots_of_their_own_uids_share_a_revisions_caches(monkeypatch, sandbox_home) -> None:
-    """Trials of one revision run side by side in two slots (two uids): what one adds to the
-    revision's cache while the other runs, the other can write into too."""
+def test_a_slots_caches_are_its_own_uids_alone(monkeypatch, sandbox_home) -> None:
+    """Without namespaces too (the uid barrier alone): a slot's uid fills its own revision cache,
+    and cannot enter another slot's (mode 0700), so it cannot plant a kernel or a reference
+    that the other slot's trials of the revision would read."""
     nobody = sandbox.lookup_user("nobody")
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))
     shared.chmod(0o755)
     monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
-    caches = caches_for(get_settings(), "a" * 40, {})
-    with sandbox.slot(user=nobody) as first, sandbox.slot(user=nobody) as second:
-        assert first.user.uid != second.user.uid
-        for box in (first, second):
-            box.give(caches.jit_dir, shared=True)  # as each slot's trial is started
-        outputs = []
-        for box, command in ((first, "mkdir kernel && touch kernel/a"), (second, "touch kernel/b && echo wrote")):
-            box.worktree.mkdir()
-            done = box.run(command, cwd=caches.jit_dir, env=box.env({}), timeout_s=30, memory=None)
-            outputs.append(done.output_tail)
-    shutil.rmtree(shared)
-    assert outputs[1].strip() == "wrote", outputs
-    assert sorted(p.name for p in (caches.jit_dir / "kernel").iterdir()) == ["a", "b"]
+    monkeypatch.setattr(get_settings(), "sandbox_namespaces", "off")
+    try:
+        with sandbox.slot(user=nobody) as first, sandbox.slot(user=nobody) as second:
+            assert first.user.uid != second.user.uid and first.cache_root != second.cache_root
+            jit = []
+            for box in (first, second):
+                jit.append(caches_for(get_settings(), "a" * 40, {}, box.cache_root).jit_dir)
+                box.give(jit[-1])  # as each slot's trial is started
+                box.worktree.mkdir()
+            own = first.run("touch kernel.so && echo wrote", cwd=jit[0], env=first.env({}), timeout_s=30, memory=None)
+            planted = first.run(f"touch {jit[1]}/kernel.so", cwd=first.worktree, env=first.env({}), timeout_s=30,
+                                memory=None)
+            assert own.output_tail.strip() == "wrote", own
+            assert planted.returncode != 0 and "Permission denied" in planted.output_tail, planted
+            assert not (jit[1] / "kernel.so").exists()
+            for box in (first, second):
+                mode = box.cache_root.stat()
+                assert (mode.st_mode & 0o777, mode.st_uid) == (0o700, box.user.uid)
+            assert (jit[0] / "kernel.so").stat().st_mode & 0o022 == 0  # umask 022
+    finally:
+        shutil.rmtree(shared)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -21,6 +22,7 @@ from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import TrialWork
 from perfbisect.workers import proctree, sandbox
 from perfbisect.workers.runner import execute
+from perfbisect.workers.trialcache import caches_for
 from tests.hostile import BUILD_COMMAND, SUITE, TARGET, reported, write_hostile_repo
 
 POLICY = {"min_samples": 2, "max_samples": 2, "max_time_s": 0.05, "rel_noise": 0.5, "warmup": 0}
@@ -129,6 +131,39 @@ def test_a_trial_cannot_stop_its_fork_server_or_another_slot(hostile, namespaced
         finally:
             stop.set()
             busy.join()
+
+
+def test_a_package_under_tmp_on_the_pythonpath_is_not_importable_in_a_trial(hostile, namespaced):
+    """The repository's env puts a /tmp directory on PYTHONPATH: neither the host's package there
+    nor the one its build wrote there is imported (the build's and the trial's /tmp are private)."""
+    planted = Path(tempfile.mkdtemp(prefix="hostile-planted-", dir="/tmp"))
+    try:
+        planted.chmod(0o755)
+        (planted / "plantedpkg").mkdir(mode=0o755)
+        (planted / "plantedpkg" / "__init__.py").write_text('WHO = "host"\n')
+        (planted / "plantedpkg" / "__init__.py").chmod(0o644)
+        seen = reported(run(hostile, "tmp_import", env={"HOSTILE_TMP": str(planted), "PYTHONPATH": str(planted)}))
+        assert seen is not None and seen["imported"] == "ModuleNotFoundError", seen
+        assert planted.name not in seen["tmp"], seen
+        assert (planted / "plantedpkg" / "__init__.py").read_text() == 'WHO = "host"\n'  # the build's write went nowhere
+    finally:
+        shutil.rmtree(planted)
+
+
+def test_a_trial_cannot_plant_code_in_another_slots_caches(hostile):
+    """Slot B's JIT cache of the revision (which B's next trial of it would load) and its cache
+    tree: a trial in slot A writes into neither (another uid's 0700 tree; not mounted in A's
+    namespace)."""
+    repo, shas = hostile
+    with sandbox.slot() as other:
+        caches = caches_for(get_settings(), shas["plant_cache"], {}, other.cache_root)
+        other.give(caches.jit_dir, caches.reference_dir)
+        targets = [str(caches.jit_dir), str(caches.reference_dir), str(other.cache_root)]
+        seen = reported(run(hostile, "plant_cache", env={"OTHER_CACHES": json.dumps(targets)}))
+        assert seen is not None and set(seen["planted"]) == set(targets), seen
+        assert "written" not in seen["planted"].values(), seen
+        assert not [p for p in other.cache_root.rglob("planted.py")]
+        assert (other.cache_root.stat().st_mode & 0o777, other.cache_root.stat().st_uid) == (0o700, other.user.uid)
 
 
 def _escaped_sleeps() -> list[int]:

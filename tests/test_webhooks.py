@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from perfbisect.service.errors import Conflict
+from perfbisect.service.jobs import resolution
 from perfbisect.service.models import (
     BenchmarkSet, Culprit, CulpritKind, Job, JobKind, JobStatus, Repository, Revision, TrackedBranch,
 )
@@ -23,6 +24,7 @@ from perfbisect.service.webhooks.repo_urls import github_slug, normalized_url
 from perfbisect.service.webhooks.signature import sign
 from tests.factories import create_repository
 from tests.gitrepo import git, make_repo
+from tests.test_resolution import hung_remote, in_time  # noqa: F401 - a fixture
 
 URL = "/api/webhooks/github"
 SECRET = "s3cret"
@@ -66,6 +68,16 @@ def deliver(client, payload: dict, *, event: str = "pull_request", secret: str |
 
 def job_count(session) -> int:
     return session.scalar(select(func.count()).select_from(Job))
+
+
+def resolve(session, job_id: int, timeout_s: float = 30) -> Job:
+    """What the job's first advance_job task does before planning: fetch (the remote, and the
+    PR's pull ref when no branch holds its head), then resolve the job or fail it."""
+    target = resolution.fetch_target(session, job_id)
+    resolution.finish(session, job_id, resolution.fetch(target, timeout_s))
+    job = session.get(Job, job_id)
+    session.refresh(job)
+    return job
 
 
 @pytest.fixture
@@ -206,6 +218,9 @@ def test_pull_request_creates_a_compare_job_of_base_and_head(client, settings, l
     body = response.json()
     job = session.get(Job, body["job_id"])
     assert job.kind == JobKind.compare and job.repository_id == lib["repo"].id
+    # the head was pushed after the mirror's last fetch: the request did not fetch it, the task does
+    assert job.revision_shas == [] and job.progress["phase"] == "resolving revisions"
+    job = resolve(session, job.id)
     assert job.revision_shas == [lib["base"], lib["head"]]
     assert (job.spec["good_sha"], job.spec["bad_sha"], job.spec["pr_number"]) == (lib["base"], lib["head"], 7)
     assert [c["name"] for c in job.spec["cases"]] == [CASE["name"]]
@@ -223,7 +238,7 @@ def test_pull_request_creates_a_compare_job_of_base_and_head(client, settings, l
 def _compared_cases(client, lib, session, **event) -> list[str]:
     response = deliver(client, pr_event(lib["base"], lib["head"], clone_url=str(lib["path"]), **event))
     assert response.status_code == 202, response.text
-    return sorted(c["name"] for c in session.get(Job, response.json()["job_id"]).spec["cases"])
+    return sorted(c["name"] for c in resolve(session, response.json()["job_id"]).spec["cases"])
 
 
 def test_without_a_tracked_base_every_configured_case_is_compared(client, settings, lib, session, sent_tasks) -> None:
@@ -274,14 +289,47 @@ def test_a_new_head_supersedes_the_pull_requests_open_compare(client, settings, 
     assert second != first and response.json()["superseded"] == [first]
     session.expire_all()
     assert session.get(Job, first).status == JobStatus.cancelled
-    assert session.get(Job, second).spec["bad_sha"] == new_head
+    assert resolve(session, second).spec["bad_sha"] == new_head
     assert sent_tasks == [("perfbisect.advance_job", (first,)), ("perfbisect.advance_job", (second,))]
 
 
-def test_head_that_does_not_resolve_is_422_and_creates_nothing(client, settings, lib, session, sent_tasks) -> None:
+def test_head_that_does_not_resolve_fails_the_job_with_the_reason(client, settings, lib, session, sent_tasks) -> None:
     response = deliver(client, pr_event(lib["base"], "d" * 40, clone_url=str(lib["path"])))
-    assert response.status_code == 422 and "does not resolve" in response.json()["detail"]
-    assert job_count(session) == 1 and sent_tasks == []
+    assert response.status_code == 202, response.text
+    job = resolve(session, response.json()["job_id"])
+    assert job.status == JobStatus.failed and job.revision_shas == []
+    assert job.error.startswith(f"could not resolve the revisions: the head {'d' * 12} of PR #7 is on no branch of "
+                                f"{lib['path']}, and refs/pull/7/head could not be fetched: "), job.error
+
+
+def test_a_head_only_in_the_pull_ref_is_fetched_by_the_task(client, settings, lib, session, sent_tasks) -> None:
+    """A PR from a fork: its head is on no branch of the repository, only in refs/pull/<n>/head."""
+    path = lib["path"]
+    git(path, "update-ref", "refs/pull/7/head", lib["head"])
+    git(path, "checkout", "-q", "main")
+    git(path, "branch", "-q", "-D", "feature")
+    response = deliver(client, pr_event(lib["base"], lib["head"], clone_url=str(path)))
+    assert response.status_code == 202, response.text
+    job = resolve(session, response.json()["job_id"])
+    assert job.status == JobStatus.queued and job.revision_shas == [lib["base"], lib["head"]], job.error
+
+
+def test_a_hung_remote_never_holds_the_webhook_request(client, settings, session, hung_remote, sent_tasks) -> None:
+    """The remote accepts connections and never answers: the delivery is accepted at once, and
+    the job's task gives up at the fetch timeout and fails the job saying so."""
+    repo = Repository(name=f"hung-{uuid.uuid4().hex[:8]}", url=hung_remote)
+    session.add(repo)
+    session.flush()
+    session.add(TrackedBranch(repository_id=repo.id, branch="main", device_class="cuda", cases=[CASE]))
+    session.flush()
+    response, took = in_time(lambda: deliver(client, pr_event("a" * 40, "b" * 40, clone_url=hung_remote)), 20)
+    assert response.status_code == 202, response.text
+    assert took < 5 and sent_tasks == [("perfbisect.advance_job", (response.json()["job_id"],))]
+    job = client.get(response.json()["url"]).json()
+    assert job["status"] == "queued" and job["progress"]["phase"] == "resolving revisions"
+    job, took = in_time(lambda: resolve(session, response.json()["job_id"], timeout_s=2), 20)
+    assert job.status == JobStatus.failed and "timed out after 2 s" in job.error, job.error
+    assert took < 10
 
 
 # --- comments ---------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ What a sandbox sees and may do:
 - no network (a new, empty network namespace): never for trials, for builds unless the
   repository is listed in PERFBISECT_BUILD_NETWORK_REPOS;
 - the system, the interpreter and the harness read-only; the slot's directory (worktree, build
-  directory, HOME, TMPDIR, scratch) and the revision caches writable;
+  directory, HOME, TMPDIR, scratch) and its own revision caches writable (no other slot's);
   every mount nosuid and nodev (bwrap's defaults); nothing else: not the service's home (other
   slots, mirrors, the build cache), not /run or /var (PostgreSQL's and Redis's sockets);
   /tmp and /dev/shm are small private tmpfs;

@@ -9,7 +9,8 @@ when it is released, so nothing of a finished, cancelled or dead worker's trial 
 Inside a slot a command gets:
 - Linux namespaces made by bubblewrap (workers/namespaces.py): its own PID namespace that dies
   with it, no network (builds of repositories in PERFBISECT_BUILD_NETWORK_REPOS excepted), a
-  mount view of the system read-only and its slot writable, the slot's GPU device nodes only;
+  mount view of the system read-only and its slot (and its own revision caches) writable, the
+  slot's GPU device nodes only;
   where the host cannot make them, the containment below alone, said loudly at every slot;
 - an environment built from an allow-list plus the repository's own env: never DATABASE_URL,
   REDIS_URL, tokens or other PERFBISECT_* settings;
@@ -18,7 +19,9 @@ Inside a slot a command gets:
   that no slot can signal another;
 - resource limits: a process limit per slot (RLIMIT_NPROC of the slot's uid), RLIMIT_AS (CPU
   trials) or RLIMIT_DATA (builds and GPU trials: the CUDA driver reserves far more address space
-  than it uses, so RLIMIT_AS would break it), a file size cap, no core dumps;
+  than it uses, so RLIMIT_AS would break it), a file size cap, no core dumps; and where the host
+  delegates a cgroup v2 directory, the slot's own cgroup (memory.max, pids.max, cpuset.cpus:
+  workers/cgroups.py);
 - its output in a file, never a pipe, and a deadline enforced on its whole process tree,
   including processes that called setsid (workers/proctree.py), with a stop check (a cancel)
   polled while it runs.
@@ -55,8 +58,8 @@ from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailabl
                                                start_contained)
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
 from perfbisect.service.settings import Settings, get_settings
-from perfbisect.workers import hostshare, namespaces, proctree
-from perfbisect.workers.trialcache import cache_root
+from perfbisect.workers import cgroups, hostshare, namespaces, proctree
+from perfbisect.workers.trialcache import cache_root, slot_cache_root
 
 log = logging.getLogger(__name__)
 
@@ -173,11 +176,12 @@ def slot_user(user: SandboxUser | None, index: int, settings: Settings) -> Sandb
 
 
 def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
-                wrapper: tuple[str, ...] = ()) -> Containment:
-    """How repository code of a slot starts: as `user` (under `wrapper`, its namespaces), with
-    the memory cap of `memory_kind`, the file size cap, the slot's process limit, no core dumps,
-    and death with the worker. A subprocess applies it itself; a fork server runs under it and
-    its trials inherit it."""
+                wrapper: tuple[str, ...] = (), cgroup: str = "") -> Containment:
+    """How repository code of a slot starts: in its cgroup (workers/cgroups.py, where the host
+    delegates one), as `user` (under `wrapper`, its namespaces), with the memory cap of
+    `memory_kind`, the file size cap, the slot's process limit, no core dumps, and death with
+    the worker. A subprocess applies it itself; a fork server runs under it and its trials
+    inherit it."""
     settings = get_settings()
     limits = []
     memory_mb = hostshare.memory_cap_mb(settings)
@@ -191,9 +195,9 @@ def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
     if settings.sandbox_max_procs and own_uid:
         limits.append((resource.RLIMIT_NPROC, settings.sandbox_max_procs))
     limits.append((resource.RLIMIT_CORE, 0))
-    # slots of one host share the revision caches through their common group (Slot.give)
+    # nothing a slot writes is writable by another uid (its caches are its own: Slot.cache_root)
     return Containment(uid=user.uid if user else None, gid=user.gid if user else None, limits=tuple(limits),
-                       wrapper=wrapper, umask=0o002 if own_uid else -1)
+                       wrapper=wrapper, umask=0o022, cgroup=cgroup)
 
 
 def use_namespaces(user: SandboxUser | None) -> bool:
@@ -213,6 +217,7 @@ class Slot:
     user: SandboxUser | None
     marker: str
     contained: bool = False  # in bwrap's namespaces (use_namespaces)
+    cgroup: str = ""  # its cgroup v2 directory (workers/cgroups.py); "": rlimits only
 
     @property
     def worktree(self) -> Path:
@@ -234,34 +239,39 @@ class Slot:
     def log_path(self) -> Path:
         return self.path / "output.log"
 
-    def give(self, *paths: Path, shared: bool = False) -> None:
-        """Hand `paths` (recursively) to the slot's user, so its code can write there; `shared`:
-        writable by the group of every slot's uid too (the revision caches, which trials of one
-        revision in other slots fill at the same time; their code runs with umask 002)."""
+    @property
+    def cache_root(self) -> Path:
+        """The slot's own revision caches (workers/trialcache.py), kept across its trials."""
+        return slot_cache_root(get_settings(), self.path)
+
+    def give(self, *paths: Path) -> None:
+        """Hand `paths` (recursively) to the slot's user, so its code can write there."""
         if self.user is None:
             return
         for top in paths:
-            self._take(Path(top), shared)
+            os.lchown(top, self.user.uid, self.user.gid)
             for root, dirs, files in os.walk(top):
                 for name in dirs + files:
-                    self._take(Path(root, name), shared)
+                    os.lchown(Path(root, name), self.user.uid, self.user.gid)
 
-    def _take(self, path: Path, shared: bool) -> None:
-        os.lchown(path, self.user.uid, self.user.gid)
-        if shared and not path.is_symlink():
-            path.chmod(path.stat().st_mode | (0o070 if path.is_dir() else 0o060))
+    def own_caches(self) -> None:
+        """Create the slot's cache tree, mode 0700 and the slot's uid's: no other slot's uid
+        may enter it (a planted kernel or reference would be read by this slot's trials)."""
+        self.cache_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.cache_root.chmod(0o700)
+        if self.user is not None:
+            os.chown(self.cache_root, self.user.uid, self.user.gid)
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
         return scrubbed_env({**(namespaces.gpu_env() if self.contained else {}), **extra}, self.home, self.tmp)
 
     def wrapper(self, cwd: Path, *, network: bool = False, as_pid_1: bool = False) -> tuple[str, ...]:
         """The bwrap command line of this slot's sandbox (empty where it is not contained): the
-        slot and the revision caches writable."""
+        slot and its own revision caches writable, no other slot's."""
         if not self.contained:
             return ()
-        caches = cache_root(get_settings())
-        caches.mkdir(parents=True, exist_ok=True)
-        view = namespaces.View(writable=(str(self.path), str(caches)), network=network, devices=namespaces.gpu_nodes())
+        view = namespaces.View(writable=(str(self.path), str(self.cache_root)), network=network,
+                               devices=namespaces.gpu_nodes())
         return (*namespaces.argv(view, chdir=str(cwd), as_pid_1=as_pid_1),)
 
     def run(self, cmd: list[str] | str, *, cwd: Path, env: dict[str, str], timeout_s: float,
@@ -275,7 +285,8 @@ class Slot:
         with open(self.log_path, "wb") as out:
             proc = subprocess.Popen(wrapped, cwd=cwd, env={**env, proctree.MARKER: self.marker},
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, **containment(self.user, memory).popen_args())
+                                    start_new_session=True,
+                                    **containment(self.user, memory, cgroup=self.cgroup).popen_args())
             stopped = _wait(lambda timeout: _poll(proc, timeout), time.monotonic() + timeout_s, should_stop)
             proctree.kill_tree(proc.pid, self.marker)  # also after a clean exit: nothing outlives it
             proc.wait()
@@ -293,7 +304,7 @@ class Slot:
         # the server's own directory is the slot's HOME: the same for every trial of the slot
         wrapper = self.wrapper(self.home, as_pid_1=True)
         with open(self.log_path, "wb") as out:
-            trial = start_contained(request, containment(self.user, memory, wrapper), out.fileno())
+            trial = start_contained(request, containment(self.user, memory, wrapper, self.cgroup), out.fileno())
         try:
             stopped = _wait(trial.poll, time.monotonic() + timeout_s, should_stop)
         finally:
@@ -385,10 +396,12 @@ def slot(user: SandboxUser | None | Literal["configured"] = "configured") -> Ite
         try:
             _wipe(path)
             owner = slot_user(user, index, get_settings())
-            taken = Slot(path, owner, f"{_marker_prefix(path)}{uuid.uuid4().hex}", use_namespaces(owner))
+            taken = Slot(path, owner, f"{_marker_prefix(path)}{uuid.uuid4().hex}", use_namespaces(owner),
+                         cgroups.slot_cgroup(get_settings(), index))
             for directory in (path, taken.home, taken.tmp, taken.scratch):
                 directory.mkdir(mode=0o755, exist_ok=True)
             taken.give(taken.home, taken.tmp, taken.scratch)
+            taken.own_caches()
             yield taken
             return
         finally:

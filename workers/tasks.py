@@ -30,14 +30,15 @@ log = logging.getLogger(__name__)
 
 
 def resolve_first(job_id: int) -> bool:
-    """A job still resolving its revisions: fetch its remote with no session open (one fetch per
-    remote at a time, killed past PERFBISECT_FETCH_TIMEOUT_S), then resolve it or fail it. False
+    """A job still resolving its revisions: fetch its remote (and a PR's pull ref) with no session
+    open (one fetch per remote at a time, killed past PERFBISECT_FETCH_TIMEOUT_S), then resolve it
+    or fail it. False
     when another task is fetching that remote now: that task advances this job when it is done."""
     with session_scope() as session:
         target = resolution.fetch_target(session, job_id)
     if target is None:
         return True
-    stamp = target.mirror.fetch_once(target.since, get_settings().fetch_timeout_s)
+    stamp = resolution.fetch(target, get_settings().fetch_timeout_s)
     if stamp is None:
         return False
 

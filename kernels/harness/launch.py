@@ -61,9 +61,10 @@ class LaunchRequest:
 
 @dataclass(frozen=True)
 class Containment:
-    """How a process of repository code is started: as `uid`:`gid` (None: this process's user),
-    under the resource limits `limits` ((RLIMIT_*, value) pairs, soft = hard), and killed when
-    the thread that started it dies. Hashable: it is part of a fork server's key."""
+    """How a process of repository code is started: in the cgroup directory `cgroup` (""
+    none), as `uid`:`gid` (None: this process's user), under the resource limits `limits`
+    ((RLIMIT_*, value) pairs, soft = hard), and killed when the thread that started it dies.
+    Hashable: it is part of a fork server's key."""
 
     uid: int | None = None
     gid: int | None = None
@@ -71,16 +72,26 @@ class Containment:
     die_with_parent: bool = True
     wrapper: tuple[str, ...] = ()  # a command line the process runs under (bwrap ... --)
     umask: int = -1  # -1: this process's
+    cgroup: str = ""
 
     def preexec(self) -> None:
-        """Run in the child after the user switch (subprocess's preexec_fn)."""
+        """Run in the child (subprocess's preexec_fn): enter the cgroup while it may (as the
+        worker's user), then switch user where `cgroup` is set (else subprocess switched it)."""
+        if self.cgroup:
+            with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as procs:
+                procs.write("0")  # this process, and all it will start
+            if self.uid is not None:
+                os.setgroups([])
+                os.setresgid(self.gid, self.gid, self.gid)
+                os.setresuid(self.uid, self.uid, self.uid)
         for which, value in self.limits:
             resource.setrlimit(which, (value, value))
         if self.die_with_parent:
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
     def popen_args(self) -> dict:
-        user = {} if self.uid is None else {"user": self.uid, "group": self.gid, "extra_groups": []}
+        switch = self.uid is not None and not self.cgroup  # else preexec switches, after entering the cgroup
+        user = {"user": self.uid, "group": self.gid, "extra_groups": []} if switch else {}
         return {**user, "preexec_fn": self.preexec, "umask": self.umask}
 
 

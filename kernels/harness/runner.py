@@ -41,14 +41,16 @@ STDERR_TAIL = 4000
 
 
 def _child_env(import_dir: Path, cache_env: dict[str, str], env: dict | None, base_env: dict | None = None) -> dict:
+    """The trial's environment: `base_env` (else this process's), the caches', then the
+    repository's `env`, whose PYTHONPATH comes after the import root and the harness (it adds
+    directories; it never hides the harness or the repository's own code)."""
     child = dict(os.environ if base_env is None else base_env)
-    paths = [str(import_dir), str(HARNESS_ROOT)]
-    if child.get("PYTHONPATH"):
-        paths.append(child["PYTHONPATH"])
-    child["PYTHONPATH"] = os.pathsep.join(paths)
+    extra = {str(k): str(v) for k, v in (env or {}).items()}
+    paths = [str(import_dir), str(HARNESS_ROOT), extra.pop("PYTHONPATH", ""), child.get("PYTHONPATH", "")]
+    child["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     child.update(cache_env)
     child["PYTHONUNBUFFERED"] = "1"
-    child.update({str(k): str(v) for k, v in (env or {}).items()})
+    child.update(extra)
     return child
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload, selectinload
+
+from perfbisect.service.db import insert_or_skip
 
 from perfbisect.service.models import (
     Case,
@@ -147,3 +150,11 @@ def resolving_jobs(session: Session, repository_id: int, *, exclude: int | None 
     stmt = select(Job.id).where(Job.repository_id == repository_id, Job.status == JobStatus.queued,
                                 Job.progress["phase"].as_string() == "resolving revisions")
     return [job_id for job_id in session.scalars(stmt) if job_id != exclude]
+
+
+def store_cases(session: Session, repository_id: int, cases: list[dict[str, Any]]) -> None:
+    """Insert the cases the repository does not have yet (by suite, target and name)."""
+    known = cases_by_name(session, repository_id, [c["name"] for c in cases])
+    missing = [{"repository_id": repository_id, "suite": c["suite"], "target": c["target"], "name": c["name"],
+                "params": c["params"]} for c in cases if (c["suite"], c["target"], c["name"]) not in known]
+    insert_or_skip(session, Case, missing, ["repository_id", "suite", "target", "name"])

@@ -8,6 +8,9 @@ not know may have been pushed since) the job is accepted at once, "resolving rev
 PERFBISECT_FETCH_TIMEOUT_S, one fetch per remote at a time: a job whose remote is being fetched
 waits for that fetch instead of starting another) and resolves it, or fails it with the reason.
 A hung remote so costs one task slot for the timeout, never a request or a database connection.
+The PR webhook's compare jobs are resolved the same way; their task also fetches the PR's
+refs/pull/<n>/head (with the same timeout) when no branch holds the head, and a head that is in
+neither fails the job with that reason.
 
 Flushes, never commits; the git work of `fetch_target`/`finish` is local (the mirror) except
 Mirror.fetch_once, which the task calls with no session open.
@@ -25,11 +28,12 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from perfbisect.gitrepo import CommitInfo, FetchStamp, GitError, Mirror
+from perfbisect.gitrepo import CommitInfo, FetchStamp, GitError, Mirror, shown_url
 from perfbisect.service.jobs import repository
 from perfbisect.service.models import Job, JobKind, JobStatus, Repository, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
+from perfbisect.service.webhooks.pr_cases import PATHS_PENDING, with_touched_cases
 
 RESOLVING = "resolving revisions"
 FULL_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -96,6 +100,8 @@ def exact_now(mirror: Mirror, refs: Sequence[str]) -> bool:
 class FetchTarget:
     mirror: Mirror
     since: float  # a fetch that started after the job was submitted answers for it
+    pull: int | None = None  # a PR's compare: its head may be only in refs/pull/<pull>/head
+    head: str = ""
 
 
 def fetch_target(session: Session, job_id: int) -> FetchTarget | None:
@@ -103,7 +109,24 @@ def fetch_target(session: Session, job_id: int) -> FetchTarget | None:
     job = repository.get_job(session, job_id)
     if job is None or job.status.finished or not unresolved(job):
         return None
-    return FetchTarget(repos.mirror_of(job.repository), job.created_at.timestamp())
+    pull = job.spec.get("pr_number") if job.kind == JobKind.compare else None
+    return FetchTarget(repos.mirror_of(job.repository), job.created_at.timestamp(), pull, job.spec["bad"])
+
+
+def fetch(target: FetchTarget, timeout_s: float) -> FetchStamp | None:
+    """Fetch the job's remote (Mirror.fetch_once: None when another task is fetching it now);
+    for a PR whose head no branch holds, then its refs/pull/<n>/head, killed past `timeout_s`
+    too. A head that cannot be fetched is the returned stamp's error (the mirror's is kept)."""
+    stamp = target.mirror.fetch_once(target.since, timeout_s)
+    if stamp is None or stamp.error or target.pull is None or target.mirror.has_commit(target.head):
+        return stamp
+    try:
+        target.mirror.fetch_pull(target.pull, timeout_s)
+    except GitError as exc:
+        return replace(stamp, error=f"the head {target.head[:12]} of PR #{target.pull} is on no branch of "
+                                    f"{shown_url(target.mirror.url)}, and refs/pull/{target.pull}/head could "
+                                    f"not be fetched: {exc}")
+    return stamp
 
 
 def finish(session: Session, job_id: int, stamp: FetchStamp) -> list[int]:
@@ -113,7 +136,7 @@ def finish(session: Session, job_id: int, stamp: FetchStamp) -> list[int]:
     job = repository.get_job(session, job_id, lock=True)
     if job is None or job.status.finished or not unresolved(job):
         return []
-    spec = job.spec
+    spec = dict(job.spec)
     try:
         if stamp.error:
             raise GitError(stamp.error)
@@ -125,6 +148,10 @@ def finish(session: Session, job_id: int, stamp: FetchStamp) -> list[int]:
         session.flush()
         return repository.resolving_jobs(session, job.repository_id, exclude=job.id)
     repos.record_revisions(session, job.repository, resolved.commits)
+    if spec.pop(PATHS_PENDING, False):  # a PR's changed files, known now: the cases they map to
+        spec["cases"] = with_touched_cases(session, job.repository, spec["cases"], resolved.good_sha,
+                                           resolved.bad_sha) or spec["cases"]
+        repository.store_cases(session, job.repository_id, spec["cases"])
     job.spec = {**spec, "good_sha": resolved.good_sha, "bad_sha": resolved.bad_sha}
     job.revision_shas = [c.sha for c in resolved.commits]
     job.progress = {"revisions": len(resolved.commits), "measured": 0, "trials": 0}

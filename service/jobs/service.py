@@ -20,12 +20,11 @@ from sqlalchemy.orm import Session
 from perfbisect.kernels.harness.devices import ROCM_ONLY, vendor_of_class
 from perfbisect.kernels.suites import suite_vendor
 from perfbisect.service.auth.principal import SYSTEM, Principal
-from perfbisect.service.db import insert_or_skip
 from perfbisect.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from perfbisect.service.jobs import repository, resolution
 from perfbisect.service.jobs.quotas import check_quota
 from perfbisect.service.jobs.schemas import Benchmark, BisectCreate, CompareCreate
-from perfbisect.service.models import Case, IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
+from perfbisect.service.models import IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
 from perfbisect.service.suites import service as suites
@@ -94,13 +93,6 @@ def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool)
         raise BadRequest(str(exc)) from exc
 
 
-def _store_cases(session: Session, repo: Repository, cases: list[dict[str, Any]]) -> None:
-    known = repository.cases_by_name(session, repo.id, [c["name"] for c in cases])
-    missing = [{"repository_id": repo.id, "suite": c["suite"], "target": c["target"], "name": c["name"],
-                "params": c["params"]} for c in cases if (c["suite"], c["target"], c["name"]) not in known]
-    insert_or_skip(session, Case, missing, ["repository_id", "suite", "target", "name"])
-
-
 def _create(session: Session, kind: JobKind, repo: Repository, spec: dict[str, Any],
             resolved: resolution.Resolved | list | None, submitter: Principal) -> Submission:
     """`resolved`: the range, the heads of a track job (a list), or None: resolved by a task."""
@@ -113,7 +105,7 @@ def _create(session: Session, kind: JobKind, repo: Repository, spec: dict[str, A
         return Submission(existing, created=False)
     check_quota(session, submitter)
     repos.record_revisions(session, repo, commits)
-    _store_cases(session, repo, spec["cases"])
+    repository.store_cases(session, repo.id, spec["cases"])
     sources = suites.sources_read(session, spec["cases"])
     if sources:  # shown with the job (JSON and page): which suite file, by content hash
         spec = {**spec, "suite_sources": [s.model_dump() for s in sources]}
@@ -171,8 +163,8 @@ def submit_bisect(session: Session, data: BisectCreate, submitter: Principal,
 
 def submit_compare(session: Session, data: CompareCreate, submitter: Principal,
                    idempotency_key: str | None = None, *, fetch: bool = False) -> Submission:
-    """A request's compare: never fetches, unless `fetch` (the webhook, which fetched the pull
-    request's head into the mirror already)."""
+    """A request's compare: never fetches (the webhook's neither), unless `fetch` (a caller that
+    may wait on git)."""
     return _idempotent(session, data, submitter, idempotency_key,
                        lambda: _compare(session, data, submitter, fetch=fetch))
 

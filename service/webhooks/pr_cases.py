@@ -5,8 +5,9 @@ cases whose kernel source it touches. Reads only (and the mirror, for the PR's c
 2. the cases of the tracked branch the PR targets (every device class of it); else
 3. every case configured on the repository: its benchmark sets and tracked branches (all of them);
 plus, where `pr_policy.kernel_paths` maps a glob (or directory) the PR touches to suites or case
-names, those cases among everything configured on the repository. Never "the cases of the last
-job": what was bisected last says nothing about what this PR changed.
+names, those cases among everything configured on the repository (known once the PR's head is in
+the mirror: for a head the mirror does not hold yet, the job's resolving task adds them). Never
+"the cases of the last job": what was bisected last says nothing about what this PR changed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from perfbisect.service.suites import service as suites
 from perfbisect.service.tracking import repository as tracking_repo
 
 log = logging.getLogger(__name__)
+PATHS_PENDING = "kernel_paths_pending"  # in a job's spec: the resolving task adds the touched cases
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class PrBenchmarks:
     min_effect: float | None
     metric: str | None
     source: str  # what the cases came from, for messages
+    paths_pending: bool = False  # the PR's changed files are not known yet: mapped once the task fetched
 
 
 def _unique(cases: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -59,16 +62,33 @@ def mapped_cases(kernel_paths: dict[str, list[str]], paths: Sequence[str],
     return [c for c in candidates if c.get("suite") in wanted or c.get("name") in wanted]
 
 
-def changed_paths(repo: Repository, base: str, head: str) -> list[str]:
-    """Files the PR changes (base...head in the mirror); [] when a side does not resolve yet
-    (submit_compare then says which)."""
-    mirror = repos.mirror_of(repo)
-    for fetch in (False, True):  # a head pushed since the last fetch (a local remote has no pull refs)
-        try:
-            return mirror.ensure(fetch=fetch).git.diff("--name-only", f"{base}...{head}", "--").split("\n")
-        except (GitError, git.GitCommandError) as exc:
-            log.info("no diff %s...%s in %s (fetched: %s): %s", base[:10], head[:10], repo.name, fetch, exc)
-    return []
+def changed_paths(repo: Repository, base: str, head: str) -> list[str] | None:
+    """Files the PR changes (base...head in the mirror as it is: no fetch); None when a side is
+    not in the mirror yet (the webhook does not fetch: the job's task does, then maps them)."""
+    try:
+        return repos.mirror_of(repo).ensure(fetch=False).git.diff("--name-only", f"{base}...{head}", "--").split("\n")
+    except (GitError, git.GitCommandError) as exc:
+        log.info("no diff %s...%s in %s yet: %s", base[:10], head[:10], repo.name, exc)
+        return None
+
+
+def configured_cases(session: Session, repo: Repository) -> list[dict[str, Any]]:
+    """Every case configured on the repository: its benchmark sets and tracked branches."""
+    return _unique([c for s in suites_repo.sets_of(session, repo.id) for c in s.cases]
+                   + [c for t in tracking_repo.of_repository(session, repo.id) for c in t.cases])
+
+
+def with_touched_cases(session: Session, repo: Repository, cases: list[dict[str, Any]], base: str,
+                       head: str) -> list[dict[str, Any]] | None:
+    """`cases` plus those pr_policy.kernel_paths maps the PR's changed files to; None when the
+    mirror does not hold both sides yet."""
+    kernel_paths = (repo.pr_policy or {}).get("kernel_paths")
+    if not kernel_paths:
+        return cases
+    paths = changed_paths(repo, base, head)
+    if paths is None:
+        return None
+    return _unique([*cases, *mapped_cases(kernel_paths, paths, configured_cases(session, repo))])
 
 
 def _setting(branches: Sequence[TrackedBranch], policy: dict[str, Any], key: str, branch_key: str | None = None):
@@ -83,19 +103,15 @@ def pr_benchmarks(session: Session, repo: Repository, base_ref: str, base: str, 
     policy = repo.pr_policy or {}
     branches = tracking_repo.of_repository(session, repo.id)
     on_base = [t for t in branches if t.branch == base_ref]
-    everything = _unique([c for s in suites_repo.sets_of(session, repo.id) for c in s.cases]
-                         + [c for t in branches for c in t.cases])
     if policy.get("benchmark_set"):
         cases, source = list(suites.get_set(session, repo, policy["benchmark_set"]).cases), \
             f"benchmark set {policy['benchmark_set']!r}"
     elif on_base:
         cases, source = _unique(c for t in on_base for c in t.cases), f"tracked branch {base_ref!r}"
     else:
-        cases, source = everything, "every benchmark set and tracked branch"
-    if policy.get("kernel_paths"):
-        extra = mapped_cases(policy["kernel_paths"], changed_paths(repo, base, head), everything)
-        cases = _unique([*cases, *extra])
+        cases, source = configured_cases(session, repo), "every benchmark set and tracked branch"
+    touched = with_touched_cases(session, repo, cases, base, head)
     settings_from = on_base or branches
-    return PrBenchmarks(cases, _setting(settings_from, policy, "device_class"),
+    return PrBenchmarks(touched or cases, _setting(settings_from, policy, "device_class"),
                         _setting(settings_from, policy, "min_effect", "min_magnitude"),
-                        _setting(settings_from, {}, "metric"), source)
+                        _setting(settings_from, {}, "metric"), source, paths_pending=touched is None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from perfbisect.service.models import Job, JobKind, JobStatus, Repository, WebhookDelivery
@@ -18,11 +18,14 @@ def all_repositories(session: Session) -> Sequence[Repository]:
 
 def open_compare(session: Session, repository_id: int, base_sha: str, head_sha: str) -> Job | None:
     """A compare job of the same base and head that has not failed or been cancelled (a
-    redelivered webhook, or a reopened PR with the same head, reuses it)."""
+    redelivered webhook, or a reopened PR with the same head, reuses it), resolved or still
+    resolving (its refs are then the shas as sent)."""
     stmt = (select(Job).where(Job.repository_id == repository_id, Job.kind == JobKind.compare,
                               Job.status.in_((JobStatus.queued, JobStatus.running, JobStatus.succeeded)),
-                              Job.spec["good_sha"].as_string() == base_sha,
-                              Job.spec["bad_sha"].as_string() == head_sha)
+                              or_(and_(Job.spec["good_sha"].as_string() == base_sha,
+                                       Job.spec["bad_sha"].as_string() == head_sha),
+                                  and_(Job.spec["good"].as_string() == base_sha,
+                                       Job.spec["bad"].as_string() == head_sha)))
             .order_by(Job.id.desc()).limit(1))
     return session.scalars(stmt).first()
 

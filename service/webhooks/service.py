@@ -8,11 +8,9 @@ cases whose kernel source it touches (service.webhooks.pr_cases).
 from __future__ import annotations
 
 import hashlib
-import logging
 from dataclasses import dataclass
 from typing import Any
 
-import git
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -22,16 +20,11 @@ from perfbisect.service.errors import BadRequest, NotFound
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs.schemas import CompareCreate
 from perfbisect.service.models import Job, Repository, WebhookDelivery
-from perfbisect.service.repos import service as repos
 from perfbisect.service.suites import service as suites
 from perfbisect.service.webhooks import repository
 from perfbisect.service.webhooks.repo_urls import event_urls, normalized_url
-from perfbisect.service.webhooks.pr_cases import pr_benchmarks
+from perfbisect.service.webhooks.pr_cases import PATHS_PENDING, pr_benchmarks
 from perfbisect.service.webhooks.schemas import PullRequestEvent
-from perfbisect.gitrepo import GitError
-
-log = logging.getLogger(__name__)
-
 
 def record_delivery(session: Session, delivery_id: str, body: bytes, event: str) -> WebhookDelivery | None:
     """Remember a verified delivery; None when its id or its exact body was seen before (GitHub's
@@ -63,18 +56,6 @@ def match_repository(session: Session, event_repository: dict[str, Any]) -> Repo
                    f"using its clone URL ({event_repository.get('clone_url') or 'https://github.com/' + str(name)})")
 
 
-def fetch_pull_head(repo: Repository, number: int) -> None:
-    """Best effort: fetch refs/pull/<n>/head into the mirror, since the mirror's regular fetch
-    takes branches and tags only and a PR from a fork lives nowhere else. A remote without pull
-    refs (a plain path, another host) is left as it is; submit_compare then names a head that
-    still does not resolve."""
-    try:
-        mirror = repos.mirror_of(repo).ensure(fetch=False)
-        mirror.git.fetch("origin", f"+refs/pull/{number}/head:refs/pull/{number}/head")
-    except (GitError, git.GitCommandError) as exc:
-        log.info("no pull ref %s for %s: %s", number, repo.name, exc)
-
-
 @dataclass(frozen=True)
 class CompareOutcome:
     job: Job
@@ -86,13 +67,13 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
     """The compare job of the PR's base sha against its head sha (an existing open one of the
     same shas is reused); a new one cancels the PR's older queued or running compare jobs,
     whose head is stale. Raises NotFound (no registered repository matches), BadRequest (no
-    benchmarks configured, or shas that do not resolve in the mirror)."""
+    benchmarks configured). Never fetches: shas the mirror does not hold yet are fetched by the
+    job's first task (with refs/pull/<n>/head, and a timeout), which resolves or fails the job."""
     repo = match_repository(session, event.repository)
     pr = event.pull_request
     existing = repository.open_compare(session, repo.id, pr.base.sha, pr.head.sha)
     if existing is not None:
         return CompareOutcome(job=existing, created=False)
-    fetch_pull_head(repo, pr.number)
     chosen = pr_benchmarks(session, repo, pr.base.ref or repo.default_branch, pr.base.sha, pr.head.sha)
     if not chosen.cases:
         raise BadRequest(f"no benchmarks configured for {repo.name!r}: the PR bot compares the cases of the branch's "
@@ -105,12 +86,12 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
                                 benchmarks=suites.benchmarks_of_cases(session, chosen.cases), **defaults)
     except (ValidationError, KeyError) as exc:
         raise BadRequest(f"the {chosen.source} of {repo.name!r} has benchmarks the PR bot cannot use: {exc}") from exc
-    # This request fetches (the pull ref above, the branches here), with PERFBISECT_FETCH_TIMEOUT_S;
-    # moving it into the task as for API submissions is left to do.
-    submission = jobs.submit_compare(session, request, SYSTEM, fetch=True)
+    submission = jobs.submit_compare(session, request, SYSTEM)
     job = submission.job
     if not submission.created:  # an identical delivery's job, created meanwhile
         return CompareOutcome(job=job, created=False)
+    if chosen.paths_pending:
+        job.spec = {**job.spec, PATHS_PENDING: True}
     stale = [j.id for j in repository.open_compares_of_pr(session, repo.id, pr.number) if j.id != job.id]
     for job_id in stale:
         jobs.cancel(session, job_id, SYSTEM)

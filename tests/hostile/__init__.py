@@ -66,6 +66,28 @@ ESCAPES: dict[str, tuple[str, str]] = {
             except OSError as exc:
                 outcome[name] = type(exc).__name__
         report(**outcome)""")),
+    # compiled code planted in another slot's JIT cache (its path named by the test), which that
+    # slot's next trial of the revision would load
+    "plant_cache": ("exit 0", textwrap.dedent("""\
+        outcome = {}
+        for directory in json.loads(os.environ["OTHER_CACHES"]):
+            try:
+                with open(os.path.join(directory, "planted.py"), "w") as planted:
+                    planted.write("import os; os.system('id')")
+                outcome[directory] = "written"
+            except OSError as exc:
+                outcome[directory] = type(exc).__name__
+        report(planted=outcome)""")),
+    # a package under /tmp (HOSTILE_TMP) on the trial's PYTHONPATH (the repository's env): one the
+    # host has there (placed by the test) and one the build writes there
+    "tmp_import": ('mkdir -p "$HOSTILE_TMP/plantedpkg" && echo \'WHO = "build"\' > "$HOSTILE_TMP/plantedpkg/__init__.py"',
+                   textwrap.dedent("""\
+        try:
+            import plantedpkg
+            outcome = plantedpkg.WHO
+        except ImportError as exc:
+            outcome = type(exc).__name__
+        report(imported=outcome, tmp=sorted(os.listdir("/tmp")))""")),
     # a setsid double-fork that drops the sandbox's marker, then a normal exit
     "double_fork": ("env -u PERFBISECT_SANDBOX setsid sh -c 'sleep {sleep_s} &' ; exit 0", textwrap.dedent("""\
         import subprocess

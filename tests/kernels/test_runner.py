@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from perfbisect.kernels.harness.result import failure_result, validate_result
-from perfbisect.kernels.harness.runner import run_harness
+from perfbisect.kernels.harness.runner import HARNESS_ROOT, _child_env, run_harness
 from perfbisect.kernels.report import format_result
 
 SUITE = "file:bench/tanh_bwd.py"
@@ -118,3 +118,12 @@ def test_unimportable_target_is_an_import_error(custom_repo, target, fragment):
 def test_missing_worktree_is_reported_not_raised(tmp_path):
     res = run_harness(spec("mykern.ops:tanh_backward"), tmp_path / "gone", timeout_s=30)
     assert res["status"] == "error" and res["error"]
+
+
+def test_a_repositorys_pythonpath_comes_after_its_code_and_the_harness(tmp_path):
+    """A repository env's PYTHONPATH adds directories; it neither replaces the import root and
+    the harness (every trial failed to import perfbisect) nor comes before them."""
+    env = _child_env(tmp_path / "repo", {}, {"PYTHONPATH": "/tmp/planted", "OTHER": "1"},
+                     base_env={"PYTHONPATH": "/opt/site"})
+    assert env["PYTHONPATH"].split(":") == [str(tmp_path / "repo"), str(HARNESS_ROOT), "/tmp/planted", "/opt/site"]
+    assert env["OTHER"] == "1"

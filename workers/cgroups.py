@@ -1,0 +1,102 @@
+"""cgroup v2 limits of a sandbox slot, where the host delegates a cgroup subtree to the worker.
+
+The operator gives the worker a cgroup v2 directory it may write (PERFBISECT_SANDBOX_CGROUP_DIR:
+a systemd unit's own cgroup with `Delegate=yes`, or a directory chowned to the worker). Each
+slot then gets `<dir>/slot-N` with
+- memory.max: the slot's memory cap (hostshare.memory_cap_mb: 85% of the host's memory shared by
+  its slots), counting what rlimits miss: page cache, pinned host memory, the slot's tmpfs;
+- pids.max: PERFBISECT_SANDBOX_MAX_PROCS, whatever the uid (RLIMIT_NPROC needs a uid per slot);
+- cpuset.cpus: the slot's share of this worker's CPUs (contiguous, equal parts).
+Every build and trial of the slot (its fork server included) enters that cgroup before it
+drops to the slot's uid (Containment.cgroup), so all it starts is counted there.
+
+The worker's own processes move to `<dir>/worker` (cgroup v2 allows processes only in leaves
+once controllers are enabled below). Where the directory is unset, not cgroup v2 or not
+writable, the rlimits of workers/sandbox.py stand alone, said once in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from perfbisect.service.settings import Settings, get_settings
+from perfbisect.workers import hostshare
+
+log = logging.getLogger(__name__)
+
+CONTROLLERS = ("cpuset", "memory", "pids")
+
+
+@lru_cache
+def delegated() -> Path | None:
+    """The delegated cgroup directory, prepared (controllers enabled below it, the worker's
+    processes moved into a leaf); None, logged once per process, where there is none usable."""
+    directory = get_settings().sandbox_cgroup_dir
+    why = _unusable(directory)
+    if why is not None:
+        log.warning("cgroup v2 limits off (%s): slots are limited by rlimits only (memory: RLIMIT_AS or "
+                    "RLIMIT_DATA, processes: RLIMIT_NPROC of a slot's uid, no CPU set)", why)
+        return None
+    _to_leaf(directory)
+    (directory / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in CONTROLLERS))
+    return directory
+
+
+def _unusable(directory: Path | None) -> str | None:
+    if directory is None:
+        return "PERFBISECT_SANDBOX_CGROUP_DIR is unset"
+    try:
+        available = (directory / "cgroup.controllers").read_text().split()
+    except OSError:
+        return f"{directory} is not a cgroup v2 directory"
+    missing = [c for c in CONTROLLERS if c not in available]
+    if missing:
+        return f"{directory} lacks the {', '.join(missing)} controller(s): delegate them"
+    if not os.access(directory / "cgroup.subtree_control", os.W_OK) or not os.access(directory, os.W_OK):
+        return f"{directory} is not writable by this worker: delegate it (systemd Delegate=yes, or chown)"
+    return None
+
+
+def _to_leaf(directory: Path) -> None:
+    """Move the processes in `directory` itself (this worker's) into `directory/worker`."""
+    pids = (directory / "cgroup.procs").read_text().split()
+    if pids:
+        leaf = directory / "worker"
+        leaf.mkdir(exist_ok=True)
+        for pid in pids:
+            try:
+                (leaf / "cgroup.procs").write_text(pid)
+            except OSError:  # exited meanwhile, or a kernel thread
+                pass
+
+
+def cpu_share(index: int, slots: int, cpus: list[int]) -> str:
+    """The CPUs of slot `index` of `slots`: `cpus` split into contiguous equal parts (a slot
+    past the count wraps around; fewer CPUs than slots: one CPU each, shared)."""
+    cpus = sorted(cpus)
+    slots = max(1, slots)
+    if len(cpus) < slots:
+        return str(cpus[index % len(cpus)])
+    per = len(cpus) // slots
+    part = cpus[(index % slots) * per:(index % slots + 1) * per]
+    return ",".join(map(str, part))
+
+
+def slot_cgroup(settings: Settings, index: int) -> str:
+    """The cgroup of slot `index`, created and its limits written; "" where there is no
+    delegated cgroup (rlimits only)."""
+    directory = delegated()
+    if directory is None:
+        return ""
+    path = directory / f"slot-{index}"
+    path.mkdir(exist_ok=True)
+    memory_mb = hostshare.memory_cap_mb(settings)
+    limits = {"memory.max": str(memory_mb << 20) if memory_mb else "max",
+              "pids.max": str(settings.sandbox_max_procs or "max"),
+              "cpuset.cpus": cpu_share(index, hostshare.host_slots(settings), list(os.sched_getaffinity(0)))}
+    for name, value in limits.items():
+        (path / name).write_text(value)
+    return str(path)
