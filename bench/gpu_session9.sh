@@ -7,11 +7,7 @@
 #   bash bench/gpu_session9.sh OUTDIR
 set -uo pipefail
 out=${1:-/tmp/gpu9}; mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-mkdir -p /tmp/bw && dpkg -x .whl/bubblewrap_*.deb /tmp/bw
-export PYTHONPATH="$PWD:/tmp/site" PATH="/tmp/bw/usr/bin:$PATH"
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-python3 -c "import torch, triton, sys; print('torch', torch.__version__, 'triton', triton.__version__, 'python', sys.version.split()[0])"
+source bench/gpu_node_setup.sh
 run() { echo "== $*"; local s=$(date +%s); "$@"; echo "== rc=$? in $(( $(date +%s) - s )) s"; }
 run python3 -m pytest -q -p no:cacheprovider -s --confcutdir=tests/kernels tests/kernels/test_gpu.py
 run python3 bench/flush_check.py --device cuda --repeats 3
