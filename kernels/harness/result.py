@@ -26,8 +26,10 @@ def vendor_identity(device: dict) -> dict:
 def fingerprint_basis(device: dict, cold: bool) -> dict:
     """What the fingerprint hashes besides the repository and the case: only
     measurements with an equal basis are compared (conbench's rule)."""
-    keys = ("kind", "name", "driver", "cuda", "torch", "triton", "threads", "clock")
+    keys = ("kind", "name", "driver", "cuda", "torch", "triton", "threads")
     basis = {key: device.get(key) for key in keys}
+    if device.get("clock"):  # a CPU trial's clock; GPU fingerprints stay what they were
+        basis["clock"] = device["clock"]
     basis.update(vendor_identity(device))
     basis.update(harness_version=HARNESS_VERSION, cold=bool(cold))
     return basis
