@@ -22,7 +22,7 @@ from typing import Any
 from celery import Task
 
 from perfbisect.queue import (
-    ADVANCE_JOB, POLL_TRACKED_BRANCHES, PRUNE_S, PRUNE_SAMPLES, RECONCILE, RUN_TRIAL, TRACK_POLL_S, celery_app,
+    ADVANCE_JOB, POLL_TRACKED_BRANCHES, PRUNE_S, PRUNE_SAMPLES, RECONCILE, RUN_BLOCK, RUN_TRIAL, TRACK_POLL_S, celery_app,
 )
 from perfbisect.service.settings import get_settings
 
@@ -58,6 +58,7 @@ def queued_probe() -> Callable[[int, str], bool]:
     if get_settings().embedded:
         with _lock:
             queued = {args[0] for name, args, _q in _pending if name == RUN_TRIAL}
+            queued |= {trial_id for name, args, _q in _pending if name == RUN_BLOCK for trial_id in args[0]}
         return lambda trial_id, _queue: trial_id in queued
     sizes: dict[str, int | None] = {}
 

@@ -16,6 +16,7 @@ from perfbisect.service.settings import get_settings
 # the first send), so nothing below the workers imports them.
 ADVANCE_JOB = "perfbisect.advance_job"
 RUN_TRIAL = "perfbisect.run_trial"
+RUN_BLOCK = "perfbisect.run_block"  # a side-by-side block's trials, in order, on one worker
 NOTIFY_JOB = "perfbisect.notify_job"
 RECONCILE = "perfbisect.reconcile"
 TRACK_BRANCH = "perfbisect.track_branch"

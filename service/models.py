@@ -207,7 +207,8 @@ class Trial(Base):
     __tablename__ = "trials"
     __table_args__ = (Index("ix_trials_status_dispatched_at", "status", "dispatched_at"),
                       # the newest trial of a fingerprint is a backward probe (dashboards.repository.devices_of)
-                      Index("ix_trials_fingerprint_id", "fingerprint", "id"))
+                      Index("ix_trials_fingerprint_id", "fingerprint", "id"),
+                      Index("ix_trials_job_id_block", "job_id", "block"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -217,6 +218,9 @@ class Trial(Base):
     accuracy_only: Mapped[bool] = mapped_column(default=False, doc="a correctness-sweep trial: no timing loop")
     variant: Mapped[str | None] = mapped_column(
         String(100), doc="attribution: culprit indices reverted at the revision ('0+1'); None: the commit as it is")
+    block: Mapped[int | None] = mapped_column(
+        Integer, doc="side-by-side block (issue 23), unique within the job; None: an unpaired trial")
+    block_slot: Mapped[int | None] = mapped_column(Integer, doc="position in the block's A B B A order (0..3)")
     device: Mapped[str | None] = mapped_column(String(200), doc="device model as the harness saw it")
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     provenance: Mapped[dict[str, Any] | None]

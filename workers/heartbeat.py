@@ -7,20 +7,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from types import TracebackType
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from perfbisect.service.db import session_scope
 from perfbisect.service.settings import get_settings
-from perfbisect.service.trials import service as trials
+from perfbisect.service.trials import blocks
 
 log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    def __init__(self, trial_id: int, attempt: int) -> None:
+    """Beats for the trial (`trial_id`, `attempt`) and for the trials of its side-by-side block
+    still to run after it (`block`: (id, attempt) pairs), which the worker owns meanwhile."""
+
+    def __init__(self, trial_id: int, attempt: int, block: Sequence[tuple[int, int]] = ()) -> None:
         self.trial_id, self.attempt = trial_id, attempt
+        self.owned = [(trial_id, attempt), *block]
         self._stopped = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{trial_id}", daemon=True)
@@ -44,7 +49,7 @@ class Heartbeat:
             beat = time.monotonic() - last_beat >= settings.heartbeat_s
             try:
                 with session_scope() as session:
-                    wanted = trials.check_in(session, self.trial_id, self.attempt, beat=beat)
+                    wanted = blocks.check_in(session, self.owned, beat=beat)
             except SQLAlchemyError as exc:  # the database is away: keep measuring, store later
                 log.warning("trial %s: heartbeat failed (%s)", self.trial_id, exc.__class__.__name__)
                 continue

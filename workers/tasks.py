@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from celery.signals import worker_init
 
 from perfbisect import dispatch
-from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, PRUNE_SAMPLES, RUN_TRIAL, celery_app
+from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, PRUNE_SAMPLES, RUN_BLOCK, RUN_TRIAL, celery_app
 from perfbisect.service.db import database_unreachable, session_scope
 from perfbisect.service.jobs import advance, resolution
 from perfbisect.service.notifications import service as notifications
 from perfbisect.service.settings import get_settings
+from perfbisect.service.trials import blocks
 from perfbisect.service.trials import reconcile as reconciler
 from perfbisect.service.trials import retention
 from perfbisect.service.trials import service as trials
@@ -71,8 +73,10 @@ def advance_job(job_id: int) -> int:
         with session_scope() as session:
             advance.fail(session, job_id, f"planning failed: {exc}")
         raise
-    for trial_id in planned.trial_ids:
+    for trial_id in planned.singles():
         dispatch.send(RUN_TRIAL, trial_id, queue=planned.queue)
+    for block in planned.blocks:
+        dispatch.send(RUN_BLOCK, block, queue=planned.queue)
     if planned.finished:
         dispatch.send(NOTIFY_JOB, job_id, queue=CONTROL_QUEUE)
     if planned.follow_up is not None:
@@ -125,11 +129,32 @@ def _leave_if_broken(status: str, error: str | None, hostname: str | None) -> No
         celery_app.control.shutdown(destination=[hostname])
 
 
-@celery_app.task(name="perfbisect.run_trial", bind=True)
+def _run(work: trials.TrialWork, hostname: str | None, rest: list[trials.TrialWork] | tuple = ()) -> str:
+    """Do a started trial's work with no session open while a heartbeat thread reports it (and
+    the `rest` of its block) alive and watches for a cancel, then store the result in its own
+    transaction. Returns the stored status ("cancelled" when it was stopped)."""
+    with Heartbeat(work.trial_id, work.attempt, [(w.trial_id, w.attempt) for w in rest]) as heartbeat:
+        try:
+            result, build_s = execute(work, should_stop=heartbeat.stopped)
+        except Exception as exc:  # a bug in the worker: store it as the trial's failure, not a lost trial
+            log.exception("trial %s crashed", work.trial_id)
+            result, build_s = {"status": "worker_error", "error": f"worker error: {exc!r}", "cases": []}, None
+    if heartbeat.stopped():
+        result = {**result, "status": "cancelled"}
+
+    def store() -> None:
+        with session_scope() as session:
+            trials.record(session, work.trial_id, result, build_s=build_s, attempt=work.attempt)
+
+    with_database(store)
+    _leave_if_broken(result.get("status", "error"), result.get("error"), hostname)
+    return result.get("status", "error")
+
+
+@celery_app.task(name=RUN_TRIAL, bind=True)
 def run_trial(self, trial_id: int) -> str:
-    """Run one trial: mark it running (committed, so progress shows it), do the work with no
-    session open while a heartbeat thread reports it alive and watches for a cancel, store the
-    result in a second transaction, then ask the job to advance."""
+    """Run one trial: mark it running (committed, so progress shows it), run and store it
+    (`_run`), then ask the job to advance."""
 
     def start() -> trials.TrialWork | None:
         with session_scope() as session:
@@ -138,23 +163,38 @@ def run_trial(self, trial_id: int) -> str:
     work = with_database(start)
     if work is None:
         return "skipped"
-    with Heartbeat(trial_id, work.attempt) as heartbeat:
-        try:
-            result, build_s = execute(work, should_stop=heartbeat.stopped)
-        except Exception as exc:  # a bug in the worker: store it as the trial's failure, not a lost trial
-            log.exception("trial %s crashed", trial_id)
-            result, build_s = {"status": "worker_error", "error": f"worker error: {exc!r}", "cases": []}, None
-    if heartbeat.stopped():
-        result = {**result, "status": "cancelled"}
-
-    def store() -> None:
-        with session_scope() as session:
-            trials.record(session, trial_id, result, build_s=build_s, attempt=work.attempt)
-
-    with_database(store)
+    status = _run(work, self.request.hostname)
     dispatch.send(ADVANCE_JOB, work.job_id, queue=CONTROL_QUEUE)
-    _leave_if_broken(result.get("status", "error"), result.get("error"), self.request.hostname)
-    return result.get("status", "error")
+    return status
+
+
+@celery_app.task(name=RUN_BLOCK, bind=True)
+def run_block(self, trial_ids: list[int]) -> list[str]:
+    """Run a side-by-side block (service/trials/blocks.py): claim its trials as one, run them in
+    the block's A B B A order on this worker, each stored as it finishes, then ask the job to
+    advance. Stopped (job cancelled, block abandoned), the rest are stored as cancelled. A block
+    interrupted earlier (its worker died, the message came back) is abandoned: the job re-plans."""
+
+    def claim() -> blocks.Claim:
+        with session_scope() as session:
+            return blocks.claim(session, trial_ids, worker_slot())
+
+    claimed = with_database(claim)
+    statuses = []
+    for k, work in enumerate(claimed.works):
+        if statuses and statuses[-1] == "cancelled":
+            with_database(partial(_store_cancelled, work))
+            statuses.append("cancelled")
+        else:
+            statuses.append(_run(work, self.request.hostname, claimed.works[k + 1:]))
+    if claimed.works or claimed.abandoned:
+        dispatch.send(ADVANCE_JOB, claimed.job_id, queue=CONTROL_QUEUE)
+    return statuses or ["abandoned" if claimed.abandoned else "skipped"]
+
+
+def _store_cancelled(work: trials.TrialWork) -> None:
+    with session_scope() as session:
+        trials.record(session, work.trial_id, {"status": "cancelled", "cases": []}, attempt=work.attempt)
 
 
 @celery_app.task(name="perfbisect.reconcile")
@@ -166,12 +206,16 @@ def reconcile() -> dict[str, int]:
         repairs = reconciler.reconcile(session, is_queued)
     for trial_id, queue in repairs.trials:
         dispatch.send(RUN_TRIAL, trial_id, queue=queue)
+    for block, queue in repairs.blocks:
+        dispatch.send(RUN_BLOCK, block, queue=queue)
     for job_id in repairs.jobs:
         dispatch.send(ADVANCE_JOB, job_id, queue=CONTROL_QUEUE)
     if repairs:
-        log.warning("reconciler: re-sent %d trial(s) (%d of dead workers), re-advanced %d job(s)",
-                    len(repairs.trials), len(repairs.revived), len(repairs.jobs))
-    return {"trials": len(repairs.trials), "revived": len(repairs.revived), "jobs": len(repairs.jobs)}
+        log.warning("reconciler: re-sent %d trial(s) (%d of dead workers) and %d block(s), abandoned %d block(s) of "
+                    "dead workers, re-advanced %d job(s)", len(repairs.trials), len(repairs.revived),
+                    len(repairs.blocks), repairs.abandoned, len(repairs.jobs))
+    return {"trials": len(repairs.trials), "revived": len(repairs.revived), "jobs": len(repairs.jobs),
+            "blocks": len(repairs.blocks), "abandoned": repairs.abandoned}
 
 
 def prune_expired_samples(days: int, progress: Callable[[retention.Pruned], None] | None = None) -> retention.Pruned:

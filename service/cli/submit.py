@@ -125,6 +125,10 @@ def bisect(
     attribute: Annotated[Optional[bool], typer.Option(
         "--attribute/--no-attribute", help="afterwards, measure the bad end with each culprit reverted (alone and "
         "together): by default when two or more culprits moved one case")] = None,
+    side_by_side: Annotated[bool, typer.Option(
+        "--side-by-side/--no-side-by-side", help="confirm a culprit only on its two revisions measured side by side "
+        "(A B B A on one worker), so drift the control does not cancel cannot make one; --no-side-by-side: on all "
+        "their trials, fewer trials on a quiet machine")] = True,
     api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
 ) -> None:
     """Bisect good..bad, follow its progress, print every culprit with the step per shape.
@@ -142,7 +146,8 @@ def bisect(
         request = validated(BisectCreate, repository=repo, good=good, bad=bad,
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
-                            policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, attribute=attribute)
+                            policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, attribute=attribute,
+                            side_by_side=side_by_side)
         job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
     _finish(job, as_json, wide, fail_on)
 

@@ -12,12 +12,13 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
+from perfbisect.service.bisect.model import SIDE_BY_SIDE, PairBlock
 from perfbisect.service.bisect.progress import expected_trials
 from perfbisect.service.bisect.probes import nothing_built
 from perfbisect.service.attribution import fixcheck
@@ -25,7 +26,7 @@ from perfbisect.service.attribution import service as attribution
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import outcome, repository, resolution, sweep
 from perfbisect.service.jobs.schemas import AUTO_SCAN, AUTO_SCAN_ABOVE
-from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
+from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Revision, Trial, TrialStatus, utcnow
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.trials.repository import samples_of
 
@@ -42,9 +43,12 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
     of it ran (one timeout among good trials is noise, not a broken revision). A trial the worker
     failed (worker_error) tells nothing of the revision: it only counts against the cap, and a
     revision with nothing else is left unobserved (so tried again) until WORKER_RETRIES such
-    failures, then skipped like one that does not build."""
+    failures, then skipped like one that does not build. Each value keeps the side-by-side block
+    its trial was measured in (`Observation.blocks`; None for an unpaired trial), so the planner
+    can confirm a culprit on within-block differences."""
     index = {sha: i for i, sha in enumerate(shas)}
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    blocks: dict[int, dict[str, list[int | None]]] = defaultdict(lambda: defaultdict(list))
     seen: dict[int, set[RevisionState]] = defaultdict(set)
     wrong: dict[int, set[str]] = defaultdict(set)
     failed: dict[int, int] = defaultdict(int)  # trials that gave no value: they count against the cap
@@ -65,6 +69,7 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
             value = m.ratio if metric == "ratio" else m.value
             if m.status == "ok" and value is not None:
                 values[i][m.case.name].append(value)
+                blocks[i][m.case.name].append(trial.block)
                 gave = True
         all_wrong = bool(trial.measurements) and all(m.status == "wrong_results" for m in trial.measurements)
         seen[i].add(RevisionState.wrong_results if all_wrong else RevisionState.ok)
@@ -74,7 +79,7 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
             seen[i].add(RevisionState.unbuildable)
     precedence = (RevisionState.ok, RevisionState.wrong_results, RevisionState.unbuildable)
     return {i: Observation(state=next(s for s in precedence if s in states), values=dict(values.get(i, {})),
-                           failed=failed[i], wrong=frozenset(wrong.get(i, ())))
+                           failed=failed[i], wrong=frozenset(wrong.get(i, ())), blocks=dict(blocks.get(i, {})))
             for i, states in seen.items()}
 
 
@@ -98,6 +103,7 @@ def config_of(job: Job, trials: Sequence[Trial]) -> BisectConfig:
     return BisectConfig(
         min_effect=spec["min_effect"], higher_is_better=higher, workers=spec.get("workers", 1),
         max_trials=spec.get("max_trials", 12), scan=scan,
+        paired_blocks=SIDE_BY_SIDE if spec.get("side_by_side") else 0,  # jobs from before issue 23: off
     )
 
 
@@ -175,6 +181,7 @@ def _write_culprits(session: Session, job: Job, plan: Plan, findings: Sequence[C
 def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observation], plan: Plan,
               config: BisectConfig) -> dict:
     rounds = job.progress.get("rounds", 0) + (0 if plan.done else 1)
+    in_blocks = sum(len(b.order()) for b in plan.blocks)
     finished = sum(t.status.finished and t.status != TrialStatus.cancelled for t in trials)
     checked = sum(t.accuracy_only and t.status.finished for t in trials)
     return {
@@ -182,9 +189,9 @@ def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observa
         "measured": len(observations),
         "unbuildable": sum(o.state == RevisionState.unbuildable for o in observations.values()),
         "trials": finished,
-        "planned": sum(r.trials for r in plan.requests),
+        "planned": sum(r.trials for r in plan.requests) + in_blocks,
         "expected_trials": (expected_trials(finished, observations, plan, config, len(job.revision_shas))
-                            + sweep.in_flight(trials)),
+                            + in_blocks + sweep.in_flight(trials)),
         "accuracy_checked": checked,
         "rounds": rounds,
         "open_pairs": [[job.revision_shas[a][:12], job.revision_shas[b][:12]] for a, b in plan.open_pairs],
@@ -195,12 +202,20 @@ def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observa
 
 @dataclass(frozen=True)
 class Round:
-    """What one planning round decided: trials to enqueue (after commit), or the job finished."""
+    """What one planning round decided: trials to enqueue (after commit), or the job finished.
+    `trial_ids` are every trial the round wrote, in the order they run; `blocks` groups those of
+    them that run together, in order, on one worker (one message each; `singles` are the rest)."""
 
     trial_ids: list[int]
     queue: str | None = None
     finished: bool = False
     follow_up: int | None = None  # a job this round created (a bisect's attribution): advanced after commit
+    blocks: list[list[int]] = field(default_factory=list)
+
+    def singles(self) -> list[int]:
+        """The trials sent one message each (any worker, any order)."""
+        paired = {trial_id for block in self.blocks for trial_id in block}
+        return [trial_id for trial_id in self.trial_ids if trial_id not in paired]
 
 
 def advance(session: Session, job_id: int) -> Round:
@@ -225,7 +240,7 @@ def advance(session: Session, job_id: int) -> Round:
     if not plan.done and device_missing(timed):  # stop at the ends: every revision would fail alike
         plan = Plan((), done=True, correctness=plan.correctness)
     job.progress = _progress(job, trials, observations, plan, config)
-    if plan.done or not plan.requests:
+    if plan.done or not (plan.requests or plan.blocks):
         if nothing_built(observations):  # the sweep's builds would fail alike: the job ends now
             repository.cancel_in_flight(session, job.id, accuracy_only=True)
         if sweep.in_flight(trials):  # the sweep's last result advances the job again
@@ -249,10 +264,23 @@ def advance(session: Session, job_id: int) -> Round:
               device_class=job.spec["device_class"], dispatched_at=utcnow())
         for revision in plan.dispatch_order()
     ]
+    blocks = _block_trials(job, trials, plan.blocks, revisions)
+    new += [t for block in blocks for t in block]
     new += sweep.new_trials(job, trials, plan, revisions)  # queued after the round's, run beside them
     session.add_all(new)
     session.flush()
-    return Round([t.id for t in new], queue=job.spec["device_class"])
+    return Round([t.id for t in new], queue=job.spec["device_class"], blocks=[[t.id for t in b] for b in blocks])
+
+
+def _block_trials(job: Job, trials: Sequence[Trial], blocks: Sequence[PairBlock],
+                  revisions: dict[str, Revision]) -> list[list[Trial]]:
+    """The trials of each side-by-side block, in its A B B A order, numbered after the job's
+    last block (the job row is locked: no other round numbers blocks meanwhile)."""
+    first = max((t.block for t in trials if t.block is not None), default=0) + 1
+    return [[Trial(job_id=job.id, revision_id=revisions[job.revision_shas[revision]].id,
+                   device_class=job.spec["device_class"], dispatched_at=utcnow(), block=number, block_slot=slot)
+             for slot, revision in enumerate(block.order())]
+            for number, block in enumerate(blocks, start=first)]
 
 
 def _measure_heads(session: Session, job: Job) -> Round:

@@ -121,6 +121,9 @@ class BisectCreate(BaseModel):
     scan: int | None = Field(default=None, ge=0, le=32, description=(
         "interior revisions measured, evenly spaced, with the ends in the first round, so that a step undone "
         f"inside the range is seen; default {AUTO_SCAN} for ranges over {AUTO_SCAN_ABOVE} commits, else 0"))
+    side_by_side: bool = Field(default=True, description=(
+        "confirm a culprit only on side-by-side blocks (its two revisions measured A B B A on one worker), so drift "
+        "the control does not cancel cannot make one; false: on all the pair's trials, as before issue 23"))
     attribute: bool | None = Field(default=None, description="after the bisect, measure the bad end with its culprits "
                                    "reverted: None (default) when two or more culprits moved one case, true for any "
                                    "culprit, false never")

@@ -187,7 +187,7 @@ def _bisect(session: Session, data: BisectCreate, submitter: Principal, fetch: b
         "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
         "workers": data.workers, "max_trials": data.max_trials or get_settings().max_trials_per_revision,
         "policy": data.policy.model_dump(exclude_none=True) if data.policy else None,
-        "check_accuracy": data.check_accuracy, "scan": data.scan,
+        "check_accuracy": data.check_accuracy, "scan": data.scan, "side_by_side": data.side_by_side,
         **({"attribute": data.attribute} if data.attribute is not None else {}),
     }
     return _create(session, JobKind.bisect, repo, spec, resolved, submitter)

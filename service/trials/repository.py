@@ -26,20 +26,30 @@ OPEN_JOBS = (JobStatus.queued, JobStatus.running)
 
 
 def running_trials(session: Session) -> Sequence[Trial]:
-    """Running trials of open jobs, locked (a worker's start() or record() waits for the repair),
-    skipping rows another reconciler holds."""
+    """Running unpaired trials of open jobs, locked (a worker's start() or record() waits for the
+    repair), skipping rows another reconciler holds."""
     stmt = (select(Trial).join(Job, Job.id == Trial.job_id)
-            .where(Trial.status == TrialStatus.running, Job.status.in_(OPEN_JOBS))
+            .where(Trial.status == TrialStatus.running, Trial.block.is_(None), Job.status.in_(OPEN_JOBS))
             .with_for_update(of=Trial, skip_locked=True))
     return session.scalars(stmt).all()
 
 
 def pending_trials_sent_before(session: Session, before: datetime) -> Sequence[Trial]:
-    """Pending trials of open jobs whose message went out before `before` (or never)."""
+    """Pending unpaired trials of open jobs whose message went out before `before` (or never)."""
     stmt = (select(Trial).join(Job, Job.id == Trial.job_id)
-            .where(Trial.status == TrialStatus.pending, Job.status.in_(OPEN_JOBS),
+            .where(Trial.status == TrialStatus.pending, Trial.block.is_(None), Job.status.in_(OPEN_JOBS),
                    (Trial.dispatched_at.is_(None)) | (Trial.dispatched_at < before))
             .order_by(Trial.id).with_for_update(of=Trial, skip_locked=True))
+    return session.scalars(stmt).all()
+
+
+def unfinished_block_trials(session: Session) -> Sequence[Trial]:
+    """Pending or running trials of side-by-side blocks of open jobs, in block order, locked
+    (skipping rows another reconciler or a claiming worker holds)."""
+    stmt = (select(Trial).join(Job, Job.id == Trial.job_id)
+            .where(Trial.block.is_not(None), Trial.status.in_((TrialStatus.pending, TrialStatus.running)),
+                   Job.status.in_(OPEN_JOBS))
+            .order_by(Trial.job_id, Trial.block, Trial.block_slot).with_for_update(of=Trial, skip_locked=True))
     return session.scalars(stmt).all()
 
 
