@@ -275,3 +275,20 @@ def test_the_embedded_server_runs_blocks_in_order_on_one_thread(tmp_path: Path, 
             (TrialStatus.pending, TrialStatus.running)))).all()
         assert left == []
     engine.dispose()
+
+
+@pytest.mark.parametrize("flag, expected", [([], True), (["--no-side-by-side"], False)])
+def test_the_cli_sends_side_by_side_unless_told_not_to(monkeypatch, flag, expected) -> None:
+    from typer.testing import CliRunner
+
+    from perfbisect.service.cli import submit as cli_submit
+    from perfbisect.service.cli.main import app
+
+    sent = []
+    monkeypatch.setattr(cli_submit, "_submit", lambda request, *args, **kw: sent.append(request))
+    monkeypatch.setattr(cli_submit, "_finish", lambda *args: None)
+    result = CliRunner().invoke(app, ["bisect", "--repo", "lib", "--good", "HEAD~4", "--bad", "main", "--suite", "gemm",
+                                      "--target", "minikern.gemm:matmul", "--shape", "M=64,N=64,K=64,dtype=fp32",
+                                      *flag])
+    assert result.exit_code == 0, result.output
+    assert [r.side_by_side for r in sent] == [expected]
