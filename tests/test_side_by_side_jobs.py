@@ -32,7 +32,7 @@ from tests.test_job_rounds import harness_result
 
 CASE = "gemm M=256,N=256,K=256,dtype=fp32"
 LONG_AGO = timedelta(minutes=10)
-STEP_AT = 2  # revision index where the target gets 20% slower
+STEP_AT = 3  # revision index where the target gets 20% slower
 
 
 def nothing_queued(_trial_id: int, _queue: str) -> bool:
@@ -45,8 +45,9 @@ def body(commits: int, **kw) -> BisectCreate:
                                      "shapes": ["M=256,N=256,K=256,dtype=fp32"]}], **kw)
 
 
-def truth(index: int, rng: random.Random) -> dict:
-    return harness_result({CASE: 0.8 if index >= STEP_AT else 1.0}, rng, noise=0.005)
+def truth(index: int, rng: random.Random, drift: float = 1.0) -> dict:
+    """The target 20% slower from STEP_AT on, times `drift` (what the control does not cancel)."""
+    return harness_result({CASE: drift * (0.8 if index >= STEP_AT else 1.0)}, rng, noise=0.005)
 
 
 def two_ends(index: int, rng: random.Random) -> dict:
@@ -66,11 +67,12 @@ def submit(session, lib: Path, commits: int = 5, **kw) -> Job:
     return jobs.create_bisect(session, body(commits, **kw), SYSTEM)
 
 
-def run_job(session, job: Job) -> list[tuple[int, str]]:
+def run_job(session, job: Job, drift: tuple[float, ...] = (1.0,)) -> list[tuple[int, str]]:
     """Drive the job as the tasks do: unpaired trials one by one, each block claimed whole by a
-    worker of its own; returns (trial id, worker) in the order the trials ran."""
+    worker of its own; returns (trial id, worker) in the order the trials ran. Round r's trials
+    all see the target-only drift `drift[r % len(drift)]`."""
     rng, ran = random.Random(3), []
-    for _round in range(40):
+    for round_number in range(40):
         planned = advance.advance(session, job.id)
         if not planned.trial_ids:
             return ran
@@ -79,8 +81,8 @@ def run_job(session, job: Job) -> list[tuple[int, str]]:
         for worker, works in units:
             for work in works:
                 ran.append((work.trial_id, worker))
-                trials.record(session, work.trial_id, truth(job.revision_shas.index(work.sha), rng), build_s=0.0,
-                              attempt=work.attempt)
+                result = truth(job.revision_shas.index(work.sha), rng, drift[round_number % len(drift)])
+                trials.record(session, work.trial_id, result, build_s=0.0, attempt=work.attempt)
     raise AssertionError("the job did not finish")
 
 
@@ -137,6 +139,22 @@ def test_the_block_ids_reach_the_planner_and_the_culprit_has_the_paired_interval
     [culprit] = job_read(session, job.id).culprits
     assert culprit.effects[CASE].ci == pytest.approx(paired.effect(config.confidence).ci)
     assert culprit.effects[CASE].rel == pytest.approx(-0.2, abs=0.01)
+
+
+# A target-only drift that lasts one round (a co-tenant, a burst): 5% either way, a literal series.
+ROUND_DRIFT = (1.0, 1.0, 1.05, 1.05, 1.0, 0.95, 1.05, 0.95, 1.05, 1.05, 1.0, 1.05, 1.0, 0.95)
+
+
+@pytest.mark.parametrize("side_by_side, named", [(False, [STEP_AT, STEP_AT + 1]), (True, [STEP_AT])])
+def test_round_drift_makes_a_false_culprit_only_without_side_by_side(session, lib, side_by_side, named) -> None:
+    """The step at STEP_AT is the only one. Confirmed on trials of different rounds, the drift
+    between them made a second culprit next to it; confirmed on blocks, it did not. (This series
+    is one of 16 random ones of 1.0/0.95/1.05 per round: the one that made a false culprit
+    without side by side; with it, none of the 16 did.)"""
+    job = submit(session, lib, side_by_side=side_by_side)
+    run_job(session, job, ROUND_DRIFT)
+    read = job_read(session, job.id)
+    assert [job.revision_shas.index(c.last_sha) for c in read.culprits] == named
 
 
 def test_no_side_by_side_measures_no_blocks(session, lib) -> None:
