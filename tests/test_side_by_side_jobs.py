@@ -310,3 +310,17 @@ def test_the_cli_sends_side_by_side_unless_told_not_to(monkeypatch, flag, expect
                                       *flag])
     assert result.exit_code == 0, result.output
     assert [r.side_by_side for r in sent] == [expected]
+
+
+def test_the_embedded_queue_knows_a_blocks_trials_are_queued(monkeypatch) -> None:
+    """The reconciler of the embedded server asks whether a trial's message is still queued:
+    a block's trials are, while its one message waits."""
+    from collections import deque
+
+    from perfbisect import dispatch
+    from perfbisect.queue import RUN_BLOCK
+
+    monkeypatch.setattr(dispatch, "_pending", deque())
+    dispatch.send(RUN_BLOCK, [11, 12, 13, 14], queue="cpu")
+    queued = dispatch.queued_probe()
+    assert [queued(i, "cpu") for i in (11, 14, 15)] == [True, True, False]
