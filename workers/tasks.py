@@ -8,7 +8,7 @@ the message stays unacknowledged meanwhile, so a result is stored late, never lo
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from celery.signals import worker_init
@@ -129,7 +129,7 @@ def _leave_if_broken(status: str, error: str | None, hostname: str | None) -> No
         celery_app.control.shutdown(destination=[hostname])
 
 
-def _run(work: trials.TrialWork, hostname: str | None, rest: list[trials.TrialWork] | tuple = ()) -> str:
+def _run(work: trials.TrialWork, hostname: str | None, rest: Sequence[trials.TrialWork] = ()) -> str:
     """Do a started trial's work with no session open while a heartbeat thread reports it (and
     the `rest` of its block) alive and watches for a cancel, then store the result in its own
     transaction. Returns the stored status ("cancelled" when it was stopped)."""

@@ -44,8 +44,8 @@ def _locked(session: Session, trial_ids: Sequence[int]) -> list[Trial]:
     return list(session.scalars(stmt))
 
 
-def abandon(trials: Sequence[Trial], reason: str = ABANDONED) -> None:
-    """Cancel the block's unfinished trials (they tell nothing of their revisions)."""
+def abandon(trials: Sequence[Trial], reason: str | None = ABANDONED) -> None:
+    """Cancel the block's unfinished trials (they tell nothing of their revisions), saying why."""
     for trial in trials:
         if not trial.status.finished:
             trial.status, trial.failure_reason, trial.finished_at = TrialStatus.cancelled, reason, utcnow()
@@ -62,7 +62,7 @@ def claim(session: Session, trial_ids: Sequence[int], worker_host: str) -> Claim
         raise TrialGone(f"trials {list(trial_ids)} no longer exist")
     job_id = trials[0].job_id
     if session.get_one(Job, job_id).status.finished:
-        abandon(trials, "cancelled")
+        abandon(trials, reason=None)
         return Claim(job_id)
     if all(t.status.finished for t in trials):
         return Claim(job_id)
