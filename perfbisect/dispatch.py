@@ -22,7 +22,8 @@ from typing import Any
 from celery import Task
 
 from perfbisect.queue import (
-    ADVANCE_JOB, POLL_TRACKED_BRANCHES, PRUNE_S, PRUNE_SAMPLES, RECONCILE, RUN_BLOCK, RUN_TRIAL, TRACK_POLL_S, celery_app,
+    ADVANCE_JOB, POLL_TRACKED_BRANCHES, PRUNE_S, PRUNE_SAMPLES, RECONCILE, RUN_BLOCK, RUN_TRIAL, TRACK_POLL_S,
+    celery_app,
 )
 from perfbisect.service.settings import get_settings
 

@@ -128,7 +128,7 @@ def test_a_killed_worker_trial_reruns_within_the_heartbeat_timeout(step_repo: Pa
             if victim["block"] is None:
                 wait_until(lambda: victim_now()["attempts"] >= 2, 120, "the killed trial to re-run")
             else:  # a side-by-side block never ends on another worker: abandoned, its pair measured anew
-                wait_until(lambda: victim_now()["status"] == "cancelled", 120, "the dead worker's block to be abandoned")
+                wait_until(lambda: victim_now()["status"] == "cancelled", 120, "the block to be abandoned")
             recover_s = time.monotonic() - killed_at  # includes waiting behind the trials queued before it
             figures = check_job(stack, job_id, before, stack.env["DATABASE_URL"])
             assert recover_s < 120

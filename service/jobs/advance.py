@@ -26,7 +26,8 @@ from perfbisect.service.attribution import service as attribution
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import outcome, repository, resolution, sweep
 from perfbisect.service.jobs.schemas import AUTO_SCAN, AUTO_SCAN_ABOVE
-from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Revision, Trial, TrialStatus, utcnow
+from perfbisect.service.models import (Culprit, CulpritKind, Job, JobKind, JobStatus, Revision, Trial, TrialStatus,
+                                       utcnow)
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.trials.repository import samples_of
 

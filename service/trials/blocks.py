@@ -101,8 +101,9 @@ def repair(session: Session, is_queued: Callable[[int, str], bool], now: datetim
     for trial in repository.unfinished_block_trials(session):
         by_block[(trial.job_id, trial.block)].append(trial)
     for (job_id, _block), trials in sorted(by_block.items()):
-        if any(t.status == TrialStatus.running for t in trials):
-            if not any(beating(t, now, settings.heartbeat_timeout_s) for t in trials if t.status == TrialStatus.running):
+        running = [t for t in trials if t.status == TrialStatus.running]
+        if running:
+            if not any(beating(t, now, settings.heartbeat_timeout_s) for t in running):
                 abandon(trials)
                 repairs.abandoned.append(job_id)
         elif all(t.dispatched_at is None or t.dispatched_at < sent_before for t in trials) and \
