@@ -36,6 +36,15 @@ class ConditionalRead(BaseModel):
     without_other: EstimateRead
 
 
+class CleanSetRead(EstimateRead):
+    """Culprits that, reverted together, recover what reverting all of them does (`rel`, `ci`:
+    their recovery at the bad end) while every measured smaller set (`short`) falls short."""
+
+    variant: str = Field(description="the culprit indices reverted together, e.g. '0+1'")
+    culprits: list[int]
+    short: list[str] = Field(description="its measured proper subsets (variant keys), each short of the loss")
+
+
 class CaseAttributionRead(BaseModel):
     case: str
     culprits: list[int] = Field(description="indices of the culprits that moved this case")
@@ -48,6 +57,9 @@ class CaseAttributionRead(BaseModel):
         description="all together minus the sum of the singles (log scale): 0 when the costs add up")
     verdict: Literal["interact", "additive", "undetermined"] | None
     conditional: list[ConditionalRead] = []
+    clean_sets: list[CleanSetRead] = Field(
+        default=[], description="when they interact: the smallest sets whose revert recovers the loss, every other "
+                                "measured set falling short (empty when not resolved)")
     words: str
 
 
