@@ -112,7 +112,12 @@ def test_two_interacting_culprits_are_attributed(session, repo) -> None:
     md = render_job(read)
     assert "**Attribution at the head**" in md and "| #105 + #111 reverted |" in md and "**interact**" in md
     comment = render_culprit_comment(read, [c for c in read.culprits if c.kind == "performance"][:1])
-    assert "| arm | ratio to control | metric | recovery [95% CI] |" in comment and case.words in comment
+    assert "| arm | ratio to control | metric | recovery [95% CI] | in the metric [95% CI] |" in comment
+    assert case.words in comment
+    # the same arithmetic on the metric (TFLOP/s): harness_result's values move with the ratio here
+    both = next(r for r in case.recoveries if r.variant == "0+1")
+    assert both.metric is not None and abs(both.metric.rel - (1 / 0.56 - 1)) < 0.08
+    assert case.interaction_metric is not None and case.interaction_metric.ci[0] < case.interaction_metric.rel
 
 
 def test_a_culprit_that_does_not_revert_cleanly_is_reported_not_failed(session, repo) -> None:

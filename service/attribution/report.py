@@ -57,16 +57,22 @@ def _case(case: str, culprits: tuple[int, ...], values, raw, broken, unit: tuple
     arms = {arm: per_case[case] for arm, per_case in values.items() if per_case.get(case)}
     result = attribute_case(case, culprits, arms, config)
     head_raw = raw.get(HEAD, {}).get(case, [])
+    # the same arithmetic on the metric itself (TFLOP/s, GB/s): noisier than the ratio, which
+    # cancels the machine's drift, but in the unit a kernel author reads
+    in_metric = attribute_case(case, culprits, {arm: per_case[case] for arm, per_case in raw.items()
+                                                if per_case.get(case)}, config)
     rows = []
     for variant, estimate in sorted(result.recoveries.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        metric = in_metric.recoveries.get(variant)
         rows.append({"variant": variant_key(variant), "culprits": list(variant), **_estimate(estimate),
                      "ratio": _median(arms[variant]), "value": _median(raw.get(variant, {}).get(case, [])),
-                     "trials": len(arms[variant])})
+                     "metric": _estimate(metric) if metric else None, "trials": len(arms[variant])})
     return {
         "case": case, "culprits": list(culprits), "unit": unit[0], "higher_is_better": unit[1],
         "head": {"ratio": _median(arms.get(HEAD, [])), "value": _median(head_raw), "trials": len(arms.get(HEAD, []))},
         "recoveries": rows, "together": variant_key(result.together) if result.together else None,
         "interaction": _estimate(result.interaction) if result.interaction else None, "verdict": result.verdict,
+        "interaction_metric": _estimate(in_metric.interaction) if in_metric.interaction else None,
         "conditional": _conditional(result, arms, config),
         "clean_sets": [{"variant": variant_key(c.culprits), "culprits": list(c.culprits), **_estimate(c.recovery),
                         "short": [variant_key(v) for v in c.short]} for c in result.clean],

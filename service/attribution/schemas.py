@@ -23,6 +23,8 @@ class RecoveryRead(EstimateRead):
     culprits: list[int]
     ratio: float | None
     value: float | None
+    metric: EstimateRead | None = Field(
+        default=None, description="the same recovery on the metric itself (TFLOP/s, GB/s), with its interval")
     trials: int
 
 
@@ -56,6 +58,8 @@ class CaseAttributionRead(BaseModel):
     interaction: EstimateRead | None = Field(
         description="all together minus the sum of the singles (log scale): 0 when the costs add up")
     verdict: Literal["interact", "additive", "undetermined"] | None
+    interaction_metric: EstimateRead | None = Field(
+        default=None, description="the interaction computed on the metric itself (TFLOP/s, GB/s)")
     conditional: list[ConditionalRead] = []
     clean_sets: list[CleanSetRead] = Field(
         default=[], description="when they interact: the smallest sets whose revert recovers the loss, every other "
