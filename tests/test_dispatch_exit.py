@@ -1,10 +1,11 @@
 """A CLI that fails on a user error while its in-process queue still has work (an attribution
 just enqueued, the trials of its next round) waits for that work before it exits: the message,
 exit code 2 and no traceback, and the follow-ups the running task queued still run. When the work
-does not end in time, the CLI says so and exits without starting more of it.
+does not end in time, the CLI says so and exits without starting more of it. A command that ends
+with its job's exit code (a finished job queues its notifications) waits the same way.
 
 Each case is a fresh interpreter (how the queue behaves at exit is the point), embedded (no
-broker): a typer command queues a task, then fails on a CLIError as a command does."""
+broker): a typer command queues a task, then fails on a CLIError as a command does, or exits."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from tests.e2e_support import service_env
 ROOT = Path(__file__).resolve().parent.parent
 
 # `first` waits for its release, then queues `second`, as a planning round queues its trials.
-# Released when the command fails ("drains"), or only once the CLI gave up waiting ("gives-up",
-# the bound set to 0.5 s): the running task then ends, and `second` must not start.
+# Released when the command fails ("drains") or exits ("exits"), or only once the CLI gave up
+# waiting ("gives-up", the bound set to 0.5 s): the running task then ends, `second` must not start.
 SCRIPT = textwrap.dedent("""
     import sys, threading
     from pathlib import Path
@@ -32,8 +33,8 @@ SCRIPT = textwrap.dedent("""
     from perfbisect.service.cli.errors import CLIError
 
     mode, out = sys.argv[1], Path(sys.argv[2])
-    release = threading.Event() if mode == "drains" else dispatch._closed
-    cli.USER_ERROR_SETTLE_S = 0.5 if mode == "gives-up" else cli.USER_ERROR_SETTLE_S
+    release = dispatch._closed if mode == "gives-up" else threading.Event()
+    cli.SETTLE_S = 0.5 if mode == "gives-up" else cli.SETTLE_S
 
     @celery_app.task(name="tests.first")
     def first():
@@ -53,6 +54,9 @@ SCRIPT = textwrap.dedent("""
     def command() -> None:
         dispatch.send("tests.first")
         dispatch.drain_in_background()
+        if mode == "exits":
+            release.set()
+            cli.exit_with(4)
         with cli.user_errors():
             if mode == "drains":
                 release.set()
@@ -85,3 +89,10 @@ def test_a_queue_that_does_not_empty_in_time_is_named_and_left(tmp_path: Path) -
     assert "error: the bisect named no culprit to attribute" in done.stderr
     assert "Traceback" not in done.stderr and "Exception in thread" not in done.stderr
     assert ran == ["first"]  # the running task finished; the one it queued did not start
+
+
+def test_a_command_that_ends_waits_for_the_queued_work_too(tmp_path: Path) -> None:
+    done, ran = _run("exits", tmp_path)
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr and "Exception in thread" not in done.stderr
+    assert ran == ["first", "second"]
