@@ -217,8 +217,8 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
     if not unresolved and bound < config.min_effect:
         reason = f"no step beyond {_pct(bound)} (minimum effect {_pct(config.min_effect)})"
         if n > 2 and not any(0 < i < n - 1 for i in observations):
-            reason += (f"; only the ends were measured: a step undone inside the {n - 2} commits between them would "
-                       "not be seen (measure some with --scan K, or see the branch's tracked history)")
+            reason += (f"; only the ends were measured: a step that was fixed inside the {n - 2} commits between "
+                       "them would not be seen: run with --scan K (or see the branch's tracked history)")
         return CaseOutcome(case, Outcome.unchanged, reason, bound=bound, ci=ci)
     if detectable > config.min_effect:
         why = (f"too noisy for the minimum effect: the smallest step this run could detect is {_pct(detectable)}, "
