@@ -91,6 +91,7 @@ class CaseOutcome:
     bound: float | None = None  # unchanged: no step larger than this (relative, either direction)
     ci: tuple[float, float] | None = None  # the end-to-end step's interval, when both ends were measured
     steps: tuple[Step, ...] = ()
+    unseen: int = 0  # unchanged from its ends alone: the commits between them, none measured
 
 
 @dataclass(frozen=True)
@@ -223,10 +224,11 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
     bound = max(abs(ci[0]), abs(ci[1]))
     if not unresolved and bound < config.min_effect:
         reason = f"no step beyond {_pct(bound)} (minimum effect {_pct(config.min_effect)})"
-        if n > 2 and not any(0 < i < n - 1 for i in observations):
+        unseen = n - 2 if n > 2 and not any(0 < i < n - 1 for i in observations) else 0
+        if unseen:
             reason += (f"; only the ends were measured: a step that was fixed inside the {n - 2} commits between "
                        "them would not be seen: run with --scan K (or see the branch's tracked history)")
-        return CaseOutcome(case, Outcome.unchanged, reason, bound=bound, ci=ci)
+        return CaseOutcome(case, Outcome.unchanged, reason, bound=bound, ci=ci, unseen=unseen)
     if detectable > config.min_effect:
         why = (f"too noisy for the minimum effect: the smallest step this run could detect is {_pct(detectable)}, "
                f"over the minimum {_pct(config.min_effect)}")

@@ -109,6 +109,7 @@ def to_dict(outcome: JobOutcome, shas: Sequence[str], failures: Sequence[Failure
         "cases": [{
             "case": c.case, "outcome": c.outcome.value, "reason": c.reason, "error": c.error,
             "failed_at": _sha(shas, c.failed_at), "bound": c.bound, "ci": list(c.ci) if c.ci else None,
+            "unseen": c.unseen,
             "steps": [{"first_sha": shas[s.first], "last_sha": shas[s.last], "rel": s.effect.rel,
                        "ci": list(s.effect.ci), "regression": s.regression} for s in c.steps],
         } for c in outcome.cases],

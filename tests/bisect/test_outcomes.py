@@ -189,8 +189,10 @@ def test_equal_ends_with_nothing_measured_between_say_a_hidden_step_would_not_be
     assert case.outcome == Outcome.unchanged
     assert "only the ends were measured: a step that was fixed inside the 8 commits between them" in case.reason
     assert "would not be seen: run with --scan" in case.reason
+    assert case.unseen == 8
     scanned = outcome_of({**observations, 5: ok(CALM)}, n=10, config=CONFIG)
     assert "only the ends" not in scanned.cases[0].reason
+    assert scanned.cases[0].unseen == 0
 
 
 def test_a_target_call_far_longer_than_the_control_call_is_warned_about() -> None:
