@@ -14,6 +14,7 @@ from perfbisect.kernels.harness.caches import revision_caches
 from perfbisect.kernels.harness.launch import _servers, fork_available, stop_servers
 from perfbisect.kernels.harness.preload import declared_preload, import_preloaded, trial_preload
 from perfbisect.kernels.harness.runner import run_harness
+from perfbisect.kernels.report import format_result
 from tests.kernels.conftest import CUSTOM_SUITE, write_files
 
 PROBE = """
@@ -100,6 +101,7 @@ def test_trials_of_a_revision_start_with_its_modules_imported_by_its_own_server(
     result1, seen1 = trial(first, tmp_path, "a" * 40)
     result2, seen2 = trial(first, tmp_path, "a" * 40)
     assert result1["preloaded"] == ["probekern.ops"]          # the broken module was left out
+    assert "via fork-server (preloaded by the revision's server: probekern.ops)" in format_result(result1)
     assert not seen1["broken_loaded"]
     # fresh processes, forked by one server that had imported the revision's module
     assert seen1["pid"] != seen2["pid"] and seen1["ppid"] == seen2["ppid"]
