@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfbisect.service.alerts import grouping  # noqa: E402
-from perfbisect.service.alerts.grouping import CaseHistory, KnownAlert  # noqa: E402
+from perfbisect.service.alerts.grouping import CaseHistory, KnownAlert, Remeasure  # noqa: E402
 from perfbisect.service.alerts.service import ALERT_PVALUE, MIN_HEADS, SUSPECT_PVALUE  # noqa: E402
 from perfbisect.service.bisect.changepoints import compute_change_points  # noqa: E402
 
@@ -65,8 +65,7 @@ class Machine:
 class Branch:
     trials: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     alerts: list[KnownAlert] = field(default_factory=list)
-    # (case, before, after) -> the side-by-side trials: (before's, after's)
-    side: dict[tuple[str, int, int], tuple[list[float], list[float]]] = field(default_factory=dict)
+    remeasures: dict[tuple[int, int], Remeasure] = field(default_factory=dict)
 
     def histories(self, upto: int) -> list[CaseHistory]:
         heads = [h for h in HEADS if h <= upto]
@@ -89,13 +88,18 @@ def raise_alerts(branch: Branch, groups: list[grouping.StepGroup]) -> None:
         branch.alerts.append(KnownAlert(len(branch.alerts) + 1, "new", group.kind, (group.before, group.after)))
 
 
-def verdicts(branch: Branch, group: grouping.StepGroup) -> list[bool | None]:
-    """Per step of the group: what its side-by-side re-measure said (None: not re-measured)."""
-    out = []
-    for step in group.steps:
-        pair = branch.side.get((step.case, step.before, step.after))
-        out.append(None if pair is None else grouping.side_by_side_agrees(step, *pair, MIN_MAGNITUDE))
-    return out
+def remeasure(machine: Machine, branch: Branch, group: grouping.StepGroup) -> None:
+    """Both heads of the group, TRIALS each, alternating, now: they share this moment's load.
+    The trials join the heads' history too, as in the service."""
+    machine.tick()
+    values: dict[str, tuple[list[float], list[float]]] = {}
+    for case in STEPS:
+        values[case] = ([], [])
+        for _ in range(TRIALS):
+            for side, commit in zip(values[case], (group.before, group.after)):
+                side.append(machine.trial(case, commit))
+                branch.trials[case, commit].append(side[-1])
+    branch.remeasures[group.before, group.after] = Remeasure(group.before, group.after, values)
 
 
 MODES = {"at once, p 0.001": ALERT_PVALUE, "at once, p 0.01": SUSPECT_PVALUE, "re-measure side by side": None}
@@ -115,19 +119,10 @@ def run(rng: np.random.Generator, loaded: bool, mode: str) -> list[KnownAlert]:
             raise_alerts(branch, new_groups(branch, groups_at(branch, head, MODES[mode])))
             continue
         for group in new_groups(branch, groups_at(branch, head, SUSPECT_PVALUE)):
-            if any(v is not None for v in verdicts(branch, group)):
-                continue
-            machine.tick()  # side by side, now: the two heads share this moment's load
-            for step in group.steps:
-                pair: tuple[list[float], list[float]] = ([], [])
-                for _ in range(TRIALS):
-                    for side, commit in zip(pair, (step.before, step.after)):
-                        value = machine.trial(step.case, commit)
-                        side.append(value)
-                        branch.trials[step.case, commit].append(value)
-                branch.side[step.case, step.before, step.after] = pair
+            if grouping.confirmation(group, branch.remeasures, MIN_MAGNITUDE) == grouping.REMEASURE:
+                remeasure(machine, branch, group)  # its job finishes before the next head
         raise_alerts(branch, [g for g in new_groups(branch, groups_at(branch, head, SUSPECT_PVALUE))
-                              if any(verdicts(branch, g))])
+                              if grouping.confirmation(g, branch.remeasures, MIN_MAGNITUDE) == grouping.ALERT])
     return branch.alerts
 
 

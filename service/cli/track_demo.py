@@ -4,7 +4,9 @@ tracked branch, on this machine, embedded (SQLite, tasks in-process).
 Tracking starts with main at commit 5 (backfill: commits 1, 3, 5), then every push moves main 4
 commits on, so every 4th commit is measured. After the demo's last commit the branch goes on with
 a few commits that touch no kernel, so the last planted step also gets the three measured heads
-an alert waits for. Each planted step these heads can reveal must raise one alert whose bisect
+an alert waits for. A suspected step is re-measured side by side (3 trials of each of its two
+heads) before it alerts: this machine's load comes and goes, and a busy spell over a few heads
+looks like a step. Each planted step these heads can reveal must raise one alert whose bisect
 names the exact commit; the steps they cannot (the rmsnorm pair: one and two heads before them,
 where a level needs three) are listed as not scored, and an alert over one is not a false alert.
 """
@@ -78,7 +80,7 @@ def _track(repo_name: str, device: str) -> int:
             repository=repo_name, branch="main", device_class=device,
             benchmarks=[{"suite": s, "target": t, "shapes": p} for (s, t), p in benchmarks.items()],
             backfill_every=BACKFILL_EVERY, backfill_depth=START + 1, trials_per_head=3,
-            min_magnitude=DEMO_MIN_EFFECT[device], max_bisects=2,
+            min_magnitude=DEMO_MIN_EFFECT[device], max_bisects=2, confirm_trials=3,
             policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY))
         return tracked.id
 
