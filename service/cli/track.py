@@ -95,7 +95,8 @@ def add(
             repository=name, branch=branch, benchmarks=benchmarks, benchmark_set=benchmark_set,
             device_class=device_class, trigger=trigger, interval_s=interval, backfill_every=backfill_every,
             backfill_depth=backfill_depth, trials_per_head=trials, min_magnitude=min_magnitude,
-            max_bisects=max_bisects, confirm_trials=confirm_trials, policy=json.loads(policy) if policy else None, start=start)
+            max_bisects=max_bisects, confirm_trials=confirm_trials, policy=json.loads(policy) if policy else None,
+            start=start)
         with session_scope() as session:
             tracked_id = service.create(session, data).id
     except json.JSONDecodeError as exc:
