@@ -26,6 +26,7 @@ from pathlib import Path
 FOUND = re.compile(r"planted events found: (\d+)/(\d+)")
 VERDICT = re.compile(r"^verdict: (\w+)", re.M)
 TRACKED = re.compile(r"planted steps alerted: (\d+)/(\d+), culprits exact: (\d+)/(\d+), false alerts: (\d+)")
+UNCHANGED = re.compile(r"cases with no planted step unchanged: (\d+)/(\d+)")
 INTERACTION = re.compile(r"planted interaction found: (\d+)/(\d+)(; interactions not planted: (.*))?")
 
 
@@ -48,11 +49,14 @@ def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool 
         return {"run": i, "rc": done.returncode, "wall_s": wall,
                 "found": f"alerted {score[1]}/{score[2]}, exact {score[3]}/{score[4]}, false {score[5]}" if score else "?",
                 "all": done.returncode == 0, "verdict": "track", "interaction": "-",
-                "interaction_found": False, "interaction_extra": False}
+                "interaction_found": False, "interaction_extra": False, "unchanged": "-", "all_unchanged": False}
     found = FOUND.search(done.stdout)
     verdict = VERDICT.search(done.stdout)
     pair = INTERACTION.search(done.stdout)
-    return {"interaction": f"{pair[1]}/{pair[2]}" if pair else "?",
+    unchanged = UNCHANGED.search(done.stdout)
+    return {"unchanged": f"{unchanged[1]}/{unchanged[2]}" if unchanged else "?",
+            "all_unchanged": bool(unchanged and unchanged[1] == unchanged[2]),
+            "interaction": f"{pair[1]}/{pair[2]}" if pair else "?",
             "interaction_found": bool(pair and pair[1] == pair[2] != "0"),
             "interaction_extra": bool(pair and pair[4]),
             "run": i, "rc": done.returncode, "wall_s": wall,
@@ -77,7 +81,7 @@ def main() -> None:
         slot = (i - 1) % args.parallel
         cpus = list(range(slot * args.cpus_per_run, (slot + 1) * args.cpus_per_run)) if pin else None
         result = one_run(i, out, cpus, args.device, args.track)
-        print(f"run {result['run']:>2}: found {result['found']}, interaction {result['interaction']}"
+        print(f"run {result['run']:>2}: found {result['found']}, unchanged {result['unchanged']}, interaction {result['interaction']}"
               f"{' (and one not planted)' if result['interaction_extra'] else ''}, verdict {result['verdict']}, exit {result['rc']}, "
               f"{result['wall_s']} s", flush=True)
         return result
@@ -87,7 +91,9 @@ def main() -> None:
     complete = sum(r["all"] for r in results)
     paired = sum(r["interaction_found"] for r in results)
     extra = sum(r["interaction_extra"] for r in results)
-    print(f"\nplanted interaction named in {paired} of {len(results)} runs; an interaction not planted in {extra}")
+    quiet = sum(r["all_unchanged"] for r in results)
+    print(f"\nevery case with no planted step unchanged in {quiet} of {len(results)} runs")
+    print(f"planted interaction named in {paired} of {len(results)} runs; an interaction not planted in {extra}")
     print(f"all planted events found in {complete} of {len(results)} runs; "
           f"median wall {sorted(r['wall_s'] for r in results)[len(results) // 2]} s; outputs in {out}")
 

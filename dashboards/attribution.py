@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfbisect.service.attribution.schemas import AttributionRead, CaseAttributionRead, EstimateRead
-from perfbisect.service.reports.attribution import case_rows
+from perfbisect.service.reports.attribution import COLUMNS, case_rows
 
 WIDTH, LABEL_W, ROW_H, PAD = 560, 170, 22, 8
 RECOVERS, COSTS, INTERACTION = "#21762f", "#b8321a", "#6f3fa0"
@@ -36,6 +36,7 @@ class CaseChart:
     zero_x: float
     height: int
     width: int = WIDTH
+    columns: tuple[str, ...] = tuple(COLUMNS)
 
 
 def _text(e: EstimateRead) -> str:

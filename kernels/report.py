@@ -47,7 +47,9 @@ def format_result(result: dict) -> str:
     if phases:  # where the trial's time went (kernels/harness/phases.py)
         shown = ("start", "import", "compile", "inputs_reference", "timing", "teardown", "first_sample")
         lines.append("phases (s): " + "  ".join(f"{name} {phases[name]:.2f}" for name in shown if name in phases)
-                     + f"  via {result.get('launcher', '?')}")
+                     + f"  via {result.get('launcher', '?')}"
+                     + (f" (preloaded by the revision's server: {', '.join(result['preloaded'])})"
+                        if result.get("preloaded") else ""))
     header = ("case", "target", "control", "unit", "ratio", "±ratio", "n", "accuracy", "status")
     rows = [header]
     for case in result.get("cases", []):

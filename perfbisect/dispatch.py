@@ -33,6 +33,8 @@ _pending: deque[tuple[str, tuple[Any, ...], str | None]] = deque()
 _lock = threading.Lock()
 _plan_lock = threading.Lock()
 _drainer: threading.Thread | None = None
+# Set once a process that is about to exit gave up waiting for the queue: no task starts any more.
+_closed = threading.Event()
 
 
 def send(task: str, *args: Any, queue: str | None = None) -> None:
@@ -78,6 +80,8 @@ def queued_probe() -> Callable[[int, str], bool]:
 def _take(limit: int) -> list[tuple[str, tuple[Any, ...]]]:
     with _lock:
         taken = []
+        if _closed.is_set():
+            return taken
         while _pending and len(taken) < limit:
             task, args, _queue = _pending.popleft()
             taken.append((task, args))
@@ -89,7 +93,7 @@ def _finished() -> bool:
     so a send that comes later starts a new one."""
     global _drainer
     with _lock:
-        if _pending:
+        if _pending and not _closed.is_set():
             return False
         if _drainer is threading.current_thread():
             _drainer = None
@@ -161,6 +165,22 @@ def idle() -> bool:
     """Embedded mode: nothing queued and no thread running the queue."""
     with _lock:
         return not _pending and _drainer is None
+
+
+def settle(timeout_s: float, poll_s: float = 0.1) -> bool:
+    """Before a CLI process exits: wait up to `timeout_s` for the in-process queue to empty (the
+    tasks it runs queue their follow-ups: an attribution's rounds, its trials), so that exiting
+    does not cut a task off. True when it emptied (at once with a broker: nothing is queued here).
+    When it did not, the queue is closed: no further task starts, the running ones finish (the
+    interpreter waits for them at exit) and the jobs they leave open are resumed by the next
+    process's reconciler."""
+    deadline = time.monotonic() + timeout_s
+    while not idle():
+        if time.monotonic() >= deadline:
+            _closed.set()
+            return False
+        time.sleep(poll_s)
+    return True
 
 
 # What beat runs besides the reconciler, and how often: without a broker the server runs them itself.

@@ -55,6 +55,10 @@ class Settings(BaseSettings):
         "cancel); auto forks them from a contained fork server that has imported torch, or runs a subprocess when "
         "it cannot (the repository shadows torch/triton, no fork); fork-server never falls back; subprocess always "
         "starts a fresh interpreter")
+    trial_preload: Literal["auto", "on", "off"] = Field(
+        default="auto", description="workers: auto forks the trials of a suite that declares PRELOAD from a fork "
+        "server of their revision that has imported those modules from its worktree once; on also preloads each "
+        "case's target package; off preloads nothing (every trial imports the library itself)")
     trial_cache_keep: int = Field(default=64, ge=1, description="revisions whose JIT caches a sandbox slot keeps")
     build_cache_keep: int = Field(default=32, ge=1, description="build outputs (of repositories that declare their "
                                   "build inputs) a worker keeps under HOME/build-cache")

@@ -98,7 +98,11 @@ def test_two_interacting_culprits_are_attributed(session, repo) -> None:
     assert abs(case.interaction.rel - (0.56 / 0.64 - 1)) < 0.03 and case.interaction.ci[1] < 0
     assert case.words.startswith("Reverting #105 alone recovers 4") and "; #111 alone 4" in case.words
     assert "they interact (-12." in case.words or "they interact (-13." in case.words or "they interact (-11." in case.words
-    assert " costs 4" in case.words and "with #" in case.words and "% without it." in case.words
+    assert " costs 4" in case.words and "with #" in case.words and "% without it. " in case.words
+    # neither alone recovers what both do (0.8 of 1.0): the pair is the clean set
+    assert [(c.variant, c.short) for c in case.clean_sets] == [("0+1", ["0", "1"])]
+    assert case.words.endswith(f"Reverting {{#105, #111}} together recovers {case.clean_sets[0].rel * 100:.1f}%; "
+                               "neither alone does.")
 
     own = views.job_read(session, job)
     assert exit_code(own) == 0 and "at its bad end: succeeded" in culprit_table(own)
@@ -108,7 +112,12 @@ def test_two_interacting_culprits_are_attributed(session, repo) -> None:
     md = render_job(read)
     assert "**Attribution at the head**" in md and "| #105 + #111 reverted |" in md and "**interact**" in md
     comment = render_culprit_comment(read, [c for c in read.culprits if c.kind == "performance"][:1])
-    assert "| arm | ratio to control | metric | recovery [95% CI] |" in comment and case.words in comment
+    assert "| arm | ratio to control | metric | recovery [95% CI] | in the metric [95% CI] |" in comment
+    assert case.words in comment
+    # the same arithmetic on the metric (TFLOP/s): harness_result's values move with the ratio here
+    both = next(r for r in case.recoveries if r.variant == "0+1")
+    assert both.metric is not None and abs(both.metric.rel - (1 / 0.56 - 1)) < 0.08
+    assert case.interaction_metric is not None and case.interaction_metric.ci[0] < case.interaction_metric.rel
 
 
 def test_a_culprit_that_does_not_revert_cleanly_is_reported_not_failed(session, repo) -> None:
@@ -142,6 +151,7 @@ def test_the_api_and_the_job_page_show_the_attribution(session, repo, client, se
     body = client.get(f"/api/jobs/{read.id}").json()
     assert body["attribution_job_id"] == job.id
     assert body["attribution"]["cases"][0]["verdict"] == "interact"
+    assert [c["culprits"] for c in body["attribution"]["cases"][0]["clean_sets"]] == [[0, 1]]
     assert client.get(f"/api/jobs/{job.id}").json()["attribution"]["culprits"][1]["label"] == "#111"
     for page_id in (read.id, job.id):
         html = client.get(f"/dashboard/jobs/{page_id}", headers={"Accept": "text/html"}).text

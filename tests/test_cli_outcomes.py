@@ -146,3 +146,29 @@ def test_an_unreachable_broker_is_one_line_and_fails_the_job(tmp_path: Path) -> 
     assert done.stderr.startswith("error: cannot reach the broker at redis://127.0.0.1:9/0") and "Traceback" not in done.stderr
     shown = subprocess.run([str(BIN / "perfbisect"), "show", "1"], env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == FAILED and "could not queue the job" in shown.stdout
+
+
+def test_the_demo_report_counts_the_cases_with_nothing_planted_that_ended_unchanged(demo_repo, capsys) -> None:
+    """Issue 28: a null case ending inconclusive is what 'one story about noise' measures, so the
+    demo says how many cases with no planted step (on its device) ended unchanged."""
+    from types import SimpleNamespace
+
+    from perfbisect.kernels import demo
+    from perfbisect.kernels.cases import case_name
+    from perfbisect.kernels.demo.writer import load_ground_truth
+    from perfbisect.service.cli.runs import print_truth_check, unchanged_check
+
+    truth = load_ground_truth(demo_repo)
+    stepped = {c for e in truth["events"] if e["kind"] == "perf" for c in e["cases"]["cpu"]}
+    names = [case_name(c["suite"], c["params"]) for c in demo.DEMO_CPU_CASES]
+    null = [n for n in names if n not in stepped]
+    assert null and len(null) < len(names)
+    outcomes = [SimpleNamespace(case=n, outcome="inconclusive" if n == null[0] else "unchanged" if n in null
+                                else "regressed") for n in names]
+    job = SimpleNamespace(spec={"device_class": "cpu"}, outcome=SimpleNamespace(cases=outcomes), revision_shas=[],
+                          culprits=[], attribution=None)
+    check = unchanged_check(job, truth)
+    assert check == {"unchanged": null[1:], "not_unchanged": [f"{null[0]}: inconclusive"]}
+    print_truth_check(job, truth)
+    assert (f"cases with no planted step unchanged: {len(null) - 1}/{len(null)}; not unchanged: {null[0]}: inconclusive"
+            in capsys.readouterr().out)

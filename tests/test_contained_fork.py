@@ -362,3 +362,46 @@ def test_a_repository_shadowing_torch_runs_in_a_contained_subprocess(shared_sand
         validate_result(result)
         assert result["launcher"] == "sandbox" and json.loads(out.read_text())["ppid"] == os.getpid()
         assert json.loads(out.read_text())["marker"] == box.marker
+
+
+PRELOAD_PROBE = """
+    import json
+    import os
+
+    IMPORTED_BY = os.getpid()
+
+
+    def probe(x, y):
+        with open(os.environ["PROBE_OUT"], "w") as out:
+            json.dump({"pid": os.getpid(), "ppid": os.getppid(), "imported_by": IMPORTED_BY, "uid": os.getuid()}, out)
+        return x * (1 - y * y)
+"""
+
+
+@pytest.mark.parametrize("namespaces", ["off", "required"])
+def test_a_contained_revision_server_preloads_the_suites_modules(shared_sandbox, monkeypatch, namespaces):
+    """PRELOAD in a worker's sandbox: the revision's server runs contained like the shared one
+    (same slot, same limits), imports the module once, and each trial is still its own fork."""
+    from perfbisect.kernels.harness.caches import revision_caches
+    from perfbisect.workers import namespaces as ns
+
+    if namespaces == "required" and (missing := ns.unusable(None, None)):
+        pytest.skip(f"bubblewrap cannot make namespaces here: {missing}")
+    monkeypatch.setattr(get_settings(), "sandbox_namespaces", namespaces)
+    seen = []
+    with sandbox.slot() as box:
+        write_files(box.worktree, {"bench/tanh_bwd.py": CUSTOM_SUITE + "\n    PRELOAD = ['probekern.ops']\n",
+                                   "src/probekern/__init__.py": "", "src/probekern/ops.py": PRELOAD_PROBE})
+        caches = revision_caches(box.cache_root, "c" * 40)
+        box.give(box.worktree, caches.jit_dir, caches.reference_dir)
+        for _ in range(2):
+            out = box.tmp / "p.json"  # the same repository env: the same server
+            result = run_harness(SPEC, box.worktree, import_root="src", env={"PROBE_OUT": str(out)}, timeout_s=120,
+                                 base_env=box.env({}), scratch_root=box.scratch, caches=caches,
+                                 launch=box.launcher("as", None, fork="fork-server"))
+            assert result["status"] == "ok", result
+            assert result["launcher"] == "sandbox-fork-server" and result["preloaded"] == ["probekern.ops"]
+            seen.append(json.loads(out.read_text()))
+    first, second = seen
+    assert first["pid"] != second["pid"] and first["ppid"] == second["ppid"]
+    assert first["imported_by"] == second["imported_by"] == first["ppid"]  # the server's import, inherited

@@ -199,3 +199,12 @@ def test_a_dtype_alias_through_the_api_is_stored_under_the_harness_name(session,
     assert [c["name"] for c in job["spec"]["cases"]] == ["gemm M=64,N=64,K=64,dtype=bf16", "gemm M=32,N=32,K=32,dtype=bf16"]
     bad = client.post("/api/jobs/bisect", json={**body, "shapes": ["M=1,N=1,K=1,dtype=int3"]})
     assert bad.status_code == 422 and "unknown dtype 'int3'" in bad.text
+
+
+def test_a_target_far_slower_than_its_control_is_warned_about_from_the_stored_trials(session, repo) -> None:
+    """Issue 28: the call times come from each stored measurement's control/target ratio."""
+    job_id = submit(session)
+    run_job(session, job_id, lambda i, rng: harness_result({CASE_BIG: 0.04, CASE_SMALL: 1.0}, rng))
+    outcome = views.job_read(session, jobs.get(session, job_id)).outcome
+    assert outcome.verdict == "unchanged"
+    assert outcome.warning.startswith(f"a target call takes 25x a control call on {CASE_BIG}: the control cancels")

@@ -267,3 +267,13 @@ def test_a_step_undone_inside_the_range_is_found_with_scan_and_said_without(sess
     job = views.job_read(session, jobs.get(session, blind))
     assert job.culprits == [] and job.outcome.cases[0].outcome == "unchanged"
     assert "only the ends were measured" in job.outcome.cases[0].reason
+    assert [c.unseen for c in job.outcome.cases] == [15, 15]  # HEAD~16..main: 15 commits between
+    # the reports link each such case's history, where a tracked branch measured every commit
+    from perfbisect.service.reports.culprits import report_lines
+    from perfbisect.service.reports.pr_comment import render_job
+
+    text = "\n".join(str(line) for line in report_lines(job))
+    assert f"history: /dashboard/repositories/lib?case={CASE_BIG.replace(' ', '%20').replace('=', '%3D').replace(',', '%2C')}" in text
+    md = render_job(job, "https://perf.example.com/")
+    assert "Only the ends of the 15 commits between them were measured: a step that was fixed inside" in md
+    assert f"[{CASE_BIG}](https://perf.example.com/dashboard/repositories/lib?case=" in md

@@ -313,7 +313,7 @@ class Slot:
                 proctree.kill_descendants(trial.server_pid)
             trial.close()
         return Launched(None if stopped else trial.returncode, read_tail(self.log_path), stopped,
-                        how="sandbox-fork-server")
+                        how="sandbox-fork-server", preloaded=trial.preloaded)
 
     def launcher(self, memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None,
                  fork: Literal["auto", "fork-server", "subprocess"] = "auto") -> Launcher:

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 def send_next(next_: alerts.Next) -> None:
-    for job_id in next_.bisect_job_ids:
+    for job_id in next_.bisect_job_ids + next_.measure_job_ids:
         dispatch.send(ADVANCE_JOB, job_id, queue=CONTROL_QUEUE)
     for alert_id in dict.fromkeys(next_.comment_alert_ids):
         dispatch.send(COMMENT_ALERT, alert_id, queue=CONTROL_QUEUE)

@@ -10,6 +10,9 @@ trial, in its own session, its output in a log file.
 environment of the trial, the sys.path its interpreter would have and the log file. One fork
 server serves each distinct (containment, server environment) pair, the server environment
 being the trial's without the keys that change from trial to trial; it stops with this process.
+A trial whose suite declares modules to preload (`request.preload`, see preload.py) is forked
+from a server of its revision alone that has imported them from the revision's worktree; a
+server of another revision of the same containment stops once none of its trials runs.
 
 A worker's sandbox (workers/sandbox.py) starts its servers with a Containment: the server then
 runs as the slot's user under the slot's resource limits, and every trial it forks inherits
@@ -36,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfbisect.kernels.harness.zygote import (MARKER_NAME, MARKER_PLACEHOLDER, PR_SET_PDEATHSIG,
@@ -57,6 +60,8 @@ class LaunchRequest:
     env: dict[str, str]      # the complete environment of the trial, PYTHONPATH included
     import_dir: Path         # the repository's import root, first on PYTHONPATH
     log: Path
+    preload: tuple[str, ...] = ()   # modules of the revision its fork server imports (preload.py)
+    revision: str | None = None     # the revision checked out at cwd; no preload without it
 
 
 @dataclass(frozen=True)
@@ -140,8 +145,10 @@ class ForkedTrial:
 
     launcher = "fork-server"
 
-    def __init__(self, conn: socket.socket, pid: int, pending: bytes, server_pid: int | None = None):
+    def __init__(self, conn: socket.socket, pid: int, pending: bytes, server_pid: int | None = None,
+                 preloaded: tuple[str, ...] = ()):
         self.conn, self.pid, self.buffer, self.server_pid = conn, pid, pending, server_pid
+        self.preloaded = preloaded  # the revision's modules it started with, imported by the server
         self.returncode: int | None = None
 
     def _read(self, timeout_s: float) -> bool:
@@ -192,8 +199,10 @@ class ForkServer:
     binds the socket (in a directory only it may list) and hands it to the server; the server
     accepts connections from this process only."""
 
-    def __init__(self, env: dict[str, str], containment: Containment | None = None):
+    def __init__(self, env: dict[str, str], containment: Containment | None = None, preload: tuple[str, ...] = ()):
         self.containment = containment or Containment()
+        self.preload = preload
+        self.trial_pids: list[int] = []  # the trials it forked that may still run
         self.server_pid: int | None = None
         self.dir = Path(tempfile.mkdtemp(prefix="perfbisect-zygote-"))
         self.socket_path = str(self.dir / "socket")
@@ -202,7 +211,7 @@ class ForkServer:
             listener.bind(self.socket_path)
             os.chmod(self.socket_path, 0o600)
             listener.listen(16)
-            self._start(self._server_env(env), listener)
+            self._start(self._server_env(env), listener, preload)
         except BaseException:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
@@ -234,7 +243,7 @@ class ForkServer:
             home = Path("/tmp")
         return {**env, "HOME": str(home), "TMPDIR": str(home), MARKER_NAME: MARKER_PLACEHOLDER}
 
-    def _start(self, env: dict[str, str], listener: socket.socket) -> None:
+    def _start(self, env: dict[str, str], listener: socket.socket, preload: tuple[str, ...]) -> None:
         """Start the server from a thread that lives as long as it does: the server dies with
         the thread that started it (PR_SET_PDEATHSIG), not with whichever worker thread first
         needed it."""
@@ -258,7 +267,8 @@ class ForkServer:
                 client_uid = -1 if self.containment.wrapper else os.geteuid()
                 self.proc = subprocess.Popen(
                     [*self.containment.wrapper, sys.executable, "-m", "perfbisect.kernels.harness.zygote",
-                     "--fd", str(listener.fileno()), "--client-uid", str(client_uid)],
+                     "--fd", str(listener.fileno()), "--client-uid", str(client_uid),
+                     *(arg for name in preload for arg in ("--preload", name))],
                     cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=stderr, start_new_session=True, pass_fds=(listener.fileno(),),
                     **self.containment.popen_args())
@@ -318,7 +328,13 @@ class ForkServer:
             raise
         conn.settimeout(None)
         _, _, pending = buffer.partition(b"\n")  # the child's "started" line; its exit may follow
-        return ForkedTrial(conn, pid, pending, self.server_pid)
+        self.trial_pids = [p for p in self.trial_pids if not process_gone(p)] + [pid]
+        preloaded = tuple(name for name in self.preload if name in self.hello.get("preloaded", ()))
+        return ForkedTrial(conn, pid, pending, self.server_pid, preloaded)
+
+    def busy(self) -> bool:
+        """True while a trial it forked runs (it dies with its server)."""
+        return not all(process_gone(pid) for pid in self.trial_pids)
 
     def stop(self) -> None:
         _kill_group(self.proc.pid)
@@ -384,29 +400,78 @@ _servers: dict[tuple, ForkServer] = {}
 _servers_lock = threading.Lock()
 
 
+# keys of revision servers (see _server_of) that could not start: not tried again
+_failed_revision_servers: set[tuple] = set()
+
+
 def server_env(request: LaunchRequest) -> dict[str, str]:
     """The environment the fork server starts with: the trial's without the per-trial keys,
-    and its PYTHONPATH without the repository's import root (the server never imports it)."""
+    and its PYTHONPATH without the repository's import root (the server never imports it),
+    except for a server that preloads the revision's modules: its PYTHONPATH starts with the
+    trial's directory and import root, as `python -m` there would."""
     base = {k: v for k, v in request.env.items() if k not in PER_TRIAL_KEYS}
     paths = [p for p in request.env.get("PYTHONPATH", "").split(os.pathsep)
              if p and Path(p) != request.import_dir]
+    if preloads(request):
+        paths = [str(request.cwd), str(request.import_dir), *paths]
     if paths:
         base["PYTHONPATH"] = os.pathsep.join(paths)
     return base
 
 
+def preloads(request: LaunchRequest) -> bool:
+    """Whether the trial goes to a server of its revision that preloads its modules."""
+    return bool(request.preload) and request.revision is not None
+
+
+def _env_digest(env: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest()
+
+
 def server_for(env: dict[str, str], containment: Containment | None = None) -> ForkServer:
     """The running fork server of (containment, env), started when there is none."""
-    key = (containment, hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest())
+    key = (containment, _env_digest(env))
     with _servers_lock:
-        server = _servers.get(key)
-        if server is not None and not server.alive():
-            server.stop()
-            server = None
-        if server is None:
-            server = ForkServer(env, containment)
-            _servers[key] = server
-        return server
+        return _running(key, lambda: ForkServer(env, containment))
+
+
+def _running(key: tuple, start) -> ForkServer:
+    """The live server under `key`, else a new one from `start()`; the caller holds _servers_lock."""
+    server = _servers.get(key)
+    if server is not None and not server.alive():
+        server.stop()
+        server = None
+    if server is None:
+        server = start()
+        _servers[key] = server
+    return server
+
+
+def _retire_revision_servers(containment: Containment | None, keep: tuple) -> None:
+    """Stop the idle revision servers of `containment` but `keep` (each holds its revision's
+    modules in memory); the caller holds _servers_lock."""
+    for key in [k for k in _servers if k[0] == containment and k[1] == "revision" and k != keep]:
+        if not _servers[key].busy():
+            _servers.pop(key).stop()
+
+
+def _server_of(request: LaunchRequest, containment: Containment | None = None) -> ForkServer:
+    """The server that forks `request`: its revision's, preloading its modules, when it asks
+    for that and such a server starts; else the shared one of its containment and env."""
+    env = server_env(request)
+    if preloads(request):
+        identity = (request.revision, request.preload, _env_digest(env))
+        key = (containment, "revision", identity)
+        with _servers_lock:
+            if key not in _failed_revision_servers:
+                try:
+                    server = _running(key, lambda: ForkServer(env, containment, request.preload))
+                    _retire_revision_servers(containment, keep=key)
+                    return server
+                except ForkServerUnavailable:
+                    _failed_revision_servers.add(key)
+        env = server_env(replace(request, preload=()))
+    return server_for(env, containment)
 
 
 def stop_servers() -> None:
@@ -414,6 +479,7 @@ def stop_servers() -> None:
         for server in _servers.values():
             server.stop()
         _servers.clear()
+        _failed_revision_servers.clear()
 
 
 atexit.register(stop_servers)
@@ -450,7 +516,7 @@ def start_contained(request: LaunchRequest, containment: Containment, log_fd: in
     `log_fd`. Raises ForkServerUnavailable when that cannot be done: run a subprocess."""
     if not forkable(request):
         raise ForkServerUnavailable("fork is unavailable or the repository shadows a preloaded package")
-    return server_for(server_env(request), containment).launch(request, log_fd)
+    return _server_of(request, containment).launch(request, log_fd)
 
 
 def start_trial(request: LaunchRequest, launcher: str = "auto"):
@@ -460,7 +526,7 @@ def start_trial(request: LaunchRequest, launcher: str = "auto"):
         raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}, not {launcher!r}")
     if launcher != "subprocess" and forkable(request):
         try:
-            return server_for(server_env(request)).launch(request)
+            return _server_of(request).launch(request)
         except ForkServerUnavailable:
             if launcher == "fork-server":
                 raise

@@ -17,6 +17,11 @@ start it, one fresh process per trial either way:
 JIT cache: `caches` (a caches.RevisionCaches) shares Triton's cache and the accuracy references
 between the trials of one revision and toolchain; without it every trial gets a fresh empty
 TRITON_CACHE_DIR. The result's "phases" say where the trial's time went (phases.py).
+
+Preload: with `caches` (which name the revision), a suite that declares PRELOAD (preload.py)
+has its trials forked from a fork server of that revision which imported those modules from the
+worktree once; `preload` ("auto", "on", "off", PERFBISECT_TRIAL_PRELOAD) says whether, and the
+result's "preloaded" lists what a trial started with.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ import perfbisect
 from perfbisect.kernels.harness.caches import RevisionCaches
 from perfbisect.kernels.harness.launch import LaunchRequest, start_trial
 from perfbisect.kernels.harness.phases import close_phases
+from perfbisect.kernels.harness.preload import trial_preload
 from perfbisect.kernels.harness.result import failure_result
 
 # The directory that contains the `perfbisect` package of this install (site-packages, or the
@@ -78,6 +84,7 @@ class Launched:
     output_tail: str
     stopped: str | None = None
     how: str = "sandbox"      # how it was started, the result's "launcher"
+    preloaded: tuple[str, ...] = ()  # the revision's modules its fork server had imported
 
 
 # launch(request, timeout_s, scratch) -> Launched. A worker passes its sandbox here.
@@ -104,20 +111,21 @@ def _launch_forked(request: LaunchRequest, launcher: str, timeout_s: float) -> t
         tail = read_tail(request.log)
     except OSError:
         tail = ""
-    return Launched(None, tail, stopped), process.launcher
+    return Launched(None, tail, stopped, preloaded=getattr(process, "preloaded", ())), process.launcher
 
 
 def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
                 env: dict[str, str] | None = None, timeout_s: float = 900,
                 caches: RevisionCaches | None = None, launcher: str = "auto",
                 base_env: dict[str, str] | None = None, scratch_root: Path | None = None,
-                launch: Launcher | None = None) -> dict:
+                launch: Launcher | None = None, preload: str = "auto") -> dict:
     """Run one trial of `spec` at the checked-out `worktree`. Never raises: failures
     come back as a result with status import_error, timeout or error.
 
     `base_env` replaces os.environ as the child's starting environment, `scratch_root` is where
     its temporary directory goes, and `launch` starts, contains and waits for it (a worker's
-    sandbox); without `launch`, `launcher` picks the fork server or a subprocess."""
+    sandbox); without `launch`, `launcher` picks the fork server or a subprocess. `preload`: the
+    PERFBISECT_TRIAL_PRELOAD mode (preload.py)."""
     started = time.perf_counter()
     worktree = Path(worktree).resolve()
     cold = spec.get("cold", True)
@@ -133,13 +141,15 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
                 cache_env = {"TRITON_CACHE_DIR": str(tmp_path / "triton-cache")}
             if not worktree.is_dir():
                 raise FileNotFoundError(f"worktree {worktree} does not exist")
+            modules = trial_preload(spec, worktree, preload)
             spec = _write_suite_sources(spec, tmp_path / "suites")
             import_dir = (worktree / import_root).resolve()
             launched_at = time.time()
             spec_path.write_text(json.dumps({**spec, "launched_at": launched_at}))
             args = ["--spec", str(spec_path), "--out", str(out_path), "--repo-root", str(worktree)]
             child_env = _child_env(import_dir, cache_env, env, base_env)
-            request = LaunchRequest(args=args, cwd=worktree, env=child_env, import_dir=import_dir, log=log_path)
+            request = LaunchRequest(args=args, cwd=worktree, env=child_env, import_dir=import_dir, log=log_path,
+                                    preload=modules, revision=caches.revision if caches is not None else None)
             if launch is not None:
                 launched = launch(request, timeout_s, tmp_path)
                 how = launched.how
@@ -157,6 +167,8 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
                 result = json.loads(out_path.read_text())
                 result["log_tail"] = tail or None
                 result["launcher"] = how
+                if launched.preloaded:
+                    result["preloaded"] = list(launched.preloaded)
                 timeline = result.pop("timeline", None) or {}
                 result["phases"] = close_phases(result.get("phases"), launched_at, timeline.get("entered_at"),
                                                 timeline.get("first_sample_at"), exited_at)

@@ -1,11 +1,13 @@
 """A fork server for trials: one interpreter that has imported torch, forking one fresh child
 per trial, so a trial skips the interpreter start and the torch import (2-4 s of each trial).
 
-    python -m perfbisect.kernels.harness.zygote --fd N --client-uid UID     (started by launch.ForkServer)
+    python -m perfbisect.kernels.harness.zygote --fd N --client-uid UID [--preload MODULE ...]
+                                                                  (started by launch.ForkServer)
 
-The server imports torch and triton only: it never initialises CUDA (a CUDA context does not
-survive fork) and never imports the measured repository, so every child starts with a clean
-module state for the target package and makes its own CUDA context. A child is a new session
+The server imports torch and triton: it never initialises CUDA (a CUDA context does not
+survive fork) and imports nothing of the measured repository unless started with --preload
+(a server of one revision, for a suite that declares PRELOAD: see preload.py), so every child
+starts with a clean module state for the target package and makes its own CUDA context. A child is a new session
 (its own process group, killable as a whole), with the trial's environment, working directory,
 sys.path and argv; it runs kernels.harness.__main__ and reports its exit code.
 
@@ -47,6 +49,8 @@ import sys
 import tempfile
 import traceback
 
+from perfbisect.kernels.harness.preload import import_preloaded
+
 # What the server imports before forking: the frameworks and the harness itself, never the
 # measured repository. Names that are not installed (triton on a CPU box) are skipped.
 PRELOAD = ("torch", "numpy", "triton", "perfbisect.kernels.harness.trial")
@@ -77,7 +81,9 @@ def preloaded_roots() -> set[str]:
     return {name.split(".")[0] for name in PRELOAD}
 
 
-def _preload() -> list[str]:
+def _preload(revision_modules: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Import the frameworks, then the revision's `revision_modules` (sys.path holds its
+    worktree); returns (imported, {module: why it failed}) of the latter's failures."""
     loaded = []
     for name in PRELOAD:
         try:
@@ -85,10 +91,11 @@ def _preload() -> list[str]:
             loaded.append(name)
         except ImportError:
             continue
+    revision_loaded, failed = import_preloaded(revision_modules)
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():  # pragma: no cover - a bug, not a state
         raise RuntimeError("CUDA was initialised in the fork server; its children could not use it")
-    return loaded
+    return loaded + revision_loaded, failed
 
 
 def marker_room() -> tuple[int, int] | None:
@@ -240,7 +247,7 @@ def traced() -> bool:
         return False
 
 
-def serve(listen_fd: int, client_uid: int) -> None:
+def serve(listen_fd: int, client_uid: int, preload: list[str] = ()) -> None:
     # First: from now on nothing of the same uid may ptrace this process or read its memory.
     # Refuse to serve if something attached between exec and this line (see the README).
     prctl(PR_SET_DUMPABLE, 0)
@@ -248,12 +255,13 @@ def serve(listen_fd: int, client_uid: int) -> None:
         raise SystemExit("the fork server is being traced: not serving")
     client = (os.getppid(), client_uid)
     room = marker_room()
-    loaded = _preload()
+    loaded, failed = _preload(list(preload))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children (and orphans adopted as init) are reaped by the kernel
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # no handler: as init, no trial can interrupt it
     listener = socket.socket(fileno=listen_fd)
     listener.settimeout(IDLE_POLL_S)
-    print(json.dumps({"ready": True, "pid": os.getpid(), "preloaded": loaded, "sys_path": sys.path,
+    print(json.dumps({"ready": True, "pid": os.getpid(), "preloaded": loaded, "preload_failed": failed,
+                      "sys_path": sys.path,
                       "marker_room": room[1] if room else 0}), flush=True)
     while os.getppid() == client[0]:  # the worker that started us is gone: stop
         try:
@@ -268,8 +276,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m perfbisect.kernels.harness.zygote")
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
     parser.add_argument("--client-uid", type=int, required=True, help="the uid allowed to connect")
+    parser.add_argument("--preload", action="append", default=[], metavar="MODULE",
+                        help="a module of the revision to import before forking (repeatable)")
     args = parser.parse_args(argv)
-    serve(args.fd, args.client_uid)
+    serve(args.fd, args.client_uid, args.preload)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -62,6 +63,7 @@ def check_suite(path: Path, shape: dict, target: str | None, device: str = "cpu"
     yield found
     if suite is None:
         return
+    yield _preload_finding(path)
     found, params = _step("validate", lambda: suite.validate(shape), lambda p: f"params {p}")
     yield found
     if params is None:
@@ -93,6 +95,25 @@ def check_suite(path: Path, shape: dict, target: str | None, device: str = "cpu"
     yield found
     if out is not None and reference is not None:
         yield _compared("target vs reference", suite, out, reference, params, prepared)
+
+
+def _preload_finding(path: Path) -> Finding:
+    """PRELOAD as the worker reads it (a literal list, without running the file), and whether
+    each module imports here, with the seconds it took: what every trial saves."""
+    from perfbisect.kernels.harness.preload import declared_preload, import_preloaded
+
+    try:
+        names = declared_preload(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        return Finding("preload", False, f"{exc}: the worker reads it without running the file")
+    if not names:
+        return Finding("preload", True, "none declared (PRELOAD = [...] for a library that is slow to import)")
+    started = time.perf_counter()
+    loaded, failed = import_preloaded(names)
+    if failed:
+        name, why = next(iter(failed.items()))
+        return Finding("preload", False, f"{name} does not import: {why.splitlines()[0][:200]}")
+    return Finding("preload", True, f"{', '.join(loaded)} imported in {time.perf_counter() - started:.2f} s")
 
 
 def _compared(name: str, suite, out, reference, params, inputs) -> Finding:

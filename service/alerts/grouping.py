@@ -13,6 +13,7 @@ alert, narrowed, and a triaged one is never raised again.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -75,6 +76,21 @@ def perf_steps(history: CaseHistory, detector: Detector) -> list[Step]:
         steps.append(Step(history.case, REGRESSION if worse else IMPROVEMENT, history.positions[cp.index - 1],
                           history.positions[cp.index], rel, cp.pvalue, cp.mean_before, cp.mean_after))
     return steps
+
+
+def side_by_side_agrees(step: Step, before: Sequence[float], after: Sequence[float], min_magnitude: float) -> bool:
+    """Whether a re-measure of the step's two heads side by side (trials alternating, so both
+    share the machine's load of that moment) shows it: the median after over the median before
+    moves the way the step does by at least half of `min_magnitude`. A step that a busy spell
+    of the machine made (heads measured at different times) is gone when both heads are
+    measured at once. False without values on both sides."""
+    if not before or not after or step.mean_before is None or step.mean_after is None:
+        return False
+    lo, hi = statistics.median(before), statistics.median(after)
+    if lo <= 0:
+        return False
+    rel, expected = hi / lo - 1.0, step.mean_after - step.mean_before
+    return rel * expected > 0 and abs(rel) >= min_magnitude / 2
 
 
 def correctness_steps(history: CaseHistory) -> list[Step]:
@@ -173,6 +189,36 @@ def reconcile(groups: Sequence[StepGroup], known: Sequence[KnownAlert]) -> list[
             taken.add(best.id)
             matches.append(Match(group, best.id, best.status == UNTRIAGED))
     return matches
+
+
+@dataclass(frozen=True)
+class Remeasure:
+    """A side-by-side re-measure of the heads at `before` and `after`: per case, its trials'
+    values at each; None while it runs."""
+
+    before: int
+    after: int
+    values: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None
+
+
+ALERT, REMEASURE, WAIT, REFUTED = "alert", "remeasure", "wait", "refuted"
+
+
+def confirmation(group: StepGroup, remeasures: Mapping[tuple[int, int], Remeasure], min_magnitude: float) -> str:
+    """What a new group needs before it is an alert: wrong results need nothing (one wrong result
+    is a failure); a performance step is re-measured side by side once (REMEASURE, then WAIT
+    while that runs) and alerts when the re-measure shows the step on any of its cases (ALERT),
+    else it stays silent (REFUTED)."""
+    if group.kind == WRONG_RESULTS:
+        return ALERT
+    done = remeasures.get((group.before, group.after))
+    if done is None:
+        return REMEASURE
+    if done.values is None:
+        return WAIT
+    agrees = any(side_by_side_agrees(step, *done.values.get(step.case, ((), ())), min_magnitude)
+                 for step in group.steps)
+    return ALERT if agrees else REFUTED
 
 
 def _restores(step: Step, level: float, higher_is_better: bool, tolerance: float) -> bool:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from perfbisect.gitrepo import GitError
-from perfbisect.service.alerts.grouping import CaseHistory
-from perfbisect.service.models import Case, TrackedBranch
+from perfbisect.service.alerts.grouping import CaseHistory, Remeasure
+from perfbisect.service.models import Case, Measurement, TrackedBranch
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
 from perfbisect.service.tracking import repository as tracking_repo
@@ -43,6 +43,11 @@ def branch_shas(tracked: TrackedBranch) -> list[str]:
         return []
 
 
+def _value(tracked: TrackedBranch, m: Measurement) -> float | None:
+    """The measurement's decision value on this branch: the ratio to the control, or the raw metric."""
+    return m.ratio if tracked.metric == "ratio" else m.value
+
+
 def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
     shas = branch_shas(tracked)
     cases = tracking_repo.cases_of(session, tracked.repository_id, tracked.cases)
@@ -55,7 +60,7 @@ def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
     rows = tracking_repo.history_rows(session, tracked.repository_id, tracked.device_class, fingerprint,
                                       [c.id for c in cases.values()], shas)
     for sha, case_id, m in rows:
-        value = m.ratio if tracked.metric == "ratio" else m.value
+        value = _value(tracked, m)
         if m.status == "wrong_results":
             wrong[case_id].add(sha)
         elif m.status == "ok" and value is not None and value > 0:
@@ -70,3 +75,25 @@ def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
             case=name, positions=tuple(p for p, _ in ok), values=tuple(v for _, v in ok),
             wrong=tuple(sorted(index[sha] for sha in wrong[case.id])), higher_is_better=higher.get(case.id, True)))
     return BranchHistory(shas, histories, cases, index)
+
+
+def remeasures(session: Session, tracked: TrackedBranch,
+               branch: BranchHistory) -> dict[tuple[int, int], Remeasure]:
+    """The branch's side-by-side re-measures by the positions of their two heads; values per
+    case once the job has finished."""
+    out = {}
+    for job, trials in tracking_repo.remeasures(session, tracked.id):
+        pair = job.spec["remeasure"]
+        before, after = branch.position(pair["before"]), branch.position(pair["after"])
+        if before is None or after is None:
+            continue
+        values = None
+        if job.status.finished:
+            values = {name: ([], []) for name in branch.case_rows}
+            for trial in trials:
+                for m in trial.measurements:
+                    value = _value(tracked, m)
+                    if m.status == "ok" and value is not None and m.case.name in values:
+                        values[m.case.name][trial.revision.sha == pair["after"]].append(value)
+        out[before, after] = Remeasure(before, after, values)
+    return out

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+
+from perfbisect.service.reports.culprits import history_path
 
 
 @dataclass(frozen=True)
@@ -70,5 +71,5 @@ def links(public_url: str | None, repository: str, alert_id: int, job_id: int | 
     out = [f"[alert #{alert_id}]({base}/api/alerts/{alert_id})"]
     if job_id is not None:
         out.append(f"[bisect job {job_id}]({base}/dashboard/jobs/{job_id})")
-    out += [f"[chart: {case}]({base}/dashboard/repositories/{quote(repository)}?case={quote(case)})" for case in cases]
+    out += [f"[chart: {case}]({base}{history_path(repository, case)})" for case in cases]
     return out

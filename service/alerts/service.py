@@ -32,6 +32,9 @@ BISECT_WORKERS = 2  # revisions measured per round of an alert's bisect
 # median of its trials), so one slow head is not an alert. Passed explicitly: the detector's own
 # default may be larger.
 MIN_HEADS = 3
+# A step the detector finds at SUSPECT_PVALUE is re-measured side by side with the head before it
+# (when the branch asks for `confirm_trials`); it is an alert only at ALERT_PVALUE.
+SUSPECT_PVALUE, ALERT_PVALUE = 0.01, 0.001
 CLOSED = (AlertStatus.invalid, AlertStatus.expected)  # nobody wants their culprit
 
 
@@ -40,6 +43,7 @@ class Next:
     """What to send once the transaction has committed."""
 
     bisect_job_ids: list[int] = field(default_factory=list)
+    measure_job_ids: list[int] = field(default_factory=list)  # side-by-side re-measures of suspected steps
     comment_alert_ids: list[int] = field(default_factory=list)
     raised: list[int] = field(default_factory=list)
 
@@ -100,17 +104,38 @@ def _mark_fixed(tracked: TrackedBranch, branch: history.BranchHistory, steps: li
     return fixed
 
 
+def _confirmed(session: Session, tracked: TrackedBranch, branch: history.BranchHistory, group: StepGroup,
+               remeasures: dict[tuple[int, int], grouping.Remeasure], out: Next) -> bool:
+    """Whether a new group may become an alert now; starts its side-by-side re-measure when it
+    needs one (a bisect-free track job of its two heads, `confirm_trials` trials each)."""
+    verdict = grouping.confirmation(group, remeasures, tracked.min_magnitude)
+    if verdict == grouping.REMEASURE:
+        try:
+            job = tracking.start_remeasure(session, tracked, branch.shas[group.before], branch.shas[group.after])
+        except BadRequest:
+            return False
+        remeasures[group.before, group.after] = grouping.Remeasure(group.before, group.after, None)
+        out.measure_job_ids.append(job.id)
+    return verdict == grouping.ALERT
+
+
 def detect(session: Session, tracked_id: int) -> Next:
     """Run the change-point detection over the branch's histories and update its alerts.
     Raises NotFound for an unknown tracked branch."""
     tracked = tracking.get(session, tracked_id, lock=True)
     branch = history.load(session, tracked)
-    detector = partial(compute_change_points, min_magnitude=tracked.min_magnitude, min_size=MIN_HEADS)
+    pvalue = SUSPECT_PVALUE if tracked.confirm_trials else ALERT_PVALUE
+    detector = partial(compute_change_points, min_magnitude=tracked.min_magnitude, min_size=MIN_HEADS,
+                       pvalue=pvalue, trend_pvalue=pvalue)
     steps = grouping.detect_steps(branch.cases, detector)
     alerts = {a.id: a for a in repository.of_branch(session, tracked.id)}
     known = [_known(a, branch) for a in alerts.values()]
+    remeasures = history.remeasures(session, tracked, branch) if tracked.confirm_trials else {}
     out = Next()
     for match in grouping.reconcile(grouping.group_steps(steps), known):
+        if match.alert_id is None and tracked.confirm_trials and not _confirmed(session, tracked, branch, match.group,
+                                                                                remeasures, out):
+            continue
         alert = _store(session, tracked, branch, match.group, alerts.get(match.alert_id or -1))
         alerts[alert.id] = alert
         if match.raised:

@@ -9,8 +9,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, CaseAttribution, Estimate, Variant,
-                                                   attribute_case, parse_variant, recovery, variant_key)
+from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, CaseAttribution, CleanSet, Estimate,
+                                                   Variant, attribute_case, parse_variant, recovery, variant_key)
 from perfbisect.service.bisect.verdict import pooled_noise
 from perfbisect.service.models import JobStatus
 
@@ -57,17 +57,25 @@ def _case(case: str, culprits: tuple[int, ...], values, raw, broken, unit: tuple
     arms = {arm: per_case[case] for arm, per_case in values.items() if per_case.get(case)}
     result = attribute_case(case, culprits, arms, config)
     head_raw = raw.get(HEAD, {}).get(case, [])
+    # the same arithmetic on the metric itself (TFLOP/s, GB/s): noisier than the ratio, which
+    # cancels the machine's drift, but in the unit a kernel author reads
+    in_metric = attribute_case(case, culprits, {arm: per_case[case] for arm, per_case in raw.items()
+                                                if per_case.get(case)}, config)
     rows = []
     for variant, estimate in sorted(result.recoveries.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        metric = in_metric.recoveries.get(variant)
         rows.append({"variant": variant_key(variant), "culprits": list(variant), **_estimate(estimate),
                      "ratio": _median(arms[variant]), "value": _median(raw.get(variant, {}).get(case, [])),
-                     "trials": len(arms[variant])})
+                     "metric": _estimate(metric) if metric else None, "trials": len(arms[variant])})
     return {
         "case": case, "culprits": list(culprits), "unit": unit[0], "higher_is_better": unit[1],
         "head": {"ratio": _median(arms.get(HEAD, [])), "value": _median(head_raw), "trials": len(arms.get(HEAD, []))},
         "recoveries": rows, "together": variant_key(result.together) if result.together else None,
         "interaction": _estimate(result.interaction) if result.interaction else None, "verdict": result.verdict,
+        "interaction_metric": _estimate(in_metric.interaction) if in_metric.interaction else None,
         "conditional": _conditional(result, arms, config),
+        "clean_sets": [{"variant": variant_key(c.culprits), "culprits": list(c.culprits), **_estimate(c.recovery),
+                        "short": [variant_key(v) for v in c.short]} for c in result.clean],
         "words": words(result, labels, {v: r for v, r in broken.items() if set(v) <= set(culprits)}),
     }
 
@@ -107,6 +115,9 @@ def words(result: CaseAttribution, labels: Sequence[str], broken: Mapping[Varian
         both = result.recoveries[result.together]
         text += f"; {'both' if len(result.together) == 2 else 'all together'} {both.rel * 100:.1f}%"
         text += ": " + _interaction_words(result, labels)
+        if result.verdict == "interact":
+            clean = clean_set_words(result, labels)
+            text += ". " + clean[0].upper() + clean[1:]
     combos = [v for v in result.recoveries if len(v) > 1]
     if result.together is None and combos:  # some single did not revert: say what the largest set does
         largest = max(combos, key=lambda v: (len(v), v))
@@ -141,6 +152,46 @@ def _interaction_words(result: CaseAttribution, labels: Sequence[str]) -> str:
     with_other, without = costs[mine]
     return (f"{head}: {labels[mine]} costs {math.expm1(with_other) * 100:.1f}% with {labels[other]} in, "
             f"{math.expm1(without) * 100:.1f}% without it")
+
+
+def _set_name(variant: Variant, labels: Sequence[str]) -> str:
+    """'#950 alone', '{#930, #950} together'."""
+    if len(variant) == 1:
+        return f"{labels[variant[0]]} alone"
+    return "{" + ", ".join(labels[i] for i in variant) + "} together"
+
+
+def _none_smaller(clean: CleanSet) -> str:
+    if len(clean.culprits) == 2:
+        return "neither alone does"
+    every_subset = len(clean.short) == 2 ** len(clean.culprits) - 2
+    return "no smaller set of them does" if every_subset else "none alone does"
+
+
+def clean_set_words(result: CaseAttribution, labels: Sequence[str]) -> str:
+    """The clean sets as a clause: 'reverting {#930, #950} together recovers 9.7%; neither alone
+    does', or where fewer culprits recover the loss: 'reverting #950 alone recovers as much as
+    both (9.7% of 9.7%); #930 alone does not'; without clean sets (some set neither clearly
+    recovers nor falls short), that this is not resolved."""
+    if not result.clean or result.together is None:
+        return "which of them must be reverted to recover the loss is not resolved at this noise"
+    every = result.together
+    loss = result.recoveries[every]
+    whole = "both" if len(every) == 2 else f"all {len(every)}"
+    clauses = []
+    for clean in result.clean:
+        size = abs(clean.recovery.rel) * 100
+        if clean.culprits == every:
+            clauses.append(f"reverting {_set_name(every, labels)} recovers {size:.1f}%; {_none_smaller(clean)}")
+        else:
+            clauses.append(f"reverting {_set_name(clean.culprits, labels)} recovers as much as {whole} "
+                           f"({size:.1f}% of {abs(loss.rel) * 100:.1f}%)")
+    others = [v for v in sorted(result.recoveries, key=lambda v: (len(v), v))
+              if not any(set(c.culprits) <= set(v) for c in result.clean)]
+    if others and every not in [c.culprits for c in result.clean]:
+        clauses.append(f"{_set_name(others[0], labels)} does not" if len(others) == 1
+                       else "no other set measured does")
+    return "; ".join(clauses)
 
 
 def status_of(attribution: dict[str, Any], head_failed: bool) -> JobStatus:

@@ -23,6 +23,8 @@ class RecoveryRead(EstimateRead):
     culprits: list[int]
     ratio: float | None
     value: float | None
+    metric: EstimateRead | None = Field(
+        default=None, description="the same recovery on the metric itself (TFLOP/s, GB/s), with its interval")
     trials: int
 
 
@@ -36,6 +38,15 @@ class ConditionalRead(BaseModel):
     without_other: EstimateRead
 
 
+class CleanSetRead(EstimateRead):
+    """Culprits that, reverted together, recover what reverting all of them does (`rel`, `ci`:
+    their recovery at the bad end) while every measured smaller set (`short`) falls short."""
+
+    variant: str = Field(description="the culprit indices reverted together, e.g. '0+1'")
+    culprits: list[int]
+    short: list[str] = Field(description="its measured proper subsets (variant keys), each short of the loss")
+
+
 class CaseAttributionRead(BaseModel):
     case: str
     culprits: list[int] = Field(description="indices of the culprits that moved this case")
@@ -47,7 +58,12 @@ class CaseAttributionRead(BaseModel):
     interaction: EstimateRead | None = Field(
         description="all together minus the sum of the singles (log scale): 0 when the costs add up")
     verdict: Literal["interact", "additive", "undetermined"] | None
+    interaction_metric: EstimateRead | None = Field(
+        default=None, description="the interaction computed on the metric itself (TFLOP/s, GB/s)")
     conditional: list[ConditionalRead] = []
+    clean_sets: list[CleanSetRead] = Field(
+        default=[], description="when they interact: the smallest sets whose revert recovers the loss, every other "
+                                "measured set falling short (empty when not resolved)")
     words: str
 
 

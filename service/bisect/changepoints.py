@@ -22,6 +22,10 @@ histories perfbisect sees, which drift, curve, alternate between two modes and c
      which a step or a slow trend barely moves) and at least `min_magnitude` of the level.
 3. Re-test: every kept point against its neighbouring points only; the weakest failure is
    dropped and its neighbours re-tested, until all stand (Otava's "weak change points" pass).
+4. A young level at the end (fewer than `min_size` points, each off the level before it by a
+   step the size test would keep) is set aside: it cannot be tested yet, and left in the last
+   segment it bends that segment's fitted line and level, so the step before it failed its
+   re-test and vanished until the new level had `min_size` points (`_young_tail`).
 
 Pure: numpy and scipy only; nothing is read or written.
 """
@@ -272,6 +276,26 @@ def _retest(x: np.ndarray, found: list[int], cfg: _Settings) -> list[ChangePoint
         points.remove(max(weak)[1])
 
 
+def _young_tail(x: np.ndarray, cfg: _Settings) -> int:
+    """How many of the last points (fewer than `min_size`) form a level too young to test: the
+    `min_size` points before them look like one level (none off their mean by more than
+    LEVEL_SPREAD of the step: they hold no point of the new level), and each of the last points
+    is beyond their range, on one side, off their mean by at least `min_sigmas` noise units and
+    `min_magnitude` of that mean. 0 when none do."""
+    for k in range(cfg.min_size - 1, 0, -1):
+        if x.size - k < 2 * cfg.min_size:
+            continue
+        tail, before = x[-k:], x[-k - cfg.min_size:-k]
+        level = float(before.mean())
+        step = float(np.min(np.abs(tail - level)))
+        one_side = bool(np.all(tail > before.max()) or np.all(tail < before.min()))
+        steady = float(np.max(np.abs(before - level))) <= step * LEVEL_SPREAD
+        big = step >= cfg.min_sigmas * cfg.noise and (cfg.min_magnitude == 0 or step >= cfg.min_magnitude * abs(level))
+        if one_side and steady and big:
+            return k
+    return 0
+
+
 def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0, pvalue: float = 0.001,
                           trend_pvalue: float = 0.001, min_size: int = 5, min_sigmas: float = 2.0,
                           window: int = 30) -> list[ChangePoint]:
@@ -297,4 +321,5 @@ def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0
     if x.size < 2 * min_size:
         return []
     cfg = _Settings(pvalue, trend_pvalue, min_magnitude, min_size, min_sigmas, max(window, min_size), robust_noise(x))
+    x = x[: x.size - _young_tail(x, cfg)]
     return _retest(x, _segment_candidates(x, cfg), cfg)

@@ -36,6 +36,11 @@ from perfbisect.service.bisect.probes import nothing_built
 
 # A run whose throttled samples exceed this share of its samples gets a noise warning.
 THROTTLED_SHARE = 0.05
+# Target and control calls whose times differ by more than this get a warning: the control
+# cancels the machine's drift only over the same stretch of time (the harness repeats the faster
+# side past 5x, which narrows the gap between the stretches, not what drifts within one). The
+# CPU demo's bf16 gemm, 7x its control, keeps a 5% trial spread; the issue's 15-100x did not.
+CALL_TIME_FACTOR = 10.0
 
 
 class Outcome(str, Enum):
@@ -86,6 +91,7 @@ class CaseOutcome:
     bound: float | None = None  # unchanged: no step larger than this (relative, either direction)
     ci: tuple[float, float] | None = None  # the end-to-end step's interval, when both ends were measured
     steps: tuple[Step, ...] = ()
+    unseen: int = 0  # unchanged from its ends alone: the commits between them, none measured
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ class CaseNoise:
     control: Sequence[Sequence[float]] = ()
     throttled: int = 0
     samples: int = 0
+    call_ratios: Sequence[float] = ()  # per trial: a control call's time over a target call's
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,7 @@ class NoiseReport:
     samples: int
     detectable: float  # the smallest relative step this run could tell from noise
     noisy: bool
+    call_ratio: float | None = None  # median of a control call's time over a target call's
 
 
 @dataclass(frozen=True)
@@ -216,10 +224,11 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
     bound = max(abs(ci[0]), abs(ci[1]))
     if not unresolved and bound < config.min_effect:
         reason = f"no step beyond {_pct(bound)} (minimum effect {_pct(config.min_effect)})"
-        if n > 2 and not any(0 < i < n - 1 for i in observations):
-            reason += (f"; only the ends were measured: a step undone inside the {n - 2} commits between them would "
-                       "not be seen (measure some with --scan K, or see the branch's tracked history)")
-        return CaseOutcome(case, Outcome.unchanged, reason, bound=bound, ci=ci)
+        unseen = n - 2 if n > 2 and not any(0 < i < n - 1 for i in observations) else 0
+        if unseen:
+            reason += (f"; only the ends were measured: a step that was fixed inside the {n - 2} commits between "
+                       "them would not be seen: run with --scan K (or see the branch's tracked history)")
+        return CaseOutcome(case, Outcome.unchanged, reason, bound=bound, ci=ci, unseen=unseen)
     if detectable > config.min_effect:
         why = (f"too noisy for the minimum effect: the smallest step this run could detect is {_pct(detectable)}, "
                f"over the minimum {_pct(config.min_effect)}")
@@ -243,7 +252,9 @@ def case_noise(case: str, observations: Mapping[int, Observation], inputs: CaseN
     inputs = inputs or CaseNoise()
     control = log_spread(inputs.control)
     detectable = effective_min_effect(config, noise)
-    report = NoiseReport(case, noise, control, inputs.throttled, inputs.samples, detectable, False)
+    ratios = sorted(r for r in inputs.call_ratios if r and r > 0)
+    call_ratio = ratios[len(ratios) // 2] if ratios else None
+    report = NoiseReport(case, noise, control, inputs.throttled, inputs.samples, detectable, False, call_ratio)
     return replace(report, noisy=detectable > config.min_effect or _unsteady_machine(report, config))
 
 
@@ -266,6 +277,25 @@ def _as_decided(report: NoiseReport, outcome: CaseOutcome, config: BisectConfig)
 
 
 def _warning(reports: Sequence[NoiseReport], min_effect: float) -> str | None:
+    parts = [part for part in (_noise_warning(reports, min_effect), _call_time_warning(reports)) if part]
+    return "; ".join(parts) or None
+
+
+def _call_time_warning(reports: Sequence[NoiseReport]) -> str | None:
+    """Where a target call and a control call take very different times, the worst such case."""
+    far = [(max(r.call_ratio, 1 / r.call_ratio), r) for r in reports if r.call_ratio]
+    far = [(times, r) for times, r in far if times > CALL_TIME_FACTOR]
+    if not far:
+        return None
+    times, worst = max(far, key=lambda pair: pair[0])
+    slower, faster = ("target", "control") if worst.call_ratio < 1 else ("control", "target")
+    more = f" ({len(far)} cases)" if len(far) > 1 else ""
+    return (f"a {slower} call takes {times:.0f}x a {faster} call on {worst.case}{more}: the control cancels the "
+            f"machine's drift only while both take similar times (the {faster} is repeated to fill the "
+            f"{slower}'s window); choose a control of similar cost")
+
+
+def _noise_warning(reports: Sequence[NoiseReport], min_effect: float) -> str | None:
     noisy = [r for r in reports if r.noisy]
     if not noisy:
         return None

@@ -66,9 +66,7 @@ def cancel_local(job_id: int, wait_s: float = 600) -> JobRead:
             jobs.cancel(session, job_id, local_principal())
     except PerfbisectError:  # it finished meanwhile
         pass
-    deadline = time.monotonic() + wait_s
-    while not dispatch.idle() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    dispatch.settle(wait_s)
     return read_local(job_id)
 
 

@@ -46,9 +46,24 @@ app.command(epilog=COMPARE_EXAMPLES)(compare)
 console = Console(stderr=True, soft_wrap=True)  # one message, one line: no wrapping at 80 columns
 
 
+# How long a CLI that exits waits for the work its process queued (embedded).
+SETTLE_S = 30.0
+
+
+def exit_with(code: int) -> None:
+    """Exit with `code` once the in-process queue has run what this process queued (an attribution
+    just enqueued, its trials, a finished job's notifications): exiting under a running task cut
+    it off and dropped its follow-ups. Bounded by SETTLE_S, after which what is left is said."""
+    dispatch = sys.modules.get("perfbisect.dispatch")  # not imported: nothing was queued (and Celery stays unloaded)
+    if dispatch is not None and not dispatch.settle(SETTLE_S):
+        console.print(f"[yellow]note:[/yellow] the work queued in this process was not done after "
+                      f"{SETTLE_S:g} s; what is left resumes with the next perfbisect command")
+    raise typer.Exit(code)
+
+
 def fail(message: str, code: int = 2) -> None:
     console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(code)
+    exit_with(code)
 
 
 @contextmanager
@@ -273,7 +288,7 @@ def demo(
     runs.print_job(job, as_json)
     if not as_json:
         runs.print_truth_check(job, truth)
-    raise typer.Exit(exit_code(job))
+    exit_with(exit_code(job))
 
 
 @app.command("demo-repo")
@@ -394,7 +409,7 @@ def attribute(
     with user_errors():
         job = runs.attribute_job(job_id, api, show_progress=not as_json, console=console)
     runs.print_job(job, as_json)
-    raise typer.Exit(exit_code(job))
+    exit_with(exit_code(job))
 
 
 @app.command()

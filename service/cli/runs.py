@@ -240,7 +240,17 @@ def truth_check(job: JobRead, truth: dict) -> dict[str, list[str]]:
         (found if hit else missed).append(event["event"])
     planted = {e["index"] for e in truth["events"] if e["kind"] == "perf"}
     extra = [f"{a}..{b}" for a, b in spans["performance"] if not any(a <= i <= b for i in planted)]
-    return {"found": found, "missed": missed, "extra": extra}
+    return {"found": found, "missed": missed, "extra": extra, **unchanged_check(job, truth)}
+
+
+def unchanged_check(job: JobRead, truth: dict) -> dict[str, list[str]]:
+    """The cases no planted performance step touches on the job's device, which should end
+    unchanged: those that did, and the others with their outcome ("case: inconclusive")."""
+    device = job.spec.get("device_class", "cpu")
+    stepped = {case for e in truth["events"] if e["kind"] == "perf" for case in e["cases"].get(device, [])}
+    quiet = [c for c in (job.outcome.cases if job.outcome else []) if c.case not in stepped]
+    return {"unchanged": [c.case for c in quiet if c.outcome == "unchanged"],
+            "not_unchanged": [f"{c.case}: {c.outcome}" for c in quiet if c.outcome != "unchanged"]}
 
 
 def print_truth_check(job: JobRead, truth: dict) -> None:
@@ -249,6 +259,9 @@ def print_truth_check(job: JobRead, truth: dict) -> None:
     print(f"\nplanted events found: {len(check['found'])}/{total} ({', '.join(check['found']) or 'none'})"
           + (f"; missed: {', '.join(check['missed'])}" if check["missed"] else "")
           + (f"; culprits not planted: {', '.join(check['extra'])}" if check["extra"] else ""))
+    quiet = len(check["unchanged"]) + len(check["not_unchanged"])
+    print(f"cases with no planted step unchanged: {len(check['unchanged'])}/{quiet}"
+          + (f"; not unchanged: {', '.join(check['not_unchanged'])}" if check["not_unchanged"] else ""))
     found = interaction_check(job, truth)
     print(f"planted interaction found: {found['found']}/{found['planted']}"
           + (f"; interactions not planted: {', '.join(found['extra'])}" if found["extra"] else ""))

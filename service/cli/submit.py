@@ -100,9 +100,10 @@ def validated(model: type, **fields: Any):
 
 def _finish(job, as_json: bool, wide: bool, fail_on: FailOn) -> None:
     from perfbisect.service.cli import runs
+    from perfbisect.service.cli.main import exit_with
 
     runs.print_job(job, as_json, wide=wide)
-    raise typer.Exit(exit_code(job, fail_on))
+    exit_with(exit_code(job, fail_on))
 
 
 def bisect(

@@ -70,6 +70,8 @@ def add(
     trials: Annotated[int, typer.Option(help="trials per measured head")] = 3,
     min_magnitude: Annotated[float, typer.Option(help="smallest relative step that alerts")] = 0.05,
     max_bisects: Annotated[int, typer.Option(help="alert bisects running at once")] = 2,
+    confirm_trials: Annotated[int, typer.Option(help="re-measure a suspected step's two heads side by side with "
+                                                     "this many trials each before it alerts (0: alert at once)")] = 0,
     build: BuildOpt = None,
     import_root: ImportRootOpt = None,
     env: EnvOpt = None,
@@ -93,7 +95,8 @@ def add(
             repository=name, branch=branch, benchmarks=benchmarks, benchmark_set=benchmark_set,
             device_class=device_class, trigger=trigger, interval_s=interval, backfill_every=backfill_every,
             backfill_depth=backfill_depth, trials_per_head=trials, min_magnitude=min_magnitude,
-            max_bisects=max_bisects, policy=json.loads(policy) if policy else None, start=start)
+            max_bisects=max_bisects, confirm_trials=confirm_trials, policy=json.loads(policy) if policy else None,
+            start=start)
         with session_scope() as session:
             tracked_id = service.create(session, data).id
     except json.JSONDecodeError as exc:

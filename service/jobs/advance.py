@@ -285,7 +285,8 @@ def _block_trials(job: Job, trials: Sequence[Trial], blocks: Sequence[PairBlock]
 
 
 def _measure_heads(session: Session, job: Job) -> Round:
-    """A track job in one round: `trials_per_head` trials at every head; done once they are."""
+    """A track job in one round: `trials_per_head` trials at every head, the heads alternating
+    (a re-measure's two heads then share the machine's load); done once they are."""
     trials = repository.trials_of(session, job.id)
     if trials:
         measured = {t.revision.sha for t in trials if t.status == TrialStatus.ok}
@@ -295,7 +296,7 @@ def _measure_heads(session: Session, job: Job) -> Round:
         return Round([], finished=True)
     revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)
     new = [Trial(job_id=job.id, revision_id=revisions[sha].id, device_class=job.spec["device_class"])
-           for sha in job.revision_shas for _ in range(job.spec.get("trials_per_head", 3))]
+           for _ in range(job.spec.get("trials_per_head", 3)) for sha in job.revision_shas]
     job.status, job.started_at = JobStatus.running, utcnow()
     session.add_all(new)
     session.flush()

@@ -60,10 +60,11 @@ def failures_from(trials: Sequence[Trial], shas: Sequence[str]) -> list[Failure]
 
 def noise_inputs(trials: Sequence[Trial], raw: Mapping[int, dict]) -> dict[str, CaseNoise]:
     """Per case: the control's per-trial metric grouped by revision, samples kept and throttled
-    (from `raw`: measurement id -> its raw samples)."""
+    (from `raw`: measurement id -> its raw samples), and each trial's control/target call times."""
     control: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     throttled: dict[str, int] = defaultdict(int)
     samples: dict[str, int] = defaultdict(int)
+    call_ratios: dict[str, list[float]] = defaultdict(list)
     for trial in trials:
         if trial.status != TrialStatus.ok:
             continue
@@ -71,11 +72,13 @@ def noise_inputs(trials: Sequence[Trial], raw: Mapping[int, dict]) -> dict[str, 
             name = m.case.name
             if m.control_value is not None:
                 control[name][trial.revision_id].append(m.control_value)
+            if m.ratio is not None:
+                call_ratios[name].append(m.ratio)
             kept = raw.get(m.id) or {}
             throttled[name] += int(kept.get("dropped_throttled") or 0)
             samples[name] += len(kept.get("ratio") or ())
     names = set(control) | set(samples)
-    return {n: CaseNoise(tuple(control[n].values()), throttled[n], samples[n]) for n in names}
+    return {n: CaseNoise(tuple(control[n].values()), throttled[n], samples[n], tuple(call_ratios[n])) for n in names}
 
 
 def _sha(shas: Sequence[str], i: int | None) -> str | None:
@@ -106,6 +109,7 @@ def to_dict(outcome: JobOutcome, shas: Sequence[str], failures: Sequence[Failure
         "cases": [{
             "case": c.case, "outcome": c.outcome.value, "reason": c.reason, "error": c.error,
             "failed_at": _sha(shas, c.failed_at), "bound": c.bound, "ci": list(c.ci) if c.ci else None,
+            "unseen": c.unseen,
             "steps": [{"first_sha": shas[s.first], "last_sha": shas[s.last], "rel": s.effect.rel,
                        "ci": list(s.effect.ci), "regression": s.regression} for s in c.steps],
         } for c in outcome.cases],

@@ -214,6 +214,8 @@ class CaseOutcomeRead(BaseModel):
     bound: float | None = Field(default=None, description="unchanged: no step beyond this relative size")
     ci: tuple[float, float] | None = Field(default=None, description="95% CI of the end-to-end step")
     steps: list[StepRead] = []
+    unseen: int = Field(default=0, description="unchanged from its two ends alone: the commits between them, "
+                        "none measured (a step fixed in there would not be seen; --scan K, or the tracked history)")
 
 
 class NoiseRead(BaseModel):

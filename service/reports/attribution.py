@@ -26,14 +26,23 @@ def _label(attribution: AttributionRead, culprits: list[int]) -> str:
     return " + ".join(names.get(i, str(i)) for i in culprits)
 
 
+COLUMNS = ["arm", "ratio to control", "metric", "recovery [95% CI]", "in the metric [95% CI]"]
+
+
 def case_rows(attribution: AttributionRead, case: CaseAttributionRead) -> list[list[str]]:
-    """[arm, ratio to control, metric, recovery [95% CI]] rows: the bad end, then each variant."""
+    """COLUMNS rows: the bad end, then each variant (its recovery in the ratio to the control and
+    in the metric itself)."""
     unit = case.unit or ""
-    rows = [["bad end as it is", _number(case.head.ratio), f"{_number(case.head.value)} {unit}".strip(), ""]]
+    rows = [["bad end as it is", _number(case.head.ratio), f"{_number(case.head.value)} {unit}".strip(), "", ""]]
     for r in case.recoveries:
         rows.append([f"{_label(attribution, r.culprits)} reverted", _number(r.ratio),
-                     f"{_number(r.value)} {unit}".strip(), _interval(r)])
+                     f"{_number(r.value)} {unit}".strip(), _interval(r), _interval(r.metric) if r.metric else "-"])
     return rows
+
+
+def _interaction_line(case: CaseAttributionRead) -> str:
+    in_metric = f" ({case.unit or 'metric'}: {_interval(case.interaction_metric)})" if case.interaction_metric else ""
+    return f"{_interval(case.interaction)}{in_metric}"
 
 
 def _problems(attribution: AttributionRead) -> list[str]:
@@ -58,9 +67,10 @@ def _attribution_lines(job: JobRead) -> list[Text]:
     for case in attribution.cases:
         lines.append(Text(f"  {case.case}"))
         for row in case_rows(attribution, case):
-            lines.append(Text(f"    {row[0]:<34} ratio {row[1]:>7}  {row[2]:>16}  {row[3]}"))
+            in_metric = f"  {case.unit or 'metric'} {row[4]}" if row[4] else ""
+            lines.append(Text(f"    {row[0]:<34} ratio {row[1]:>7}  {row[2]:>16}  {row[3]}{in_metric}"))
         if case.interaction is not None:
-            lines.append(Text(f"    interaction (together - sum of singles): {_interval(case.interaction)}: "
+            lines.append(Text(f"    interaction (together - sum of singles): {_interaction_line(case)}: "
                               f"{case.verdict}", VERDICT_STYLE.get(case.verdict or "", "")))
         lines.append(Text(f"    {case.words}"))
     lines += [Text(f"  {problem}", "yellow") for problem in _problems(attribution)]
@@ -81,11 +91,11 @@ def _attribution_markdown(job: JobRead) -> list[str]:
     out = ["", f"**Attribution at the head** (each culprit reverted at the bad end, alone and together; "
                f"change of the ratio to the control, 95% CI)"]
     for case in attribution.cases:
-        out += ["", f"`{case.case}`", "", "| arm | ratio to control | metric | recovery [95% CI] |", "|---|---|---|---|"]
+        out += ["", f"`{case.case}`", "", "| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
         out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
                 for row in case_rows(attribution, case)]
         if case.interaction is not None:
-            out += ["", f"Interaction (all together minus the sum of the singles): {_interval(case.interaction)}, "
+            out += ["", f"Interaction (all together minus the sum of the singles): {_interaction_line(case)}, "
                         f"**{case.verdict}**."]
         out += ["", case.words]
     problems = _problems(attribution)

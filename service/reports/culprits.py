@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from urllib.parse import quote
 
 from rich.text import Text
 
@@ -196,6 +197,12 @@ def _indent_error(error: str | None, width: int) -> list[Text]:
                  else "      " + line, "dim") for line in tail]
 
 
+def history_path(repository: str, case: str) -> str:
+    """The dashboard chart of one case over the repository's measured history (its tracked
+    branches measure every pushed commit, so a step fixed between a bisect's ends shows there)."""
+    return f"/dashboard/repositories/{quote(repository)}?case={quote(case)}"
+
+
 def _case_outcomes(job: JobRead, width: int, wide: bool = False) -> list[Text]:
     cases = job.outcome.cases if job.outcome else []
     if not cases:
@@ -214,6 +221,8 @@ def _case_outcomes(job: JobRead, width: int, wide: bool = False) -> list[Text]:
             detail = c.reason or ""
         lines.append(line)
         lines += [Text("      " + part) for part in textwrap.wrap(detail, width - 6)]
+        if c.unseen:
+            lines.append(Text(f"      history: {history_path(job.repository, c.case)}", "dim"))
         lines += _indent_error(c.error, width)
     return lines
 

@@ -14,6 +14,7 @@ from perfbisect.service.reports.attribution import markdown_lines as attribution
 from perfbisect.service.reports.culprits import (
     before_after,
     decided_on,
+    history_path,
     is_regression,
     moved_effects,
     ref,
@@ -84,7 +85,7 @@ def _error_block(error: str | None) -> list[str]:
     return ["  ```", *("  " + line for line in tail.splitlines()), "  ```"]
 
 
-def _case_lists(job: JobRead) -> list[str]:
+def _case_lists(job: JobRead, public_url: str | None) -> list[str]:
     cases = job.outcome.cases if job.outcome else []
     out: list[str] = []
     failed = [c for c in cases if c.outcome == "failed"]
@@ -108,6 +109,12 @@ def _case_lists(job: JobRead) -> list[str]:
             bound = f"any step beyond ±{c.bound * 100:.1f}%" if c.bound is not None else "-"
             out.append(f"| `{_cell(c.case)}` | {ci} | {bound} |")
         out += ["", "</details>"]
+    unseen = [c for c in unchanged if c.unseen]
+    if unseen:
+        where = (", ".join(f"[{c.case}]({public_url.rstrip('/')}{history_path(job.repository, c.case)})" for c in unseen)
+                 if public_url else "the dashboard's history of each case")
+        out += ["", f"Only the ends of the {unseen[0].unseen} commits between them were measured: a step that was "
+                f"fixed inside the range would not be seen. Run with `--scan K`, or see the tracked history: {where}."]
     return out
 
 
@@ -134,7 +141,7 @@ def render_job(job: JobRead, public_url: str | None = None) -> str:
                     + (f" #{c.pr_number}" if c.pr_number else "")
                     + (f", fixed at `{c.fixed_sha[:10]}`" if c.fixed_sha else ", not fixed in this range")
                     + " (a fast kernel that computes the wrong thing is a failure, not a speed-up)"]
-    out += _case_lists(job)
+    out += _case_lists(job, public_url)
     out += attribution_markdown(job)
     if job.outcome and job.outcome.warning:
         out += ["", f"> :warning: {job.outcome.warning}"]

@@ -75,6 +75,19 @@ def open_track_heads(session: Session, tracked_id: int) -> set[str]:
     return {sha for shas in session.scalars(stmt) for sha in shas}
 
 
+def remeasures(session: Session, tracked_id: int) -> list[tuple[Job, Sequence[Trial]]]:
+    """The branch's side-by-side re-measures (its track jobs whose spec names `remeasure`), each
+    with its finished trials (revision and measurements loaded)."""
+    stmt = (select(Job).where(Job.kind == JobKind.track, Job.spec["tracked_branch_id"].as_integer() == tracked_id,
+                              Job.spec["remeasure"].as_string().is_not(None))
+            .order_by(Job.id))
+    jobs = list(session.scalars(stmt))
+    trials = session.scalars(
+        select(Trial).where(Trial.job_id.in_([j.id for j in jobs]), Trial.status == TrialStatus.ok)
+        .options(selectinload(Trial.revision), selectinload(Trial.measurements).selectinload(Measurement.case))).all()
+    return [(job, [t for t in trials if t.job_id == job.id]) for job in jobs]
+
+
 def history_rows(session: Session, repository_id: int, device_class: str, fingerprint: str,
                  case_ids: Sequence[int], shas: Sequence[str]) -> list[tuple[str, int, Measurement]]:
     """(sha, case id, measurement) of every measurement of these cases at these commits in a

@@ -28,6 +28,10 @@ class TrackedBranchCreate(BaseModel):
     trials_per_head: int = Field(default=3, ge=1, le=20)
     min_magnitude: float = Field(default=0.05, gt=0, lt=1, description="smallest relative step that alerts")
     max_bisects: int = Field(default=2, ge=0, le=32, description="alert bisects running at once")
+    confirm_trials: int = Field(
+        default=0, ge=0, le=20, description="before a performance step alerts, re-measure the last head before it "
+        "and the first after it side by side (alternating, so the machine's load of that moment is the same "
+        "for both) with this many trials each; it alerts when that re-measure shows it. 0: alert at once")
     metric: Literal["ratio", "raw"] = "ratio"
     policy: HarnessPolicy | None = Field(default=None, description="harness sample policy override")
     start: bool = Field(default=True, description="run the backfill now")
@@ -54,6 +58,7 @@ class TrackedBranchRead(BaseModel):
     trials_per_head: int
     min_magnitude: float
     max_bisects: int
+    confirm_trials: int
     metric: str
     last_sha: str | None
     last_run_at: datetime | None = Field(description="when a run last looked at the branch (push, beat or a person)")

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -66,6 +67,7 @@ def create(session: Session, data: TrackedBranchCreate) -> TrackedBranch:
         policy=data.policy.model_dump(exclude_none=True) if data.policy else None, trigger=TrackTrigger(data.trigger), interval_s=data.interval_s,
         backfill_every=data.backfill_every, backfill_depth=data.backfill_depth,
         trials_per_head=data.trials_per_head, min_magnitude=data.min_magnitude, max_bisects=data.max_bisects,
+        confirm_trials=data.confirm_trials,
     )
     session.add(tracked)
     session.flush()
@@ -153,16 +155,30 @@ def start_run(session: Session, tracked_id: int, head: str | None = None, *, onl
     heads = unmeasured(session, tracked, wanted)
     if not heads:
         return Run(tracked.id, head_sha, (), None, f"{len(wanted)} head(s) of {tracked.branch} measured already")
+    job = _track_job(tracked, mirror, heads, tracked.trials_per_head, session)
+    return Run(tracked.id, head_sha, tuple(heads), job,
+               f"track job {job.id} measures {len(heads)} head(s) of {tracked.branch} up to {head_sha[:10]}")
+
+
+def _track_job(tracked: TrackedBranch, mirror: Mirror, heads: Sequence[str], trials: int, session: Session,
+               **spec_extra: Any) -> Job:
     # Heads are first-parent commits of the branch: their depth is their place in its history,
     # so each measured head is a point of /api/history and the overview as soon as it is stored.
     commits = [replace(mirror.commit_info(sha), position=mirror.first_parent_depth(sha)) for sha in heads]
     spec = {"tracked_branch_id": tracked.id, "branch": tracked.branch, "cases": tracked.cases,
             "device_class": tracked.device_class, "metric": tracked.metric, "policy": tracked.policy,
-            "trials_per_head": tracked.trials_per_head, "min_effect": tracked.min_magnitude,
-            "good": heads[0], "bad": heads[-1], "good_sha": heads[0], "bad_sha": heads[-1]}
-    job = jobs.create_track(session, repo, spec, commits)
-    return Run(tracked.id, head_sha, tuple(heads), job,
-               f"track job {job.id} measures {len(heads)} head(s) of {tracked.branch} up to {head_sha[:10]}")
+            "trials_per_head": trials, "min_effect": tracked.min_magnitude,
+            "good": heads[0], "bad": heads[-1], "good_sha": heads[0], "bad_sha": heads[-1], **spec_extra}
+    return jobs.create_track(session, tracked.repository, spec, commits)
+
+
+def start_remeasure(session: Session, tracked: TrackedBranch, before: str, after: str) -> Job:
+    """A track job that measures a suspected step's two heads side by side (its trials alternate
+    between them), `confirm_trials` each; its spec's `remeasure` names the pair. Raises
+    BadRequest when the mirror is unusable."""
+    mirror = _mirror(tracked.repository, fetch=False)
+    return _track_job(tracked, mirror, [before, after], tracked.confirm_trials, session,
+                      remeasure={"before": before, "after": after})
 
 
 def push_targets(session: Session, event: PushEvent) -> list[TrackedBranch]:

@@ -7,13 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfbisect.service.alerts.grouping import (
+    ALERT,
     IMPROVEMENT,
+    REFUTED,
+    REMEASURE,
+    WAIT,
     REGRESSION,
     WRONG_FIXED,
     WRONG_RESULTS,
     CaseHistory,
     KnownAlert,
+    Remeasure,
     Step,
+    StepGroup,
+    confirmation,
     correctness_steps,
     detect_steps,
     group_steps,
@@ -21,6 +28,7 @@ from perfbisect.service.alerts.grouping import (
     perf_steps,
     reconcile,
     restoring_step,
+    side_by_side_agrees,
 )
 from perfbisect.service.bisect.changepoints import compute_change_points
 
@@ -121,3 +129,28 @@ def test_detect_steps_orders_every_case_by_range() -> None:
                  CaseHistory("a", (0, 4, 8, 12), (1, 1, 2, 2))]
     steps = detect_steps(histories, lambda v: [CP(2, 1.0, 2.0)] if len(v) == 4 else [])
     assert [(s.case, s.kind, s.after) for s in steps] == [("a", IMPROVEMENT, 8), ("b", WRONG_RESULTS, 12)]
+
+
+DROP = Step("gemm", REGRESSION, 5, 9, -0.4, 0.004, 0.5, 0.3)
+
+
+def test_a_side_by_side_re_measure_agrees_when_it_moves_the_way_the_step_does() -> None:
+    """Half the minimum magnitude (15%) in the step's direction, medians of the two heads."""
+    assert side_by_side_agrees(DROP, [0.50, 0.52, 0.49], [0.30, 0.31, 0.45], 0.15)
+    assert side_by_side_agrees(DROP, [0.50, 0.50, 0.50], [0.46, 0.46, 0.46], 0.15)  # -8% >= 7.5%
+    assert not side_by_side_agrees(DROP, [0.50, 0.50, 0.50], [0.47, 0.47, 0.47], 0.15)  # -6%: a busy spell's step
+    assert not side_by_side_agrees(DROP, [0.30, 0.31], [0.50, 0.52], 0.15)  # the other way
+    assert not side_by_side_agrees(DROP, [], [0.3], 0.15)  # a side that measured nothing
+
+
+def test_a_new_step_is_re_measured_once_then_alerts_only_when_the_re_measure_shows_it() -> None:
+    group = StepGroup(5, 9, (DROP,))
+    assert confirmation(group, {}, 0.15) == REMEASURE
+    assert confirmation(group, {(5, 9): Remeasure(5, 9, None)}, 0.15) == WAIT
+    shown = Remeasure(5, 9, {"gemm": ([0.5, 0.51, 0.49], [0.3, 0.29, 0.33])})
+    assert confirmation(group, {(5, 9): shown}, 0.15) == ALERT
+    gone = Remeasure(5, 9, {"gemm": ([0.31, 0.30, 0.29], [0.3, 0.29, 0.33])})  # both heads slow at that moment
+    assert confirmation(group, {(5, 9): gone}, 0.15) == REFUTED
+    assert confirmation(StepGroup(3, 9, (DROP,)), {(5, 9): shown}, 0.15) == REMEASURE  # other heads: its own
+    wrong = StepGroup(5, 9, (Step("gemm K=520", WRONG_RESULTS, 5, 9),))
+    assert confirmation(wrong, {}, 0.15) == ALERT  # one wrong result is a failure: nothing to re-measure

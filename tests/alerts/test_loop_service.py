@@ -365,3 +365,45 @@ def test_bulk_triage_is_all_or_none(client, session, lib, sent_tasks) -> None:
     done = client.patch("/api/alerts", json={"ids": [alert_id], "status": "acknowledged", "assignee": "ana"})
     assert done.status_code == 200 and [(a["status"], a["assignee"]) for a in done.json()] == [("acknowledged", "ana")]
     assert client.patch("/api/alerts", json={"ids": []}).status_code == 422
+
+
+def test_a_suspected_step_is_re_measured_side_by_side_before_it_alerts(session, lib) -> None:
+    """confirm_trials: the step found after three heads is no alert yet; its two heads (the last
+    before it, the first after it) are measured again in one track job, alternating; the alert
+    comes with the detection after that re-measure, and only when the re-measure shows the step."""
+    shas, values = lib["shas"], step_at(lib, 10)
+    tracked = track(session, lib, confirm_trials=2)
+    measure(session, tracking.start_run(session, tracked.id).job.id, values)
+    for index in (11, 13, 15):
+        push(session, lib, tracked, index, values)
+    suspected = alerts.detect(session, tracked.id)
+    assert suspected.raised == [] and len(suspected.measure_job_ids) == 1
+    job = session.get(Job, suspected.measure_job_ids[0])
+    assert (job.kind, job.spec["remeasure"], job.revision_shas) == (
+        JobKind.track, {"before": shas[7], "after": shas[11]}, [shas[7], shas[11]])
+    assert alerts.detect(session, tracked.id).measure_job_ids == []  # one re-measure, while it runs too
+    measure(session, job.id, values)
+    order = [t.revision.sha for t in sorted(jobs_repo.trials_of(session, job.id), key=lambda t: t.id)]
+    assert order == [shas[7], shas[11], shas[7], shas[11]]  # side by side
+    found = alerts.detect(session, tracked.id)
+    [alert] = session.scalars(select(Alert).where(Alert.tracked_branch_id == tracked.id)).all()
+    assert found.raised == [alert.id] and (alert.before_sha, alert.last_sha) == (shas[7], shas[11])
+
+
+def test_a_step_the_side_by_side_re_measure_does_not_show_never_alerts(session, lib) -> None:
+    """The heads after 7 were measured while the machine was busy (20% slower); measured again
+    together, heads 7 and 11 agree: no alert, and no second re-measure of the same pair."""
+    shas, busy, quiet = lib["shas"], {"now": True}, step_at(lib, 99)  # quiet: 1.0 with a little jitter
+    values = lambda sha: {CASE_NAME: 0.8 if busy["now"] and shas.index(sha) > 7 else quiet(sha)[CASE_NAME]}  # noqa: E731
+    tracked = track(session, lib, confirm_trials=2)
+    busy["now"] = False
+    measure(session, tracking.start_run(session, tracked.id).job.id, values)
+    busy["now"] = True
+    for index in (11, 13, 15):
+        push(session, lib, tracked, index, values)
+    [job_id] = alerts.detect(session, tracked.id).measure_job_ids
+    busy["now"] = False  # the machine is quiet while both heads are measured again
+    measure(session, job_id, values)
+    again = alerts.detect(session, tracked.id)
+    assert again.raised == [] and again.measure_job_ids == []
+    assert session.scalars(select(Alert).where(Alert.tracked_branch_id == tracked.id)).all() == []

@@ -132,4 +132,91 @@ def test_the_sentence_names_the_culprit_whose_cost_depends_on_the_other():
                              estimate(math.log(2.943 / (2.874 * 1.803)), 0.03, 10), "interact")
     text = words(result, ["#905", "#908"], {})
     assert text.startswith("Reverting #905 alone recovers 187.4%; #908 alone 80.3%; both 194.3%: they interact (-43.2%")
-    assert text.endswith("#908 costs 80.3% with #905 in, 2.4% without it.")
+    assert "#908 costs 80.3% with #905 in, 2.4% without it. " in text
+    # built without per-trial values, it has no clean sets: the sentence says they are not resolved
+    assert text.endswith("Which of them must be reverted to recover the loss is not resolved at this noise.")
+
+
+# Clean sets: three trials an arm with the pooled noise 0.01 (8 degrees of freedom for four arms):
+# a set's shortfall against all together has the half-width t * 0.01 * sqrt(2/3) = 0.0188, under
+# the 2% minimum effect (log 1.02 = 0.0198) only for a set that recovers all of it.
+HALF_2_3 = T_975_8 * 0.01 * math.sqrt(2 / 3)
+
+
+def test_one_culprit_that_recovers_everything_is_the_clean_set():
+    """The motivating case's shape: reverting culprit 0 alone recovers +0.10 (log), as much as
+    both; culprit 1 alone +0.03. The clean set is culprit 0 alone; culprit 1 alone falls short."""
+    from perfbisect.service.bisect.attribution import clean_sets
+
+    values = {HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11), (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.09, 0.10, 0.11)}
+    found = clean_sets(values, (0, 1), 0.01, 8, 0.02)
+    assert [(c.culprits, c.short) for c in found] == [((0,), ())]
+    assert found[0].recovery.log == pytest.approx(0.10)
+    assert 0 + HALF_2_3 < math.log(1.02)  # why culprit 0's shortfall (0 exactly) counts as recovering
+
+
+def test_neither_alone_recovers_so_the_pair_is_the_clean_set():
+    """Each alone +0.03, both +0.15 (they interact by +0.09): only the pair recovers."""
+    from perfbisect.service.bisect.attribution import clean_sets
+
+    values = {HEAD: HEAD_VALUES, (0,): arm(0.02, 0.03, 0.04), (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.14, 0.15, 0.16)}
+    found = clean_sets(values, (0, 1), 0.01, 8, 0.02)
+    assert [(c.culprits, c.short) for c in found] == [((0, 1), ((0,), (1,)))]
+    assert found[0].recovery.log == pytest.approx(0.15)
+    lower = {v: [1 / x for x in xs] for v, xs in values.items()}  # a lower-is-better value: the same sets
+    assert [(c.culprits, c.short) for c in clean_sets(lower, (0, 1), 0.01, 8, 0.02)] == [((0, 1), ((0,), (1,)))]
+
+
+def test_a_set_neither_recovering_nor_short_leaves_no_clean_set():
+    """Culprit 0 alone +0.09 against +0.10 for both: a shortfall of 0.01 with a half-width of
+    0.0188 is neither under the minimum effect nor clear of 0. No set is named."""
+    from perfbisect.service.bisect.attribution import clean_sets
+
+    values = {HEAD: HEAD_VALUES, (0,): arm(0.08, 0.09, 0.10), (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.09, 0.10, 0.11)}
+    assert clean_sets(values, (0, 1), 0.01, 8, 0.02) == []
+    nothing_lost = {HEAD: HEAD_VALUES, (0,): HEAD_VALUES, (1,): HEAD_VALUES, (0, 1): HEAD_VALUES}
+    assert clean_sets(nothing_lost, (0, 1), 0.01, 8, 0.02) == []
+
+
+def test_three_culprits_can_have_two_clean_sets():
+    """All three +0.30; culprit 2 alone recovers it, and so does the pair {0, 1}, though neither
+    0 nor 1 alone (+0.05) does; {0, 2} and {1, 2} contain 2 and are not minimal."""
+    from perfbisect.service.bisect.attribution import clean_sets
+
+    full, part = arm(0.29, 0.30, 0.31), arm(0.04, 0.05, 0.06)
+    values = {HEAD: HEAD_VALUES, (0,): part, (1,): part, (2,): full, (0, 1): full, (0, 2): full, (1, 2): full,
+              (0, 1, 2): full}
+    found = clean_sets(values, (0, 1, 2), 0.01, 16, 0.02)
+    assert [(c.culprits, c.short) for c in found] == [((2,), ()), ((0, 1), ((0,), (1,)))]
+
+
+def test_the_interaction_sentence_names_the_clean_sets():
+    from perfbisect.service.attribution.report import words
+
+    cfg = AttributionConfig(min_effect=0.02)
+    pair = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (0,): arm(0.02, 0.03, 0.04), (1,): arm(0.02, 0.03, 0.04),
+                                        (0, 1): arm(0.14, 0.15, 0.16)}, cfg)
+    assert pair.verdict == "interact" and [c.culprits for c in pair.clean] == [(0, 1)]
+    assert words(pair, ["#930", "#950"], {}).endswith(
+        "Reverting {#930, #950} together recovers 16.2%; neither alone does.")
+    single = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11),
+                                          (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.09, 0.10, 0.11)}, cfg)
+    assert single.verdict == "interact"  # -0.03, interval [-0.057, -0.003]
+    assert words(single, ["#950", "#930"], {}).endswith(
+        "Reverting #950 alone recovers as much as both (10.5% of 10.5%); #930 alone does not.")
+    additive = attribute_case("c", (0, 1), {v: x * 2 for v, x in {
+        HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): arm(0.29, 0.30, 0.31)}.items()}, cfg)
+    assert additive.verdict == "additive" and additive.clean == ()  # each alone recovers its own share
+
+
+def test_plan_round_goes_on_while_the_clean_sets_are_unresolved():
+    """They interact (-0.04, interval [-0.067, -0.013]); culprit 1 alone falls short, but culprit
+    0 alone (+0.09 against +0.10 for both) is neither clearly short nor clearly recovering: two
+    more trials to every arm."""
+    values = {HEAD: {"c": HEAD_VALUES}, (0,): {"c": arm(0.08, 0.09, 0.10)}, (1,): {"c": arm(0.04, 0.05, 0.06)},
+              (0, 1): {"c": arm(0.09, 0.10, 0.11)}}
+    result = attribute_case("c", (0, 1), {v: x["c"] for v, x in values.items()}, AttributionConfig(min_effect=0.02))
+    assert result.verdict == "interact" and result.clean == ()
+    plan = plan_round({"c": (0, 1)}, [(0,), (1,), (0, 1)], values, {v: 3 for v in values}, set(),
+                      AttributionConfig(min_effect=0.02))
+    assert not plan.done and plan.requests == {HEAD: 2, (0,): 2, (1,): 2, (0, 1): 2}

@@ -187,7 +187,26 @@ def test_equal_ends_with_nothing_measured_between_say_a_hidden_step_would_not_be
     observations = {0: ok(CALM), 9: ok([v * 1.005 for v in CALM])}
     [case] = outcome_of(observations, n=10).cases
     assert case.outcome == Outcome.unchanged
-    assert "only the ends were measured: a step undone inside the 8 commits between them" in case.reason
-    assert "--scan" in case.reason
+    assert "only the ends were measured: a step that was fixed inside the 8 commits between them" in case.reason
+    assert "would not be seen: run with --scan" in case.reason
+    assert case.unseen == 8
     scanned = outcome_of({**observations, 5: ok(CALM)}, n=10, config=CONFIG)
     assert "only the ends" not in scanned.cases[0].reason
+    assert scanned.cases[0].unseen == 0
+
+
+def test_a_target_call_far_longer_than_the_control_call_is_warned_about() -> None:
+    """Issue 28: a 20x slower target (9-29 ms against a 0.3-0.6 ms control) let drift through
+    that the control did not share. The warning names the worst case and the factor; calls of
+    similar cost, or 7x apart (the CPU demo's bf16 gemm), say nothing."""
+    slow = CaseNoise(samples=200, call_ratios=[0.02, 0.05, 0.04])  # control time / target time
+    near = CaseNoise(samples=200, call_ratios=[0.14, 0.15, 0.16])
+    result = outcome_of({0: ok(CALM, CALM, cases=(CASE, OTHER)), 1: ok(CALM, CALM, cases=(CASE, OTHER))},
+                        cases=(CASE, OTHER), noise={CASE: slow, OTHER: near})
+    assert result.verdict == Outcome.unchanged
+    assert result.warning.startswith(f"a target call takes 25x a control call on {CASE}: the control cancels")
+    assert "choose a control of similar cost" in result.warning
+    quiet = outcome_of({0: ok(CALM), 1: ok(CALM)}, noise={CASE: near})
+    assert quiet.warning is None
+    fast = outcome_of({0: ok(CALM), 1: ok(CALM)}, noise={CASE: CaseNoise(call_ratios=[30.0])})
+    assert fast.warning.startswith(f"a control call takes 30x a target call on {CASE}")

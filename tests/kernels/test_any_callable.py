@@ -214,3 +214,17 @@ def test_measure_shows_the_uncertainty_of_the_median_ratio_not_one_samples_sprea
     spread = statistics.stdev(ratios) / statistics.median(ratios)       # one sample's: 90%
     assert "±ratio" in format_result(result) and f"±{spread * 1.2533 / 40 ** 0.5:.1%}" in row
     assert f"{spread:.1%}" not in row
+
+
+def test_suite_check_imports_what_preload_names_and_says_what_fails(symrepo, tmp_path):
+    good, bad = tmp_path / "preload_suite.py", tmp_path / "bad_preload_suite.py"
+    good.write_text('PRELOAD = ["symlib"]\n' + (symrepo / "bench/sym_suite.py").read_text())
+    bad.write_text('PRELOAD = ["symlib", "no_such_library"]\n' + (symrepo / "bench/sym_suite.py").read_text())
+    args = ["--shape", "n=50", "--repo", str(symrepo), "--import-root", "src"]
+    result = CliRunner().invoke(app, ["suite", "check", str(good), *args])
+    assert result.exit_code == 0, result.output
+    assert any("preload" in line and "symlib imported in" in line for line in result.output.splitlines())
+    result = CliRunner().invoke(app, ["suite", "check", str(bad), *args])
+    assert result.exit_code == 1
+    assert any(line.startswith("FAIL") and "no_such_library does not import: ModuleNotFoundError" in line
+               for line in result.output.splitlines()), result.output

@@ -1,0 +1,155 @@
+"""A staircase history fed through the tracking detector, with and without load: false and
+missed alerts when a suspected step is alerted at once, and when it is first re-measured side by
+side with the head before it (service/alerts/service.py, `confirm_trials`).
+
+    python bench/track_staircase.py [--histories 200] [--seed 0]
+
+Pure and simulated (seconds). The heads are the tracking demo's (backfill 1, 3, 5, then every
+4th commit to 53) and so are the steps: a gemm-like case with a -55% step at commit 10, -40% at
+28 and a +180% partial recovery at 43; an attention-like case with -60% at 22; a flat case.
+A head's value is the median of 3 trials. A trial's ratio is level * exp(load + noise): `noise`
+is the trial's own (sd 3% quiet, 10% loaded) and `load` the machine's state at the time it runs: a loaded
+machine is busy in episodes of a few heads, and while busy the cache-bound cases (gemm, flat) run
+30% slower against their control; every trial run at that time shares it. A re-measure
+runs `TRIALS` trials of the suspected step's last head before and first head after it,
+alternating, at the time of the detection: they share its load, so their difference is the
+step's and not the load's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from perfbisect.service.alerts import grouping  # noqa: E402
+from perfbisect.service.alerts.grouping import CaseHistory, KnownAlert, Remeasure  # noqa: E402
+from perfbisect.service.alerts.service import ALERT_PVALUE, MIN_HEADS, SUSPECT_PVALUE  # noqa: E402
+from perfbisect.service.bisect.changepoints import compute_change_points  # noqa: E402
+
+HEADS = [1, 3, 5] + list(range(9, 54, 4))
+STEPS = {"gemm": [(0, 1.0), (10, 0.45), (28, 0.27), (43, 0.75)], "attention": [(0, 1.0), (22, 0.4)], "flat": [(0, 1.0)]}
+TRIALS, MIN_MAGNITUDE = 3, 0.15
+
+
+def level(case: str, commit: int) -> float:
+    return [v for at, v in STEPS[case] if at <= commit][-1]
+
+
+@dataclass
+class Machine:
+    rng: np.random.Generator
+    loaded: bool
+    busy: bool = False
+
+    def tick(self) -> None:
+        """Time passes (one head's run). A loaded machine is busy in episodes (a neighbour's test
+        run: it stays busy with p 0.7, becomes busy with p 0.3), and while busy the cache-bound
+        cases run 30% slower than their control, on average."""
+        if self.loaded:
+            self.busy = self.rng.random() < (0.7 if self.busy else 0.3)
+
+    def trial(self, case: str, commit: int) -> float:
+        sd = 0.10 if self.loaded else 0.03
+        bias = -0.3 if self.busy and case != "attention" else 0.0
+        return level(case, commit) * float(np.exp(bias + sd * self.rng.standard_normal()))
+
+
+@dataclass
+class Branch:
+    trials: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    alerts: list[KnownAlert] = field(default_factory=list)
+    remeasures: dict[tuple[int, int], Remeasure] = field(default_factory=dict)
+
+    def histories(self, upto: int) -> list[CaseHistory]:
+        heads = [h for h in HEADS if h <= upto]
+        return [CaseHistory(case, tuple(heads), tuple(float(np.median(self.trials[case, h])) for h in heads))
+                for case in STEPS]
+
+
+def groups_at(branch: Branch, upto: int, pvalue: float) -> list[grouping.StepGroup]:
+    detector = partial(compute_change_points, min_magnitude=MIN_MAGNITUDE, min_size=MIN_HEADS, pvalue=pvalue,
+                       trend_pvalue=pvalue)
+    return grouping.group_steps(grouping.detect_steps(branch.histories(upto), detector))
+
+
+def new_groups(branch: Branch, groups: list[grouping.StepGroup]) -> list[grouping.StepGroup]:
+    return [m.group for m in grouping.reconcile(groups, branch.alerts) if m.alert_id is None]
+
+
+def raise_alerts(branch: Branch, groups: list[grouping.StepGroup]) -> None:
+    for group in groups:
+        branch.alerts.append(KnownAlert(len(branch.alerts) + 1, "new", group.kind, (group.before, group.after)))
+
+
+def remeasure(machine: Machine, branch: Branch, group: grouping.StepGroup) -> None:
+    """Both heads of the group, TRIALS each, alternating, now: they share this moment's load.
+    The trials join the heads' history too, as in the service."""
+    machine.tick()
+    values: dict[str, tuple[list[float], list[float]]] = {}
+    for case in STEPS:
+        values[case] = ([], [])
+        for _ in range(TRIALS):
+            for side, commit in zip(values[case], (group.before, group.after)):
+                side.append(machine.trial(case, commit))
+                branch.trials[case, commit].append(side[-1])
+    branch.remeasures[group.before, group.after] = Remeasure(group.before, group.after, values)
+
+
+MODES = {"at once, p 0.001": ALERT_PVALUE, "at once, p 0.01": SUSPECT_PVALUE, "re-measure side by side": None}
+
+
+def run(rng: np.random.Generator, loaded: bool, mode: str) -> list[KnownAlert]:
+    """One history; alerts at once at the mode's p-value, or (mode None) suspects at
+    SUSPECT_PVALUE re-measured first and alerted when the re-measure agrees."""
+    machine, branch = Machine(rng, loaded), Branch()
+    for head in HEADS:
+        machine.tick()
+        for case in STEPS:
+            branch.trials[case, head] = [machine.trial(case, head) for _ in range(TRIALS)]
+        if head < 5:
+            continue
+        if MODES[mode] is not None:
+            raise_alerts(branch, new_groups(branch, groups_at(branch, head, MODES[mode])))
+            continue
+        for group in new_groups(branch, groups_at(branch, head, SUSPECT_PVALUE)):
+            if grouping.confirmation(group, branch.remeasures, MIN_MAGNITUDE) == grouping.REMEASURE:
+                remeasure(machine, branch, group)  # its job finishes before the next head
+        raise_alerts(branch, [g for g in new_groups(branch, groups_at(branch, head, SUSPECT_PVALUE))
+                              if grouping.confirmation(g, branch.remeasures, MIN_MAGNITUDE) == grouping.ALERT])
+    return branch.alerts
+
+
+def score(alerts: list[KnownAlert]) -> tuple[int, list[int]]:
+    """(false alerts: covering no step, per step 1 when no alert covers it)."""
+    steps = [at for case in STEPS for at, _ in STEPS[case][1:]]
+    false = sum(not any(a.span[0] < at <= a.span[1] for at in steps) for a in alerts)
+    return false, [int(not any(a.span[0] < at <= a.span[1] for a in alerts)) for at in steps]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--histories", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    steps = [f"{case} {at}" for case in STEPS for at, _ in STEPS[case][1:]]
+    print(f"{args.histories} histories of {len(HEADS)} heads, {len(steps)} steps each\n")
+    print(f"| machine | alerts | false alerts | missed steps | missed per step ({', '.join(steps)}) |")
+    print("|---|---|---|---|---|")
+    for loaded in (False, True):
+        for mode in MODES:
+            rng = np.random.default_rng(args.seed)
+            scores = [score(run(rng, loaded, mode)) for _ in range(args.histories)]
+            missed = np.sum([m for _, m in scores], axis=0)
+            print(f"| {'loaded' if loaded else 'quiet'} | {mode} | {sum(f for f, _ in scores)} | "
+                  f"{int(missed.sum())} of {len(steps) * args.histories} | {', '.join(map(str, missed))} |")
+
+
+if __name__ == "__main__":
+    main()
