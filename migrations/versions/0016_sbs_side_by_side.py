@@ -4,7 +4,7 @@ that order on one worker; `observations_from` hands the block ids to the planner
 confirms a culprit on the within-block differences only. NULL: an unpaired trial.
 
 Revision ID: 0016_sbs_side_by_side
-Revises: 0014_notifications
+Revises: 0016_track_confirm
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016_sbs_side_by_side"
-down_revision = "0014_notifications"
+down_revision = "0016_track_confirm"
 branch_labels = None
 depends_on = None
 
