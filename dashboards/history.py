@@ -115,6 +115,11 @@ class Series:
     unit: str | None
     higher_is_better: bool
     points: tuple[RevisionPoint, ...]
+    measured: int | None = None  # the points before downsampling (None: every point is here)
+
+    @property
+    def total(self) -> int:
+        return len(self.points) if self.measured is None else self.measured
 
 
 @dataclass(frozen=True)

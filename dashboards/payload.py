@@ -1,6 +1,6 @@
-"""The bounded body of /api/history/{name}?width=N: per series at most about N points
-(dashboards.downsample), in a compact column encoding. Pure: it reads an assembled
-views.RepositoryHistory, no database.
+"""The bounded body of /api/history/{name}?width=N: per series the points that
+dashboards.bounded kept (at most about N), in a compact column encoding. Pure: it reads an
+assembled views.RepositoryHistory, no database.
 
 Column encoding ("encoding": "columns"): `commits` and each series' `points` are objects of
 equal-length arrays (commits: index, sha, subject, pr_number, authored_at; points: index, value,
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfbisect.dashboards.downsample import downsample
-from perfbisect.dashboards.history import CaseHistory, RevisionPoint
+from perfbisect.dashboards.history import RevisionPoint
 
 POINT_FIELDS = RevisionPoint._fields[1:]  # index, value, ... (the sha is the commit's)
 FLOAT_FIELDS = frozenset(POINT_FIELDS) - {"index", "trials"}
@@ -25,12 +24,6 @@ FLOAT_FIELDS = frozenset(POINT_FIELDS) - {"index", "trials"}
 def rounded(value: float | None) -> float | None:
     """6 significant digits: a shorter JSON number, the same chart."""
     return None if value is None else float(f"{value:.6g}")
-
-
-def marks_of(history: CaseHistory) -> set[int]:
-    """The commit indexes a downsampled series must keep: each step's edges and each failed
-    build or wrong-results commit (a correctness culprit is a step of kind 'correctness')."""
-    return {i for m in history.steps for i in (m.first_index, m.last_index)} | {f.index for f in history.failed}
 
 
 def point_columns(points: list[RevisionPoint]) -> dict[str, list]:
@@ -43,19 +36,17 @@ def point_columns(points: list[RevisionPoint]) -> dict[str, list]:
 
 
 def bounded_history_json(view: Any, width: int) -> dict[str, Any]:
-    """The JSON body for `view` (a views.RepositoryHistory) with at most about `width` points per
-    series (every marked point is kept even beyond it); each series says how many points it has
-    (`total`) and how many are sent (`sent`), so a chart can ask again for a narrower window."""
+    """The JSON body for `view` (a views.RepositoryHistory from dashboards.bounded, at most about
+    `width` points per series); each series says how many points it has (`total`) and how many
+    are sent (`sent`), so a chart can ask again for a narrower window."""
     cases, used = [], set()
     for h in view.histories:
-        marks = marks_of(h)
         series = []
         for s in h.series:
-            kept = downsample(s.points, width, marks)
-            used.update(p.sha for p in kept)
+            used.update(p.sha for p in s.points)
             series.append({"fingerprint": s.fingerprint, "unit": s.unit, "higher_is_better": s.higher_is_better,
-                           "device": view.devices.get(s.fingerprint or ""), "total": len(s.points),
-                           "sent": len(kept), "points": point_columns(kept)})
+                           "device": view.devices.get(s.fingerprint or ""), "total": s.total,
+                           "sent": len(s.points), "points": point_columns(s.points)})
         used |= {sha for m in h.steps for sha in (m.first_sha, m.last_sha)} | {f.sha for f in h.failed}
         cases.append({"suite": h.suite, "target": h.target, "case": h.case, "units": h.units, "series": series,
                       "steps": [step_json(m) for m in h.steps],

@@ -97,6 +97,17 @@ def revision_positions(session: Session, repository_id: int, shas: Sequence[str]
 META_IN_LIMIT = 500
 
 
+def case_keys(session: Session, repository_id: int, *, suite: str | None = None, target: str | None = None,
+              case: str | None = None) -> dict[int, tuple[str, str, str]]:
+    """case id -> (suite, target, case name) of the repository's cases, optionally one suite,
+    target or case."""
+    stmt = select(Case.id, Case.suite, Case.target, Case.name).where(Case.repository_id == repository_id)
+    for column, wanted in ((Case.suite, suite), (Case.target, target), (Case.name, case)):
+        if wanted:
+            stmt = stmt.where(column == wanted)
+    return {case_id: (s, t, n) for case_id, s, t, n in session.connection().execute(stmt)}
+
+
 def case_series(session: Session, repository_id: int, *, suite: str | None = None, target: str | None = None,
                 case: str | None = None, min_position: int | None = None, max_position: int | None = None,
                 ) -> tuple[dict[tuple[str, str, str], list[Series]], dict[str, RevisionMeta]]:
@@ -108,11 +119,7 @@ def case_series(session: Session, repository_id: int, *, suite: str | None = Non
     (an index-only range scan over case_points (case_id, position), no strings per point) and
     the points' commits once. Joined per point, PostgreSQL hashed and re-sorted every point and
     each case's and commit's strings were decoded 10,000 times for a year of one case."""
-    stmt = select(Case.id, Case.suite, Case.target, Case.name).where(Case.repository_id == repository_id)
-    for column, wanted in ((Case.suite, suite), (Case.target, target), (Case.name, case)):
-        if wanted:
-            stmt = stmt.where(column == wanted)
-    keys = {case_id: (s, t, n) for case_id, s, t, n in session.connection().execute(stmt)}
+    keys = case_keys(session, repository_id, suite=suite, target=target, case=case)
     if not keys:
         return {}, {}
     # RevisionPoint's fields after the sha (position is its index), then what a series carries once

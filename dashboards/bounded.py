@@ -1,0 +1,113 @@
+"""The history of a repository bounded to about `width` points per series (a chart's width),
+read as columns: the page's charts and /api/history?width=N. Only the kept points (and their
+commits' metadata) become Python objects; the full resolution is one zoom away (`start`/`end`).
+
+`read_history` does the reads and digests them (the ETag), `bounded_view` builds the view from
+a read: a request whose ETag matches is answered before anything is built. Raises NotFound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from perfbisect.dashboards import columns, repository, views
+from perfbisect.dashboards.downsample import keep_offsets
+from perfbisect.dashboards.history import (
+    CulpritRow,
+    FailedTrialRow,
+    RevisionPoint,
+    Series,
+    assemble_histories,
+    failures_of,
+    steps_of,
+)
+from perfbisect.dashboards.links import repo_links
+from perfbisect.service.models import Repository
+
+CHART_POINTS = 1400  # what the page's charts carry per series (about a wide chart's pixels)
+
+
+@dataclass
+class HistoryRead:
+    repository: Repository
+    keys: dict[int, tuple[str, str, str]]  # case id -> (suite, target, case) of every case read
+    series: list[columns.SeriesColumns]  # in case key and fingerprint order
+    culprits: list[CulpritRow]
+    failed: list[FailedTrialRow]
+    marked: dict[str, int]  # sha -> position of the culprit and failed commits inside the window
+    shapes: dict[str, list[str]]
+    digest: str  # of everything read: the same digest, the same body
+
+
+def read_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
+                 case: str | None = None, last: int | None = None, start: int | None = None,
+                 end: int | None = None, shape: dict[str, str] | None = None) -> HistoryRead:
+    """The columns of every matching case (optionally the `last` commits, or positions
+    start..end; `shape` keeps the cases whose parameters match) with the culprits and failed
+    trials that mark them."""
+    repo = views.find_repository(session, name)
+    since = views.first_position(session, repo.id, last, start)
+    keys = repository.case_keys(session, repo.id, suite=suite, target=target, case=case)
+    read, digest = columns.read_series(session, sorted(keys), since, end)
+    read.sort(key=lambda s: (keys[s.case_id], s.fingerprint or ""))
+    shapes = views.shapes_of({keys[s.case_id][2] for s in read})
+    if shape:
+        read = [s for s in read if views.shape_matches(keys[s.case_id][2], shape)]
+    culprits = repository.culprit_rows(session, repo.id)
+    failed = repository.failed_trials(session, repo.id)
+    marked_shas = sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed})
+    low, high = since if since is not None else float("-inf"), end if end is not None else float("inf")
+    marked = {sha: p for sha, p in repository.revision_positions(session, repo.id, marked_shas).items()
+              if low <= p <= high}
+    stamp = hashlib.blake2b(digest.encode(), digest_size=16)
+    stamp.update(repr((sorted(shape.items()) if shape else None, [s.case_id for s in read], culprits, failed,
+                       sorted(marked.items()))).encode())
+    return HistoryRead(repository=repo, keys=keys, series=read, culprits=culprits, failed=failed, marked=marked,
+                       shapes=shapes, digest=stamp.hexdigest())
+
+
+def _points(s: columns.SeriesColumns, kept: np.ndarray, sha_of: dict[int, str]) -> tuple[RevisionPoint, ...]:
+    """RevisionPoints of the kept offsets only (NaN read back as None)."""
+    ints = [s.ints[c][kept].tolist() for c in columns.INTS]
+    floats = {c: [None if v != v else v for v in s.floats[c][kept].tolist()] for c in columns.FLOATS}
+    return tuple(RevisionPoint(sha_of[rid], position, *values)
+                 for position, rid, values in zip(ints[0], ints[1], zip(
+                     floats["value"], floats["control_value"], floats["ratio"], ints[2], floats["value_min"],
+                     floats["value_max"], floats["ratio_min"], floats["ratio_max"])))
+
+
+def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: bool = False,
+                 overlay: bool = False) -> views.RepositoryHistory:
+    """The view of `read` with at most about `width` points per series: every step edge and
+    failed commit kept, and each bucket's extremes (dashboards.downsample)."""
+    steps, failures = steps_of(read.culprits, read.marked), failures_of(read.failed, read.marked)
+    kept = []
+    for s in read.series:
+        _, target, case = read.keys[s.case_id]
+        marks = {i for m in steps.get((target, case), []) for i in (m.first_index, m.last_index)}
+        marks |= {f.index for f in failures.get((target, case), [])}
+        kept.append(keep_offsets(s.ints["position"], s.floats, width, marks))
+    ids = np.unique(np.concatenate([s.ints["revision_id"][k] for s, k in zip(read.series, kept)] or [[]]))
+    metas = columns.revisions_by_id(session, ids.astype(np.int64))
+    sha_of = {rid: meta.sha for rid, meta in metas.items()}
+    series: dict[tuple[str, str, str], list[Series]] = {}
+    for s, k in zip(read.series, kept):
+        series.setdefault(read.keys[s.case_id], []).append(Series(
+            fingerprint=s.fingerprint, unit=s.unit, higher_is_better=s.higher_is_better,
+            points=_points(s, k, sha_of), measured=len(s)))
+    positions = {p.sha: p.index for lines in series.values() for line in lines for p in line.points}
+    positions.update(read.marked)
+    revisions = {meta.sha: meta for meta in metas.values()}
+    if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
+        revisions.update(repository.revision_meta(session, read.repository.id, missing))
+    histories = assemble_histories(series, read.culprits, positions, read.failed)
+    repo = read.repository
+    links, devices = repo_links(repo.url), views.device_names(session, histories)
+    return views.RepositoryHistory(
+        repository=repo, positions=positions, revisions=revisions, histories=histories,
+        panels=views.chart_panels(histories, positions, revisions, links, devices, repo.name, overlay) if panels else [],
+        cases=repository.measured_cases(session, repo.id), links=links, devices=devices, shapes=read.shapes)
