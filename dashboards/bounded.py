@@ -9,6 +9,7 @@ a read: a request whose ETag matches is answered before anything is built. Raise
 from __future__ import annotations
 
 import hashlib
+from urllib.parse import quote, urlencode
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,7 +108,19 @@ def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: boo
     histories = assemble_histories(series, read.culprits, positions, read.failed)
     repo = read.repository
     links, devices = repo_links(repo.url), views.device_names(session, histories)
+    charts = views.chart_panels(histories, positions, revisions, links, devices, repo.name, overlay) if panels else []
+    for panel in charts:
+        panel.chart.update(zoom_source(repo.name, panel.histories, width, links))
     return views.RepositoryHistory(
-        repository=repo, positions=positions, revisions=revisions, histories=histories,
-        panels=views.chart_panels(histories, positions, revisions, links, devices, repo.name, overlay) if panels else [],
+        repository=repo, positions=positions, revisions=revisions, histories=histories, panels=charts,
         cases=repository.measured_cases(session, repo.id), links=links, devices=devices, shapes=read.shapes)
+
+
+def zoom_source(name: str, histories: list, width: int, links) -> dict:
+    """Where a chart of `histories` asks for a zoomed window at full resolution (static/charts.js
+    adds start, end and width), and how it links the commits it gets."""
+    query = {"suite": histories[0].suite, "target": histories[0].target, "width": width}
+    if len(histories) == 1:
+        query["case"] = histories[0].case
+    return {"history_api": f"/api/history/{quote(name)}?{urlencode(query)}",
+            "commit_url": links.commit("{sha}"), "pr_url": links.pull("{pr}")}

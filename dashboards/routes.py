@@ -88,9 +88,9 @@ def dashboard_history(request: Request, session: SessionDep, name: RepoName, sui
         cases = repository.measured_cases(session, overview.repository.id)
         return templates.TemplateResponse(request, "overview.html", {"overview": overview, "cases": cases,
                                                                      "filters": filters})
-    wanted = views.parse_shape(shape)
-    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last,
-                                    shape=wanted, overlay=overlay)
+    wanted = views.parse_shape(shape)  # the charts carry a bounded history; a zoom asks /api/history for more
+    read = bounded.read_history(session, name, suite=suite, target=target, case=case, last=last, shape=wanted)
+    view = bounded.bounded_view(session, read, bounded.CHART_POINTS, panels=True, overlay=overlay)
     alerts_of_jobs = triage.alerts_of_jobs(session, sorted({m.job_id for h in view.histories for m in h.steps}))
     return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters, "shape": wanted,
                                                                 "alerts_of_jobs": alerts_of_jobs})
@@ -178,7 +178,7 @@ def history(request: Request, session: SessionDep, name: RepoName, suite: Filter
         raise BadRequest("end must not be before start")
     if not width:
         view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last,
-                                        panels=False, start=start, end=end)
+                                        start=start, end=end)
         return etagged(request, FastJSONResponse(views.history_json(view)))
     read = bounded.read_history(session, name, suite=suite, target=target, case=case, last=last, start=start, end=end)
     tag = etag_of(f"{read.digest} {width} {BOUNDED_ENCODING}".encode())

@@ -141,21 +141,16 @@ def _build_panels(histories: list[CaseHistory], order: Order, revisions: dict[st
 
 
 def repository_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
-                       case: str | None = None, last: int | None = None, shape: dict[str, str] | None = None,
-                       overlay: bool = False, panels: bool = True, start: int | None = None,
+                       case: str | None = None, last: int | None = None, start: int | None = None,
                        end: int | None = None) -> RepositoryHistory:
-    """The history of every measured case of repository `name` (optionally one suite, target
-    or case, or the cases whose shape parameters match `shape`; optionally only the `last`
-    commits, or the window of positions `start`..`end`) in first-parent order, from the stored per-revision medians; with `panels`, the
-    page's charts and tables too (`overlay` draws the shapes of each kernel in one chart).
-    Raises NotFound."""
+    """Every point of every measured case of repository `name` (optionally one suite, target
+    or case; optionally only the `last` commits, or the window of positions `start`..`end`) in
+    first-parent order, from the stored per-revision medians: the unbounded /api/history (the
+    page and ?width= read dashboards.bounded). Raises NotFound."""
     repo = find_repository(session, name)
     since = first_position(session, repo.id, last, start)
     series, revisions = repository.case_series(session, repo.id, suite=suite, target=target, case=case,
                                                min_position=since, max_position=end)
-    shapes = shapes_of(case_name for _, _, case_name in series)
-    if shape:
-        series = {key: s for key, s in series.items() if shape_matches(key[2], shape)}
     culprits = repository.culprit_rows(session, repo.id)
     failed = repository.failed_trials(session, repo.id)
     positions = {p.sha: p.index for per_case in series.values() for s in per_case for p in s.points}
@@ -167,12 +162,8 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
     histories = assemble_histories(series, culprits, positions, failed)
     if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
         revisions.update(repository.revision_meta(session, repo.id, missing))
-    links, devices = repo_links(repo.url), device_names(session, histories)
     return RepositoryHistory(repository=repo, positions=positions, revisions=revisions, histories=histories,
-                             panels=(chart_panels(histories, positions, revisions, links, devices, repo.name, overlay)
-                                     if panels else []),
-                             cases=repository.measured_cases(session, repo.id), links=links, devices=devices,
-                             shapes=shapes)
+                             panels=[], cases=[], links=repo_links(repo.url), devices=device_names(session, histories))
 
 
 def first_position(session: Session, repository_id: int, last: int | None, start: int | None) -> int | None:
