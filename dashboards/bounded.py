@@ -27,6 +27,7 @@ from perfbisect.dashboards.history import (
     steps_of,
 )
 from perfbisect.dashboards.links import repo_links
+from perfbisect.dashboards.payload import point_columns
 from perfbisect.service.models import Repository
 
 CHART_POINTS = 1400  # what the page's charts carry per series (about a wide chart's pixels)
@@ -84,7 +85,9 @@ def _points(s: columns.SeriesColumns, kept: np.ndarray, sha_of: dict[int, str]) 
 def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: bool = False,
                  overlay: bool = False) -> views.RepositoryHistory:
     """The view of `read` with at most about `width` points per series: every step edge and
-    failed commit kept, and each bucket's extremes (dashboards.downsample)."""
+    failed commit kept, and each bucket's extremes (dashboards.downsample). With `panels` (the
+    page) the kept points are built for the charts; without (the API) each series carries them
+    as JSON columns (dashboards.payload) and no point object is built."""
     steps, failures = steps_of(read.culprits, read.marked), failures_of(read.failed, read.marked)
     kept = []
     for s in read.series:
@@ -96,11 +99,13 @@ def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: boo
     metas = columns.revisions_by_id(session, ids.astype(np.int64))
     sha_of = {rid: meta.sha for rid, meta in metas.items()}
     series: dict[tuple[str, str, str], list[Series]] = {}
+    positions: dict[str, int] = {}
     for s, k in zip(read.series, kept):
-        series.setdefault(read.keys[s.case_id], []).append(Series(
-            fingerprint=s.fingerprint, unit=s.unit, higher_is_better=s.higher_is_better,
-            points=_points(s, k, sha_of), measured=len(s)))
-    positions = {p.sha: p.index for lines in series.values() for line in lines for p in line.points}
+        line = Series(fingerprint=s.fingerprint, unit=s.unit, higher_is_better=s.higher_is_better, measured=len(s),
+                      points=_points(s, k, sha_of) if panels else (),
+                      columns=None if panels else point_columns(s.ints, s.floats, k))
+        series.setdefault(read.keys[s.case_id], []).append(line)
+        positions.update(zip(map(sha_of.__getitem__, s.ints["revision_id"][k].tolist()), s.ints["position"][k].tolist()))
     positions.update(read.marked)
     revisions = {meta.sha: meta for meta in metas.values()}
     if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
@@ -113,7 +118,8 @@ def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: boo
         panel.chart.update(zoom_source(repo.name, panel.histories, width, links))
     return views.RepositoryHistory(
         repository=repo, positions=positions, revisions=revisions, histories=histories, panels=charts,
-        cases=repository.measured_cases(session, repo.id), links=links, devices=devices, shapes=read.shapes)
+        cases=repository.measured_cases(session, repo.id) if panels else [], links=links, devices=devices,
+        shapes=read.shapes)
 
 
 def zoom_source(name: str, histories: list, width: int, links) -> dict:

@@ -116,6 +116,7 @@ class Series:
     higher_is_better: bool
     points: tuple[RevisionPoint, ...]
     measured: int | None = None  # the points before downsampling (None: every point is here)
+    columns: dict[str, list] | None = None  # the kept points as JSON columns, where no point is built (dashboards.bounded)
 
     @property
     def total(self) -> int:
