@@ -550,8 +550,12 @@ def test_history_columns_are_the_same_on_postgresql_and_on_the_sqlite_path(sessi
     repo = repository.repository_by_name(session, "kern")
     case_ids = sorted(repository.case_keys(session, repo.id))
     arrays, _ = columns.read_series(session, case_ids)
+    ids = arrays[1].ints["revision_id"]
+    metas = columns.revisions_by_id(session, ids)
     monkeypatch.setattr(type(session.get_bind().dialect), "name", "sqlite")
     rows, _ = columns.read_series(session, case_ids)
+    assert columns.revisions_by_id(session, ids) == metas and [metas[i].sha for i in ids.tolist()] == \
+        [SHAS[0], SHAS[2], SHAS[3], SHAS[4]]
     assert [(s.case_id, s.fingerprint, s.unit, s.higher_is_better, len(s)) for s in arrays] == \
         [(s.case_id, s.fingerprint, s.unit, s.higher_is_better, len(s)) for s in rows] == \
         [(case_ids[0], "e" * 64, "TFLOP/s", True, 1), (case_ids[0], "f" * 64, "TFLOP/s", True, 4)]
