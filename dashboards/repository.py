@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import exists, func, select, true, union_all
+from sqlalchemy import exists, func, select, union_all
 from sqlalchemy.orm import Session, selectinload
 
 from perfbisect.dashboards.history import (
@@ -41,9 +41,6 @@ POINT_COLUMNS = (Case.suite, Case.target, Case.name, func.nullif(CasePoint.finge
                  CasePoint.position, CasePoint.trials, CasePoint.value, CasePoint.control_value, CasePoint.ratio,
                  CasePoint.unit, CasePoint.higher_is_better, CasePoint.value_min, CasePoint.value_max,
                  CasePoint.ratio_min, CasePoint.ratio_max)
-# What the overview's LATERAL scan reads: the index's columns, in PointRow's order after the sha.
-LATEST_COLUMNS = ("fingerprint", "revision_id", "position", "trials", "value", "control_value", "ratio", "unit",
-                  "higher_is_better", "value_min", "value_max", "ratio_min", "ratio_max")
 FAILED_TRIALS = (TrialStatus.build_error, TrialStatus.import_error, TrialStatus.timeout, TrialStatus.error)
 
 
@@ -169,6 +166,21 @@ def _point_rows(session: Session, stmt) -> list[PointRow]:
     return [PointRow._make(r) for r in session.connection().execute(stmt).all()]
 
 
+# The overview's newest points on PostgreSQL: one LATERAL index-only scan per case, read by the
+# driver's cursor (SQLAlchemy's per-value result processing cost more than the query).
+_LATEST_PG = """
+SELECT c.suite, c.target, c.name, nullif(p.fingerprint, ''), r.sha, p.position, p.trials, p.value, p.control_value,
+       p.ratio, p.unit, p.higher_is_better, p.value_min, p.value_max, p.ratio_min, p.ratio_max
+FROM cases c
+JOIN LATERAL (SELECT fingerprint, revision_id, position, trials, value, control_value, ratio, unit, higher_is_better,
+                     value_min, value_max, ratio_min, ratio_max
+              FROM case_points WHERE case_id = c.id AND position IS NOT NULL
+              ORDER BY position DESC LIMIT %(per_case)s) p ON true
+JOIN revisions r ON r.id = p.revision_id
+WHERE c.repository_id = %(repository_id)s
+"""
+
+
 def latest_points(session: Session, repository_id: int, per_case: int) -> list[PointRow]:
     """The newest `per_case` points of every case of the repository (for the overview's latest
     value and sparkline), in case, fingerprint and position order; never every point. On
@@ -178,15 +190,10 @@ def latest_points(session: Session, repository_id: int, per_case: int) -> list[P
     than by the database (a sort on the cases' names under their collation cost more than the
     scans); elsewhere (SQLite, the embedded default) one window query."""
     if session.get_bind().dialect.name == "postgresql":
-        newest = (select(*(getattr(CasePoint, c) for c in LATEST_COLUMNS))
-                  .where(CasePoint.case_id == Case.id, CasePoint.position.is_not(None))
-                  .order_by(CasePoint.position.desc()).limit(per_case).lateral())
-        stmt = (select(Case.suite, Case.target, Case.name, func.nullif(newest.c.fingerprint, ""), Revision.sha,
-                       *(newest.c[c] for c in LATEST_COLUMNS[2:]))
-                .select_from(Case).join(newest, true()).join(Revision, Revision.id == newest.c.revision_id)
-                .where(Case.repository_id == repository_id))
-        return sorted(_point_rows(session, stmt), key=lambda p: (p.suite, p.target, p.case, p.fingerprint or "",
-                                                                 p.position))
+        with session.connection().connection.driver_connection.cursor(binary=True) as cursor:
+            rows = cursor.execute(_LATEST_PG, {"per_case": per_case, "repository_id": repository_id}).fetchall()
+        return sorted(map(PointRow._make, rows), key=lambda p: (p.suite, p.target, p.case, p.fingerprint or "",
+                                                                  p.position))
     ranked = (select(CasePoint.id, func.row_number().over(partition_by=CasePoint.case_id,
                                                           order_by=CasePoint.position.desc()).label("n"))
               .join(Case, CasePoint.case_id == Case.id)
