@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 from psycopg.adapt import Loader
-from sqlalchemy import BigInteger, any_, literal, select
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from perfbisect.dashboards.repository import RevisionMeta
@@ -135,15 +134,16 @@ def _read_rows(session: Session, case_ids: list[int], low: int, high: int) -> tu
 
 
 def revisions_by_id(session: Session, ids: Sequence[int]) -> dict[int, RevisionMeta]:
-    """revision id -> sha, subject, PR, date of the commits `ids` (one array parameter on
-    PostgreSQL, not thousands of bound values)."""
+    """revision id -> sha, subject, PR, date of the commits `ids`: on PostgreSQL one array
+    parameter (not thousands of bound values) read by the driver's cursor, like the points."""
     if not len(ids):
         return {}
-    stmt = select(Revision.id, Revision.sha, Revision.subject, Revision.pr_number, Revision.authored_at)
     wanted = [int(i) for i in ids]
     if session.get_bind().dialect.name == "postgresql":
-        stmt = stmt.where(Revision.id == any_(literal(wanted, ARRAY(BigInteger))))
+        with session.connection().connection.driver_connection.cursor(binary=True) as cursor:
+            rows = cursor.execute("SELECT id, sha, subject, pr_number, authored_at FROM revisions WHERE id = ANY(%s)",
+                                  (wanted,)).fetchall()
     else:
-        stmt = stmt.where(Revision.id.in_(wanted))
-    return {rid: RevisionMeta(sha, subject or "", pr, date)
-            for rid, sha, subject, pr, date in session.connection().execute(stmt).all()}
+        stmt = select(Revision.id, Revision.sha, Revision.subject, Revision.pr_number, Revision.authored_at)
+        rows = session.connection().execute(stmt.where(Revision.id.in_(wanted))).all()
+    return {rid: RevisionMeta(sha, subject or "", pr, date) for rid, sha, subject, pr, date in rows}
