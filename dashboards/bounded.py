@@ -42,7 +42,9 @@ class HistoryRead:
     failed: list[FailedTrialRow]
     marked: dict[str, int]  # sha -> position of the culprit and failed commits inside the window
     shapes: dict[str, list[str]]
-    digest: str  # of everything read: the same digest, the same body
+    # Of everything read: the same digest, the same points, steps and failed marks. Not covered:
+    # a commit's subject or a device's description rewritten while no point of the case changes.
+    digest: str
 
 
 def read_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
