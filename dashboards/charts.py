@@ -45,9 +45,9 @@ def series_label(series: Series, devices: Mapping[str, str]) -> str:
     return f"{device} ({short})" if device else short
 
 
-def _series(series: Series, label: str, color: str) -> dict[str, Any]:
+def _series(series: Series, label: str, color: str, case: str) -> dict[str, Any]:
     return {"label": label, "fingerprint": series.fingerprint, "unit": series.unit, "color": color,
-            "higher_is_better": series.higher_is_better,
+            "higher_is_better": series.higher_is_better, "case": case, "total": series.total,
             "points": [{"x": p.index, "sha": p.sha, "value": p.value, "value_min": p.value_min,
                         "value_max": p.value_max, "control": p.control_value, "ratio": p.ratio,
                         "ratio_min": p.ratio_min, "ratio_max": p.ratio_max, "trials": p.trials}
@@ -67,7 +67,7 @@ def case_chart(histories: Sequence[CaseHistory], commits: Mapping[str, dict[str,
             label = h.case if overlay else series_label(s, devices)
             if overlay and len(h.series) > 1:
                 label = f"{h.case} · {series_label(s, devices)}"
-            series.append(_series(s, label, PALETTE[len(series) % len(PALETTE)]))
+            series.append(_series(s, label, PALETTE[len(series) % len(PALETTE)], h.case))
         steps += [{"x0": m.first_index, "x1": m.last_index, "kind": m.kind, "label": m.label,
                    "case": h.case, "sha": m.last_sha, "rel": m.rel, "ci": list(m.ci) if m.ci else None,
                    "job_id": m.job_id, "pr_number": m.pr_number} for m in h.steps]

@@ -115,6 +115,12 @@ class Series:
     unit: str | None
     higher_is_better: bool
     points: tuple[RevisionPoint, ...]
+    measured: int | None = None  # the points before downsampling (None: every point is here)
+    columns: dict[str, list] | None = None  # the kept points as JSON columns, where no point is built (dashboards.bounded)
+
+    @property
+    def total(self) -> int:
+        return len(self.points) if self.measured is None else self.measured
 
 
 @dataclass(frozen=True)
@@ -235,10 +241,9 @@ def series_from_points(points: Iterable[PointRow]) -> dict[tuple[str, str, str],
     for (suite, target, case, fingerprint), rows in sorted(grouped.items(), key=lambda kv: (kv[0][:3], kv[0][3] or "")):
         result[(suite, target, case)].append(Series(
             fingerprint=fingerprint, unit=rows[0].unit, higher_is_better=rows[0].higher_is_better,
-            points=tuple(RevisionPoint(sha=r.sha, index=r.position, value=r.value, control_value=r.control_value,
-                                       ratio=r.ratio, trials=r.trials, value_min=r.value_min,
-                                       value_max=r.value_max, ratio_min=r.ratio_min, ratio_max=r.ratio_max)
-                         for r in rows)))
+            # positional: a long history's points are built by the thousand, and keywords cost 2x
+            points=tuple([RevisionPoint(r.sha, r.position, r.value, r.control_value, r.ratio, r.trials,
+                                        r.value_min, r.value_max, r.ratio_min, r.ratio_max) for r in rows])))
     return dict(result)
 
 

@@ -1,6 +1,6 @@
-"""The bounded body of /api/history/{name}?width=N: per series at most about N points
-(dashboards.downsample), in a compact column encoding. Pure: it reads an assembled
-views.RepositoryHistory, no database.
+"""The bounded body of /api/history/{name}?width=N: per series the points that
+dashboards.bounded kept (at most about N), in a compact column encoding, straight from the
+columns read (numpy), with no object per point. Pure, no database.
 
 Column encoding ("encoding": "columns"): `commits` and each series' `points` are objects of
 equal-length arrays (commits: index, sha, subject, pr_number, authored_at; points: index, value,
@@ -15,51 +15,58 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfbisect.dashboards.downsample import downsample
-from perfbisect.dashboards.history import CaseHistory, RevisionPoint
+import numpy as np
 
-POINT_FIELDS = RevisionPoint._fields[1:]  # index, value, ... (the sha is the commit's)
-FLOAT_FIELDS = frozenset(POINT_FIELDS) - {"index", "trials"}
-
-
-def rounded(value: float | None) -> float | None:
-    """6 significant digits: a shorter JSON number, the same chart."""
-    return None if value is None else float(f"{value:.6g}")
+# The points' columns in the body, in RevisionPoint's order after the sha.
+POINT_FIELDS = ("index", "value", "control_value", "ratio", "trials", "value_min", "value_max", "ratio_min",
+                "ratio_max")
+SIGNIFICANT = 6
 
 
-def marks_of(history: CaseHistory) -> set[int]:
-    """The commit indexes a downsampled series must keep: each step's edges and each failed
-    build or wrong-results commit (a correctness culprit is a step of kind 'correctness')."""
-    return {i for m in history.steps for i in (m.first_index, m.last_index)} | {f.index for f in history.failed}
+def rounded(values: np.ndarray) -> list[float | None]:
+    """`values` to 6 significant digits (a shorter JSON number, the same chart), NaN as None.
+    m / 10**k with m an integer and 10**k exact is the double nearest the decimal m·10^-k, so
+    each number prints as its 6 digits at most."""
+    magnitude = np.floor(np.log10(np.abs(np.where(np.isfinite(values) & (values != 0), values, 1.0))))
+    decimals = (SIGNIFICANT - 1 - magnitude).astype(np.int64)
+    scale = 10.0 ** np.abs(decimals)
+    out = np.where(decimals >= 0, np.round(values * scale) / scale, np.round(values / scale) * scale).tolist()
+    return [None if v != v else v for v in out] if np.isnan(values).any() else out
 
 
-def point_columns(points: list[RevisionPoint]) -> dict[str, list]:
+def point_columns(ints: dict[str, np.ndarray], floats: dict[str, np.ndarray], kept: np.ndarray) -> dict[str, list]:
+    """The kept offsets of one series' columns (dashboards.columns.SeriesColumns) as JSON
+    columns; a float column with no value is left out, but the value."""
     columns: dict[str, list] = {}
-    for at, name in enumerate(POINT_FIELDS, start=1):
-        column = [p[at] for p in points]
-        if name in ("index", "value") or any(v is not None for v in column):
-            columns[name] = [rounded(v) for v in column] if name in FLOAT_FIELDS else column
+    for name in POINT_FIELDS:
+        if name in floats:
+            column = floats[name][kept]
+            if name == "value" or not np.isnan(column).all():
+                columns[name] = rounded(column)
+        else:
+            columns[name] = ints["position" if name == "index" else name][kept].tolist()
     return columns
 
 
 def bounded_history_json(view: Any, width: int) -> dict[str, Any]:
-    """The JSON body for `view` (a views.RepositoryHistory) with at most about `width` points per
-    series (every marked point is kept even beyond it); each series says how many points it has
-    (`total`) and how many are sent (`sent`), so a chart can ask again for a narrower window."""
-    cases, used = [], set()
+    """The JSON body for `view` (a views.RepositoryHistory from dashboards.bounded whose series
+    carry their kept points as `columns`, at most about `width` each); each series says how
+    many points it has (`total`) and how many are sent (`sent`), so a chart can ask again for a
+    narrower window."""
+    cases, kept_indexes = [], set()
     for h in view.histories:
-        marks = marks_of(h)
         series = []
         for s in h.series:
-            kept = downsample(s.points, width, marks)
-            used.update(p.sha for p in kept)
+            kept_indexes.update(s.columns["index"])
             series.append({"fingerprint": s.fingerprint, "unit": s.unit, "higher_is_better": s.higher_is_better,
-                           "device": view.devices.get(s.fingerprint or ""), "total": len(s.points),
-                           "sent": len(kept), "points": point_columns(kept)})
-        used |= {sha for m in h.steps for sha in (m.first_sha, m.last_sha)} | {f.sha for f in h.failed}
+                           "device": view.devices.get(s.fingerprint or ""), "total": s.total,
+                           "sent": len(s.columns["index"]), "points": s.columns})
         cases.append({"suite": h.suite, "target": h.target, "case": h.case, "units": h.units, "series": series,
                       "steps": [step_json(m) for m in h.steps],
                       "failed": [{"sha": f.sha, "index": f.index, "statuses": list(f.statuses)} for f in h.failed]})
+    used = {sha for sha, index in view.positions.items() if index in kept_indexes}
+    used |= {sha for h in view.histories for m in h.steps for sha in (m.first_sha, m.last_sha)}
+    used |= {f.sha for h in view.histories for f in h.failed}
     return {"repository": view.repository.name, "encoding": "columns", "width": width,
             "commits": commit_columns(view, used), "cases": cases}
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import exists, func, select, true, union_all
+from sqlalchemy import exists, func, select, union_all
 from sqlalchemy.orm import Session, selectinload
 
 from perfbisect.dashboards.history import (
@@ -97,6 +97,17 @@ def revision_positions(session: Session, repository_id: int, shas: Sequence[str]
 META_IN_LIMIT = 500
 
 
+def case_keys(session: Session, repository_id: int, *, suite: str | None = None, target: str | None = None,
+              case: str | None = None) -> dict[int, tuple[str, str, str]]:
+    """case id -> (suite, target, case name) of the repository's cases, optionally one suite,
+    target or case."""
+    stmt = select(Case.id, Case.suite, Case.target, Case.name).where(Case.repository_id == repository_id)
+    for column, wanted in ((Case.suite, suite), (Case.target, target), (Case.name, case)):
+        if wanted:
+            stmt = stmt.where(column == wanted)
+    return {case_id: (s, t, n) for case_id, s, t, n in session.connection().execute(stmt)}
+
+
 def case_series(session: Session, repository_id: int, *, suite: str | None = None, target: str | None = None,
                 case: str | None = None, min_position: int | None = None, max_position: int | None = None,
                 ) -> tuple[dict[tuple[str, str, str], list[Series]], dict[str, RevisionMeta]]:
@@ -108,11 +119,7 @@ def case_series(session: Session, repository_id: int, *, suite: str | None = Non
     (an index-only range scan over case_points (case_id, position), no strings per point) and
     the points' commits once. Joined per point, PostgreSQL hashed and re-sorted every point and
     each case's and commit's strings were decoded 10,000 times for a year of one case."""
-    stmt = select(Case.id, Case.suite, Case.target, Case.name).where(Case.repository_id == repository_id)
-    for column, wanted in ((Case.suite, suite), (Case.target, target), (Case.name, case)):
-        if wanted:
-            stmt = stmt.where(column == wanted)
-    keys = {case_id: (s, t, n) for case_id, s, t, n in session.connection().execute(stmt)}
+    keys = case_keys(session, repository_id, suite=suite, target=target, case=case)
     if not keys:
         return {}, {}
     # RevisionPoint's fields after the sha (position is its index), then what a series carries once
@@ -159,24 +166,41 @@ def _point_rows(session: Session, stmt) -> list[PointRow]:
     return [PointRow._make(r) for r in session.connection().execute(stmt).all()]
 
 
+# The overview's newest points on PostgreSQL: one LATERAL index-only scan per case, read by the
+# driver's cursor (SQLAlchemy's per-value result processing cost more than the query).
+_LATEST_PG = """
+SELECT c.suite, c.target, c.name, nullif(p.fingerprint, ''), r.sha, p.position, p.trials, p.value, p.control_value,
+       p.ratio, p.unit, p.higher_is_better, p.value_min, p.value_max, p.ratio_min, p.ratio_max
+FROM cases c
+JOIN LATERAL (SELECT fingerprint, revision_id, position, trials, value, control_value, ratio, unit, higher_is_better,
+                     value_min, value_max, ratio_min, ratio_max
+              FROM case_points WHERE case_id = c.id AND position IS NOT NULL
+              ORDER BY position DESC LIMIT %(per_case)s) p ON true
+JOIN revisions r ON r.id = p.revision_id
+WHERE c.repository_id = %(repository_id)s
+"""
+
+
 def latest_points(session: Session, repository_id: int, per_case: int) -> list[PointRow]:
     """The newest `per_case` points of every case of the repository (for the overview's latest
-    value and sparkline), never every point: on PostgreSQL a LATERAL index scan per case
-    (ix_case_points_case_position, backwards; a window over every point took 0.8 s on a year of
-    tracking), elsewhere (SQLite, the embedded default) one window query."""
+    value and sparkline), in case, fingerprint and position order; never every point. On
+    PostgreSQL one LATERAL index-only scan per case (ix_case_points_case_position, backwards,
+    covering every column read; a window over every point took 0.8 s on a year of tracking, and
+    reading the ids first and then each point by its key 2,500 heap probes), sorted here rather
+    than by the database (a sort on the cases' names under their collation cost more than the
+    scans); elsewhere (SQLite, the embedded default) one window query."""
     if session.get_bind().dialect.name == "postgresql":
-        newest = (select(CasePoint.id).where(CasePoint.case_id == Case.id, CasePoint.position.is_not(None))
-                  .order_by(CasePoint.position.desc()).limit(per_case).lateral())
-        ids = select(newest.c.id).select_from(Case).join(newest, true()).where(Case.repository_id == repository_id)
-    else:
-        ranked = (select(CasePoint.id, func.row_number().over(partition_by=CasePoint.case_id,
-                                                              order_by=CasePoint.position.desc()).label("n"))
-                  .join(Case, CasePoint.case_id == Case.id)
-                  .where(Case.repository_id == repository_id, CasePoint.position.is_not(None))).subquery()
-        ids = select(ranked.c.id).where(ranked.c.n <= per_case)
+        with session.connection().connection.driver_connection.cursor(binary=True) as cursor:
+            rows = cursor.execute(_LATEST_PG, {"per_case": per_case, "repository_id": repository_id}).fetchall()
+        return sorted(map(PointRow._make, rows), key=lambda p: (p.suite, p.target, p.case, p.fingerprint or "",
+                                                                  p.position))
+    ranked = (select(CasePoint.id, func.row_number().over(partition_by=CasePoint.case_id,
+                                                          order_by=CasePoint.position.desc()).label("n"))
+              .join(Case, CasePoint.case_id == Case.id)
+              .where(Case.repository_id == repository_id, CasePoint.position.is_not(None))).subquery()
     stmt = (select(*POINT_COLUMNS)
             .join(Case, CasePoint.case_id == Case.id).join(Revision, CasePoint.revision_id == Revision.id)
-            .where(CasePoint.id.in_(ids))
+            .where(CasePoint.id.in_(select(ranked.c.id).where(ranked.c.n <= per_case)))
             .order_by(Case.suite, Case.target, Case.name, CasePoint.fingerprint, CasePoint.position))
     return _point_rows(session, stmt)
 

@@ -14,12 +14,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from perfbisect.dashboards import repository, triage, views
+from perfbisect.dashboards import bounded, repository, triage, views
 from perfbisect.dashboards.charts import format_value
 from perfbisect.dashboards.payload import bounded_history_json
 from perfbisect.service.api.deps import SessionDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
-from perfbisect.service.api.responses import FastJSONResponse, etagged
+from perfbisect.service.api.responses import FastJSONResponse, etag_of, etagged, not_modified
 from perfbisect.service.bounds import MAX_ID, NO_NUL
 from perfbisect.service.errors import BadRequest
 from perfbisect.service.models import AlertStatus, JobStatus
@@ -88,9 +88,9 @@ def dashboard_history(request: Request, session: SessionDep, name: RepoName, sui
         cases = repository.measured_cases(session, overview.repository.id)
         return templates.TemplateResponse(request, "overview.html", {"overview": overview, "cases": cases,
                                                                      "filters": filters})
-    wanted = views.parse_shape(shape)
-    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last,
-                                    shape=wanted, overlay=overlay)
+    wanted = views.parse_shape(shape)  # the charts carry a bounded history; a zoom asks /api/history for more
+    read = bounded.read_history(session, name, suite=suite, target=target, case=case, last=last, shape=wanted)
+    view = bounded.bounded_view(session, read, bounded.CHART_POINTS, panels=True, overlay=overlay)
     alerts_of_jobs = triage.alerts_of_jobs(session, sorted({m.job_id for h in view.histories for m in h.steps}))
     return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters, "shape": wanted,
                                                                 "alerts_of_jobs": alerts_of_jobs})
@@ -157,6 +157,9 @@ def history_index(session: SessionDep) -> list[dict[str, Any]]:
 JSON_OBJECT = {200: {"content": {"application/json": {"schema": {"type": "object"}}}}}
 
 
+BOUNDED_ENCODING = "columns-1"  # in the bounded history's ETag: a new encoding is a new body
+
+
 @router.get("/api/history/{name}", tags=["history"], responses=JSON_OBJECT)
 def history(request: Request, session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
             case: Filter = None, last: int | None = Query(None, ge=2, le=100_000),
@@ -173,10 +176,16 @@ def history(request: Request, session: SessionDep, name: RepoName, suite: Filter
     request with 304 when nothing changed."""
     if start is not None and end is not None and end < start:
         raise BadRequest("end must not be before start")
-    view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last, panels=False,
-                                    start=start, end=end)
-    body = bounded_history_json(view, width) if width else views.history_json(view)
-    return etagged(request, FastJSONResponse(body))
+    if not width:
+        view = views.repository_history(session, name, suite=suite, target=target, case=case, last=last,
+                                        start=start, end=end)
+        return etagged(request, FastJSONResponse(views.history_json(view)))
+    read = bounded.read_history(session, name, suite=suite, target=target, case=case, last=last, start=start, end=end)
+    tag = etag_of(f"{read.digest} {width} {BOUNDED_ENCODING}".encode())
+    if (unchanged := not_modified(request, tag)) is not None:
+        return unchanged  # known from the reads' digest: nothing below is built
+    body = bounded_history_json(bounded.bounded_view(session, read, width), width)
+    return FastJSONResponse(body, headers={"ETag": tag})
 
 
 @router.get("/api/history/{name}/overview", tags=["history"], responses=JSON_OBJECT)

@@ -113,12 +113,12 @@ def parse_shape(text: str | None) -> dict[str, str]:
     return dict(p.strip().split("=", 1) for p in (text or "").split(",") if "=" in p and p.split("=", 1)[1].strip())
 
 
-def _devices(session: Session, histories: list[CaseHistory]) -> dict[str, str]:
+def device_names(session: Session, histories: list[CaseHistory]) -> dict[str, str]:
     fingerprints = [s.fingerprint for h in histories for s in h.series if s.fingerprint]
     return {fp: describe_device(prov) for fp, prov in repository.devices_of(session, fingerprints).items()}
 
 
-def _panels(histories: list[CaseHistory], order: Order, revisions: dict[str, RevisionMeta], links: RepoLinks,
+def chart_panels(histories: list[CaseHistory], order: Order, revisions: dict[str, RevisionMeta], links: RepoLinks,
             devices: dict[str, str], repository_name: str, overlay: bool = False) -> list[CasePanel]:
     panels = _build_panels(histories, order, revisions, links, devices, overlay)
     for panel in panels:  # the read-out links a point to the compare view with the previous one
@@ -141,27 +141,16 @@ def _build_panels(histories: list[CaseHistory], order: Order, revisions: dict[st
 
 
 def repository_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
-                       case: str | None = None, last: int | None = None, shape: dict[str, str] | None = None,
-                       overlay: bool = False, panels: bool = True, start: int | None = None,
+                       case: str | None = None, last: int | None = None, start: int | None = None,
                        end: int | None = None) -> RepositoryHistory:
-    """The history of every measured case of repository `name` (optionally one suite, target
-    or case, or the cases whose shape parameters match `shape`; optionally only the `last`
-    commits, or the window of positions `start`..`end`) in first-parent order, from the stored per-revision medians; with `panels`, the
-    page's charts and tables too (`overlay` draws the shapes of each kernel in one chart).
-    Raises NotFound."""
-    repo = _repository(session, name)
-    newest = repository.max_position(session, repo.id)
-    since = newest - last + 1 if last and newest is not None else None
-    if start is not None:
-        since = start if since is None else max(since, start)
+    """Every point of every measured case of repository `name` (optionally one suite, target
+    or case; optionally only the `last` commits, or the window of positions `start`..`end`) in
+    first-parent order, from the stored per-revision medians: the unbounded /api/history (the
+    page and ?width= read dashboards.bounded). Raises NotFound."""
+    repo = find_repository(session, name)
+    since = first_position(session, repo.id, last, start)
     series, revisions = repository.case_series(session, repo.id, suite=suite, target=target, case=case,
                                                min_position=since, max_position=end)
-    shapes: dict[str, set[str]] = {}
-    for _, _, case_name in series:
-        for k, v in shape_params(case_name).items():
-            shapes.setdefault(k, set()).add(v)
-    if shape:
-        series = {key: s for key, s in series.items() if shape_matches(key[2], shape)}
     culprits = repository.culprit_rows(session, repo.id)
     failed = repository.failed_trials(session, repo.id)
     positions = {p.sha: p.index for per_case in series.values() for s in per_case for p in s.points}
@@ -173,19 +162,34 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
     histories = assemble_histories(series, culprits, positions, failed)
     if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
         revisions.update(repository.revision_meta(session, repo.id, missing))
-    links, devices = repo_links(repo.url), _devices(session, histories)
     return RepositoryHistory(repository=repo, positions=positions, revisions=revisions, histories=histories,
-                             panels=(_panels(histories, positions, revisions, links, devices, repo.name, overlay)
-                                     if panels else []),
-                             cases=repository.measured_cases(session, repo.id), links=links, devices=devices,
-                             shapes={k: sorted(v, key=_natural) for k, v in shapes.items()})
+                             panels=[], cases=[], links=repo_links(repo.url), devices=device_names(session, histories))
 
 
-def _natural(text: str) -> tuple:
+def first_position(session: Session, repository_id: int, last: int | None, start: int | None) -> int | None:
+    """The first commit position shown: that of the `last` newest commits, not before `start`."""
+    newest = repository.max_position(session, repository_id)
+    since = newest - last + 1 if last and newest is not None else None
+    if start is not None:
+        since = start if since is None else max(since, start)
+    return since
+
+
+def natural(text: str) -> tuple:
+    """Sort key: numbers by value before words."""
     return (0, float(text), "") if text.replace(".", "", 1).isdigit() else (1, 0.0, text)
 
 
-def _repository(session: Session, name: str) -> Repository:
+def shapes_of(case_names) -> dict[str, list[str]]:
+    """Shape parameter -> the values the cases `case_names` take, in natural order."""
+    shapes: dict[str, set[str]] = {}
+    for case_name in case_names:
+        for k, v in shape_params(case_name).items():
+            shapes.setdefault(k, set()).add(v)
+    return {k: sorted(v, key=natural) for k, v in shapes.items()}
+
+
+def find_repository(session: Session, name: str) -> Repository:
     repo = repository.repository_by_name(session, name)
     if repo is None:
         raise NotFound(f"no repository {name!r} is registered")
@@ -225,7 +229,7 @@ def history_json(view: RepositoryHistory) -> dict[str, Any]:
 def repository_overview(session: Session, name: str, *, sparkline_points: int = 50) -> RepositoryOverview:
     """One row per measured case of repository `name`: its latest value and ratio, a sparkline
     of its newest points and its latest step; never every point. Raises NotFound."""
-    repo = _repository(session, name)
+    repo = find_repository(session, name)
     points = repository.latest_points(session, repo.id, per_case=sparkline_points)
     culprits = repository.culprit_rows(session, repo.id)
     positions = repository.revision_positions(
@@ -260,8 +264,8 @@ def job_page(session: Session, job_id: int) -> JobPage:
     rows = repository.measurement_rows(session, job.repository_id, job_id=job.id)
     histories = build_histories(rows, repository.culprit_rows(session, job.repository_id, job_id=job.id), order,
                                 repository.failed_trials(session, job.repository_id, job_id=job.id))
-    links, devices = repo_links(job.repository.url), _devices(session, histories)
-    return JobPage(job=read, culprit_rows=culprit_rows(read), panels=_panels(histories, order, revisions, links, devices,
+    links, devices = repo_links(job.repository.url), device_names(session, histories)
+    return JobPage(job=read, culprit_rows=culprit_rows(read), panels=chart_panels(histories, order, revisions, links, devices,
                                                                           job.repository.name),
                    trial_counts=repository.trial_counts(session, job.id), links=links, devices=devices,
                    phase_rows=phase_table(repository.trial_phases(session, job.id)),
@@ -283,7 +287,7 @@ def alerts_page(session: Session, *, repository_name: str | None = None, kind: s
                 limit: int = 200) -> AlertsPage:
     """The regressions list. The seam for tracking's alerts: today the rows are the passed
     steps of culprits of finished jobs; alerts with a triage state will be read here instead."""
-    repo_id = _repository(session, repository_name).id if repository_name else None
+    repo_id = find_repository(session, repository_name).id if repository_name else None
     loaded = repository.finished_culprits(session, repository_id=repo_id, limit=limit)
     shas: dict[int, set[str]] = {}
     for culprit, _job, repo in loaded:
@@ -334,7 +338,7 @@ def compare_page(session: Session, name: str, base: str | None, head: str | None
     per-revision medians, with each case's verdict at `min_effect` (default: that of the newest
     job that measured the head). Without both refs, only the revisions to choose from. Raises
     NotFound for an unknown repository or a ref that names no single stored revision."""
-    repo = _repository(session, name)
+    repo = find_repository(session, name)
     revs = []
     for ref in (base, head):
         if not ref:

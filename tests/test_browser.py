@@ -333,3 +333,65 @@ def test_bulk_triage_sends_the_token_and_the_fields(page, seeded) -> None:
     page.fill("#triage-form input[name='assignee']", "bo")
     page.click("#triage-form button[type='submit']")
     assert "token" in page.locator("#triage-message").inner_text()
+
+
+LONG_CASE, LONG_STEP = "gemm M=512,N=512,K=512,dtype=bf16", 3_000
+
+
+@pytest.fixture(scope="module")
+def long_history(seeded) -> dict:
+    """A repository of 5,000 commits, each with a point of one case, a -8% step at 3,000 and a
+    band spike at 1,234 (added once to the module's seeded transaction)."""
+    from sqlalchemy import insert, select
+
+    from perfbisect.service.models import Case, CasePoint, Repository, Revision
+
+    session, n = seeded["session"], 5_000
+    repo = Repository(name="longkern", url="https://github.com/acme/longkern.git", env={})
+    session.add(repo)
+    session.flush()
+    session.execute(insert(Revision), [{"repository_id": repo.id, "sha": f"{i:040x}", "subject": f"change {i}",
+                                        "pr_number": 5_000 + i, "position": i} for i in range(n)])
+    case = Case(repository_id=repo.id, suite="gemm", target="longkern.gemm:matmul", name=LONG_CASE, params={})
+    session.add(case)
+    session.flush()
+    ids = dict(session.execute(select(Revision.position, Revision.id).where(Revision.repository_id == repo.id)).all())
+    points = []
+    for i in range(n):
+        value = 600.0 * (0.92 if i >= LONG_STEP else 1.0) * (1 + 0.002 * ((i * 7919) % 11 - 5))
+        spread = 80.0 if i == 1_234 else 2.0
+        points.append({"case_id": case.id, "revision_id": ids[i], "fingerprint": "f" * 16, "position": i, "trials": 3,
+                       "value": value, "control_value": 680.0, "ratio": value / 680, "unit": "TFLOP/s",
+                       "higher_is_better": True, "value_min": value - spread, "value_max": value + spread,
+                       "ratio_min": (value - spread) / 680, "ratio_max": (value + spread) / 680})
+    session.execute(insert(CasePoint), points)
+    session.flush()
+    return {"commits": n}
+
+
+def test_a_long_history_is_drawn_bounded_and_a_zoom_fetches_the_window_in_full(page, long_history) -> None:
+    started = time.perf_counter()
+    page.goto(f"/dashboard/repositories/longkern?case={LONG_CASE}")
+    page.wait_for_selector("figure.perf-chart[data-ready='true'] canvas")
+    ready_s = time.perf_counter() - started
+    fig = page.locator("figure.perf-chart")
+    drawn = int(fig.get_attribute("data-points"))
+    assert 1_000 <= drawn <= 1_400  # bounded, not 5,000
+    fig.locator(".plot").focus()
+    for _ in range(4):  # 1/16 of the range: about 310 commits, all of them measured
+        page.keyboard.press("+")
+    asked = time.perf_counter()
+    page.wait_for_selector("figure.perf-chart[data-window*=':'][data-loading='false']")
+    zoom_s = time.perf_counter() - asked - 0.12  # less the chart's wait for the zoom to settle
+    low, high = map(int, fig.get_attribute("data-window").split(":"))
+    assert high - low > 200
+    # every commit of the window is drawn now (about 6% of them were in the overview), the
+    # overview's points on either side
+    assert int(fig.get_attribute("data-points")) >= drawn + (high - low) // 2
+    page.keyboard.press("0")  # back to the whole range: the overview's points again, nothing fetched
+    page.wait_for_selector("figure.perf-chart[data-window='']")
+    assert int(fig.get_attribute("data-points")) == drawn
+    legend = fig.locator("ul.legend").inner_text()
+    assert "step" not in legend  # no culprit in this history; the bounded API keeps marks (tests/test_downsample.py)
+    print(f"\nlong history (5,000 commits): ready {ready_s * 1000:.0f} ms after navigation, "
+          f"{drawn} points drawn; zoomed window {low}..{high} fetched and drawn in {zoom_s * 1000:.0f} ms")

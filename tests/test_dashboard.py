@@ -540,3 +540,52 @@ def test_history_and_overview_answer_304_while_nothing_changed(client, measured)
         assert client.get(path, headers={"If-None-Match": '"other"'}).status_code == 200
     tag = client.get("/api/history/kern").headers["etag"]
     assert client.get("/api/history/kern", params={"last": 2}).headers["etag"] != tag  # the query is in the body
+
+
+def test_history_columns_are_the_same_on_postgresql_and_on_the_sqlite_path(session, measured, monkeypatch) -> None:
+    # PostgreSQL aggregates each series into binary arrays read by numpy; SQLite (the embedded
+    # default) reads the rows. Both give the same columns, in position order.
+    from perfbisect.dashboards import columns, repository
+
+    repo = repository.repository_by_name(session, "kern")
+    case_ids = sorted(repository.case_keys(session, repo.id))
+    arrays, _ = columns.read_series(session, case_ids)
+    ids = arrays[1].ints["revision_id"]
+    metas = columns.revisions_by_id(session, ids)
+    monkeypatch.setattr(type(session.get_bind().dialect), "name", "sqlite")
+    rows, _ = columns.read_series(session, case_ids)
+    assert columns.revisions_by_id(session, ids) == metas and [metas[i].sha for i in ids.tolist()] == \
+        [SHAS[0], SHAS[2], SHAS[3], SHAS[4]]
+    assert [(s.case_id, s.fingerprint, s.unit, s.higher_is_better, len(s)) for s in arrays] == \
+        [(s.case_id, s.fingerprint, s.unit, s.higher_is_better, len(s)) for s in rows] == \
+        [(case_ids[0], "e" * 64, "TFLOP/s", True, 1), (case_ids[0], "f" * 64, "TFLOP/s", True, 4)]
+    for a, b in zip(arrays, rows):
+        assert all((a.ints[c] == b.ints[c]).all() for c in columns.INTS)
+        assert all(((a.floats[c] == b.floats[c]) | (a.floats[c] != a.floats[c])).all() for c in columns.FLOATS)
+    assert arrays[1].ints["position"].tolist() == [0, 2, 3, 4] and arrays[1].floats["value"].tolist()[0] == 605.0
+    assert columns.read_series(session, case_ids, 3, 3)[0][0].ints["position"].tolist() == [3]
+
+
+def test_the_bounded_history_s_etag_follows_a_point_rewritten_in_place(client, session, measured) -> None:
+    # The ETag of /api/history?width= is a digest of the reads, known before the body is built:
+    # a case point rewritten in place (same id: another trial of the revision landed) or a new
+    # culprit must change it.
+    from sqlalchemy import update
+
+    from perfbisect.service.models import CasePoint
+
+    params = {"width": 16}
+    tag = client.get("/api/history/kern", params=params).headers["etag"]
+    assert client.get("/api/history/kern", params=params, headers={"If-None-Match": tag}).status_code == 304
+    assert client.get("/api/history/kern", params={"width": 17}).headers["etag"] != tag
+    session.execute(update(CasePoint).where(CasePoint.position == 2).values(value=606.0))
+    session.flush()
+    changed = client.get("/api/history/kern", params=params, headers={"If-None-Match": tag})
+    assert changed.status_code == 200 and changed.headers["etag"] != tag
+    line = next(s for s in changed.json()["cases"][0]["series"] if s["fingerprint"] == "f" * 64)
+    assert line["points"]["value"][1] == 606.0
+    tag = changed.headers["etag"]
+    job = measured["job"]
+    session.add(Culprit(job_id=job.id, kind=CulpritKind.correctness, first_sha=SHAS[4], last_sha=SHAS[4], effects={}))
+    session.flush()
+    assert client.get("/api/history/kern", params=params, headers={"If-None-Match": tag}).status_code == 200

@@ -2,7 +2,10 @@
    embedded (dashboards/charts.py). Ratio to the control or value, the trials' min..max as a band,
    steps that passed as red lines/bands, failed trials as crosses on the axis. Zoom by dragging,
    by the buttons or by the keyboard (+, -, 0); arrow keys walk the commits and the read-out
-   below the chart (an aria-live region) says commit, PR, value with its range and trials. */
+   below the chart (an aria-live region) says commit, PR, value with its range and trials.
+   A long history comes downsampled (about 1,400 points a series, every step and band extreme
+   kept: dashboards/downsample.py); zoomed in, the chart asks spec.history_api for the window
+   at full resolution (the bounded column encoding of /api/history) and draws it in place. */
 (function () {
   "use strict";
   var fmt = function (v) {
@@ -141,6 +144,35 @@
     return frag;
   }
 
+  function windowPoints(body, s, lo, hi) {  // one series of a /api/history?width= answer, as spec points
+    var shas = {}, commits = body.commits;
+    commits.index.forEach(function (x, i) { shas[x] = commits.sha[i]; });
+    var found = null;
+    body.cases.forEach(function (c) {
+      if (c.case !== s.case) return;
+      c.series.forEach(function (line) { if (line.fingerprint === s.fingerprint) found = line.points; });
+    });
+    if (!found) return [];
+    var col = function (name, i) { return found[name] ? found[name][i] : null; };
+    return found.index.map(function (x, i) {
+      return {x: x, sha: shas[x], value: found.value[i], value_min: col("value_min", i), value_max: col("value_max", i),
+              control: col("control_value", i), ratio: col("ratio", i), ratio_min: col("ratio_min", i),
+              ratio_max: col("ratio_max", i), trials: found.trials[i]};
+    }).filter(function (p) { return p.x >= lo && p.x <= hi; });
+  }
+
+  function windowCommits(spec, body) {  // what the read-out shows of the commits a zoom brought
+    var c = body.commits;
+    c.sha.forEach(function (sha, i) {
+      if (spec.commits[sha]) return;
+      var pr = c.pr_number ? c.pr_number[i] : null;
+      spec.commits[sha] = {subject: c.subject ? c.subject[i] : "", pr_number: pr,
+                           commit_url: spec.commit_url ? spec.commit_url.replace("{sha}", sha) : null,
+                           pr_url: pr && spec.pr_url ? spec.pr_url.replace("{pr}", pr) : null,
+                           date: c.authored_at && c.authored_at[i] ? c.authored_at[i].slice(0, 10) : null};
+    });
+  }
+
   function hasControl(spec) {
     return spec.series.some(function (s) { return s.points.some(function (p) { return p.control !== null; }); });
   }
@@ -181,6 +213,35 @@
     var spec = JSON.parse(fig.querySelector("script[type='application/json']").textContent);
     var plot = fig.querySelector(".plot"), out = fig.querySelector(".readout"), box = fig.querySelector(".legend");
     var view = hasRatio(spec) ? "ratio" : "value", u = null, al = null, cursor = -1;
+    var overview = spec.series.map(function (s) { return s.points; });  // as embedded: the whole range, bounded
+    var bounded = !!spec.history_api && spec.series.some(function (s) { return s.total > s.points.length; });
+    var asked = "all", timer = null;  // the window drawn: "all" (the overview) or "start:end"
+    function refetch() {  // after a zoom settles: the visible window at full resolution, or back to the overview
+      var xs = [];
+      overview.forEach(function (ps) { ps.forEach(function (p) { xs.push(p.x); }); });
+      var lo = Math.floor(u.scales.x.min), hi = Math.ceil(u.scales.x.max);
+      var whole = lo <= Math.min.apply(null, xs) && hi >= Math.max.apply(null, xs);
+      var key = whole ? "all" : lo + ":" + hi;
+      if (key === asked) return;
+      asked = key;
+      if (whole) { spec.series.forEach(function (s, i) { s.points = overview[i]; }); fig.dataset.window = ""; draw(); return; }
+      fig.dataset.loading = "true";
+      fetch(spec.history_api + "&start=" + Math.max(0, lo) + "&end=" + Math.max(0, hi), {headers: {Accept: "application/json"}})
+        .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+        .then(function (body) {
+          if (asked !== key) return;  // a later zoom asked for another window
+          windowCommits(spec, body);
+          spec.series.forEach(function (s, i) {  // the window in full, the overview's points around it
+            var inside = windowPoints(body, s, lo, hi);
+            s.points = overview[i].filter(function (p) { return p.x < lo; }).concat(
+              inside, overview[i].filter(function (p) { return p.x > hi; }));
+          });
+          fig.dataset.window = key;
+          draw();
+        })
+        .catch(function () { asked = null; })  // the overview stays drawn; the next zoom asks again
+        .then(function () { fig.dataset.loading = "false"; });
+    }
     fig.querySelectorAll("input[name$='-view']").forEach(function (r) {
       if (r.value === "ratio" && !hasRatio(spec)) { r.disabled = true; }
       r.checked = r.value === view;
@@ -224,10 +285,15 @@
                   }); }, stroke: "#333"},
                {label: view === "ratio" ? "ratio to the control" : spec.unit, stroke: "#333", size: 60}],
         hooks: {draw: [drawMarks(spec)], setCursor: [hover],
-                setScale: [function (u, key) { if (key === "x") fig.dataset.zoomed = String(u.scales.x.min > al.xs[0] || u.scales.x.max < al.xs[al.xs.length - 1]); }]}
+                setScale: [function (u, key) {
+                  if (key !== "x") return;
+                  fig.dataset.zoomed = String(u.scales.x.min > al.xs[0] || u.scales.x.max < al.xs[al.xs.length - 1]);
+                  if (bounded) { clearTimeout(timer); timer = setTimeout(refetch, 120); }
+                }]}
       }, al.data, plot);
       if (keep && keep[0] !== null) u.setScale("x", {min: keep[0], max: keep[1]});
       u.over.appendChild(tip);
+      fig.dataset.points = String(al.xs.length);  // what is drawn (the browser tests read it)
       fig.dataset.ready = "true";
     }
     function zoom(factor) {

@@ -1,0 +1,134 @@
+"""The history of a repository bounded to about `width` points per series (a chart's width),
+read as columns: the page's charts and /api/history?width=N. Only the kept points (and their
+commits' metadata) become Python objects; the full resolution is one zoom away (`start`/`end`).
+
+`read_history` does the reads and digests them (the ETag), `bounded_view` builds the view from
+a read: a request whose ETag matches is answered before anything is built. Raises NotFound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from urllib.parse import quote, urlencode
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from perfbisect.dashboards import columns, repository, views
+from perfbisect.dashboards.downsample import keep_offsets
+from perfbisect.dashboards.history import (
+    CulpritRow,
+    FailedTrialRow,
+    RevisionPoint,
+    Series,
+    assemble_histories,
+    failures_of,
+    steps_of,
+)
+from perfbisect.dashboards.links import repo_links
+from perfbisect.dashboards.payload import point_columns
+from perfbisect.service.models import Repository
+
+CHART_POINTS = 1400  # what the page's charts carry per series (about a wide chart's pixels)
+
+
+@dataclass
+class HistoryRead:
+    repository: Repository
+    keys: dict[int, tuple[str, str, str]]  # case id -> (suite, target, case) of every case read
+    series: list[columns.SeriesColumns]  # in case key and fingerprint order
+    culprits: list[CulpritRow]
+    failed: list[FailedTrialRow]
+    marked: dict[str, int]  # sha -> position of the culprit and failed commits inside the window
+    shapes: dict[str, list[str]]
+    # Of everything read: the same digest, the same points, steps and failed marks. Not covered:
+    # a commit's subject or a device's description rewritten while no point of the case changes.
+    digest: str
+
+
+def read_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
+                 case: str | None = None, last: int | None = None, start: int | None = None,
+                 end: int | None = None, shape: dict[str, str] | None = None) -> HistoryRead:
+    """The columns of every matching case (optionally the `last` commits, or positions
+    start..end; `shape` keeps the cases whose parameters match) with the culprits and failed
+    trials that mark them."""
+    repo = views.find_repository(session, name)
+    since = views.first_position(session, repo.id, last, start)
+    keys = repository.case_keys(session, repo.id, suite=suite, target=target, case=case)
+    read, digest = columns.read_series(session, sorted(keys), since, end)
+    read.sort(key=lambda s: (keys[s.case_id], s.fingerprint or ""))
+    shapes = views.shapes_of({keys[s.case_id][2] for s in read})
+    if shape:
+        read = [s for s in read if views.shape_matches(keys[s.case_id][2], shape)]
+    culprits = repository.culprit_rows(session, repo.id)
+    failed = repository.failed_trials(session, repo.id)
+    marked_shas = sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed})
+    low, high = since if since is not None else float("-inf"), end if end is not None else float("inf")
+    marked = {sha: p for sha, p in repository.revision_positions(session, repo.id, marked_shas).items()
+              if low <= p <= high}
+    stamp = hashlib.blake2b(digest.encode(), digest_size=16)
+    stamp.update(repr((sorted(shape.items()) if shape else None, [s.case_id for s in read], culprits, failed,
+                       sorted(marked.items()))).encode())
+    return HistoryRead(repository=repo, keys=keys, series=read, culprits=culprits, failed=failed, marked=marked,
+                       shapes=shapes, digest=stamp.hexdigest())
+
+
+def _points(s: columns.SeriesColumns, kept: np.ndarray, sha_of: dict[int, str]) -> tuple[RevisionPoint, ...]:
+    """RevisionPoints of the kept offsets only (NaN read back as None)."""
+    ints = [s.ints[c][kept].tolist() for c in columns.INTS]
+    floats = {c: [None if v != v else v for v in s.floats[c][kept].tolist()] for c in columns.FLOATS}
+    return tuple(RevisionPoint(sha_of[rid], position, *values)
+                 for position, rid, values in zip(ints[0], ints[1], zip(
+                     floats["value"], floats["control_value"], floats["ratio"], ints[2], floats["value_min"],
+                     floats["value_max"], floats["ratio_min"], floats["ratio_max"])))
+
+
+def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: bool = False,
+                 overlay: bool = False) -> views.RepositoryHistory:
+    """The view of `read` with at most about `width` points per series: every step edge and
+    failed commit kept, and each bucket's extremes (dashboards.downsample). With `panels` (the
+    page) the kept points are built for the charts; without (the API) each series carries them
+    as JSON columns (dashboards.payload) and no point object is built."""
+    steps, failures = steps_of(read.culprits, read.marked), failures_of(read.failed, read.marked)
+    kept = []
+    for s in read.series:
+        _, target, case = read.keys[s.case_id]
+        marks = {i for m in steps.get((target, case), []) for i in (m.first_index, m.last_index)}
+        marks |= {f.index for f in failures.get((target, case), [])}
+        kept.append(keep_offsets(s.ints["position"], s.floats, width, marks))
+    ids = np.unique(np.concatenate([s.ints["revision_id"][k] for s, k in zip(read.series, kept)] or [[]]))
+    metas = columns.revisions_by_id(session, ids.astype(np.int64))
+    sha_of = {rid: meta.sha for rid, meta in metas.items()}
+    series: dict[tuple[str, str, str], list[Series]] = {}
+    positions: dict[str, int] = {}
+    for s, k in zip(read.series, kept):
+        line = Series(fingerprint=s.fingerprint, unit=s.unit, higher_is_better=s.higher_is_better, measured=len(s),
+                      points=_points(s, k, sha_of) if panels else (),
+                      columns=None if panels else point_columns(s.ints, s.floats, k))
+        series.setdefault(read.keys[s.case_id], []).append(line)
+        positions.update(zip(map(sha_of.__getitem__, s.ints["revision_id"][k].tolist()), s.ints["position"][k].tolist()))
+    positions.update(read.marked)
+    revisions = {meta.sha: meta for meta in metas.values()}
+    if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
+        revisions.update(repository.revision_meta(session, read.repository.id, missing))
+    histories = assemble_histories(series, read.culprits, positions, read.failed)
+    repo = read.repository
+    links, devices = repo_links(repo.url), views.device_names(session, histories)
+    charts = views.chart_panels(histories, positions, revisions, links, devices, repo.name, overlay) if panels else []
+    for panel in charts:
+        panel.chart.update(zoom_source(repo.name, panel.histories, width, links))
+    return views.RepositoryHistory(
+        repository=repo, positions=positions, revisions=revisions, histories=histories, panels=charts,
+        cases=repository.measured_cases(session, repo.id) if panels else [], links=links, devices=devices,
+        shapes=read.shapes)
+
+
+def zoom_source(name: str, histories: list, width: int, links) -> dict:
+    """Where a chart of `histories` asks for a zoomed window at full resolution (static/charts.js
+    adds start, end and width), and how it links the commits it gets."""
+    query = {"suite": histories[0].suite, "target": histories[0].target, "width": width}
+    if len(histories) == 1:
+        query["case"] = histories[0].case
+    return {"history_api": f"/api/history/{quote(name)}?{urlencode(query)}",
+            "commit_url": links.commit("{sha}"), "pr_url": links.pull("{pr}")}
