@@ -201,6 +201,7 @@ def test_embedded_cli_bisect_json_names_the_gemm_culprits(demo_repo: Path, tmp_p
     assert (home / "perfbisect.sqlite").exists()
 
 
+@pytest.mark.untimed
 def test_cli_rejects_bad_input_with_a_message(demo_repo: Path, tmp_path: Path) -> None:
     env = service_env(tmp_path / "home", None, None)
     done = subprocess.run([str(BIN / "perfbisect"), "bisect", "--repo", str(demo_repo), "--good", "HEAD",
