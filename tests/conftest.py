@@ -159,10 +159,11 @@ def demo_repo(tmp_path_factory) -> Path:
 
 def pytest_collection_modifyitems(items) -> None:
     """Under xdist, the e2e tests, which start servers and workers of their own and time their
-    recovery, run one after another on one worker; the rest spread. (`make test` runs them in a
-    second, serial pytest after the parallel one.)"""
+    recovery, run one after another on one worker; the rest spread, the e2e tests marked
+    `untimed` too. (`make test` runs the timed e2e tests in a second, serial pytest after the
+    parallel one.)"""
     for item in items:
-        if item.get_closest_marker("e2e"):
+        if item.get_closest_marker("e2e") and not item.get_closest_marker("untimed"):
             item.add_marker(pytest.mark.xdist_group("e2e"))
 
 

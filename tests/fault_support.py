@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from tests.e2e_support import BIN, admin_headers, api_server, free_port, fresh_database, perfbisect, service_env, stop
+from tests.e2e_support import admin_headers, api_server, free_port, migrated_database, perfbisect, service_env, stop
 from tests.gitrepo import git
 
 # A five-commit repository whose kernel becomes 40 passes slower at commit 2: a step no load on
@@ -205,11 +205,9 @@ class Stack:
 def service_stack(tmp_path: Path, name: str, redis_url: str, *, database_url: str | None = None,
                   workers: int = 2, **extra: str):
     """Migrated database, a control worker running the beat reconciler, `workers` CPU workers
-    and the API server."""
-    migrate_url = fresh_database(f"perfbisect_fault_{name}")
-    env = service_env(tmp_path / "home", database_url or migrate_url, redis_url, **{**HEALING, **extra})
-    subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env={**env, "DATABASE_URL": migrate_url},
-                   check=True, capture_output=True)
+    and the API server. `database_url` reaches the migrated database another way (a proxy)."""
+    migrated = migrated_database(f"perfbisect_fault_{name}")
+    env = service_env(tmp_path / "home", database_url or migrated, redis_url, **{**HEALING, **extra})
     log = tmp_path / "services.log"
     with ExitStack() as stack:
         control = perfbisect("worker", "--no-trials", "--beat", env=env, log=log)

@@ -16,7 +16,7 @@ from perfbisect.kernels import demo
 from perfbisect.service.cli.exit_codes import CANCELLED, INTERRUPTED
 from tests.e2e_support import BIN, service_env
 
-pytestmark = [pytest.mark.e2e]
+pytestmark = [pytest.mark.e2e, pytest.mark.untimed]  # they wait for events, they time nothing
 
 
 def _a_trial_finished(database: Path) -> bool:

@@ -28,8 +28,8 @@ from tests.e2e_support import (
     ROOT_FALLBACK,
     admin_headers,
     api_server,
-    fresh_database,
     fresh_redis,
+    migrated_database,
     perfbisect,
     service_env,
     stop,
@@ -119,10 +119,9 @@ LARGE_STEP_RANGE = (6, 26)
 
 
 def test_distributed_bisect_through_the_api_survives_a_killed_worker(demo_repo: Path, tmp_path: Path) -> None:
-    env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e"), fresh_redis(14),
+    env = service_env(tmp_path / "home", migrated_database("perfbisect_e2e"), fresh_redis(14),
                       PERFBISECT_VISIBILITY_TIMEOUT_S="15", PERFBISECT_HEARTBEAT_TIMEOUT_S="15",
                       PERFBISECT_LOCAL_REPO_ROOTS=str(demo_repo.parent))
-    subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
     admin = admin_headers(env)
     log = tmp_path / "services.log"
     # As deployed (docker-compose.yml): two trial workers and one control worker running the beat
@@ -201,6 +200,7 @@ def test_embedded_cli_bisect_json_names_the_gemm_culprits(demo_repo: Path, tmp_p
     assert (home / "perfbisect.sqlite").exists()
 
 
+@pytest.mark.untimed
 def test_cli_rejects_bad_input_with_a_message(demo_repo: Path, tmp_path: Path) -> None:
     env = service_env(tmp_path / "home", None, None)
     done = subprocess.run([str(BIN / "perfbisect"), "bisect", "--repo", str(demo_repo), "--good", "HEAD",

@@ -6,7 +6,6 @@ and the bisect's read, its report and its page say they interact."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -15,11 +14,10 @@ import pytest
 from perfbisect.kernels import demo
 from perfbisect.service.cli.runs import DEMO_MIN_EFFECT
 from tests.e2e_support import (
-    BIN,
     admin_headers,
     api_server,
-    fresh_database,
     fresh_redis,
+    migrated_database,
     perfbisect,
     service_env,
     stop,
@@ -37,9 +35,8 @@ RMSNORM = [c for c in demo.DEMO_CPU_CASES if c["suite"] == "rmsnorm"]
 
 
 def test_the_planted_pair_is_attributed_through_the_api(demo_repo: Path, tmp_path: Path) -> None:
-    env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e_attribution"), fresh_redis(12),
+    env = service_env(tmp_path / "home", migrated_database("perfbisect_e2e_attribution"), fresh_redis(12),
                       PERFBISECT_LOCAL_REPO_ROOTS=str(demo_repo.parent))
-    subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
     admin = admin_headers(env)
     log = tmp_path / "services.log"
     # one trial worker: two CPU trials side by side disturb each other's timing (README)

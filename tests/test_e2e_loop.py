@@ -25,7 +25,7 @@ import pytest
 from perfbisect.kernels import demo
 from perfbisect.service.cli.runs import GROUND_TRUTH_FILE
 from perfbisect.service.webhooks.signature import SIGNATURE_HEADER, sign
-from tests.e2e_support import BIN, admin_headers, api_server, fresh_database, fresh_redis, perfbisect, service_env, stop
+from tests.e2e_support import BIN, admin_headers, api_server, fresh_redis, migrated_database, perfbisect, service_env, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -104,7 +104,7 @@ def wait_for_jobs(base: str, kind: str, count: int, timeout_s: float) -> list[di
         jobs = [j for j in httpx.get(f"{base}/api/jobs", timeout=10).json() if j["kind"] == kind]
         if len(jobs) >= count and all(j["status"] == "succeeded" for j in jobs):
             return sorted(jobs, key=lambda j: j["id"])[:count]
-        time.sleep(1)
+        time.sleep(0.5)
     raise AssertionError(f"{count} {kind} job(s) did not succeed in {timeout_s}s")
 
 
@@ -114,7 +114,7 @@ def wait_for_commented_alert(base: str, timeout_s: float) -> list[dict]:
         alerts = httpx.get(f"{base}/api/alerts", timeout=10).json()
         if alerts and all(a["comments"] for a in alerts):
             return alerts
-        time.sleep(2)
+        time.sleep(0.5)
     raise AssertionError(f"no commented alert in {timeout_s}s: {alerts}")
 
 
@@ -134,10 +134,9 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
     hooks = ThreadingHTTPServer(("127.0.0.1", 0), Subscriber)
     threading.Thread(target=hooks.serve_forever, daemon=True).start()
 
-    env = service_env(tmp_path / "home", fresh_database("perfbisect_e2e_loop"), fresh_redis(13),
+    env = service_env(tmp_path / "home", migrated_database("perfbisect_e2e_loop"), fresh_redis(13),
                       PERFBISECT_GITHUB_TOKEN="tok", PERFBISECT_WEBHOOK_SECRET=WEBHOOK_SECRET, PERFBISECT_GITHUB_API_URL=f"http://127.0.0.1:{github.server_port}",
                       PERFBISECT_NOTIFY_BACKOFF_S="0.5", GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0=f"url.{origin}.insteadOf", GIT_CONFIG_VALUE_0=GITHUB_URL)
-    subprocess.run([str(BIN / "perfbisect"), "db", "upgrade"], env=env, check=True, capture_output=True)
     log = tmp_path / "services.log"
     worker = perfbisect("worker", "--device-class", "cpu", "--concurrency", "2", env=env, log=log)
     try:

@@ -7,8 +7,10 @@ stored is lost or duplicated, when
    the build of every trial forks a `setsid` grandchild that holds stdout, and none survives;
 2. Redis is restarted mid-job without persistence (every queued message lost), and a job is
    submitted while it is down;
-3. the database is cut off for 20 s (a TCP proxy drops every connection): the API answers 503
-   with Retry-After and no driver text, workers keep their results until they can store them;
+3. the database is cut off for 12 s (a TCP proxy drops every connection), longer than the
+   heartbeat timeout, so every running trial's heartbeat is stale when it comes back: the API
+   answers 503 with Retry-After and no driver text, workers keep their results until they can
+   store them;
 4. a job is cancelled while its trial runs: the trial's processes are gone within 5 s.
 
 Each bisects a five-commit repository with one planted step (tests/fault_support.py) on the CPU.
@@ -26,7 +28,7 @@ import psycopg
 import pytest
 
 from perfbisect.workers import proctree
-from tests.e2e_support import fresh_database, wait_for_job
+from tests.e2e_support import database_url, wait_for_job
 from tests.fault_support import (
     BUILD_COMMAND,
     GOOD_INDEX,
@@ -54,7 +56,7 @@ def step_repo(tmp_path_factory) -> Path:
 
 ESCAPING_BUILD = f"{BUILD_COMMAND} && (setsid sh -c 'sleep 600' &) && echo built"
 REDIS_STOPPED_S = 3
-DB_CUT_S = 20
+DB_CUT_S = 12  # > HEARTBEAT_TIMEOUT_S of fault_support.HEALING (10 s)
 
 
 def snapshot(stack: Stack, job_id: int) -> dict[int, tuple[str, dict]]:
@@ -172,12 +174,12 @@ def stack_job_body(stack: Stack, job_id: int) -> dict:
     return bisect_body(shas[0], shas[-1]) | {"min_effect": 0.1}
 
 
-def test_a_20s_database_cut_answers_503_and_loses_no_result(step_repo: Path, tmp_path: Path) -> None:
+def test_a_database_cut_answers_503_and_loses_no_result(step_repo: Path, tmp_path: Path) -> None:
     redis_server = RedisServer(tmp_path / "redis")
     redis_server.start()
     proxy = TcpProxy(("127.0.0.1", 5432))
     try:
-        direct = fresh_database("perfbisect_fault_db")  # service_stack migrates this same database
+        direct = database_url("perfbisect_fault_db")  # the database service_stack makes
         via_proxy = direct.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
         with service_stack(tmp_path, "db", redis_server.url, database_url=via_proxy) as stack:
             job_id = register_and_submit(stack, step_repo)

@@ -1,6 +1,7 @@
 """A worker's trial end to end (real git checkout, real build command, real trial processes):
 the phases of the checkout and the build join the harness's, and the trials of one revision
-share its JIT cache and accuracy reference under PERFBISECT_HOME, another revision gets its own."""
+share its JIT cache and accuracy reference under PERFBISECT_HOME, another revision gets its own;
+the trials of every revision are forked from one fork server."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from perfbisect.kernels.harness import launch
 from perfbisect.kernels.harness.launch import stop_servers
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import TrialWork
@@ -53,6 +55,7 @@ def test_trials_of_a_revision_share_its_caches_and_record_every_phase(probe_git_
     repo, shas = probe_git_repo
     out = tmp_path / "probe.json"
     runs = []
+    stop_servers()
     for sha in (shas[0], shas[0], shas[1]):
         result, build_s = execute(work(repo, sha, out))
         assert result["status"] == "ok", result
@@ -64,6 +67,9 @@ def test_trials_of_a_revision_share_its_caches_and_record_every_phase(probe_git_
     assert (first["reference_cache"]["misses"], second["reference_cache"]["hits"]) == (1, 1)
     assert other["reference_cache"]["hits"] == 0  # another revision: its own seed and reference
     assert first["seed"] == second["seed"] != other["seed"]
+    # each revision's JIT directories reach its trials, not the server: one server forks them all
+    assert {result["launcher"] for result, _ in runs} == {"sandbox-fork-server"}
+    assert len(launch._servers) == 1
     phases = first["phases"]
     for name in ("checkout", "build", "start", "import", "compile", "inputs_reference", "timing", "teardown",
                  "total", "timed_kernels"):

@@ -157,14 +157,17 @@ def configured_levels(detected: list[CacheLevel]) -> list[CacheLevel]:
     return cache_override(os.environ.get(CACHE_OVERRIDE_ENV)) or detected
 
 
+# The variables jit_env sets: they differ per revision, so the fork server starts without them
+# (kernels/harness/launch.py PER_TRIAL_KEYS).
+JIT_CACHE_KEYS = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "FLYDSL_RUNTIME_CACHE_DIR")
+
+
 def jit_env(jit_dir: Path) -> dict[str, str]:
     """The JIT caches of every vendor's compilers, pointed at the revision's own directory: a
     trial never reuses what another revision compiled (cold), and the trials of one revision share
     their binaries (Triton's and FlyDSL's keys hash the kernel source; FlyDSL's does not hash its
     C++ passes, which a revision's build changes: the directory per revision covers that too)."""
-    return {"TRITON_CACHE_DIR": str(jit_dir),
-            "TORCHINDUCTOR_CACHE_DIR": str(jit_dir / "inductor"),
-            "FLYDSL_RUNTIME_CACHE_DIR": str(jit_dir / "flydsl")}
+    return dict(zip(JIT_CACHE_KEYS, (str(jit_dir), str(jit_dir / "inductor"), str(jit_dir / "flydsl")), strict=True))
 
 
 def vendor_of_class(device_class: str) -> str | None:

@@ -42,13 +42,15 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from perfbisect.kernels.harness.devices import JIT_CACHE_KEYS
 from perfbisect.kernels.harness.zygote import (MARKER_NAME, MARKER_PLACEHOLDER, PR_SET_PDEATHSIG,
                                                preloaded_roots, prctl)
 
 # Keys that differ between trials of one server and are only read after the import of torch
-# (Triton reads its cache directory when it compiles; HOME and TMPDIR are the slot's): the
-# server starts without them.
-PER_TRIAL_KEYS = ("PYTHONPATH", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "HOME", "TMPDIR", MARKER_NAME)
+# (every JIT cache directory, the revision's: Triton reads its own when it compiles, FlyDSL is
+# imported by the trial; HOME and TMPDIR are the slot's): the server starts without them, so
+# the trials of every revision share one server.
+PER_TRIAL_KEYS = ("PYTHONPATH", *JIT_CACHE_KEYS, "HOME", "TMPDIR", MARKER_NAME)
 SERVER_START_TIMEOUT_S = 120
 LAUNCHERS = ("auto", "fork-server", "subprocess")
 
