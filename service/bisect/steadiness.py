@@ -4,7 +4,7 @@ The control is the same code at every revision, so its own spread over the last 
 machine's: a co-tenant, a memory-bandwidth neighbour, a clock policy. When that spread is above
 what the minimum effect allows (`noise_floor` spreads wider than the minimum effect, the rule
 the outcome's noise report uses), trials measured now mostly buy an inconclusive verdict. So the
-job pauses before its next round (`PAUSES_S`, growing), measures again, and judges the trials
+job pauses before its next round (60, 120, 240 s by default), measures again, and judges the trials
 finished since the pause; after the last pause it gives up waiting and measures on. Every pause
 is kept (`Wait`) and the job's report says how long it waited and why (`report`). Pure.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from perfbisect.service.bisect.model import BisectConfig
 from perfbisect.service.bisect.verdict import pooled_noise
 
-PAUSES_S = (60, 120, 240)  # then give up waiting
+PAUSES = (1, 2, 4)  # the pauses, in units of the first (60 s by default: 60, 120, 240 s), then give up
 LAST_TRIALS = 8  # the control's spread is judged over at most this many of the latest trials
 MIN_TRIALS = 3  # ... and at least this many finished since the last pause
 
@@ -58,13 +58,14 @@ def control_spread(control: Sequence[Mapping[str, float]]) -> tuple[str, float] 
 
 
 def check_steadiness(control: Sequence[Mapping[str, float]], config: BisectConfig,
-                     waits: Sequence[Wait]) -> Wait | None:
+                     waits: Sequence[Wait], first_pause_s: int = 60) -> Wait | None:
     """The pause to take before the next round, or None to go on now. `control`: per finished
     trial, oldest first, the control's metric per case; `waits`: the pauses taken so far. Only
     trials finished since the last pause are judged (the re-measurement), the latest
-    `LAST_TRIALS` of them, and only when there are `MIN_TRIALS`. Unsteady: the next pause of
-    `PAUSES_S`, or, all taken, a Wait of 0 s (gave up: measure on) once; after that, None."""
-    if waits and waits[-1].pause_s == 0:
+    `LAST_TRIALS` of them, and only when there are `MIN_TRIALS`. Unsteady: the next pause
+    (`first_pause_s` times 1, 2, 4: `PAUSES`), or, all taken, a Wait of 0 s (gave up: measure on)
+    once; after that, None. `first_pause_s` 0 never pauses."""
+    if first_pause_s <= 0 or (waits and waits[-1].pause_s == 0):
         return None
     since = control[waits[-1].trials:] if waits else control
     if len(since) < MIN_TRIALS:
@@ -72,7 +73,7 @@ def check_steadiness(control: Sequence[Mapping[str, float]], config: BisectConfi
     worst = control_spread(since[-LAST_TRIALS:])
     if worst is None or not too_unsteady(worst[1], config):
         return None
-    pause = PAUSES_S[len(waits)] if len(waits) < len(PAUSES_S) else 0
+    pause = first_pause_s * PAUSES[len(waits)] if len(waits) < len(PAUSES) else 0
     return Wait(pause, len(control), worst[1], worst[0])
 
 

@@ -66,3 +66,9 @@ def test_the_report_says_how_long_it_waited_and_why():
     gave_up = waits + [Wait(240, 12, 0.06, "gemm"), Wait(0, 16, 0.07, "gemm")]
     assert report(gave_up, CONFIG).startswith("waited 420 s in 3 pauses")
     assert report(gave_up, CONFIG).endswith("it stayed unsteady, so the job measured on (its verdicts carry that noise)")
+
+
+def test_the_first_pause_sets_the_others_and_zero_never_pauses():
+    assert check_steadiness(UNSTEADY, CONFIG, [], first_pause_s=5).pause_s == 5
+    assert check_steadiness(UNSTEADY * 2, CONFIG, [Wait(5, 4, 0.06, "gemm")], first_pause_s=5).pause_s == 10
+    assert check_steadiness(UNSTEADY, CONFIG, [], first_pause_s=0) is None
