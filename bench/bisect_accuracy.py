@@ -2,7 +2,8 @@
 beside two baselines, for W = 1, 4 and 8 workers.
 
     python bench/bisect_accuracy.py [--quick] [--histories N] [--jobs J]
-    python bench/bisect_accuracy.py --drift [--histories N] [--jobs J]   (issue 23)
+    python bench/bisect_accuracy.py --drift [--histories N] [--jobs J] [--first K] [--save F] [--load F]
+                                                                         (issue 23)
 
 Histories: 30 to 2000 commits (log-uniform), 0 to 4 steps of 1% to 30% (log-uniform; each on a
 random non-empty subset of 1 to 3 cases; a later step may partly undo an earlier one), per-sample
@@ -20,7 +21,10 @@ revisions built is k*ceil(log2 N) + 2k + 2 for k true steps in N commits.
 10% burst rounds slowing the target by 3x the minimum effect, a trend of up to 0.3x the minimum
 effect per 50 trials, and per-worker offsets of cv up to 0.5x the minimum effect; W = 1 and 4.
 It prints the issue's targets: runs with a false culprit, steps >= 1.5x the minimum effect (and
->= 3 trial noises, not cancelled) found, interval coverage, and trials beside the drift-free runs.
+>= 3 trial noises, not cancelled) found, interval coverage, and trials beside the drift-free runs
+of the same planner and of today's (no blocks). A long run is resumable: `--save F` appends each
+history's rows to F (JSON lines) as it finishes, `--load F` reads them back and skips those
+histories, `--first K` starts at history K (histories K..K+N-1).
 
 Baselines (one culprit each, run on every history, on the case that moved most end to end):
 - git-bisect: one sample of the raw target per revision, bad when nearer the bad end's sample;
@@ -31,6 +35,7 @@ Baselines (one culprit each, run on every history, on the case that moved most e
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -233,6 +238,7 @@ def run_drift(args: tuple[int, bool]) -> list[dict]:
     drift = random_drift(np.random.default_rng([23, index]))
     truth = random_history(np.random.default_rng([20261202, index]), drift)
     clean = random_history(np.random.default_rng([20261202, index])).history
+    today_quiet = {w: simulate(clean, workers=w, seed=index)["trials"] for w in (1, 4)}
     rows = []
     for w, blocks in ((1, 0), (4, 0), (1, SIDE_BY_SIDE), (4, SIDE_BY_SIDE))[0 if today else 2:]:
         config = BisectConfig(paired_blocks=blocks)
@@ -244,27 +250,61 @@ def run_drift(args: tuple[int, bool]) -> list[dict]:
         wanted = [big and not c and abs(size) >= 1.5 * MIN_EFFECT
                   for big, c, size in zip(truth.above_min, truth.cancelled, truth.sizes)]
         rows.append({"method": f"{'side by side' if blocks else 'today'} W={w}", "false": s["reported"] - s["right"],
-                     "trials": r["trials"], "quiet": quiet,
+                     "index": index, "trials": r["trials"], "quiet": quiet, "today_quiet": today_quiet[w],
                      "wanted": sum(wanted), "wanted_found": sum(f for f, w_ in zip(found, wanted) if w_),
                      "intervals": intervals(truth.history, r["culprits"])})
     return rows
 
 
 def summarize_drift(rows: list[dict]) -> str:
-    """The issue-23 targets, per planner and W, beside the drift-free runs' trials."""
-    out = [f"{'planner':<16} {'runs':>5} {'false-culprit runs':>18} {'steps>=1.5x found':>18} "
-           f"{'95% CI covers':>14} {'trials (drift)':>14} {'trials (no drift)':>17}"]
-    for m in dict.fromkeys(r["method"] for r in rows):
-        sel = [r for r in rows if r["method"] == m]
+    """The issue-23 targets, per planner and W and over all W of a planner, beside the drift-free
+    trials of the same planner and of today's (no blocks) on the same histories."""
+    out = [f"{'planner':<18} {'runs':>5} {'false-culprit runs':>18} {'steps>=1.5x found':>18} "
+           f"{'95% CI covers':>14} {'trials (drift)':>14} {'trials (no drift)':>17} {'today (no drift)':>16} {'ratio':>6}"]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    planners = list(dict.fromkeys(m.rsplit(" W=", 1)[0] for m in methods))
+    groups = [(m, [r for r in rows if r["method"] == m]) for m in methods]
+    groups += [(f"{p} all W", [r for r in rows if r["method"].rsplit(" W=", 1)[0] == p]) for p in planners]
+    for name, sel in groups:
         wanted, found = sum(r["wanted"] for r in sel), sum(r["wanted_found"] for r in sel)
         moved = [held for r in sel for is_moved, held in r["intervals"] if is_moved]
-        quiet = [r["quiet"] for r in sel]
-        out.append(f"{m:<16} {len(sel):>5} {np.mean([r['false'] > 0 for r in sel]):>18.2%} "
+        quiet, today = np.mean([r["quiet"] for r in sel]), np.mean([r["today_quiet"] for r in sel])
+        false = sum(r["false"] > 0 for r in sel)
+        out.append(f"{name:<18} {len(sel):>5} {false / len(sel):>11.2%} ({false:>3}) "
                    f"{found / max(wanted, 1):>11.2%} of {wanted:<4} {np.mean(moved) if moved else float('nan'):>14.1%} "
-                   f"{np.mean([r['trials'] for r in sel]):>14.1f} {np.mean(quiet) if quiet else float('nan'):>17.1f}")
+                   f"{np.mean([r['trials'] for r in sel]):>14.1f} {quiet:>17.1f} {today:>16.1f} {quiet / today:>5.2f}x")
     out.append("targets: false-culprit runs <= 0.5%, steps >= 1.5x min effect found >= 97%, coverage >= 93%, "
-               "drift-free trials <= 1.3x today's (bench/RESULTS.md, seventh session)")
+               "drift-free trials <= 1.3x today's (bench/RESULTS.md, tenth session)")
     return "\n".join(out)
+
+
+def _load(path: str | None) -> list[dict]:
+    """Rows saved by an earlier `--save` run (one history's rows a line); none without a file."""
+    if path is None or not Path(path).exists():
+        return []
+    return [row for line in Path(path).read_text().splitlines() if line.strip() for row in json.loads(line)]
+
+
+def drift_bench(args: argparse.Namespace, count: int, pool: Pool, start: float) -> None:
+    """`--drift`: histories first..first+count-1 (less those loaded), each history's rows appended
+    to `--save` as it finishes, so an interrupted run resumes with `--load` the same file."""
+    rows = _load(args.load)
+    done_before = {r["index"] for r in rows}
+    todo = [(i, args.today) for i in range(args.first, args.first + count) if i not in done_before]
+    print(f"{len(done_before)} histories loaded, {len(todo)} to run", flush=True)
+    save = open(args.save, "a") if args.save else None
+    try:
+        for done, batch in enumerate(pool.imap_unordered(run_drift, todo), 1):
+            rows.extend(batch)
+            if save is not None:
+                save.write(json.dumps(batch) + "\n")
+                save.flush()
+            if done % 100 == 0 and done < len(todo):
+                print(f"after {done} histories ({time.time() - start:.0f} s):\n{summarize_drift(rows)}", flush=True)
+    finally:
+        if save is not None:
+            save.close()
+    print(f"{len({r['index'] for r in rows})} histories:\n{summarize_drift(rows)}")
 
 
 def summarize(rows: list[dict]) -> str:
@@ -299,17 +339,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--drift", action="store_true", help="the issue-23 drift histories (W=1 and 4)")
     parser.add_argument("--today", action="store_true", help="with --drift: today's planner too (no blocks)")
+    parser.add_argument("--first", type=int, default=0, help="with --drift: the first history's index")
+    parser.add_argument("--save", help="with --drift: append each history's rows to this file (JSON lines)")
+    parser.add_argument("--load", help="with --drift: rows of an earlier --save run; their histories are skipped")
     args = parser.parse_args()
     count = args.histories or (60 if args.quick else 500)
     start = time.time()
     with Pool(args.jobs) as pool:
         if args.drift:
-            rows = []
-            for done, batch in enumerate(pool.imap(run_drift, [(i, args.today) for i in range(count)]), 1):
-                rows.extend(batch)
-                if done % 100 == 0 and done < count:
-                    print(f"after {done} histories ({time.time() - start:.0f} s):\n{summarize_drift(rows)}", flush=True)
-            print(summarize_drift(rows))
+            drift_bench(args, count, pool, start)
         else:
             rows = [row for batch in pool.map(run_one, [(i, (1, 4, 8)) for i in range(count)]) for row in batch]
             print(summarize(rows))

@@ -30,6 +30,7 @@ from perfbisect.service.settings import get_settings
 log = logging.getLogger(__name__)
 
 _pending: deque[tuple[str, tuple[Any, ...], str | None]] = deque()
+_held: list[tuple[float, str, tuple[Any, ...], str | None]] = []  # embedded sends with a countdown, and when due
 _lock = threading.Lock()
 _plan_lock = threading.Lock()
 _drainer: threading.Thread | None = None
@@ -37,13 +38,27 @@ _drainer: threading.Thread | None = None
 _closed = threading.Event()
 
 
-def send(task: str, *args: Any, queue: str | None = None) -> None:
-    """Send the task named `task` (a perfbisect.queue constant) with `args`."""
+def send(task: str, *args: Any, queue: str | None = None, countdown: float = 0) -> None:
+    """Send the task named `task` (a perfbisect.queue constant) with `args`, to run no sooner
+    than `countdown` seconds from now (Celery's countdown; embedded, held back until then)."""
     if get_settings().embedded:
         with _lock:
-            _pending.append((task, args, queue))
+            if countdown > 0:
+                _held.append((time.monotonic() + countdown, task, args, queue))
+            else:
+                _pending.append((task, args, queue))
     else:
-        celery_app.send_task(task, args=args, queue=queue)
+        celery_app.send_task(task, args=args, queue=queue, countdown=countdown or None)
+
+
+def _release() -> float | None:
+    """Under the lock: move the held sends that are due to the queue; the seconds until the
+    next held one is due (None when none is held)."""
+    now = time.monotonic()
+    for held in [h for h in _held if h[0] <= now]:
+        _held.remove(held)
+        _pending.append(held[1:])
+    return min(h[0] for h in _held) - now if _held else None
 
 
 def task_named(name: str) -> Task:
@@ -60,8 +75,9 @@ def queued_probe() -> Callable[[int, str], bool]:
     runs has lost its message). When the broker cannot be asked, assume it is queued."""
     if get_settings().embedded:
         with _lock:
-            queued = {args[0] for name, args, _q in _pending if name == RUN_TRIAL}
-            queued |= {trial_id for name, args, _q in _pending if name == RUN_BLOCK for trial_id in args[0]}
+            sends = [*_pending, *(held[1:] for held in _held)]
+            queued = {args[0] for name, args, _q in sends if name == RUN_TRIAL}
+            queued |= {trial_id for name, args, _q in sends if name == RUN_BLOCK for trial_id in args[0]}
         return lambda trial_id, _queue: trial_id in queued
     sizes: dict[str, int | None] = {}
 
@@ -79,6 +95,7 @@ def queued_probe() -> Callable[[int, str], bool]:
 
 def _take(limit: int) -> list[tuple[str, tuple[Any, ...]]]:
     with _lock:
+        _release()
         taken = []
         if _closed.is_set():
             return taken
@@ -89,11 +106,19 @@ def _take(limit: int) -> list[tuple[str, tuple[Any, ...]]]:
 
 
 def _finished() -> bool:
-    """True when nothing is queued; the background drainer then clears itself under the lock,
-    so a send that comes later starts a new one."""
+    """True when nothing is queued or held; the background drainer then clears itself under the
+    lock, so a send that comes later starts a new one. While only held sends are left, it waits
+    for the next (up to a second at a time)."""
     global _drainer
     with _lock:
         if _pending and not _closed.is_set():
+            return False
+        due_in = _release()
+    if due_in is not None:
+        time.sleep(min(max(due_in, 0.0), 1.0))
+        return False
+    with _lock:
+        if _pending or _held:
             return False
         if _drainer is threading.current_thread():
             _drainer = None
@@ -138,7 +163,7 @@ def drain_in_background() -> None:
     """For `perfbisect serve` without a broker: one thread runs the queue, so requests return."""
     global _drainer
     with _lock:
-        if _drainer is None and _pending:
+        if _drainer is None and (_pending or _held):
             _drainer = threading.Thread(target=drain, name="perfbisect-embedded-worker", daemon=True)
             _drainer.start()
 
@@ -164,7 +189,7 @@ def send_committed(session: Any) -> None:
 def idle() -> bool:
     """Embedded mode: nothing queued and no thread running the queue."""
     with _lock:
-        return not _pending and _drainer is None
+        return not _pending and not _held and _drainer is None
 
 
 def settle(timeout_s: float, poll_s: float = 0.1) -> bool:

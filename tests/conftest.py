@@ -32,6 +32,9 @@ if not xdist_controller():
     os.environ["DATABASE_URL"] = TEST_DATABASE_URL
     os.environ.pop("REDIS_URL", None)
     os.environ["PERFBISECT_HOME"] = str(_HOME)
+# A loaded test runner's control is unsteady: its pauses (60 + 120 + 240 s a job) would stall every
+# end-to-end job. The tests of the pauses set it themselves (tests/test_job_rounds.py).
+os.environ.setdefault("PERFBISECT_UNSTEADY_PAUSE_S", "0")
 # Tests register repositories from temporary directories (tmp_path, the demo repository).
 os.environ["PERFBISECT_LOCAL_REPO_ROOTS"] = tempfile.gettempdir()
 

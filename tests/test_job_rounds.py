@@ -25,7 +25,7 @@ CASE_SMALL = "gemm M=64,N=64,K=64,dtype=fp32"
 
 
 def harness_result(ratios: dict[str, float], rng: random.Random, status: str = "ok", wrong: bool = False,
-                   noise: float = 0.01, wrong_cases: frozenset[str] = frozenset()) -> dict:
+                   noise: float = 0.01, wrong_cases: frozenset[str] = frozenset(), control: float = 100.0) -> dict:
     cases = []
     for name, ratio in ratios.items():
         bad = wrong or name in wrong_cases
@@ -37,7 +37,7 @@ def harness_result(ratios: dict[str, float], rng: random.Random, status: str = "
             "status": "wrong_results" if bad else "ok",
             "error": "relative error 0.5 above tolerance 0.01" if bad else None,
             "median_ratio": value, "metric": {"name": "GFLOP/s", "higher_is_better": True,
-                                              "target": 100 * value, "control": 100.0},
+                                              "target": 100 * value, "control": control},
             "target_ms": [1 / value], "control_ms": [1.0], "ratio": [value], "accuracy_error": 0.5 if bad else 1e-6,
         })
     return {"status": status, "error": None if status == "ok" else "ImportError: boom", "cases": cases if status == "ok" else [],
@@ -277,3 +277,77 @@ def test_a_step_undone_inside_the_range_is_found_with_scan_and_said_without(sess
     md = render_job(job, "https://perf.example.com/")
     assert "Only the ends of the 15 commits between them were measured: a step that was fixed inside" in md
     assert f"[{CASE_BIG}](https://perf.example.com/dashboard/repositories/lib?case=" in md
+
+
+@pytest.fixture
+def pauses(monkeypatch):
+    """The production pauses for a steadier machine (the test session turns them off)."""
+    from perfbisect.service.settings import get_settings
+
+    monkeypatch.setenv("PERFBISECT_UNSTEADY_PAUSE_S", "60")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def test_an_unsteady_control_holds_the_rounds_back_and_the_report_says_so(session, repo, pauses) -> None:
+    """The control swings 10% from trial to trial (a co-tenant), far beyond what a 2% minimum
+    effect allows: the rounds after the ends are held back 60, 120 and 240 s, then the job gives up
+    waiting and measures on, and its outcome says how long it waited and why."""
+    job_id = submit(session)
+    swings = iter([100.0, 110.0, 95.0, 105.0] * 100)
+
+    def truth(i: int, rng: random.Random) -> dict:
+        return harness_result({CASE_BIG: 0.8 if i >= 5 else 1.0, CASE_SMALL: 1.0}, rng, control=next(swings))
+
+    countdowns = []
+    rng = random.Random(7)
+    job = jobs.get(session, job_id)
+    while True:
+        planned = advance.advance(session, job_id)
+        session.flush()
+        if not planned.trial_ids:
+            break
+        countdowns.append(planned.countdown)
+        held = session.scalars(select(Trial).where(Trial.id.in_(planned.trial_ids))).all()
+        assert all(t.dispatched_at >= utcnow() + timedelta(seconds=planned.countdown - 5) for t in held)
+        for trial_id in planned.trial_ids:
+            work = trials.start(session, trial_id, worker_host="test")
+            trials.record(session, trial_id, truth(job.revision_shas.index(work.sha), rng), build_s=0.0)
+    assert [c for c in countdowns if c] == [60, 120, 240]
+    assert countdowns[0] == 0  # the ends: nothing measured yet
+    read = views.job_read(session, jobs.get(session, job_id))
+    assert read.outcome.waited_s == 420
+    assert "waited 420 s in 3 pauses for a steadier machine: the control's own spread on" in read.outcome.warning
+    assert "it stayed unsteady, so the job measured on" in read.outcome.warning
+    assert [w["pause_s"] for w in read.progress["waits"]] == [60, 120, 240, 0]
+
+
+def test_a_steady_control_never_waits(session, repo, pauses) -> None:
+    job_id = submit(session)
+    run_job(session, job_id, lambda i, rng: harness_result({CASE_BIG: 0.8 if i >= 5 else 1.0, CASE_SMALL: 1.0}, rng))
+    read = views.job_read(session, jobs.get(session, job_id))
+    assert read.outcome.waited_s == 0 and read.progress["waits"] == []
+
+
+def test_an_embedded_send_with_a_countdown_is_held_until_it_is_due(monkeypatch) -> None:
+    """Without a broker the round's trials wait in this process: held, counted as queued (the
+    reconciler must not send them again), and released to the queue once due."""
+    import time
+    from collections import deque
+    from types import SimpleNamespace
+
+    from perfbisect import dispatch
+    from perfbisect.queue import RUN_TRIAL
+
+    monkeypatch.setattr(dispatch, "get_settings", lambda: SimpleNamespace(embedded=True))
+    monkeypatch.setattr(dispatch, "_pending", deque())
+    monkeypatch.setattr(dispatch, "_held", [])
+    dispatch.send(RUN_TRIAL, 7, queue="cpu", countdown=0.3)
+    dispatch.send(RUN_TRIAL, 8, queue="cpu")
+    assert dispatch._take(10) == [(RUN_TRIAL, (8,))]
+    assert dispatch.queued_probe()(7, "cpu") and not dispatch.idle()
+    assert dispatch._take(10) == []
+    time.sleep(0.35)
+    assert dispatch._take(10) == [(RUN_TRIAL, (7,))]
+    assert not dispatch._held

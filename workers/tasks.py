@@ -74,9 +74,9 @@ def advance_job(job_id: int) -> int:
             advance.fail(session, job_id, f"planning failed: {exc}")
         raise
     for trial_id in planned.singles():
-        dispatch.send(RUN_TRIAL, trial_id, queue=planned.queue)
+        dispatch.send(RUN_TRIAL, trial_id, queue=planned.queue, countdown=planned.countdown)
     for block in planned.blocks:
-        dispatch.send(RUN_BLOCK, block, queue=planned.queue)
+        dispatch.send(RUN_BLOCK, block, queue=planned.queue, countdown=planned.countdown)
     if planned.finished:
         dispatch.send(NOTIFY_JOB, job_id, queue=CONTROL_QUEUE)
     if planned.follow_up is not None:

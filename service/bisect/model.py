@@ -38,6 +38,9 @@ class Observation:
     # Per case, parallel to `values`: the side-by-side block each value was measured in (None: an
     # unpaired trial). Empty: no value was measured in a block.
     blocks: Mapping[str, Sequence[int | None]] = field(default_factory=dict)
+    # Per case, parallel to `values`: the planning round each value was measured in. Empty: not
+    # known (every trial of the revision is taken as one round, as before issue 23).
+    rounds: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
     def block_values(self, case: str) -> dict[int, list[float]]:
         """This case's values measured in side-by-side blocks, by block id."""
@@ -46,6 +49,18 @@ class Observation:
             if block is not None:
                 by_block.setdefault(block, []).append(value)
         return by_block
+
+    def round_values(self, case: str) -> list[list[float]]:
+        """This case's values grouped by the round they were measured in (one group when the
+        rounds are not known)."""
+        values = self.values.get(case, ())
+        rounds = self.rounds.get(case, ())
+        if len(rounds) != len(values):
+            return [list(values)] if values else []
+        by_round: dict[int, list[float]] = {}
+        for value, r in zip(values, rounds):
+            by_round.setdefault(r, []).append(value)
+        return list(by_round.values())
     # Cases that failed the accuracy check here. The other cases' values still count: one wrong
     # kernel says nothing about the timing of the others.
     wrong: frozenset[str] = frozenset()

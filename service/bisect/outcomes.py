@@ -33,6 +33,7 @@ from perfbisect.service.bisect.model import (
 from perfbisect.service.bisect.pairs import case_noise_df, effective_min_effect
 from perfbisect.service.bisect.planner import step_effect, undecided_at_culprit
 from perfbisect.service.bisect.probes import nothing_built
+from perfbisect.service.bisect.steadiness import too_unsteady
 
 # A run whose throttled samples exceed this share of its samples gets a noise warning.
 THROTTLED_SHARE = 0.05
@@ -262,8 +263,7 @@ def _unsteady_machine(report: NoiseReport, config: BisectConfig) -> bool:
     """Samples dropped as throttled, or a control whose own spread across trials is beyond what
     the minimum effect allows (the control is the same code at every revision)."""
     throttled = report.samples > 0 and report.throttled > THROTTLED_SHARE * (report.samples + report.throttled)
-    spread = report.control_spread
-    return throttled or (spread is not None and math.expm1(config.noise_floor * spread) > config.min_effect)
+    return throttled or too_unsteady(report.control_spread, config)
 
 
 def _as_decided(report: NoiseReport, outcome: CaseOutcome, config: BisectConfig) -> NoiseReport:

@@ -105,6 +105,30 @@ def heavy_tailed(groups: Iterable[Sequence[float]]) -> bool:
     return width > 0 and float(spread.max()) > OUTLIER_WIDTHS * width
 
 
+def within_round_noise(observations: Mapping[int, Observation], ok: Sequence[int],
+                       cases: Sequence[str]) -> dict[str, tuple[float, int] | None]:
+    """Per case, the pooled per-trial standard deviation of log values within (revision, round)
+    groups, and its degrees of freedom: the trial noise without the drift between rounds (a
+    revision's trials of one round share that round's drift). Rounds not known: the revision's
+    trials are one group, as `case_noise_df`. None while no group has two trials."""
+    return {case: pooled_noise(group for i in ok for group in observations[i].round_values(case))
+            for case in cases}
+
+
+def floor_noise(observations: Mapping[int, Observation], ok: Sequence[int], cases: Sequence[str],
+                config: BisectConfig) -> dict[str, float | None]:
+    """Per case, the trial noise that raises the minimum effect (`effective_min_effect`). Side
+    by side (`paired_blocks`), the within-round noise where known: a culprit is decided on
+    within-block differences, which drift between rounds does not reach, so that drift must
+    not raise the smallest step the job looks for (it hid a -5% step behind a raised 6%).
+    Otherwise the pooled noise of all trials."""
+    pooled = case_noise_df(observations, ok, cases)
+    if config.paired_blocks:
+        within = within_round_noise(observations, ok, cases)
+        pooled = {case: within[case] or pooled[case] for case in cases}
+    return {case: p[0] if p else None for case, p in pooled.items()}
+
+
 def effective_min_effect(config: BisectConfig, noise: float | None) -> float:
     """The job's minimum effect, raised to `noise_floor` trial standard deviations."""
     if noise is None:
@@ -139,11 +163,12 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
     cases = case_names(observations, ok)
     pooled = case_noise_df(observations, ok, cases)
     noise = {case: p[0] if p else None for case, p in pooled.items()}
+    floor = floor_noise(observations, ok, cases, config)
     values = {i: observations[i].values for i in ok}
     counts = {i: observations[i].attempts() for i in ok}  # at the cap: no more trials will come
 
     def one(a_vals: Sequence[float], b_vals: Sequence[float], case: str, at_cap: bool) -> Comparison:
-        return assess(a_vals, b_vals, min_effect=effective_min_effect(config, noise[case]),
+        return assess(a_vals, b_vals, min_effect=effective_min_effect(config, floor[case]),
                       noise=noise[case], alpha=config.alpha, same_z=config.same_z, at_cap=at_cap,
                       noise_df=pooled[case][1] if pooled[case] else None,
                       sequential_alpha=config.sequential_alpha)

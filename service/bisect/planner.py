@@ -69,6 +69,7 @@ from perfbisect.service.bisect.pairs import (
     case_names,
     case_noise_df,
     effective_min_effect,
+    floor_noise,
     heavy_tailed,
     judge_pairs,
     max_blocks,
@@ -187,9 +188,8 @@ def _tighten_culprits(settled: Sequence[tuple[PairJudgement, CulpritReport]], ob
     is not chased: more trials would not decide it, and its outcome says so."""
     if not settled:
         return
-    noise = case_noise_df(observations, ok, sorted({case for _, c in settled for case in c.effects}))
-    decidable = {case for case, n in noise.items()
-                 if effective_min_effect(config, n[0] if n else None) <= config.min_effect}
+    noise = floor_noise(observations, ok, sorted({case for _, c in settled for case in c.effects}), config)
+    decidable = {case for case, n in noise.items() if effective_min_effect(config, n) <= config.min_effect}
     for pair, c in settled:
         if any(case in decidable and undecided_at_culprit(pair.cases[case].verdict, e, config.min_effect)
                for case, e in c.effects.items() if case in pair.cases):

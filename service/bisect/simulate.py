@@ -37,6 +37,8 @@ class _Bench:
         self.rng = np.random.default_rng(seed)
         self.values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.blocks: dict[int, dict[str, list[int | None]]] = defaultdict(lambda: defaultdict(list))
+        self.rounds: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        self.round = 0  # rounds run so far (the current round's number)
         self.states: dict[int, RevisionState] = {}
         self.trials = 0
         self.workers = workers
@@ -47,6 +49,7 @@ class _Bench:
 
     def run_round(self, plan: Plan) -> None:
         self._round = self.history.drift.round_factor(self._drift_rng)
+        self.round += 1
         for k, revision in enumerate(plan.dispatch_order()):
             self.run_trial(revision, k % self.workers, None)
         for k, block in enumerate(plan.blocks):
@@ -70,10 +73,12 @@ class _Bench:
         for case, (value, _target) in self.history.draw_trial(revision, self.rng, drift).items():
             self.values[revision][case].append(value)
             self.blocks[revision][case].append(block)
+            self.rounds[revision][case].append(self.round)
 
     def observations(self) -> dict[int, Observation]:
         return {i: Observation(state, {c: tuple(v) for c, v in self.values[i].items()},
-                               blocks={c: tuple(v) for c, v in self.blocks[i].items()})
+                               blocks={c: tuple(v) for c, v in self.blocks[i].items()},
+                               rounds={c: tuple(v) for c, v in self.rounds[i].items()})
                 for i, state in self.states.items()}
 
 

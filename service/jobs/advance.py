@@ -13,6 +13,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -212,6 +213,7 @@ class Round:
     finished: bool = False
     follow_up: int | None = None  # a job this round created (a bisect's attribution): advanced after commit
     blocks: list[list[int]] = field(default_factory=list)
+    countdown: int = 0  # seconds to hold the trials back: a pause for a steadier machine
 
     def singles(self) -> list[int]:
         """The trials sent one message each (any worker, any order)."""
@@ -240,7 +242,8 @@ def advance(session: Session, job_id: int) -> Round:
     plan = plan_next(len(job.revision_shas), observations, config)
     if not plan.done and device_missing(timed):  # stop at the ends: every revision would fail alike
         plan = Plan((), done=True, correctness=plan.correctness)
-    job.progress = _progress(job, trials, observations, plan, config)
+    waits, pause_s = outcome.waits_of(job.progress, timed, config, plan)  # an unsteady machine waits (issue 23)
+    job.progress = {**_progress(job, trials, observations, plan, config), "waits": outcome.waits_json(waits)}
     if plan.done or not (plan.requests or plan.blocks):
         if nothing_built(observations):  # the sweep's builds would fail alike: the job ends now
             repository.cancel_in_flight(session, job.id, accuracy_only=True)
@@ -252,6 +255,7 @@ def advance(session: Session, job_id: int) -> Round:
         raw = samples_of(session, [m.id for t in trials for m in t.measurements])
         job.status, job.error, job.result = outcome.conclude(job.revision_shas, job.spec, trials, observations,
                                                              plan, config, raw, findings)
+        job.result = outcome.with_waits(job.result, waits, config)
         job.finished_at = utcnow()
         if job.kind == JobKind.compare:  # a PR over culprits named earlier: what it recovers, what is left
             job.result = {**job.result, "fix_check": fixcheck.check(session, job)}
@@ -262,24 +266,26 @@ def advance(session: Session, job_id: int) -> Round:
     revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)
     new = [
         Trial(job_id=job.id, revision_id=revisions[job.revision_shas[revision]].id,
-              device_class=job.spec["device_class"], dispatched_at=utcnow())
+              device_class=job.spec["device_class"], dispatched_at=utcnow() + timedelta(seconds=pause_s))
         for revision in plan.dispatch_order()
     ]
-    blocks = _block_trials(job, trials, plan.blocks, revisions)
+    blocks = _block_trials(job, trials, plan.blocks, revisions, pause_s)
     new += [t for block in blocks for t in block]
     new += sweep.new_trials(job, trials, plan, revisions)  # queued after the round's, run beside them
     session.add_all(new)
     session.flush()
-    return Round([t.id for t in new], queue=job.spec["device_class"], blocks=[[t.id for t in b] for b in blocks])
+    return Round([t.id for t in new], queue=job.spec["device_class"], blocks=[[t.id for t in b] for b in blocks],
+                 countdown=pause_s)
 
 
 def _block_trials(job: Job, trials: Sequence[Trial], blocks: Sequence[PairBlock],
-                  revisions: dict[str, Revision]) -> list[list[Trial]]:
+                  revisions: dict[str, Revision], pause_s: int) -> list[list[Trial]]:
     """The trials of each side-by-side block, in its A B B A order, numbered after the job's
     last block (the job row is locked: no other round numbers blocks meanwhile)."""
     first = max((t.block for t in trials if t.block is not None), default=0) + 1
     return [[Trial(job_id=job.id, revision_id=revisions[job.revision_shas[revision]].id,
-                   device_class=job.spec["device_class"], dispatched_at=utcnow(), block=number, block_slot=slot)
+                   device_class=job.spec["device_class"], dispatched_at=utcnow() + timedelta(seconds=pause_s),
+                   block=number, block_slot=slot)
              for slot, revision in enumerate(block.order())]
             for number, block in enumerate(blocks, start=first)]
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from perfbisect.service.bisect import BisectConfig, Observation, Plan
 from perfbisect.service.bisect.model import CorrectnessFinding
 from perfbisect.service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
+from perfbisect.service.bisect.steadiness import Wait, check_steadiness, report
 from perfbisect.service.models import JobStatus, Trial, TrialStatus
+from perfbisect.service.settings import get_settings
 
 ERROR_LINES, ERROR_CHARS = 8, 1200
 # kernels/harness/trial.py says this when a CUDA job lands on a host whose torch sees no GPU.
@@ -79,6 +82,39 @@ def noise_inputs(trials: Sequence[Trial], raw: Mapping[int, dict]) -> dict[str, 
             samples[name] += len(kept.get("ratio") or ())
     names = set(control) | set(samples)
     return {n: CaseNoise(tuple(control[n].values()), throttled[n], samples[n], tuple(call_ratios[n])) for n in names}
+
+
+def control_by_trial(trials: Sequence[Trial]) -> list[dict[str, float]]:
+    """Per finished ok trial, in the order they finished: the control's per-trial metric by case."""
+    done = sorted((t for t in trials if t.status == TrialStatus.ok and t.finished_at is not None),
+                  key=lambda t: (t.finished_at, t.id))
+    return [{m.case.name: m.control_value for m in t.measurements if m.control_value is not None} for t in done]
+
+
+def waits_of(progress: Mapping[str, Any], trials: Sequence[Trial], config: BisectConfig,
+             plan: Plan) -> tuple[list[Wait], int]:
+    """The job's pauses for a steadier machine (`progress["waits"]`), with the one to take before
+    this round's trials when the control's latest trials are too unsteady (none once done), and
+    that pause in seconds (0: go on now)."""
+    waits = [Wait(**w) for w in progress.get("waits", ())]
+    wait = None if plan.done else check_steadiness(control_by_trial(trials), config, waits,
+                                                   get_settings().unsteady_pause_s)
+    return waits + ([wait] if wait is not None else []), wait.pause_s if wait is not None else 0
+
+
+def with_waits(result: dict[str, Any], waits: Sequence[Wait], config: BisectConfig) -> dict[str, Any]:
+    """The result with the job's waits for a steadier machine: their report line joins the
+    outcome's warning (so the report and the pull-request comment say it), `waited_s` the seconds."""
+    line = report(waits, config)
+    if line is None or "outcome" not in result:
+        return result
+    out = result["outcome"]
+    warning = "; ".join(part for part in (out.get("warning"), line) if part)
+    return {**result, "outcome": {**out, "warning": warning, "waited_s": sum(w.pause_s for w in waits)}}
+
+
+def waits_json(waits: Sequence[Wait]) -> list[dict[str, Any]]:
+    return [asdict(w) for w in waits]
 
 
 def _sha(shas: Sequence[str], i: int | None) -> str | None:

@@ -243,6 +243,7 @@ class OutcomeRead(BaseModel):
     verdict: Literal["regressed", "improved", "unchanged", "inconclusive", "failed"]
     counts: dict[str, int]
     warning: str | None = Field(default=None, description="the run's noise hid steps of the minimum effect")
+    waited_s: int = Field(default=0, description="seconds the job paused for a steadier machine (issue 23)")
     cases: list[CaseOutcomeRead]
     noise: list[NoiseRead] = []
     failures: list[FailureRead] = []

@@ -10,7 +10,8 @@ from perfbisect.service.bisect import BisectConfig, Observation, PairBlock, Revi
 from perfbisect.service.bisect.history import HistoryError, load_history
 from perfbisect.service.bisect.model import SIDE_BY_SIDE
 from perfbisect.service.bisect.paired import block_residual, paired_comparison
-from perfbisect.service.bisect.simulate import simulate
+from perfbisect.service.bisect.pairs import case_noise_df, floor_noise, judge_pairs, within_round_noise
+from perfbisect.service.bisect.simulate import run, simulate
 
 CASE = "gemm"
 SIDE = BisectConfig(min_effect=0.02, paired_blocks=SIDE_BY_SIDE)
@@ -116,3 +117,55 @@ def test_under_round_drift_and_bursts_side_by_side_names_no_false_culprit():
     assert today_false > 0
     assert side_false == 0
     assert side_found >= today_found
+
+
+def test_round_values_group_a_revisions_trials_by_round():
+    o = Observation(RevisionState.ok, {CASE: (1.0, 1.02, 0.95, 0.97, 0.96)}, rounds={CASE: (1, 1, 2, 2, 2)})
+    assert o.round_values(CASE) == [[1.0, 1.02], [0.95, 0.97, 0.96]]
+    assert obs([1.0, 1.02]).round_values(CASE) == [[1.0, 1.02]]  # rounds not known: one group
+    assert obs([]).round_values(CASE) == []
+
+
+def test_within_round_noise_leaves_out_the_drift_between_rounds():
+    # revision 0: two trials in round 1, two in round 2 while the target ran 5% slower
+    zero = Observation(RevisionState.ok, {CASE: (1.00, 1.02, 0.95, 0.97)}, rounds={CASE: (1, 1, 2, 2)})
+    one = Observation(RevisionState.ok, {CASE: (0.99, 1.01)}, rounds={CASE: (2, 2)})
+    observations = {0: zero, 1: one}
+    d1, d2, d3 = math.log(1.02), math.log(0.97 / 0.95), math.log(1.01 / 0.99)
+    within = math.sqrt((d1 ** 2 + d2 ** 2 + d3 ** 2) / 2 / 3)  # three groups of two: one df each
+    assert within_round_noise(observations, [0, 1], [CASE]) == {CASE: pytest.approx((within, 3))}
+    pooled = case_noise_df(observations, [0, 1], [CASE])[CASE]
+    assert pooled == pytest.approx((0.028247, 4), abs=1e-6)  # the 5% between rounds is in it: twice the width
+
+    assert floor_noise(observations, [0, 1], [CASE], SIDE) == {CASE: pytest.approx(within)}
+    assert floor_noise(observations, [0, 1], [CASE], BisectConfig()) == {CASE: pytest.approx(pooled[0])}
+    # side by side without a round of two trials: the pooled noise, as before
+    single = {0: Observation(RevisionState.ok, {CASE: (1.0, 0.95)}, rounds={CASE: (1, 2)}),
+              1: Observation(RevisionState.ok, {CASE: (0.99, 0.94)}, rounds={CASE: (1, 2)})}
+    assert floor_noise(single, [0, 1], [CASE], SIDE)[CASE] == pytest.approx(case_noise([0, 1], single))
+
+
+def case_noise(ok, observations):
+    return case_noise_df(observations, ok, [CASE])[CASE][0]
+
+
+def test_side_by_side_drift_between_rounds_does_not_raise_the_minimum_effect():
+    """A 4% step on a 0.5% trial noise, each end measured in two rounds 6% apart: today's
+    verdicts look for steps above the raised bar (more than 6%), side by side for 2%."""
+    rounds = {CASE: (1, 1, 1, 2, 2, 2)}
+    zero = Observation(RevisionState.ok, {CASE: (1.000, 1.005, 0.995, 1.060, 1.065, 1.055)}, rounds=rounds)
+    one = Observation(RevisionState.ok, {CASE: (0.960, 0.965, 0.955, 1.020, 1.025, 1.015)}, rounds=rounds)
+    observations = {0: zero, 1: one}
+    [today] = judge_pairs(observations, [0, 1], set(), BisectConfig(min_effect=0.02))
+    [side] = judge_pairs(observations, [0, 1], set(), SIDE)
+    assert today.raw[CASE].min_effect > 0.06
+    assert side.raw[CASE].min_effect == 0.02
+
+
+def test_the_simulator_records_each_trials_round():
+    history = load_history({"commits": 8, "cases": {CASE: {"cv": 0.01, "levels": [[0, 100.0]]}}})
+    _plan, bench, rounds = run(history, BisectConfig(min_effect=0.02, endpoint_trials=3))
+    first = bench.observations()[0]
+    assert rounds >= 1
+    assert first.rounds[CASE][:3] == (1, 1, 1)
+    assert len(first.rounds[CASE]) == len(first.values[CASE])

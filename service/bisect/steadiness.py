@@ -1,0 +1,94 @@
+"""Is the machine steady enough to measure on? (issue 23: an unsteady machine says so early and waits.)
+
+The control is the same code at every revision, so its own spread over the last trials is the
+machine's: a co-tenant, a memory-bandwidth neighbour, a clock policy. When that spread is above
+what the minimum effect allows (`noise_floor` spreads wider than the minimum effect, the rule
+the outcome's noise report uses), trials measured now mostly buy an inconclusive verdict. So the
+job pauses before its next round (60, 120, 240 s by default), measures again, and judges the trials
+finished since the pause; after the last pause it gives up waiting and measures on. Every pause
+is kept (`Wait`) and the job's report says how long it waited and why (`report`). Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from perfbisect.service.bisect.model import BisectConfig
+from perfbisect.service.bisect.verdict import pooled_noise
+
+PAUSES = (1, 2, 4)  # the pauses, in units of the first (60 s by default: 60, 120, 240 s), then give up
+LAST_TRIALS = 8  # the control's spread is judged over at most this many of the latest trials
+MIN_TRIALS = 3  # ... and at least this many finished since the last pause
+
+
+def too_unsteady(spread: float | None, config: BisectConfig) -> bool:
+    """A control spread (sd of the log of its per-trial metric) beyond what the minimum effect
+    allows: `noise_floor` such spreads are wider than the minimum effect."""
+    return spread is not None and math.expm1(config.noise_floor * spread) > config.min_effect
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One pause: its length, the trials finished when it was decided, and the control's worst
+    spread (sd of log) over the latest trials, with its case. `pause_s` 0: the job gave up
+    waiting there and measured on."""
+
+    pause_s: int
+    trials: int
+    spread: float
+    case: str
+
+
+def control_spread(control: Sequence[Mapping[str, float]]) -> tuple[str, float] | None:
+    """The case whose control varied most over these trials (one mapping of case -> control's
+    per-trial metric a trial), and that spread: the standard deviation of its log values. None
+    while no case has two values."""
+    cases = sorted({case for trial in control for case in trial})
+    spreads = []
+    for case in cases:
+        pooled = pooled_noise([[t[case] for t in control if case in t and t[case] > 0]])
+        if pooled is not None:
+            spreads.append((pooled[0], case))
+    if not spreads:
+        return None
+    spread, case = max(spreads)
+    return case, spread
+
+
+def check_steadiness(control: Sequence[Mapping[str, float]], config: BisectConfig,
+                     waits: Sequence[Wait], first_pause_s: int = 60) -> Wait | None:
+    """The pause to take before the next round, or None to go on now. `control`: per finished
+    trial, oldest first, the control's metric per case; `waits`: the pauses taken so far. Only
+    trials finished since the last pause are judged (the re-measurement), the latest
+    `LAST_TRIALS` of them, and only when there are `MIN_TRIALS`. Unsteady: the next pause
+    (`first_pause_s` times 1, 2, 4: `PAUSES`), or, all taken, a Wait of 0 s (gave up: measure on)
+    once; after that, None. `first_pause_s` 0 never pauses."""
+    if first_pause_s <= 0 or (waits and waits[-1].pause_s == 0):
+        return None
+    since = control[waits[-1].trials:] if waits else control
+    if len(since) < MIN_TRIALS:
+        return None
+    worst = control_spread(since[-LAST_TRIALS:])
+    if worst is None or not too_unsteady(worst[1], config):
+        return None
+    pause = first_pause_s * PAUSES[len(waits)] if len(waits) < len(PAUSES) else 0
+    return Wait(pause, len(control), worst[1], worst[0])
+
+
+def report(waits: Sequence[Wait], config: BisectConfig) -> str | None:
+    """The report's line on waiting for a steadier machine (None when the job never waited):
+    how long, why (the worst spread against what the minimum effect allows), and whether it
+    gave up."""
+    if not waits:
+        return None
+    waited = sum(w.pause_s for w in waits)
+    worst = max(waits, key=lambda w: w.spread)
+    allowed = math.log1p(config.min_effect) / config.noise_floor
+    line = (f"waited {waited} s in {sum(w.pause_s > 0 for w in waits)} pauses for a steadier machine: "
+            f"the control's own spread on {worst.case} reached {math.expm1(worst.spread):.1%} over the last "
+            f"trials, above the {math.expm1(allowed):.1%} that a {config.min_effect:.1%} minimum effect allows")
+    if waits[-1].pause_s == 0:
+        line += "; it stayed unsteady, so the job measured on (its verdicts carry that noise)"
+    return line
