@@ -1,6 +1,7 @@
 """Attribution jobs: after a bisect names culprits, measure the bad end with each culprit reverted
-(alone, together, every subset up to three) side by side with the bad end as it is, and say
-what each culprit costs at the head and whether they interact. Flushes, never commits.
+(alone, together, every subset up to three) in the same rounds as the bad end as it is (not yet
+in side-by-side blocks: issue 23), and say what each culprit costs at the head and whether they
+interact. Flushes, never commits.
 
 An attribution is a job of kind `attribute` over one revision (the bisect's bad end); its spec
 names the bisect (`parent_job_id`), the culprits (first/last sha, label) and per case the
@@ -214,7 +215,8 @@ def advance(session: Session, job: Job) -> tuple[list[Trial], bool]:
 
 def _interleaved(requests: dict[Variant, int]) -> list[Variant]:
     """head, v1, v2, ..., head, v1, ...: each round's trials of every arm spread through it, so a
-    worker taking them in order measures the arms side by side (ABC ABC), not one after another."""
+    worker taking them in order measures the arms in turn (ABC ABC), not one after another (one
+    message each: several workers may take them in any order, unlike a side-by-side block)."""
     order = sorted(requests, key=lambda v: (len(v), v))
     return [arm for i in range(max(requests.values(), default=0)) for arm in order if requests[arm] > i]
 

@@ -232,7 +232,7 @@ def advance(session: Session, job_id: int) -> Round:
         return Round([])  # (a job still resolving is advanced by its task once it is resolved)
     if job.kind == JobKind.track:  # a tracked branch's heads: measured, never bisected
         return _measure_heads(session, job)
-    if job.kind == JobKind.attribute:  # the bad end with culprits reverted, side by side with it
+    if job.kind == JobKind.attribute:  # the bad end with culprits reverted, in the same rounds as it
         new, finished = attribution.advance(session, job)
         return Round([t.id for t in new], queue=job.spec["device_class"], finished=finished)
     trials = repository.trials_of(session, job.id)
