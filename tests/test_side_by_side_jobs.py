@@ -371,3 +371,20 @@ def test_a_compare_without_side_by_side_measures_no_blocks(session, lib) -> None
     run_compare(session, job)
     assert by_block(session, job.id) == {}
     assert len(job_read(session, job.id).culprits) == 1
+
+
+@pytest.mark.parametrize("flag, expected", [([], True), (["--no-side-by-side"], False)])
+def test_the_cli_sends_a_compare_side_by_side_unless_told_not_to(monkeypatch, flag, expected) -> None:
+    from typer.testing import CliRunner
+
+    from perfbisect.service.cli import submit as cli_submit
+    from perfbisect.service.cli.main import app
+
+    sent = []
+    monkeypatch.setattr(cli_submit, "_submit", lambda request, *args, **kw: sent.append(request))
+    monkeypatch.setattr(cli_submit, "_finish", lambda *args: None)
+    result = CliRunner().invoke(app, ["compare", "--repo", "lib", "--base", "HEAD~1", "--head", "main", "--suite",
+                                      "gemm", "--target", "minikern.gemm:matmul", "--shape",
+                                      "M=64,N=64,K=64,dtype=fp32", *flag])
+    assert result.exit_code == 0, result.output
+    assert [r.side_by_side for r in sent] == [expected]
