@@ -87,7 +87,16 @@ def test_two_interacting_culprits_are_attributed(session, repo) -> None:
     per_arm = {}
     for t in trials_of:
         per_arm[t.variant] = per_arm.get(t.variant, 0) + 1
-    assert set(per_arm) == {None, "0", "1", "0+1"} and len(set(per_arm.values())) == 1  # same count per arm
+    assert set(per_arm) == {None, "0", "1", "0+1"}
+    assert len({n for arm, n in per_arm.items() if arm is not None}) == 1  # same count per variant
+    assert job.spec["side_by_side"] is True  # as its bisect: each variant in blocks with the bad end
+    by_block: dict[int, list[Trial]] = {}
+    for t in sorted(trials_of, key=lambda t: (t.block or 0, t.block_slot or 0)):
+        by_block.setdefault(t.block, []).append(t)
+    assert all(t.block is not None for t in trials_of if t.variant is not None)
+    for block in (b for number, b in by_block.items() if number is not None):
+        v = block[1].variant
+        assert v is not None and [t.variant for t in block] == [None, v, v, None]
 
     assert read.attribution_job_id == job.id
     case = read.attribution.cases[0]
@@ -131,9 +140,9 @@ def test_a_culprit_that_does_not_revert_cleanly_is_reported_not_failed(session, 
     assert case.words.endswith("#105 does not revert cleanly at the head: conflicts in lib/gemm.py.")
     conflicted = [v for v in read.attribution.variants if v.problem]
     assert {v.key for v in conflicted} == {"0", "0+1"}
-    # a conflicting variant is tried once per arm of the first round, never again
+    # a conflicting variant is tried in the first round's blocks (two, two of it a block), never again
     again = session.query(Trial).filter(Trial.job_id == job.id, Trial.variant == "0").count()
-    assert again == 3
+    assert again == 4
 
 
 def test_no_attribute_skips_and_post_forces(session, repo) -> None:
@@ -157,6 +166,8 @@ def test_the_api_and_the_job_page_show_the_attribution(session, repo, client, se
         html = client.get(f"/dashboard/jobs/{page_id}", headers={"Accept": "text/html"}).text
         assert "<h2>Attribution at the head</h2>" in html and "<svg role=\"img\"" in html
         assert "#105 + #111 reverted" in html and "interaction" in html
+    own_page = client.get(f"/dashboard/jobs/{job.id}", headers={"Accept": "text/html"}).text
+    assert "each measured side by side with it (blocks of the bad end, the variant twice" in own_page
     md = client.get(f"/api/jobs/{read.id}/report", params={"format": "markdown"}).text
     assert "**Attribution at the head**" in md
     # forcing it again through the API while none is open: a new job, queued after the commit

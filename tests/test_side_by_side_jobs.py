@@ -167,12 +167,8 @@ def test_no_side_by_side_measures_no_blocks(session, lib) -> None:
 
 
 def block_round(session, lib: Path) -> tuple[Job, list[list[int]]]:
-    """A two-revision job after its first round (the ends, 20% apart): the round with blocks."""
+    """A two-revision job's first round: its two revisions in blocks (side by side from the start)."""
     job = submit(session, lib, commits=2)
-    rng = random.Random(5)
-    for trial_id in advance.advance(session, job.id).trial_ids:
-        work = trials.start(session, trial_id, worker_host="w0")
-        trials.record(session, trial_id, two_ends(job.revision_shas.index(work.sha), rng), attempt=work.attempt)
     planned = advance.advance(session, job.id)
     assert planned.singles() == [] and len(planned.blocks) == 2
     return job, planned.blocks
@@ -324,3 +320,71 @@ def test_the_embedded_queue_knows_a_blocks_trials_are_queued(monkeypatch) -> Non
     dispatch.send(RUN_BLOCK, [11, 12, 13, 14], queue="cpu")
     queued = dispatch.queued_probe()
     assert [queued(i, "cpu") for i in (11, 14, 15)] == [True, True, False]
+
+
+def submit_compare(session, lib: Path, **kw) -> Job:
+    """A pull request's compare: base HEAD~1 against head main (the truth's index 0 and 1)."""
+    from perfbisect.service.jobs.schemas import CompareCreate
+
+    create_repository(session, lib, name="lib")
+    data = CompareCreate(repository="lib", base="HEAD~1", head="main", benchmarks=body(2).benchmarks, **kw)
+    return jobs.submit_compare(session, data, SYSTEM, fetch=True).job
+
+
+def run_compare(session, job: Job) -> None:
+    """As run_job, the head (index 1) 20% slower than the base."""
+    rng = random.Random(5)
+    for _ in range(40):
+        planned = advance.advance(session, job.id)
+        if not planned.trial_ids:
+            return
+        works = [trials.start(session, i, worker_host="single") for i in planned.singles()]
+        works += [w for b in planned.blocks for w in blocks.claim(session, b, f"block-{b[0]}").works]
+        for work in works:
+            trials.record(session, work.trial_id, two_ends(job.revision_shas.index(work.sha), rng), build_s=0.0,
+                          attempt=work.attempt)
+    raise AssertionError("the compare did not finish")
+
+
+def test_a_compare_measures_base_and_head_in_abba_blocks_and_its_verdict_is_the_paired_step(session, lib) -> None:
+    job = submit_compare(session, lib)
+    assert job.spec["side_by_side"] is True
+    run_compare(session, job)
+    timed = jobs_repo.trials_of(session, job.id)
+    assert timed and all(t.block is not None for t in timed)  # every trial in a block: none measured apart
+    grouped = by_block(session, job.id)
+    assert len(grouped) >= 2
+    for block in grouped.values():
+        assert [job.revision_shas.index(t.revision.sha) for t in block] == [0, 1, 1, 0]
+        assert len({t.worker_host for t in block}) == 1
+    observations = advance.observations_from(timed, job.revision_shas, "ratio")
+    config = advance.config_of(jobs.get(session, job.id), timed)
+    paired = paired_comparison(observations[0], observations[1], CASE, block_residual(observations, [0, 1], CASE),
+                               min_effect=config.min_effect, alpha=config.alpha, same_z=config.same_z, at_cap=False)
+    [culprit] = job_read(session, job.id).culprits
+    assert culprit.effects[CASE].ci == pytest.approx(paired.effect(config.confidence).ci)
+    assert culprit.effects[CASE].rel == pytest.approx(-0.2, abs=0.01)
+
+
+def test_a_compare_without_side_by_side_measures_no_blocks(session, lib) -> None:
+    job = submit_compare(session, lib, side_by_side=False)
+    run_compare(session, job)
+    assert by_block(session, job.id) == {}
+    assert len(job_read(session, job.id).culprits) == 1
+
+
+@pytest.mark.parametrize("flag, expected", [([], True), (["--no-side-by-side"], False)])
+def test_the_cli_sends_a_compare_side_by_side_unless_told_not_to(monkeypatch, flag, expected) -> None:
+    from typer.testing import CliRunner
+
+    from perfbisect.service.cli import submit as cli_submit
+    from perfbisect.service.cli.main import app
+
+    sent = []
+    monkeypatch.setattr(cli_submit, "_submit", lambda request, *args, **kw: sent.append(request))
+    monkeypatch.setattr(cli_submit, "_finish", lambda *args: None)
+    result = CliRunner().invoke(app, ["compare", "--repo", "lib", "--base", "HEAD~1", "--head", "main", "--suite",
+                                      "gemm", "--target", "minikern.gemm:matmul", "--shape",
+                                      "M=64,N=64,K=64,dtype=fp32", *flag])
+    assert result.exit_code == 0, result.output
+    assert [r.side_by_side for r in sent] == [expected]

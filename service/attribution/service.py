@@ -1,6 +1,8 @@
 """Attribution jobs: after a bisect names culprits, measure the bad end with each culprit reverted
-(alone, together, every subset up to three) side by side with the bad end as it is, and say
-what each culprit costs at the head and whether they interact. Flushes, never commits.
+(alone, together, every subset up to three) beside the bad end as it is, and say what each
+culprit costs at the head and whether they interact. Flushes, never commits. With
+`side_by_side` (a bisect's, issue 23) each variant runs in A B B A blocks with the bad end; the
+report's estimates still pool every trial of an arm (not yet the within-block differences).
 
 An attribution is a job of kind `attribute` over one revision (the bisect's bad end); its spec
 names the bisect (`parent_job_id`), the culprits (first/last sha, label) and per case the
@@ -100,6 +102,7 @@ def create(session: Session, parent: Job, *, forced: bool, submitter_token_id: i
         "culprits": [{"first_sha": c.first_sha, "last_sha": c.last_sha, "label": label, "subject": subject}
                      for c, (label, subject) in zip(culprits, labels)],
         "case_culprits": case_culprits, "variants": [variant_key(v) for v in variants],
+        "side_by_side": bool(parent.spec.get("side_by_side")),  # each variant in A B B A blocks with the bad end
     }
     request_hash = hashlib.sha256(json.dumps({"kind": "attribute", **spec}, sort_keys=True).encode()).hexdigest()
     existing = repository.open_job_by_request(session, request_hash)
@@ -180,9 +183,10 @@ def config_of(job: Job) -> AttributionConfig:
     return AttributionConfig(min_effect=job.spec["min_effect"], max_trials=job.spec.get("max_trials", 12))
 
 
-def advance(session: Session, job: Job) -> tuple[list[Trial], bool]:
+def advance(session: Session, job: Job) -> tuple[list[Trial], list[list[Trial]], bool]:
     """One round of attribution job `job` (locked by the caller, nothing in flight): the new
-    trials, interleaved arm by arm, or (True) the job concluded with its report in
+    trials, interleaved arm by arm, and those of them in side-by-side blocks (each variant with
+    the bad end, `side_by_side`), or (True) the job concluded with its report in
     job.result["attribution"]."""
     trials = repository.trials_of(session, job.id)
     values, attempts, broken, raw = arms_of(trials, job.spec.get("metric", "ratio"))
@@ -200,21 +204,41 @@ def advance(session: Session, job: Job) -> tuple[list[Trial], bool]:
         job.status = report.status_of(job.result["attribution"], head_failed)
         job.error = "the bad end gave no value in any trial" if head_failed else None
         job.finished_at = utcnow()
-        return [], True
+        return [], [], True
     if job.status == JobStatus.queued:
         job.status, job.started_at = JobStatus.running, utcnow()
     revision_id = revisions_by_sha(session, job.repository_id, job.revision_shas)[job.revision_shas[0]].id
+    requests = dict(plan.requests)
+    blocks = _blocks(job, trials, requests, revision_id) if job.spec.get("side_by_side") else []
     new = [Trial(job_id=job.id, revision_id=revision_id, device_class=job.spec["device_class"],
                  variant=variant_key(arm) or None, dispatched_at=utcnow())
-           for arm in _interleaved(plan.requests)]
+           for arm in _interleaved(requests)]
+    new += [t for block in blocks for t in block]
     session.add_all(new)
     session.flush()
-    return new, False
+    return new, blocks, False
+
+
+def _blocks(job: Job, trials: Sequence[Trial], requests: dict[Variant, int], revision_id: int) -> list[list[Trial]]:
+    """Each variant's requested trials as blocks `head v v head` (two of the variant a block),
+    taken out of `requests`; the bad end's own request is then met by the blocks' head trials.
+    Numbered after the job's last block (the job row is locked)."""
+    arms = [arm for arm in sorted(requests, key=lambda v: (len(v), v)) if arm != HEAD]
+    counts = [-(-requests.pop(arm) // 2) for arm in arms]
+    if arms:
+        requests.pop(HEAD, None)
+    first = max((t.block for t in trials if t.block is not None), default=0) + 1
+    order = [arm for arm, count in zip(arms, counts) for _ in range(count)]
+    return [[Trial(job_id=job.id, revision_id=revision_id, device_class=job.spec["device_class"],
+                   variant=variant_key(arm) or None, dispatched_at=utcnow(), block=number, block_slot=slot)
+             for slot, arm in enumerate((HEAD, variant, variant, HEAD))]
+            for number, variant in enumerate(order, start=first)]
 
 
 def _interleaved(requests: dict[Variant, int]) -> list[Variant]:
     """head, v1, v2, ..., head, v1, ...: each round's trials of every arm spread through it, so a
-    worker taking them in order measures the arms side by side (ABC ABC), not one after another."""
+    worker taking them in order measures the arms in turn (ABC ABC), not one after another (one
+    message each: several workers may take them in any order, unlike a side-by-side block)."""
     order = sorted(requests, key=lambda v: (len(v), v))
     return [arm for i in range(max(requests.values(), default=0)) for arm in order if requests[arm] > i]
 

@@ -30,6 +30,7 @@ import numpy as np
 from perfbisect.service.bisect.model import (
     BisectConfig, CaseEffect, CorrectnessFinding, Observation, Plan, RevisionState, Verdict,
 )
+from perfbisect.service.bisect.paired import block_residual, paired_comparison
 from perfbisect.service.bisect.pairs import case_noise_df, effective_min_effect
 from perfbisect.service.bisect.planner import step_effect, undecided_at_culprit
 from perfbisect.service.bisect.probes import nothing_built
@@ -212,12 +213,25 @@ def _failed_case(case: str, ends: dict[int, Failure], observations: Mapping[int,
     return CaseOutcome(case, Outcome.failed, reason, error=failure.error, failed_at=end)
 
 
+def _end_to_end(case: str, n: int, observations: Mapping[int, Observation], ok: Sequence[int],
+                config: BisectConfig) -> CaseEffect | None:
+    """The ends' step on their side-by-side blocks (a compare's base and head), when measured so
+    on `paired_blocks` blocks: the paired interval, which drift between rounds does not widen or
+    shift. None otherwise (the step on all their trials decides)."""
+    if not config.paired_blocks:
+        return None
+    paired = paired_comparison(observations[0], observations[n - 1], case, block_residual(observations, ok, case),
+                               min_effect=config.min_effect, alpha=config.alpha, same_z=config.same_z, at_cap=False)
+    return paired.effect(config.confidence) if paired is not None and paired.blocks >= config.paired_blocks else None
+
+
 def _measured_case(case: str, n: int, observations: Mapping[int, Observation], plan: Plan,
                    config: BisectConfig, detectable: float) -> CaseOutcome:
     """Both ends have values and no culprit moved the case: unchanged or inconclusive."""
     before, after = observations[0].values[case], observations[n - 1].values[case]
     ok = [i for i, o in observations.items() if o.state == RevisionState.ok]
-    effect = step_effect(before, after, case_noise_df(observations, ok, [case])[case], config)
+    effect = _end_to_end(case, n, observations, ok, config) or step_effect(
+        before, after, case_noise_df(observations, ok, [case])[case], config)
     ci = (effect.ci[0], effect.ci[1])
     if not plan.done:
         return CaseOutcome(case, Outcome.inconclusive, "the search did not finish", ci=ci)

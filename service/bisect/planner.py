@@ -281,6 +281,9 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     requests = _Requests(observations, config.max_trials)
     findings, fix_probes = correctness(n, observations)
 
+    if n == 2 and config.paired_blocks and not observations:  # a compare: its two revisions side by side at once
+        requests.side_by_side(0, 1, config.paired_blocks)
+        return Plan((), done=False, blocks=requests.as_blocks())
     ends = [e for e in (0, n - 1) if e not in observations] + edge_probes(n, observations)
     for end in sorted(set(ends)):
         requests.new(end, config.endpoint_trials)

@@ -163,6 +163,9 @@ def compare(
     min_effect: MinEffectOpt = 0.02,
     metric: MetricOpt = "ratio",
     pr: Annotated[Optional[int], typer.Option(help="the pull request's number, shown in the report")] = None,
+    side_by_side: Annotated[bool, typer.Option(
+        "--side-by-side/--no-side-by-side", help="measure base and head side by side (A B B A on one worker) and "
+        "decide on their within-block differences; --no-side-by-side: separate trials in turn")] = True,
     build: BuildOpt = None, import_root: ImportRootOpt = None, env: EnvOpt = None,
     api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
 ) -> None:
@@ -173,7 +176,8 @@ def compare(
     with user_errors():
         request = validated(CompareCreate, repository=repo, base=base, head=head,
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
-                            device_class=device_class, min_effect=min_effect, metric=metric, pr_number=pr)
+                            device_class=device_class, min_effect=min_effect, metric=metric, pr_number=pr,
+                            side_by_side=side_by_side)
         job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
     _finish(job, as_json, wide, fail_on)
 

@@ -232,9 +232,10 @@ def advance(session: Session, job_id: int) -> Round:
         return Round([])  # (a job still resolving is advanced by its task once it is resolved)
     if job.kind == JobKind.track:  # a tracked branch's heads: measured, never bisected
         return _measure_heads(session, job)
-    if job.kind == JobKind.attribute:  # the bad end with culprits reverted, side by side with it
-        new, finished = attribution.advance(session, job)
-        return Round([t.id for t in new], queue=job.spec["device_class"], finished=finished)
+    if job.kind == JobKind.attribute:  # the bad end with culprits reverted, beside it (in blocks: side_by_side)
+        new, blocks, finished = attribution.advance(session, job)
+        return Round([t.id for t in new], queue=job.spec["device_class"], finished=finished,
+                     blocks=[[t.id for t in b] for b in blocks])
     trials = repository.trials_of(session, job.id)
     timed = [t for t in trials if not t.accuracy_only]  # sweep trials never enter the timing comparison
     observations = observations_from(timed, job.revision_shas, job.spec.get("metric", "ratio"))

@@ -156,6 +156,9 @@ class CompareCreate(BaseModel):
     min_effect: float = Field(default=0.02, gt=0, lt=1)
     metric: Literal["ratio", "raw"] = "ratio"
     pr_number: Id | None = None
+    side_by_side: bool = Field(default=True, description=(
+        "measure base and head side by side (A B B A blocks on one worker) and decide on the within-block "
+        "differences, so drift the control does not cancel cannot fail or pass the gate; false: separate trials"))
 
     @model_validator(mode="after")
     def _one_form(self) -> CompareCreate:

@@ -204,7 +204,7 @@ def _compare(session: Session, data: CompareCreate, submitter: Principal, fetch:
         "good": data.base, "bad": data.head, "cases": cases,
         "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
         "workers": 2, "max_trials": get_settings().max_trials_per_revision, "pr_number": data.pr_number,
-        "policy": None,
+        "policy": None, "side_by_side": data.side_by_side,
     }
     return _create(session, JobKind.compare, repo, spec, resolved, submitter)
 

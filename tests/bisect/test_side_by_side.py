@@ -169,3 +169,37 @@ def test_the_simulator_records_each_trials_round():
     assert rounds >= 1
     assert first.rounds[CASE][:3] == (1, 1, 1)
     assert len(first.rounds[CASE]) == len(first.values[CASE])
+
+
+def test_a_compares_first_round_is_side_by_side_blocks():
+    assert plan_next(2, {}, SIDE).blocks == (PairBlock(0, 1), PairBlock(0, 1))
+    assert plan_next(2, {}, SIDE).requests == ()
+    assert plan_next(2, {}, BisectConfig(min_effect=0.02)).blocks == ()  # side by side off: the ends apart
+
+
+# A compare (base 0, head 1: the same code) over rounds whose target-only drift is 1.00, 0.95,
+# 1.00, 0.95: measured in turn, the base fell in the quiet rounds and the head in the slow ones;
+# in blocks, both revisions of a block share its round's drift.
+DRIFT = (1.00, 0.95, 1.00, 0.95)
+NOISE = (0.001, -0.001, 0.0005, -0.0005)
+
+
+def test_round_drift_fails_the_unpaired_compare_and_not_the_paired_one():
+    from perfbisect.service.bisect.outcomes import Outcome, decide
+
+    unpaired = {0: obs([DRIFT[0] + e for e in NOISE] + [DRIFT[2] + e for e in NOISE]),
+                1: obs([DRIFT[1] + e for e in NOISE] + [DRIFT[3] + e for e in NOISE])}
+    plain = BisectConfig(min_effect=0.02)
+    plan = plan_next(2, unpaired, plain)
+    assert plan.done and [(c.first, c.last) for c in plan.culprits] == [(1, 1)]
+    assert decide(2, unpaired, plan, plain, [CASE]).verdict == Outcome.regressed  # a false merge-gate failure
+
+    ids = [block for block, _ in enumerate(DRIFT, start=1) for _ in range(2)]  # two values a side per block
+    base = [d * (1 + e) for d in DRIFT for e in NOISE[:2]]
+    head = [d * (1 + e) for d in DRIFT for e in NOISE[2:]]
+    paired = {0: obs(base, ids), 1: obs(head, ids)}
+    plan = plan_next(2, paired, SIDE)
+    assert plan.done and plan.culprits == ()
+    outcome = decide(2, paired, plan, SIDE, [CASE])
+    assert outcome.verdict == Outcome.unchanged
+    assert outcome.cases[0].bound < 0.01  # the paired interval: the rounds' 5% does not widen it
