@@ -22,8 +22,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from perfbisect.service.attribution import report
-from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, Variant, plan_round, parse_variant,
-                                                   variant_key, variants_of)
+from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, Variant, case_variants, plan_round,
+                                                   parse_variant, variant_key)
 from perfbisect.service.auth.principal import Principal
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.jobs.service import Submission
@@ -88,9 +88,7 @@ def create(session: Session, parent: Job, *, forced: bool, submitter_token_id: i
         return None
     revisions = revisions_by_sha(session, parent.repository_id, [c.last_sha for c in culprits])
     labels = [_label(c, revisions) for c in culprits]
-    variants: list[Variant] = []
-    for group in _groups(case_culprits):
-        variants += [v for v in variants_of(group) if v not in variants]
+    variants = case_variants(case_culprits)
     names = set(case_culprits)
     spec = {
         "parent_job_id": parent.id, "good_sha": parent.spec["bad_sha"], "bad_sha": parent.spec["bad_sha"],
@@ -116,17 +114,6 @@ def create(session: Session, parent: Job, *, forced: bool, submitter_token_id: i
     session.flush()
     return Submission(job, created=True)
 
-
-def _groups(case_culprits: dict[str, list[int]]) -> list[list[int]]:
-    """Culprits joined by the cases they share (connected components), smallest index first."""
-    groups: list[set[int]] = []
-    for found in case_culprits.values():
-        joined = set(found)
-        for group in [g for g in groups if g & joined]:
-            joined |= group
-            groups.remove(group)
-        groups.append(joined)
-    return sorted((sorted(g) for g in groups), key=lambda g: g[0])
 
 
 def maybe_create(session: Session, parent: Job) -> Job | None:

@@ -47,6 +47,18 @@ def variants_of(culprits: Sequence[int]) -> list[Variant]:
     return [(c,) for c in ordered] + [tuple(ordered)]
 
 
+def case_variants(case_culprits: Mapping[str, Sequence[int]]) -> list[Variant]:
+    """The variants of an attribution: each case's own `variants_of` its culprits, once each.
+    Per case, not per group of culprits that share a case: a culprit named on two cases (or a
+    false one) would join their culprits into one group of more than 3, which measures no
+    subsets, and the case whose culprits interact would get no interaction (bench/RESULTS.md,
+    tenth session: #945 joined the gemm and RMSNorm culprits)."""
+    variants: list[Variant] = []
+    for culprits in case_culprits.values():
+        variants += [v for v in variants_of(culprits) if v not in variants]
+    return variants
+
+
 def variant_key(variant: Variant) -> str:
     """How a trial names its variant ('0+2'); '' is the head."""
     return "+".join(str(i) for i in variant)

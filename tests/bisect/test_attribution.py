@@ -6,7 +6,7 @@ import math
 import pytest
 
 from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, attribute_case, estimate, fix_check,
-                                                   interaction, plan_round, recovery, variants_of)
+                                                   case_variants, interaction, plan_round, recovery, variants_of)
 
 T_975_8 = 2.306004135204166  # Student's t, 97.5% quantile, 8 degrees of freedom
 
@@ -88,6 +88,17 @@ def test_variants_are_every_subset_up_to_three_then_singles_and_all():
     assert variants_of([0, 1]) == [(0,), (1,), (0, 1)]
     assert len(variants_of([0, 1, 2])) == 7
     assert variants_of([0, 1, 2, 3]) == [(0,), (1,), (2,), (3,), (0, 1, 2, 3)]
+
+
+def test_each_case_gets_the_subsets_of_its_own_culprits_even_when_a_culprit_is_shared():
+    """The demo's run where #945 (index 4) was named on gemm and, falsely, on RMSNorm: grouped
+    together the five culprits measured singles and all five (which did not revert), so RMSNorm's
+    #905+#908 pair was never measured together and its interaction was lost."""
+    cases = {"gemm": [2, 3, 4], "rmsnorm": [0, 1, 4]}
+    variants = case_variants(cases)
+    assert (0, 1) in variants and (0, 1, 4) in variants and (2, 3, 4) in variants
+    assert len(variants) == 13  # 7 + 7, the single (4,) once
+    assert case_variants({"a": [0, 1], "b": [0, 1]}) == [(0,), (1,), (0, 1)]
 
 
 def test_plan_round_brings_every_live_arm_to_the_same_count_and_stops():
