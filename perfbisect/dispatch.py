@@ -111,14 +111,15 @@ def _finished() -> bool:
     for the next (up to a second at a time)."""
     global _drainer
     with _lock:
-        if _pending and not _closed.is_set():
+        closed = _closed.is_set()  # closed: what is left never starts, so it is finished
+        if _pending and not closed:
             return False
-        due_in = _release()
+        due_in = None if closed else _release()
     if due_in is not None:
         time.sleep(min(max(due_in, 0.0), 1.0))
         return False
     with _lock:
-        if _pending or _held:
+        if (_pending or _held) and not _closed.is_set():
             return False
         if _drainer is threading.current_thread():
             _drainer = None

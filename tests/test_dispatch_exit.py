@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 from tests.e2e_support import service_env
@@ -96,3 +97,26 @@ def test_a_command_that_ends_waits_for_the_queued_work_too(tmp_path: Path) -> No
     assert done.returncode == 4, done.stderr
     assert "Traceback" not in done.stderr and "Exception in thread" not in done.stderr
     assert ran == ["first", "second"]
+
+
+def test_a_closed_queue_with_work_left_lets_its_drainer_finish(monkeypatch) -> None:
+    """After settle() gave up, queued and held sends never start: the drain loop ends instead of
+    spinning on work that can no longer be taken."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from perfbisect import dispatch
+    from perfbisect.queue import RUN_TRIAL
+
+    monkeypatch.setattr(dispatch, "get_settings", lambda: SimpleNamespace(embedded=True, embedded_workers=1))
+    monkeypatch.setattr(dispatch, "_pending", deque())
+    monkeypatch.setattr(dispatch, "_held", [])
+    monkeypatch.setattr(dispatch, "_closed", threading.Event())
+    dispatch.send(RUN_TRIAL, 7, queue="cpu")
+    dispatch.send(RUN_TRIAL, 8, queue="cpu", countdown=60)
+    dispatch._closed.set()
+    done = threading.Thread(target=dispatch.drain, daemon=True)
+    done.start()
+    done.join(timeout=5)
+    assert not done.is_alive()
+    assert list(dispatch._pending) == [(RUN_TRIAL, (7,), "cpu")]  # left, never run
