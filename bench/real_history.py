@@ -60,7 +60,8 @@ def rebuild(source: Path, good: str, bad: str, out: Path, paths: list[str]) -> l
         if kept:
             archive = git(source, "archive", "--format=tar", sha, "--", *kept)
             with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                tar.extractall(out, filter="tar")
+                # the "tar" filter (no absolute paths, no links out) where Python has it (3.11.4+)
+                tar.extractall(out, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
         fmt = "%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%B"
         an, ae, ad, cn, ce, cd, message = git(source, "show", "-s", f"--format={fmt}", sha).decode().split("\0", 6)
         env = {**os.environ, "GIT_AUTHOR_NAME": an, "GIT_AUTHOR_EMAIL": ae, "GIT_AUTHOR_DATE": ad,
