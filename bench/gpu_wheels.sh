@@ -16,7 +16,7 @@ pkgs=()
 while IFS== read -r name ver; do
   n=$(echo "$name" | tr 'A-Z_' 'a-z-')
   case "$skip" in *" $n "*) continue;; esac
-  case "$n" in nvidia-*|perfbisect|playwright|axe-*|schemathesis*|hypothesis|jsonschema*|aiosmtpd|greenlet|pyee) continue;; esac
+  case "$n" in nvidia-*|perfbisect|playwright|axe-*|schemathesis*|hypothesis|aiosmtpd|greenlet|pyee) continue;; esac
   pkgs+=("$name==$ver")
 done < <(.venv/bin/python -m pip freeze --exclude-editable | grep '==')
 .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     heartbeat_timeout_s: int = Field(default=20, ge=5)
     redispatch_after_s: int = Field(default=30, ge=1)
     reconcile_interval_s: float = Field(default=5.0, gt=0)
-    unsteady_pause_s: int = Field(default=60, ge=0, description="a job whose control is too unsteady for its minimum "
+    unsteady_pause_s: int = Field(default=15, ge=0, description="a job whose control is too unsteady for its minimum "
                                   "effect pauses this long before its next round, then twice and four times as "
                                   "long, then measures on (service/bisect/steadiness.py); 0: never pause")
     cancel_poll_s: float = Field(default=1.0, gt=0, description="how often a running trial checks for a cancel")

@@ -4,7 +4,7 @@ The control is the same code at every revision, so its own spread over the last 
 machine's: a co-tenant, a memory-bandwidth neighbour, a clock policy. When that spread is above
 what the minimum effect allows (`noise_floor` spreads wider than the minimum effect, the rule
 the outcome's noise report uses), trials measured now mostly buy an inconclusive verdict. So the
-job pauses before its next round (60, 120, 240 s by default), measures again, and judges the trials
+job pauses before its next round (15, 30, 60 s by default), measures again, and judges the trials
 finished since the pause; after the last pause it gives up waiting and measures on. Every pause
 is kept (`Wait`) and the job's report says how long it waited and why (`report`). Pure.
 """
@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from perfbisect.service.bisect.model import BisectConfig
 from perfbisect.service.bisect.verdict import pooled_noise
 
-PAUSES = (1, 2, 4)  # the pauses, in units of the first (60 s by default: 60, 120, 240 s), then give up
+# The pauses, in units of the first (15 s by default: 15, 30, 60 s), then give up. A pause helps
+# only when the disturbance ends within it: a GPU co-tenant's bursts of 5-20 s do, a neighbour that
+# stays for hours does not. With 60/120/240 s, a demo attention bisect on an H200 beside such a
+# co-tenant was still waiting after 400 s, against 59 s quiet (bench/RESULTS.md, eleventh session).
+PAUSES = (1, 2, 4)
 LAST_TRIALS = 8  # the control's spread is judged over at most this many of the latest trials
 MIN_TRIALS = 3  # ... and at least this many finished since the last pause
 
