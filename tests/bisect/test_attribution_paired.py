@@ -145,3 +145,36 @@ def test_the_planner_judges_on_blocks_and_caps_on_the_variants_trials():
     assert plan_round({"c": (0, 1)}, variants, arms, attempts, set(), config).done
     pooled = plan_round({"c": (0, 1)}, variants, unblocked(arms), attempts, set(), config)
     assert not pooled.done and pooled.requests == {v: 2 for v in variants}
+
+
+def test_the_report_says_which_estimates_are_paired():
+    """The report's rows carry `paired` and the blocks; each case's line says the estimates are
+    paired, pooled, or which fell back (the fallback arms above: #908 alone has no complete block)."""
+    from perfbisect.service.attribution.report import build
+    from perfbisect.service.attribution.schemas import AttributionRead
+    from perfbisect.service.reports.attribution import basis
+
+    spec = {"culprits": [{"label": "#905", "first_sha": "a", "last_sha": "a"},
+                         {"label": "#908", "first_sha": "b", "last_sha": "b"}],
+            "variants": ["0", "1", "0+1"], "case_culprits": {"c": [0, 1]}}
+
+    def read(arms):
+        report = build(spec, arms, arms, {}, {"c": ("GB/s", True)}, AttributionConfig(min_effect=0.02))
+        attribution = AttributionRead(job_id=1, status="succeeded", **report)
+        return attribution, attribution.cases[0]
+
+    attribution, case = read(blocks(DRIFTING))
+    assert [(r.variant, r.paired, r.blocks) for r in case.recoveries] == [("0", True, 2), ("1", True, 2),
+                                                                          ("0+1", True, 2)]
+    assert case.interaction.paired and case.interaction_metric.paired
+    assert basis(attribution, case) == ("paired: each variant against the bad end of its own side-by-side blocks "
+                                        "(2 a variant)")
+    attribution, case = read(blocks({1: ((0,), 0.0, 0.10), 2: ((0,), 0.0, 0.10), 3: ((1,), None, 0.20),
+                                      4: ((0, 1), 0.0, 0.25), 5: ((0, 1), 0.0, 0.25)}))
+    assert [(r.variant, r.paired, r.blocks) for r in case.recoveries] == [("0", True, 2), ("1", False, 0),
+                                                                          ("0+1", True, 2)]
+    assert basis(attribution, case) == ("paired on side-by-side blocks, except #908 reverted and the interaction: "
+                                        "pooled over every trial (no complete block)")
+    attribution, case = read(unblocked(blocks(DRIFTING)))
+    assert basis(attribution, case) == ("pooled over every trial of each arm: no variant has a complete "
+                                        "side-by-side block")
