@@ -64,6 +64,20 @@ def test_one_culprit_cannot_interact():
         contrasts({HEAD: HEAD_VALUES, (0,): A}).interaction([(0,)], (0,))
 
 
+def test_the_interaction_is_called_at_the_bisects_alpha_not_at_the_95_percent_interval():
+    """-0.03 with se 0.01 sqrt(4/3) on 8 degrees of freedom: the 95% interval [-0.057, -0.003]
+    excludes 0 and |I| is beyond the 2% minimum effect, but p = 0.033 is above the bisect's
+    alpha (0.01): one look of several, it is not called; -0.04 (p = 0.0085) is."""
+    cfg = AttributionConfig(min_effect=0.02)
+    weak = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11),
+                                                 (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.09, 0.10, 0.11)}), cfg)
+    assert weak.interaction.log == pytest.approx(-0.03) and weak.interaction.excludes_zero()
+    assert weak.verdict == "undetermined"
+    strong = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11),
+                                                   (1,): arm(0.03, 0.04, 0.05), (0, 1): arm(0.09, 0.10, 0.11)}), cfg)
+    assert strong.interaction.log == pytest.approx(-0.04) and strong.verdict == "interact"
+
+
 def test_attribute_case_without_blocks_pools_the_noise_and_calls_the_interaction():
     result = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): AB}),
                             AttributionConfig(min_effect=0.02))
@@ -218,8 +232,8 @@ def test_the_interaction_sentence_names_the_clean_sets():
     assert words(pair, ["#930", "#950"], {}).endswith(
         "Reverting {#930, #950} together recovers 16.2%; neither alone does.")
     single = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11),
-                                          (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.09, 0.10, 0.11)}), cfg)
-    assert single.verdict == "interact"  # -0.03, interval [-0.057, -0.003]
+                                          (1,): arm(0.03, 0.04, 0.05), (0, 1): arm(0.09, 0.10, 0.11)}), cfg)
+    assert single.verdict == "interact"  # -0.04, interval [-0.067, -0.013], p = 0.0085 below alpha 0.01
     assert words(single, ["#950", "#930"], {}).endswith(
         "Reverting #950 alone recovers as much as both (10.5% of 10.5%); #930 alone does not.")
     additive = attribute_case("c", (0, 1), unpaired({v: x * 2 for v, x in {
