@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfbisect.service.attribution.schemas import AttributionRead, CaseAttributionRead, EstimateRead
-from perfbisect.service.reports.attribution import COLUMNS, case_rows
+from perfbisect.service.reports.attribution import COLUMNS, basis, case_rows
 
 WIDTH, LABEL_W, ROW_H, PAD = 560, 170, 22, 8
 RECOVERS, COSTS, INTERACTION = "#21762f", "#b8321a", "#6f3fa0"
@@ -35,6 +35,7 @@ class CaseChart:
     bars: list[Bar]
     zero_x: float
     height: int
+    basis: str = ""  # paired on side-by-side blocks, or pooled (reports.attribution.basis)
     width: int = WIDTH
     columns: tuple[str, ...] = tuple(COLUMNS)
 
@@ -64,7 +65,8 @@ def case_chart(attribution: AttributionRead, case: CaseAttributionRead) -> CaseC
                         ci_x1=x_of(e.ci[0]), ci_x2=x_of(e.ci[1]),
                         color=color or (RECOVERS if e.rel >= 0 else COSTS)))
     return CaseChart(case=case.case, words=case.words, verdict=case.verdict, rows=case_rows(attribution, case),
-                     bars=bars, zero_x=round(zero, 1), height=2 * PAD + ROW_H * max(len(bars), 1))
+                     bars=bars, zero_x=round(zero, 1), height=2 * PAD + ROW_H * max(len(bars), 1),
+                     basis=basis(attribution, case))
 
 
 def attribution_charts(attribution: AttributionRead | None) -> list[CaseChart]:

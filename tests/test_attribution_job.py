@@ -161,15 +161,21 @@ def test_the_api_and_the_job_page_show_the_attribution(session, repo, client, se
     assert body["attribution_job_id"] == job.id
     assert body["attribution"]["cases"][0]["verdict"] == "interact"
     assert [c["culprits"] for c in body["attribution"]["cases"][0]["clean_sets"]] == [[0, 1]]
+    # measured side by side, every estimate is paired on the variant's own blocks
+    case = body["attribution"]["cases"][0]
+    assert all(r["paired"] and r["blocks"] >= 2 for r in case["recoveries"]) and case["interaction"]["paired"]
+    paired = "paired: each variant against the bad end of its own side-by-side blocks ("
     assert client.get(f"/api/jobs/{job.id}").json()["attribution"]["culprits"][1]["label"] == "#111"
     for page_id in (read.id, job.id):
         html = client.get(f"/dashboard/jobs/{page_id}", headers={"Accept": "text/html"}).text
         assert "<h2>Attribution at the head</h2>" in html and "<svg role=\"img\"" in html
         assert "#105 + #111 reverted" in html and "interaction" in html
+        assert f"Estimates {paired}" in html and "not yet" not in html
     own_page = client.get(f"/dashboard/jobs/{job.id}", headers={"Accept": "text/html"}).text
     assert "each measured side by side with it (blocks of the bad end, the variant twice" in own_page
     md = client.get(f"/api/jobs/{read.id}/report", params={"format": "markdown"}).text
-    assert "**Attribution at the head**" in md
+    assert "**Attribution at the head**" in md and f"_Estimates {paired}" in md
+    assert f"({paired}" in culprit_table(read)
     # forcing it again through the API while none is open: a new job, queued after the commit
     accepted = client.post(f"/api/jobs/{read.id}/attribute")
     assert accepted.status_code == 202 and accepted.json()["id"] != job.id

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, CaseAttribution, CleanSet, Estimate,
-                                                   Variant, attribute_case, parse_variant, recovery, variant_key)
-from perfbisect.service.bisect.verdict import pooled_noise
+                                                   Variant, attribute_case, parse_variant, variant_key)
+from perfbisect.service.bisect.model import Observation, RevisionState
 from perfbisect.service.models import JobStatus
 
 
@@ -27,75 +27,71 @@ def pct(rel: float) -> str:
 
 
 def _estimate(e: Estimate) -> dict[str, Any]:
-    return {"rel": e.rel, "ci": list(e.ci)}
+    return {"rel": e.rel, "ci": list(e.ci), "paired": e.paired}
 
 
 def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def build(spec: dict[str, Any], values: Mapping[Variant, Mapping[str, list[float]]],
-          raw: Mapping[Variant, Mapping[str, list[float]]], broken: Mapping[Variant, str],
-          units: Mapping[str, tuple[str | None, bool]], config: AttributionConfig) -> dict[str, Any]:
+def build(spec: dict[str, Any], values: Mapping[Variant, Observation], raw: Mapping[Variant, Observation],
+          broken: Mapping[Variant, str], units: Mapping[str, tuple[str | None, bool]],
+          config: AttributionConfig) -> dict[str, Any]:
     """The report: culprits (clean or why not), variants, and per case the recoveries, the
-    interaction and the sentences."""
+    interaction and the sentences. `values`, `raw`: per arm, the decision values and the metric
+    per case with the side-by-side block of each."""
     labels = [c["label"] for c in spec["culprits"]]
     culprits = [{"index": i, "label": c["label"], "first_sha": c["first_sha"], "last_sha": c["last_sha"],
                  "subject": c.get("subject", ""), "reverts_cleanly": (i,) not in broken,
                  "problem": broken.get((i,))} for i, c in enumerate(spec["culprits"])]
+    empty = Observation(RevisionState.ok)
     variants = [{"key": key, "culprits": list(parse_variant(key)), "problem": broken.get(parse_variant(key)),
-                 "trials": max((len(v) for v in values.get(parse_variant(key), {}).values()), default=0)}
-                for key in spec["variants"]]
+                 "trials": values.get(parse_variant(key), empty).trials()} for key in spec["variants"]]
     cases = [_case(case, tuple(found), values, raw, broken, units.get(case, (None, True)), labels, config)
              for case, found in spec["case_culprits"].items()]
     return {"culprits": culprits, "variants": variants, "cases": cases,
-            "head_trials": max((len(v) for v in values.get(HEAD, {}).values()), default=0)}
+            "head_trials": values.get(HEAD, empty).trials()}
 
 
-def _case(case: str, culprits: tuple[int, ...], values, raw, broken, unit: tuple[str | None, bool],
-          labels: Sequence[str], config: AttributionConfig) -> dict[str, Any]:
-    arms = {arm: per_case[case] for arm, per_case in values.items() if per_case.get(case)}
-    result = attribute_case(case, culprits, arms, config)
-    head_raw = raw.get(HEAD, {}).get(case, [])
+def _case(case: str, culprits: tuple[int, ...], values: Mapping[Variant, Observation],
+          raw: Mapping[Variant, Observation], broken, unit: tuple[str | None, bool], labels: Sequence[str],
+          config: AttributionConfig) -> dict[str, Any]:
+    arms = {arm: list(o.values[case]) for arm, o in values.items() if o.values.get(case)}
+    metric_of = {arm: list(o.values[case]) for arm, o in raw.items() if o.values.get(case)}
+    result = attribute_case(case, culprits, values, config)
     # the same arithmetic on the metric itself (TFLOP/s, GB/s): noisier than the ratio, which
     # cancels the machine's drift, but in the unit a kernel author reads
-    in_metric = attribute_case(case, culprits, {arm: per_case[case] for arm, per_case in raw.items()
-                                                if per_case.get(case)}, config)
+    in_metric = attribute_case(case, culprits, raw, config)
     rows = []
     for variant, estimate in sorted(result.recoveries.items(), key=lambda kv: (len(kv[0]), kv[0])):
         metric = in_metric.recoveries.get(variant)
         rows.append({"variant": variant_key(variant), "culprits": list(variant), **_estimate(estimate),
-                     "ratio": _median(arms[variant]), "value": _median(raw.get(variant, {}).get(case, [])),
-                     "metric": _estimate(metric) if metric else None, "trials": len(arms[variant])})
+                     "ratio": _median(arms[variant]), "value": _median(metric_of.get(variant, [])),
+                     "metric": _estimate(metric) if metric else None, "trials": len(arms[variant]),
+                     "blocks": result.blocks(variant)})
     return {
         "case": case, "culprits": list(culprits), "unit": unit[0], "higher_is_better": unit[1],
-        "head": {"ratio": _median(arms.get(HEAD, [])), "value": _median(head_raw), "trials": len(arms.get(HEAD, []))},
+        "head": {"ratio": _median(arms.get(HEAD, [])), "value": _median(metric_of.get(HEAD, [])),
+                 "trials": len(arms.get(HEAD, []))},
         "recoveries": rows, "together": variant_key(result.together) if result.together else None,
         "interaction": _estimate(result.interaction) if result.interaction else None, "verdict": result.verdict,
         "interaction_metric": _estimate(in_metric.interaction) if in_metric.interaction else None,
-        "conditional": _conditional(result, arms, config),
+        "conditional": _conditional(result),
         "clean_sets": [{"variant": variant_key(c.culprits), "culprits": list(c.culprits), **_estimate(c.recovery),
                         "short": [variant_key(v) for v in c.short]} for c in result.clean],
         "words": words(result, labels, {v: r for v, r in broken.items() if set(v) <= set(culprits)}),
     }
 
 
-def _conditional(result: CaseAttribution, arms: Mapping[Variant, list[float]],
-                 config: AttributionConfig) -> list[dict[str, Any]]:
+def _conditional(result: CaseAttribution) -> list[dict[str, Any]]:
     """For two culprits: what each costs with the other in (its single revert at the head) and
     without it (reverting both against reverting the other alone)."""
-    if result.together is None or len(result.together) != 2:
-        return []
-    noise = pooled_noise([v for v in arms.values() if len(v)])
-    if noise is None:
+    if result.together is None or len(result.together) != 2 or result.contrasts is None:
         return []
     a, b = result.together
-    out = []
-    for mine, other in ((a, b), (b, a)):
-        without = recovery(arms[(other,)], arms[result.together], noise[0], noise[1], config.confidence)
-        out.append({"culprit": mine, "other": other, "with_other": _estimate(result.recoveries[(mine,)]),
-                    "without_other": _estimate(without)})
-    return out
+    return [{"culprit": mine, "other": other, "with_other": _estimate(result.recoveries[(mine,)]),
+             "without_other": _estimate(result.contrasts.of({result.together: 1.0, (other,): -1.0}))}
+            for mine, other in ((a, b), (b, a))]
 
 
 def words(result: CaseAttribution, labels: Sequence[str], broken: Mapping[Variant, str]) -> str:

@@ -9,7 +9,12 @@ from pydantic import BaseModel, Field
 
 class EstimateRead(BaseModel):
     rel: float = Field(description="relative change of the decision value (exp of the log effect, minus 1)")
-    ci: tuple[float, float] = Field(description="95% interval, Student's t on the per-trial noise pooled over the arms")
+    ci: tuple[float, float] = Field(description="95% interval, Student's t on the standard error `paired` says")
+    paired: bool = Field(default=False, description=(
+        "true: paired, on the within-block differences of each variant against the bad end of its own side-by-side "
+        "blocks (the bisect's paired standard error; drift between blocks cancels); false: pooled over every trial "
+        "of the arms (no complete side-by-side block, e.g. a job from before blocks), per-trial noise pooled over "
+        "the arms"))
 
 
 class ArmRead(BaseModel):
@@ -26,6 +31,7 @@ class RecoveryRead(EstimateRead):
     metric: EstimateRead | None = Field(
         default=None, description="the same recovery on the metric itself (TFLOP/s, GB/s), with its interval")
     trials: int
+    blocks: int = Field(default=0, description="side-by-side blocks the recovery is paired on (0: pooled)")
 
 
 class ConditionalRead(BaseModel):

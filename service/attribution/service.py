@@ -1,8 +1,8 @@
 """Attribution jobs: after a bisect names culprits, measure the bad end with each culprit reverted
 (alone, together, every subset up to three) beside the bad end as it is, and say what each
 culprit costs at the head and whether they interact. Flushes, never commits. With
-`side_by_side` (a bisect's, issue 23) each variant runs in A B B A blocks with the bad end; the
-report's estimates still pool every trial of an arm (not yet the within-block differences).
+`side_by_side` (a bisect's, issue 23) each variant runs in A B B A blocks with the bad end, and
+the report's estimates are paired: on each variant's within-block differences.
 
 An attribution is a job of kind `attribute` over one revision (the bisect's bad end); its spec
 names the bisect (`parent_job_id`), the culprits (first/last sha, label) and per case the
@@ -22,8 +22,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from perfbisect.service.attribution import report
-from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, Variant, case_variants, plan_round,
-                                                   parse_variant, variant_key)
+from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, Variant, case_variants, observed,
+                                                   parse_variant, plan_round, variant_key)
+from perfbisect.service.bisect.model import Observation
 from perfbisect.service.auth.principal import Principal
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.jobs.service import Submission
@@ -141,12 +142,13 @@ def request(session: Session, parent_id: int, submitter: Principal) -> Submissio
     return made
 
 
-def arms_of(trials: Sequence[Trial], metric: str) -> tuple[dict[Variant, dict[str, list[float]]], dict[Variant, int],
-                                                           dict[Variant, str], dict[Variant, dict[str, list[float]]]]:
-    """Per arm: decision values per case, finished trials (failed included), the reason a
-    variant is out (a revert conflict, a build or import error), and the raw metric values."""
-    values: dict[Variant, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    raw: dict[Variant, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+def arms_of(trials: Sequence[Trial], metric: str) -> tuple[dict[Variant, Observation], dict[Variant, int],
+                                                           dict[Variant, str], dict[Variant, Observation]]:
+    """Per arm: its decision values per case with the side-by-side block of each (an
+    Observation), finished trials (failed included), the reason a variant is out (a revert
+    conflict, a build or import error), and the raw metric values (with their blocks too)."""
+    values: dict[Variant, dict[str, list[tuple[float, int | None]]]] = defaultdict(lambda: defaultdict(list))
+    raw: dict[Variant, dict[str, list[tuple[float, int | None]]]] = defaultdict(lambda: defaultdict(list))
     attempts: dict[Variant, int] = defaultdict(int)
     broken: dict[Variant, str] = {}
     for trial in trials:
@@ -160,10 +162,16 @@ def arms_of(trials: Sequence[Trial], metric: str) -> tuple[dict[Variant, dict[st
         for m in trial.measurements if trial.status == TrialStatus.ok else ():
             value = m.ratio if metric == "ratio" else m.value
             if m.status == "ok" and value is not None:
-                values[arm][m.case.name].append(value)
+                values[arm][m.case.name].append((value, trial.block))
                 if m.value is not None:
-                    raw[arm][m.case.name].append(m.value)
-    return values, attempts, broken, raw
+                    raw[arm][m.case.name].append((m.value, trial.block))
+    return _observations(values), attempts, broken, _observations(raw)
+
+
+def _observations(arms: dict[Variant, dict[str, list[tuple[float, int | None]]]]) -> dict[Variant, Observation]:
+    return {variant: observed({case: [v for v, _ in pairs] for case, pairs in cases.items()},
+                              {case: [b for _, b in pairs] for case, pairs in cases.items()})
+            for variant, cases in arms.items()}
 
 
 def config_of(job: Job) -> AttributionConfig:

@@ -16,6 +16,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -33,8 +34,9 @@ class BlockDiff:
     weight: float
 
 
-def _blocks_of(observations: Mapping[int, Observation], ok: Sequence[int], case: str) -> dict[int, dict[int, np.ndarray]]:
-    """block id -> revision -> that revision's log values in the block."""
+def _blocks_of(observations: Mapping[Any, Observation], ok: Sequence[Any],
+               case: str) -> dict[int, dict[Any, np.ndarray]]:
+    """block id -> revision (or attribution arm) -> its log values in the block."""
     by_block: dict[int, dict[int, np.ndarray]] = defaultdict(dict)
     for i in ok:
         for block, values in observations[i].block_values(case).items():
@@ -46,12 +48,14 @@ def _diff(a: np.ndarray, b: np.ndarray) -> BlockDiff:
     return BlockDiff(float(b.mean() - a.mean()), 1.0 / (1.0 / a.size + 1.0 / b.size))
 
 
-def block_residual(observations: Mapping[int, Observation], ok: Sequence[int],
+def block_residual(observations: Mapping[Any, Observation], ok: Sequence[Any],
                    case: str) -> tuple[float, int] | None:
     """The residual standard deviation of one trial's log value in the additive block model, and
     its degrees of freedom, pooled over every two-revision block of the job: the spread of a
     revision's trials inside a block, plus the spread of a pair's block differences around
-    their mean (drift that the block did not cancel). None without a degree of freedom."""
+    their mean (drift that the block did not cancel). None without a degree of freedom.
+    `observations` are keyed by revision index, or by attribution arm (service/bisect/attribution.py:
+    each block holds the bad end and one variant); the keys must sort."""
     total, df = 0.0, 0
     pairs: dict[tuple[int, int], list[BlockDiff]] = defaultdict(list)
     for revisions in _blocks_of(observations, ok, case).values():
@@ -102,20 +106,42 @@ class Paired:
                           before=float(np.median(self.before)), after=float(np.median(self.after)))
 
 
+@dataclass(frozen=True)
+class PairedStep:
+    """b against a on the blocks that measured both: the weighted mean of the within-block log
+    differences, its standard error (the block model's residual over the root of the blocks'
+    summed weights) with the residual's degrees of freedom, and the blocks (ids, in order)."""
+
+    step: float
+    se: float
+    df: int
+    blocks: tuple[int, ...]
+
+
+def paired_step(a: Observation, b: Observation, case: str, residual: tuple[float, int] | None) -> PairedStep | None:
+    """The step from a to b on `case` on their shared blocks alone; None when there is none, or no
+    residual estimate yet."""
+    blocks = shared_blocks(a, b, case)
+    if not blocks or residual is None:
+        return None
+    a_vals, b_vals = a.block_values(case), b.block_values(case)
+    diffs = [_diff(np.log(a_vals[k]), np.log(b_vals[k])) for k in blocks]
+    se = residual[0] / math.sqrt(sum(d.weight for d in diffs))
+    return PairedStep(_weighted_mean(diffs), se, residual[1], tuple(blocks))
+
+
 def paired_comparison(a: Observation, b: Observation, case: str, residual: tuple[float, int] | None, *,
                       min_effect: float, alpha: float, same_z: float, at_cap: bool) -> Paired | None:
     """Judge revision a against b on `case` using only the blocks that measured both (None when
     there is none, or no residual estimate yet). DIFFERENT: the step reaches `min_effect` and the
     paired t-test's p is below `alpha`; SAME: |step| + same_z standard errors is below it;
     otherwise UNKNOWN (SAME `at_cap`, as for unpaired verdicts)."""
-    blocks = shared_blocks(a, b, case)
-    if not blocks or residual is None:
+    paired = paired_step(a, b, case, residual)
+    if paired is None:
         return None
+    blocks, step, se = paired.blocks, paired.step, paired.se
     a_vals, b_vals = a.block_values(case), b.block_values(case)
-    diffs = [_diff(np.log(a_vals[k]), np.log(b_vals[k])) for k in blocks]
-    step = _weighted_mean(diffs)
-    se = residual[0] / math.sqrt(sum(d.weight for d in diffs))
-    p = float(2 * stats.t.sf(abs(step) / se, residual[1])) if se > 0 else (0.0 if step else 1.0)
+    p = float(2 * stats.t.sf(abs(step) / se, paired.df)) if se > 0 else (0.0 if step else 1.0)
     threshold = math.log1p(min_effect)
     if p < alpha and abs(step) >= threshold:
         verdict = Verdict.DIFFERENT
@@ -126,4 +152,4 @@ def paired_comparison(a: Observation, b: Observation, case: str, residual: tuple
     before = tuple(v for k in blocks for v in a_vals[k])
     after = tuple(v for k in blocks for v in b_vals[k])
     comparison = Comparison(verdict, math.expm1(step), p, se, min_effect, p, (len(before), len(after)))
-    return Paired(comparison, len(blocks), before, after, step, residual[1])
+    return Paired(comparison, len(blocks), before, after, step, paired.df)

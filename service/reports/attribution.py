@@ -40,6 +40,25 @@ def case_rows(attribution: AttributionRead, case: CaseAttributionRead) -> list[l
     return rows
 
 
+def basis(attribution: AttributionRead, case: CaseAttributionRead) -> str:
+    """How the case's estimates were made: paired on side-by-side blocks (drift between blocks
+    cancels), pooled over every trial (no complete block, e.g. a job from before blocks), or
+    which of them fell back to pooled."""
+    pooled = [r for r in case.recoveries if not r.paired]
+    if not case.recoveries:
+        return ""
+    if not pooled:
+        counts = sorted({r.blocks for r in case.recoveries})
+        many = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        return f"paired: each variant against the bad end of its own side-by-side blocks ({many} a variant)"
+    if len(pooled) == len(case.recoveries):
+        return "pooled over every trial of each arm: no variant has a complete side-by-side block"
+    names = ", ".join(f"{_label(attribution, r.culprits)} reverted" for r in pooled)
+    also = " and the interaction" if case.interaction is not None and not case.interaction.paired else ""
+    return (f"paired on side-by-side blocks, except {names}{also}: pooled over every trial "
+            "(no complete block)")
+
+
 def _interaction_line(case: CaseAttributionRead) -> str:
     in_metric = f" ({case.unit or 'metric'}: {_interval(case.interaction_metric)})" if case.interaction_metric else ""
     return f"{_interval(case.interaction)}{in_metric}"
@@ -65,7 +84,7 @@ def _attribution_lines(job: JobRead) -> list[Text]:
     lines = [Text(""), Text(f"Attribution at the head (job {attribution.job_id}, {attribution.status}; recovery = "
                             "change of the ratio to the control when reverted at the bad end, 95% CI):")]
     for case in attribution.cases:
-        lines.append(Text(f"  {case.case}"))
+        lines.append(Text(f"  {case.case}  ({basis(attribution, case)})" if case.recoveries else f"  {case.case}"))
         for row in case_rows(attribution, case):
             in_metric = f"  {case.unit or 'metric'} {row[4]}" if row[4] else ""
             lines.append(Text(f"    {row[0]:<34} ratio {row[1]:>7}  {row[2]:>16}  {row[3]}{in_metric}"))
@@ -97,7 +116,7 @@ def _attribution_markdown(job: JobRead) -> list[str]:
         if case.interaction is not None:
             out += ["", f"Interaction (all together minus the sum of the singles): {_interaction_line(case)}, "
                         f"**{case.verdict}**."]
-        out += ["", case.words]
+        out += ["", case.words] + (["", f"_Estimates {basis(attribution, case)}._"] if case.recoveries else [])
     problems = _problems(attribution)
     if problems:
         out += [""] + [f"- {p}" for p in problems]

@@ -5,14 +5,24 @@ import math
 
 import pytest
 
-from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, attribute_case, estimate, fix_check,
-                                                   case_variants, interaction, plan_round, recovery, variants_of)
+from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, attribute_case, case_contrasts,
+                                                   case_variants, clean_sets, estimate, fix_check, observed, plan_round,
+                                                   variants_of)
 
 T_975_8 = 2.306004135204166  # Student's t, 97.5% quantile, 8 degrees of freedom
 
 
 def arm(*logs):
     return [math.exp(x) for x in logs]
+
+
+def unpaired(values, case="c"):
+    """Arms of one case measured without side-by-side blocks."""
+    return {variant: observed({case: x}) for variant, x in values.items()}
+
+
+def contrasts(values):
+    return case_contrasts("c", unpaired(values))
 
 
 # Four arms of three trials; every arm's logs spread -0.01, 0, +0.01 around its mean, so the
@@ -24,15 +34,16 @@ AB = arm(0.24, 0.25, 0.26)  # both: +0.25, not 0.30: they interact by -0.05
 
 
 def test_recovery_is_the_log_step_with_a_t_interval():
-    r = recovery(HEAD_VALUES, A, 0.01, 8)
+    r = contrasts({HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): AB}).recovery((0,))
     half = T_975_8 * 0.01 * math.sqrt(2 / 3)
     assert r.log == pytest.approx(0.10)
     assert r.rel == pytest.approx(math.expm1(0.10))
     assert r.ci == pytest.approx((math.expm1(0.10 - half), math.expm1(0.10 + half)))
+    assert not r.paired
 
 
 def test_interaction_is_all_together_minus_the_sum_of_singles():
-    term = interaction(HEAD_VALUES, [A, B], AB, 0.01, 8)
+    term = contrasts({HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): AB}).interaction([(0,), (1,)], (0, 1))
     half = T_975_8 * 0.01 * math.sqrt(4 / 3)  # 1/3 (both) + 1/3 + 1/3 (singles) + 1/3 (head, (k-1)^2 = 1)
     assert term.log == pytest.approx(-0.05)
     assert term.ci == pytest.approx((math.expm1(-0.05 - half), math.expm1(-0.05 + half)))
@@ -42,18 +53,33 @@ def test_interaction_is_all_together_minus_the_sum_of_singles():
 def test_three_culprits_weigh_the_head_by_k_minus_one():
     c = arm(0.04, 0.05, 0.06)
     together = arm(0.34, 0.35, 0.36)  # 0.10 + 0.20 + 0.05 = 0.35: additive
-    term = interaction(HEAD_VALUES, [A, B, c], together, 0.01, 12)
+    term = contrasts({HEAD: HEAD_VALUES, (0,): A, (1,): B, (2,): c, (0, 1, 2): together}).interaction(
+        [(0,), (1,), (2,)], (0, 1, 2))
     assert term.log == pytest.approx(0.0, abs=1e-12)
     assert term.se == pytest.approx(0.01 * math.sqrt(4 / 3 + 4 / 3))  # 4 arms of 1/3, head (3-1)^2/3
 
 
 def test_one_culprit_cannot_interact():
     with pytest.raises(ValueError):
-        interaction(HEAD_VALUES, [A], A, 0.01, 8)
+        contrasts({HEAD: HEAD_VALUES, (0,): A}).interaction([(0,)], (0,))
 
 
-def test_attribute_case_pools_the_noise_and_calls_the_interaction():
-    result = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): AB},
+def test_the_interaction_is_called_at_the_bisects_alpha_not_at_the_95_percent_interval():
+    """-0.03 with se 0.01 sqrt(4/3) on 8 degrees of freedom: the 95% interval [-0.057, -0.003]
+    excludes 0 and |I| is beyond the 2% minimum effect, but p = 0.033 is above the bisect's
+    alpha (0.01): one look of several, it is not called; -0.04 (p = 0.0085) is."""
+    cfg = AttributionConfig(min_effect=0.02)
+    weak = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11),
+                                                 (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.09, 0.10, 0.11)}), cfg)
+    assert weak.interaction.log == pytest.approx(-0.03) and weak.interaction.excludes_zero()
+    assert weak.verdict == "undetermined"
+    strong = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11),
+                                                   (1,): arm(0.03, 0.04, 0.05), (0, 1): arm(0.09, 0.10, 0.11)}), cfg)
+    assert strong.interaction.log == pytest.approx(-0.04) and strong.verdict == "interact"
+
+
+def test_attribute_case_without_blocks_pools_the_noise_and_calls_the_interaction():
+    result = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): AB}),
                             AttributionConfig(min_effect=0.02))
     assert result.together == (0, 1)
     assert result.interaction.df == 8
@@ -67,19 +93,19 @@ def test_independent_factors_do_not_interact():
     trials an arm the interval (+-2.7%) is wider than the 2% threshold: undetermined, with six
     (+-1.5%) it is inside it: additive."""
     ab = arm(0.29, 0.30, 0.31)
-    three = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): ab},
+    three = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): ab}),
                            AttributionConfig(min_effect=0.02))
     assert three.interaction.log == pytest.approx(0.0, abs=1e-12)
     assert three.verdict == "undetermined"
-    six = attribute_case("c", (0, 1), {v: x * 2 for v, x in {HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): ab}.items()},
-                         AttributionConfig(min_effect=0.02))
+    doubled = {v: x * 2 for v, x in {HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): ab}.items()}
+    six = attribute_case("c", (0, 1), unpaired(doubled), AttributionConfig(min_effect=0.02))
     assert six.interaction.df == 20
     assert six.interaction.se == pytest.approx(math.sqrt(4 * 0.0004 / 20) * math.sqrt(4 / 6))
     assert six.verdict == "additive"
 
 
 def test_a_conflicting_culprit_leaves_no_interaction():
-    result = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (1,): B}, AttributionConfig())
+    result = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (1,): B}), AttributionConfig())
     assert result.interaction is None and result.verdict is None
     assert set(result.recoveries) == {(1,)}
 
@@ -110,7 +136,8 @@ def test_plan_round_brings_every_live_arm_to_the_same_count_and_stops():
     assert set(conflicted.requests) <= {HEAD, (1,)}
     values = {HEAD: {"c": HEAD_VALUES}, (0,): {"c": A}, (1,): {"c": B}, (0, 1): {"c": AB}}
     attempts = {v: 3 for v in values}
-    done = plan_round(cases, variants, values, attempts, set(), AttributionConfig(min_effect=0.02))
+    done = plan_round(cases, variants, {v: observed(x) for v, x in values.items()}, attempts, set(),
+                      AttributionConfig(min_effect=0.02))
     assert done.done
     capped = plan_round(cases, variants, {}, {v: 12 for v in values}, set())
     assert capped.done and not capped.requests
@@ -157,10 +184,8 @@ HALF_2_3 = T_975_8 * 0.01 * math.sqrt(2 / 3)
 def test_one_culprit_that_recovers_everything_is_the_clean_set():
     """The motivating case's shape: reverting culprit 0 alone recovers +0.10 (log), as much as
     both; culprit 1 alone +0.03. The clean set is culprit 0 alone; culprit 1 alone falls short."""
-    from perfbisect.service.bisect.attribution import clean_sets
-
     values = {HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11), (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.09, 0.10, 0.11)}
-    found = clean_sets(values, (0, 1), 0.01, 8, 0.02)
+    found = clean_sets(contrasts(values), values, (0, 1), 0.02)
     assert [(c.culprits, c.short) for c in found] == [((0,), ())]
     assert found[0].recovery.log == pytest.approx(0.10)
     assert 0 + HALF_2_3 < math.log(1.02)  # why culprit 0's shortfall (0 exactly) counts as recovering
@@ -168,36 +193,32 @@ def test_one_culprit_that_recovers_everything_is_the_clean_set():
 
 def test_neither_alone_recovers_so_the_pair_is_the_clean_set():
     """Each alone +0.03, both +0.15 (they interact by +0.09): only the pair recovers."""
-    from perfbisect.service.bisect.attribution import clean_sets
-
     values = {HEAD: HEAD_VALUES, (0,): arm(0.02, 0.03, 0.04), (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.14, 0.15, 0.16)}
-    found = clean_sets(values, (0, 1), 0.01, 8, 0.02)
+    found = clean_sets(contrasts(values), values, (0, 1), 0.02)
     assert [(c.culprits, c.short) for c in found] == [((0, 1), ((0,), (1,)))]
     assert found[0].recovery.log == pytest.approx(0.15)
     lower = {v: [1 / x for x in xs] for v, xs in values.items()}  # a lower-is-better value: the same sets
-    assert [(c.culprits, c.short) for c in clean_sets(lower, (0, 1), 0.01, 8, 0.02)] == [((0, 1), ((0,), (1,)))]
+    lower_sets = clean_sets(contrasts(lower), lower, (0, 1), 0.02)
+    assert [(c.culprits, c.short) for c in lower_sets] == [((0, 1), ((0,), (1,)))]
 
 
 def test_a_set_neither_recovering_nor_short_leaves_no_clean_set():
     """Culprit 0 alone +0.09 against +0.10 for both: a shortfall of 0.01 with a half-width of
     0.0188 is neither under the minimum effect nor clear of 0. No set is named."""
-    from perfbisect.service.bisect.attribution import clean_sets
-
     values = {HEAD: HEAD_VALUES, (0,): arm(0.08, 0.09, 0.10), (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.09, 0.10, 0.11)}
-    assert clean_sets(values, (0, 1), 0.01, 8, 0.02) == []
+    assert clean_sets(contrasts(values), values, (0, 1), 0.02) == []
     nothing_lost = {HEAD: HEAD_VALUES, (0,): HEAD_VALUES, (1,): HEAD_VALUES, (0, 1): HEAD_VALUES}
-    assert clean_sets(nothing_lost, (0, 1), 0.01, 8, 0.02) == []
+    assert clean_sets(contrasts(nothing_lost), nothing_lost, (0, 1), 0.02) == []
 
 
 def test_three_culprits_can_have_two_clean_sets():
     """All three +0.30; culprit 2 alone recovers it, and so does the pair {0, 1}, though neither
     0 nor 1 alone (+0.05) does; {0, 2} and {1, 2} contain 2 and are not minimal."""
-    from perfbisect.service.bisect.attribution import clean_sets
-
     full, part = arm(0.29, 0.30, 0.31), arm(0.04, 0.05, 0.06)
     values = {HEAD: HEAD_VALUES, (0,): part, (1,): part, (2,): full, (0, 1): full, (0, 2): full, (1, 2): full,
               (0, 1, 2): full}
-    found = clean_sets(values, (0, 1, 2), 0.01, 16, 0.02)
+    found = clean_sets(contrasts(values), values, (0, 1, 2), 0.02)
+    assert found[0].recovery.df == 16
     assert [(c.culprits, c.short) for c in found] == [((2,), ()), ((0, 1), ((0,), (1,)))]
 
 
@@ -205,18 +226,18 @@ def test_the_interaction_sentence_names_the_clean_sets():
     from perfbisect.service.attribution.report import words
 
     cfg = AttributionConfig(min_effect=0.02)
-    pair = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (0,): arm(0.02, 0.03, 0.04), (1,): arm(0.02, 0.03, 0.04),
-                                        (0, 1): arm(0.14, 0.15, 0.16)}, cfg)
+    pair = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): arm(0.02, 0.03, 0.04),
+                                                 (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.14, 0.15, 0.16)}), cfg)
     assert pair.verdict == "interact" and [c.culprits for c in pair.clean] == [(0, 1)]
     assert words(pair, ["#930", "#950"], {}).endswith(
         "Reverting {#930, #950} together recovers 16.2%; neither alone does.")
-    single = attribute_case("c", (0, 1), {HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11),
-                                          (1,): arm(0.02, 0.03, 0.04), (0, 1): arm(0.09, 0.10, 0.11)}, cfg)
-    assert single.verdict == "interact"  # -0.03, interval [-0.057, -0.003]
+    single = attribute_case("c", (0, 1), unpaired({HEAD: HEAD_VALUES, (0,): arm(0.09, 0.10, 0.11),
+                                          (1,): arm(0.03, 0.04, 0.05), (0, 1): arm(0.09, 0.10, 0.11)}), cfg)
+    assert single.verdict == "interact"  # -0.04, interval [-0.067, -0.013], p = 0.0085 below alpha 0.01
     assert words(single, ["#950", "#930"], {}).endswith(
         "Reverting #950 alone recovers as much as both (10.5% of 10.5%); #930 alone does not.")
-    additive = attribute_case("c", (0, 1), {v: x * 2 for v, x in {
-        HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): arm(0.29, 0.30, 0.31)}.items()}, cfg)
+    additive = attribute_case("c", (0, 1), unpaired({v: x * 2 for v, x in {
+        HEAD: HEAD_VALUES, (0,): A, (1,): B, (0, 1): arm(0.29, 0.30, 0.31)}.items()}), cfg)
     assert additive.verdict == "additive" and additive.clean == ()  # each alone recovers its own share
 
 
@@ -226,8 +247,9 @@ def test_plan_round_goes_on_while_the_clean_sets_are_unresolved():
     more trials to every arm."""
     values = {HEAD: {"c": HEAD_VALUES}, (0,): {"c": arm(0.08, 0.09, 0.10)}, (1,): {"c": arm(0.04, 0.05, 0.06)},
               (0, 1): {"c": arm(0.09, 0.10, 0.11)}}
-    result = attribute_case("c", (0, 1), {v: x["c"] for v, x in values.items()}, AttributionConfig(min_effect=0.02))
+    result = attribute_case("c", (0, 1), unpaired({v: x["c"] for v, x in values.items()}),
+                            AttributionConfig(min_effect=0.02))
     assert result.verdict == "interact" and result.clean == ()
-    plan = plan_round({"c": (0, 1)}, [(0,), (1,), (0, 1)], values, {v: 3 for v in values}, set(),
-                      AttributionConfig(min_effect=0.02))
+    plan = plan_round({"c": (0, 1)}, [(0,), (1,), (0, 1)], {v: observed(x) for v, x in values.items()},
+                      {v: 3 for v in values}, set(), AttributionConfig(min_effect=0.02))
     assert not plan.done and plan.requests == {HEAD: 2, (0,): 2, (1,): 2, (0, 1): 2}
