@@ -13,7 +13,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -265,12 +265,13 @@ def advance(session: Session, job_id: int) -> Round:
     if job.status == JobStatus.queued:
         job.status, job.started_at = JobStatus.running, utcnow()
     revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)
+    held = utcnow() + timedelta(seconds=pause_s)  # a paused round's trials count as sent until then
     new = [
         Trial(job_id=job.id, revision_id=revisions[job.revision_shas[revision]].id,
-              device_class=job.spec["device_class"], dispatched_at=utcnow() + timedelta(seconds=pause_s))
+              device_class=job.spec["device_class"], dispatched_at=held)
         for revision in plan.dispatch_order()
     ]
-    blocks = _block_trials(job, trials, plan.blocks, revisions, pause_s)
+    blocks = _block_trials(job, trials, plan.blocks, revisions, held)
     new += [t for block in blocks for t in block]
     new += sweep.new_trials(job, trials, plan, revisions)  # queued after the round's, run beside them
     session.add_all(new)
@@ -280,13 +281,12 @@ def advance(session: Session, job_id: int) -> Round:
 
 
 def _block_trials(job: Job, trials: Sequence[Trial], blocks: Sequence[PairBlock],
-                  revisions: dict[str, Revision], pause_s: int) -> list[list[Trial]]:
+                  revisions: dict[str, Revision], held: datetime) -> list[list[Trial]]:
     """The trials of each side-by-side block, in its A B B A order, numbered after the job's
     last block (the job row is locked: no other round numbers blocks meanwhile)."""
     first = max((t.block for t in trials if t.block is not None), default=0) + 1
     return [[Trial(job_id=job.id, revision_id=revisions[job.revision_shas[revision]].id,
-                   device_class=job.spec["device_class"], dispatched_at=utcnow() + timedelta(seconds=pause_s),
-                   block=number, block_slot=slot)
+                   device_class=job.spec["device_class"], dispatched_at=held, block=number, block_slot=slot)
              for slot, revision in enumerate(block.order())]
             for number, block in enumerate(blocks, start=first)]
 
