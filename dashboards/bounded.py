@@ -2,8 +2,9 @@
 read as columns: the page's charts and /api/history?width=N. Only the kept points (and their
 commits' metadata) become Python objects; the full resolution is one zoom away (`start`/`end`).
 
-`read_history` does the reads and digests them (the ETag), `bounded_view` builds the view from
-a read: a request whose ETag matches is answered before anything is built. Raises NotFound.
+`read_history` reads the marks and a digest of the points (columns.series_digest: on PostgreSQL
+without reading them), the ETag; `bounded_view` reads the points and builds the view: a request
+whose ETag matches is answered before the points are read. Raises NotFound.
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ CHART_POINTS = 1400  # what the page's charts carry per series (about a wide cha
 class HistoryRead:
     repository: Repository
     keys: dict[int, tuple[str, str, str]]  # case id -> (suite, target, case) of every case read
-    series: list[columns.SeriesColumns]  # in case key and fingerprint order
+    case_ids: list[int]  # the cases with a series in the window (and of the shape)
+    window: tuple[int | None, int | None]  # first and last position
     culprits: list[CulpritRow]
     failed: list[FailedTrialRow]
     marked: dict[str, int]  # sha -> position of the culprit and failed commits inside the window
     shapes: dict[str, list[str]]
-    # Of everything read: the same digest, the same points, steps and failed marks. Not covered:
+    # The same digest, the same points, steps and failed marks. Not covered:
     # a commit's subject or a device's description rewritten while no point of the case changes.
     digest: str
 
@@ -56,11 +58,10 @@ def read_history(session: Session, name: str, *, suite: str | None = None, targe
     repo = views.find_repository(session, name)
     since = views.first_position(session, repo.id, last, start)
     keys = repository.case_keys(session, repo.id, suite=suite, target=target, case=case)
-    read, digest = columns.read_series(session, sorted(keys), since, end)
-    read.sort(key=lambda s: (keys[s.case_id], s.fingerprint or ""))
-    shapes = views.shapes_of({keys[s.case_id][2] for s in read})
+    case_ids, digest = columns.series_digest(session, sorted(keys), since, end)
+    shapes = views.shapes_of({keys[c][2] for c in case_ids})
     if shape:
-        read = [s for s in read if views.shape_matches(keys[s.case_id][2], shape)]
+        case_ids = [c for c in case_ids if views.shape_matches(keys[c][2], shape)]
     culprits = repository.culprit_rows(session, repo.id)
     failed = repository.failed_trials(session, repo.id)
     marked_shas = sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed})
@@ -68,10 +69,10 @@ def read_history(session: Session, name: str, *, suite: str | None = None, targe
     marked = {sha: p for sha, p in repository.revision_positions(session, repo.id, marked_shas).items()
               if low <= p <= high}
     stamp = hashlib.blake2b(digest.encode(), digest_size=16)
-    stamp.update(repr((sorted(shape.items()) if shape else None, [s.case_id for s in read], culprits, failed,
-                       sorted(marked.items()))).encode())
-    return HistoryRead(repository=repo, keys=keys, series=read, culprits=culprits, failed=failed, marked=marked,
-                       shapes=shapes, digest=stamp.hexdigest())
+    stamp.update(repr((repo.id, repo.name, repo.url, sorted(shape.items()) if shape else None, case_ids,
+                       views.marks_digest(culprits, failed), sorted(marked.items()))).encode())
+    return HistoryRead(repository=repo, keys=keys, case_ids=case_ids, window=(since, end), culprits=culprits,
+                       failed=failed, marked=marked, shapes=shapes, digest=stamp.hexdigest())
 
 
 def _points(s: columns.SeriesColumns, kept: np.ndarray, sha_of: dict[int, str]) -> tuple[RevisionPoint, ...]:
@@ -91,18 +92,20 @@ def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: boo
     page) the kept points are built for the charts; without (the API) each series carries them
     as JSON columns (dashboards.payload) and no point object is built."""
     steps, failures = steps_of(read.culprits, read.marked), failures_of(read.failed, read.marked)
+    lines, _ = columns.read_series(session, read.case_ids, *read.window)
+    lines.sort(key=lambda s: (read.keys[s.case_id], s.fingerprint or ""))
     kept = []
-    for s in read.series:
+    for s in lines:
         _, target, case = read.keys[s.case_id]
         marks = {i for m in steps.get((target, case), []) for i in (m.first_index, m.last_index)}
         marks |= {f.index for f in failures.get((target, case), [])}
         kept.append(keep_offsets(s.ints["position"], s.floats, width, marks))
-    ids = np.unique(np.concatenate([s.ints["revision_id"][k] for s, k in zip(read.series, kept)] or [[]]))
+    ids = np.unique(np.concatenate([s.ints["revision_id"][k] for s, k in zip(lines, kept)] or [[]]))
     metas = columns.revisions_by_id(session, ids.astype(np.int64))
     sha_of = {rid: meta.sha for rid, meta in metas.items()}
     series: dict[tuple[str, str, str], list[Series]] = {}
     positions: dict[str, int] = {}
-    for s, k in zip(read.series, kept):
+    for s, k in zip(lines, kept):
         line = Series(fingerprint=s.fingerprint, unit=s.unit, higher_is_better=s.higher_is_better, measured=len(s),
                       points=_points(s, k, sha_of) if panels else (),
                       columns=None if panels else point_columns(s.ints, s.floats, k))

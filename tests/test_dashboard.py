@@ -589,3 +589,51 @@ def test_the_bounded_history_s_etag_follows_a_point_rewritten_in_place(client, s
     session.add(Culprit(job_id=job.id, kind=CulpritKind.correctness, first_sha=SHAS[4], last_sha=SHAS[4], effects={}))
     session.flush()
     assert client.get("/api/history/kern", params=params, headers={"If-None-Match": tag}).status_code == 200
+
+
+def test_a_304_reads_no_point_and_builds_no_body(client, measured, monkeypatch) -> None:
+    # The ETags of the overview and the bounded history are digests of the points' versions and
+    # the marks, known before anything is read or built: a matching If-None-Match is answered
+    # without reading the points or building the body, and a request without one is sent the
+    # body built before (in this process) for the same ETag.
+    from perfbisect.dashboards import columns, views
+
+    requests = (("/api/history/kern/overview", None), ("/api/history/kern", {"width": 16}))
+    first = {path: client.get(path, params=params) for path, params in requests}
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the body was built again")
+
+    monkeypatch.setattr(views, "repository_overview", fail)
+    monkeypatch.setattr(columns, "read_series", fail)
+    for path, params in requests:
+        again = client.get(path, params=params, headers={"If-None-Match": first[path].headers["etag"]})
+        assert again.status_code == 304 and again.content == b""
+        cached = client.get(path, params=params)
+        assert cached.status_code == 200 and cached.content == first[path].content
+        assert cached.headers["etag"] == first[path].headers["etag"]
+
+
+def test_the_overview_s_etag_and_body_follow_a_newest_point_rewritten_in_place(client, session, measured) -> None:
+    # The overview's ETag is the newest points' versions (a new one on every write, a trigger)
+    # and the culprits: a point rewritten in place or a new culprit gives a new ETag and a body
+    # built again, not the one built before.
+    from sqlalchemy import update
+
+    from perfbisect.service.models import CasePoint
+
+    first = client.get("/api/history/kern/overview")
+    tag = first.headers["etag"]
+    assert first.json()["cases"][0]["latest_value"] == 560.0
+    assert client.get("/api/history/kern/overview", headers={"If-None-Match": tag}).status_code == 304
+    session.execute(update(CasePoint).where(CasePoint.position == 4).values(value=561.0))
+    session.flush()
+    changed = client.get("/api/history/kern/overview", headers={"If-None-Match": tag})
+    assert changed.status_code == 200 and changed.headers["etag"] != tag
+    assert changed.json()["cases"][0]["latest_value"] == 561.0
+    tag = changed.headers["etag"]
+    session.add(Culprit(job_id=measured["job"].id, kind=CulpritKind.correctness, first_sha=SHAS[4], last_sha=SHAS[4],
+                        effects={GEMM: {}}))
+    session.flush()
+    again = client.get("/api/history/kern/overview", headers={"If-None-Match": tag})
+    assert again.status_code == 200 and again.json()["cases"][0]["latest_step"]["last_sha"] == SHAS[4]
