@@ -285,6 +285,8 @@ def failed_trials(session: Session, repository_id: int, *, job_id: int | None = 
     if job_id is not None:
         stmt = stmt.where(Trial.job_id == job_id)
     failed = session.execute(stmt).all()
+    if not failed:
+        return []
     specs = dict(session.execute(select(Job.id, Job.spec).where(Job.id.in_({r.job_id for r in failed}))).all())
     targets = {jid: _targets_by_case(spec) for jid, spec in specs.items()}
     return [FailedTrialRow(job_id=r.job_id, sha=r.sha, status=r.status.value, targets_by_case=targets[r.job_id])
@@ -294,14 +296,18 @@ def failed_trials(session: Session, repository_id: int, *, job_id: int | None = 
 def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = None) -> list[CulpritRow]:
     """The culprits of the repository's jobs (or of one job), with the targets each job measured
     per case name and the culprit commit's subject and PR."""
-    stmt = (select(Culprit, Job.spec).join(Job, Culprit.job_id == Job.id)
-            .where(Job.repository_id == repository_id).order_by(Culprit.id))
+    # Rows of columns, not ORM entities: each ETag of the history and the overview reads these.
+    stmt = (select(Culprit.job_id, Culprit.kind, Culprit.first_sha, Culprit.last_sha, Culprit.effects, Job.spec)
+            .join(Job, Culprit.job_id == Job.id).where(Job.repository_id == repository_id).order_by(Culprit.id))
     if job_id is not None:
         stmt = stmt.where(Job.id == job_id)
     loaded = session.execute(stmt).all()
-    meta = revision_meta(session, repository_id, [c.last_sha for c, _ in loaded])
+    if not loaded:
+        return []
+    meta = revision_meta(session, repository_id, [c.last_sha for c in loaded])
     rows = []
-    for culprit, spec in loaded:
+    for culprit in loaded:
+        spec = culprit.spec
         rev = meta.get(culprit.last_sha)
         rows.append(CulpritRow(
             job_id=culprit.job_id, kind=culprit.kind.value, first_sha=culprit.first_sha, last_sha=culprit.last_sha,

@@ -170,8 +170,8 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
 
 def first_position(session: Session, repository_id: int, last: int | None, start: int | None) -> int | None:
     """The first commit position shown: that of the `last` newest commits, not before `start`."""
-    newest = repository.max_position(session, repository_id)
-    since = newest - last + 1 if last and newest is not None else None
+    newest = repository.max_position(session, repository_id) if last else None
+    since = newest - last + 1 if newest is not None else None
     if start is not None:
         since = start if since is None else max(since, start)
     return since

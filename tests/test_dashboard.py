@@ -552,8 +552,11 @@ def test_history_columns_are_the_same_on_postgresql_and_on_the_sqlite_path(sessi
     arrays, _ = columns.read_series(session, case_ids)
     ids = arrays[1].ints["revision_id"]
     metas = columns.revisions_by_id(session, ids)
+    versions = columns.series_digest(session, case_ids)  # no point read: their versions
     monkeypatch.setattr(type(session.get_bind().dialect), "name", "sqlite")
     rows, _ = columns.read_series(session, case_ids)
+    assert columns.series_digest(session, case_ids)[0] == versions[0] == case_ids[:1]
+    assert columns.series_digest(session, case_ids, 5)[0] == []
     assert columns.revisions_by_id(session, ids) == metas and [metas[i].sha for i in ids.tolist()] == \
         [SHAS[0], SHAS[2], SHAS[3], SHAS[4]]
     assert [(s.case_id, s.fingerprint, s.unit, s.higher_is_better, len(s)) for s in arrays] == \
