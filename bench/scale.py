@@ -419,6 +419,9 @@ def main() -> None:
             history = f"/api/history/scale?case={case.replace(' ', '%20').replace(',', '%2C').replace('=', '%3D')}&width=1400"
             print(f"server CPU per history read at width 1400: {server_cpu_ms(server.pid, client, history, 50):.1f} ms; "
                   f"with If-None-Match: {server_cpu_ms(server.pid, client, history, 50, revalidate=True):.1f} ms")
+            overview = "/api/history/scale/overview"
+            print(f"server CPU per overview read: {server_cpu_ms(server.pid, client, overview, 50):.1f} ms; "
+                  f"with If-None-Match: {server_cpu_ms(server.pid, client, overview, 50, revalidate=True):.1f} ms")
             per = 5 if args.quick else 10
             print(f"\njob reads offered at a fixed rate for {per} s ({args.workers} server processes):")
             print(f"{'offered rps':>12}{'ok rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99/ref':>9}{'503 shed':>10}{'other 5xx':>11}"
