@@ -2,9 +2,10 @@
 read as columns: the page's charts and /api/history?width=N. Only the kept points (and their
 commits' metadata) become Python objects; the full resolution is one zoom away (`start`/`end`).
 
-`read_history` reads the marks and a digest of the points (columns.series_digest: on PostgreSQL
-without reading them), the ETag; `bounded_view` reads the points and builds the view: a request
-whose ETag matches is answered before the points are read. Raises NotFound.
+`read_history` reads a digest of the points and of the marks (columns.series_digest and
+repository.marks_digest: on PostgreSQL without reading either), the ETag; `bounded_view` reads
+them and builds the view: a request whose ETag matches is answered before anything is read or
+built. Raises NotFound.
 """
 
 from __future__ import annotations
@@ -40,21 +41,18 @@ class HistoryRead:
     keys: dict[int, tuple[str, str, str]]  # case id -> (suite, target, case) of every case read
     case_ids: list[int]  # the cases with a series in the window (and of the shape)
     window: tuple[int | None, int | None]  # first and last position
-    culprits: list[CulpritRow]
-    failed: list[FailedTrialRow]
-    marked: dict[str, int]  # sha -> position of the culprit and failed commits inside the window
     shapes: dict[str, list[str]]
-    # The same digest, the same points, steps and failed marks. Not covered:
-    # a commit's subject or a device's description rewritten while no point of the case changes.
+    # The same digest, the same points, steps and failed marks. Not covered: a point's commit's
+    # subject or a device's description rewritten while no point of the case changes.
     digest: str
 
 
 def read_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
                  case: str | None = None, last: int | None = None, start: int | None = None,
                  end: int | None = None, shape: dict[str, str] | None = None) -> HistoryRead:
-    """The columns of every matching case (optionally the `last` commits, or positions
-    start..end; `shape` keeps the cases whose parameters match) with the culprits and failed
-    trials that mark them."""
+    """The matching cases with a series (optionally the `last` commits, or positions start..end;
+    `shape` keeps the cases whose parameters match) and a digest of their points and of the
+    culprits and failed trials that mark them (on PostgreSQL neither read: 5 statements)."""
     repo = views.find_repository(session, name)
     since = views.first_position(session, repo.id, last, start)
     keys = repository.case_keys(session, repo.id, suite=suite, target=target, case=case)
@@ -62,17 +60,24 @@ def read_history(session: Session, name: str, *, suite: str | None = None, targe
     shapes = views.shapes_of({keys[c][2] for c in case_ids})
     if shape:
         case_ids = [c for c in case_ids if views.shape_matches(keys[c][2], shape)]
-    culprits = repository.culprit_rows(session, repo.id)
-    failed = repository.failed_trials(session, repo.id)
-    marked_shas = sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed})
-    low, high = since if since is not None else float("-inf"), end if end is not None else float("inf")
-    marked = {sha: p for sha, p in repository.revision_positions(session, repo.id, marked_shas).items()
-              if low <= p <= high}
     stamp = hashlib.blake2b(digest.encode(), digest_size=16)
     stamp.update(repr((repo.id, repo.name, repo.url, sorted(shape.items()) if shape else None, case_ids,
-                       views.marks_digest(culprits, failed), sorted(marked.items()))).encode())
-    return HistoryRead(repository=repo, keys=keys, case_ids=case_ids, window=(since, end), culprits=culprits,
-                       failed=failed, marked=marked, shapes=shapes, digest=stamp.hexdigest())
+                       repository.marks_digest(session, repo.id))).encode())
+    return HistoryRead(repository=repo, keys=keys, case_ids=case_ids, window=(since, end), shapes=shapes,
+                       digest=stamp.hexdigest())
+
+
+def _marks(session: Session, read: HistoryRead) -> tuple[list[CulpritRow], list[FailedTrialRow], dict[str, int]]:
+    """The culprits and failed trials of the repository, and the positions of their commits
+    inside the window."""
+    culprits = repository.culprit_rows(session, read.repository.id)
+    failed = repository.failed_trials(session, read.repository.id)
+    marked_shas = sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed})
+    since, end = read.window
+    low, high = (float("-inf") if since is None else since), (float("inf") if end is None else end)
+    marked = {sha: p for sha, p in repository.revision_positions(session, read.repository.id, marked_shas).items()
+              if low <= p <= high}
+    return culprits, failed, marked
 
 
 def _points(s: columns.SeriesColumns, kept: np.ndarray, sha_of: dict[int, str]) -> tuple[RevisionPoint, ...]:
@@ -91,7 +96,8 @@ def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: boo
     failed commit kept, and each bucket's extremes (dashboards.downsample). With `panels` (the
     page) the kept points are built for the charts; without (the API) each series carries them
     as JSON columns (dashboards.payload) and no point object is built."""
-    steps, failures = steps_of(read.culprits, read.marked), failures_of(read.failed, read.marked)
+    culprits, failed, marked = _marks(session, read)
+    steps, failures = steps_of(culprits, marked), failures_of(failed, marked)
     lines, _ = columns.read_series(session, read.case_ids, *read.window)
     lines.sort(key=lambda s: (read.keys[s.case_id], s.fingerprint or ""))
     kept = []
@@ -111,11 +117,11 @@ def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: boo
                       columns=None if panels else point_columns(s.ints, s.floats, k))
         series.setdefault(read.keys[s.case_id], []).append(line)
         positions.update(zip(map(sha_of.__getitem__, s.ints["revision_id"][k].tolist()), s.ints["position"][k].tolist()))
-    positions.update(read.marked)
+    positions.update(marked)
     revisions = {meta.sha: meta for meta in metas.values()}
     if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
         revisions.update(repository.revision_meta(session, read.repository.id, missing))
-    histories = assemble_histories(series, read.culprits, positions, read.failed)
+    histories = assemble_histories(series, culprits, positions, failed)
     repo = read.repository
     links, devices = repo_links(repo.url), views.device_names(session, histories)
     charts = views.chart_panels(histories, positions, revisions, links, devices, repo.name, overlay) if panels else []

@@ -6,9 +6,10 @@ are built without a session.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -226,6 +227,39 @@ def latest_digest(session: Session, repository_id: int, per_case: int) -> str:
     else:
         rows = latest_points(session, repository_id, per_case)
     return repr((per_case, rows))
+
+
+# Every culprit and failed trial of the repository's jobs, as text, with what their marks are made
+# of: the job's spec (targets, min_effect), the commits' positions, the culprit commit's subject and PR.
+_MARKS_PG = """
+SELECT md5(coalesce(string_agg(mark, ',' ORDER BY mark), '')) FROM (
+    SELECT ROW('c', c.id, c.job_id, c.kind, c.first_sha, c.last_sha, c.fixed_sha, c.effects, j.spec, f.position,
+               l.position, l.subject, l.pr_number)::text AS mark
+    FROM culprits c JOIN jobs j ON j.id = c.job_id
+    LEFT JOIN revisions f ON f.repository_id = j.repository_id AND f.sha = c.first_sha
+    LEFT JOIN revisions l ON l.repository_id = j.repository_id AND l.sha = c.last_sha
+    WHERE j.repository_id = %(repository_id)s
+    UNION ALL
+    SELECT ROW('t', t.id, t.job_id, t.status, r.sha, r.position, j.spec)::text
+    FROM trials t JOIN jobs j ON j.id = t.job_id JOIN revisions r ON r.id = t.revision_id
+    WHERE j.repository_id = %(repository_id)s AND t.status = ANY(%(failed)s)
+) marks
+"""
+
+
+def marks_digest(session: Session, repository_id: int) -> str:
+    """Changes whenever culprit_rows, failed_trials or the positions of their commits would read
+    something else: on PostgreSQL one statement that reads them as text; elsewhere those reads,
+    as sorted JSON (a repr would list a frozenset of targets in an order that depends on the
+    process's string hashing, so two server processes would disagree)."""
+    if session.get_bind().dialect.name == "postgresql":
+        with session.connection().connection.driver_connection.cursor() as cursor:
+            return cursor.execute(_MARKS_PG, {"repository_id": repository_id,
+                                              "failed": [s.name for s in FAILED_TRIALS]}).fetchone()[0]
+    culprits, failed = culprit_rows(session, repository_id), failed_trials(session, repository_id)
+    shas = sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed})
+    return json.dumps([[asdict(r) for r in culprits], [asdict(r) for r in failed],
+                       sorted(revision_positions(session, repository_id, shas).items())], sort_keys=True, default=sorted)
 
 
 def revision_meta(session: Session, repository_id: int, shas: Sequence[str] | None = None) -> dict[str, RevisionMeta]:

@@ -5,8 +5,7 @@ repository or job (rendered as a 404 by the API's domain-error handler)."""
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -241,23 +240,13 @@ def repository_overview(session: Session, name: str, *, sparkline_points: int = 
     return RepositoryOverview(repository=repo, rows=[overview_row(h) for h in histories])
 
 
-def marks_digest(*rows: list) -> str:
-    """The same in every server process for the same culprit and failed-trial rows (a repr would
-    list a frozenset of targets in an order that depends on the process's string hashing)."""
-    return json.dumps([[asdict(r) for r in group] for group in rows], sort_keys=True, default=sorted)
-
-
 def overview_digest(session: Session, name: str, per_case: int) -> str:
     """Changes whenever repository_overview(name, per_case)'s body would: the newest points (their
-    versions, repository.latest_digest: on PostgreSQL no point is read), the culprits and their
-    commits' positions. Raises NotFound."""
+    versions, repository.latest_digest: on PostgreSQL no point is read) and the marks
+    (repository.marks_digest). Raises NotFound."""
     repo = find_repository(session, name)
-    culprits = repository.culprit_rows(session, repo.id)
-    positions = repository.revision_positions(
-        session, repo.id, sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)}))
     return hashlib.blake2b(repr((repo.id, repo.name, repository.latest_digest(session, repo.id, per_case),
-                                 marks_digest(culprits), sorted(positions.items()))).encode(),
-                           digest_size=16).hexdigest()
+                                 repository.marks_digest(session, repo.id))).encode(), digest_size=16).hexdigest()
 
 
 def overview_json(overview: RepositoryOverview) -> dict[str, Any]:

@@ -640,3 +640,27 @@ def test_the_overview_s_etag_and_body_follow_a_newest_point_rewritten_in_place(c
     session.flush()
     again = client.get("/api/history/kern/overview", headers={"If-None-Match": tag})
     assert again.status_code == 200 and again.json()["cases"][0]["latest_step"]["last_sha"] == SHAS[4]
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "sqlite"])
+def test_the_marks_digest_follows_culprits_failed_trials_and_their_commits(session, measured, monkeypatch,
+                                                                          dialect) -> None:
+    # What the ETags read instead of the marks: on PostgreSQL one statement, elsewhere the rows.
+    from perfbisect.dashboards import repository
+
+    monkeypatch.setattr(type(session.get_bind().dialect), "name", dialect)
+    repo_id, job = measured["repo"].id, measured["job"]
+    before = repository.marks_digest(session, repo_id)
+    assert repository.marks_digest(session, repo_id) == before
+    revision = session.scalars(select(Revision).where(Revision.sha == SHAS[4])).one()
+    session.add(Trial(job_id=job.id, revision_id=revision.id, status=TrialStatus.timeout))
+    session.flush()
+    failed = repository.marks_digest(session, repo_id)
+    assert failed != before
+    revision.subject = "a culprit's commit renamed"  # not a culprit's commit: the marks are the same
+    session.flush()
+    assert repository.marks_digest(session, repo_id) == failed
+    culprit = session.scalars(select(Culprit).where(Culprit.job_id == job.id)).one()
+    culprit.effects = {GEMM: {**culprit.effects[GEMM], "rel": -0.09}}
+    session.flush()
+    assert repository.marks_digest(session, repo_id) != failed
