@@ -177,12 +177,16 @@ HISTORY_BYTES_TARGET = 200_000  # one case over every commit at width 1,400
 def timed(client: httpx.Client, path: str, params: dict | None = None, reps: int = 20,
           revalidate: bool = False) -> tuple[float, float, int]:
     """p50, p95 (ms) and body bytes of `reps` sequential GETs; with `revalidate`, each sends the
-    ETag of the first answer (a dashboard refresh when nothing changed: 304, empty body)."""
+    ETag of the first answer (a dashboard refresh when nothing changed: 304, empty body). A
+    `width` given as a range asks each GET for the next width of it: a body never built before
+    (the server keeps the bodies it built by ETag)."""
     headers = {"If-None-Match": client.get(path, params=params).headers.get("etag", "")} if revalidate else {}
     times, size = [], 0
-    for _ in range(reps):
+    for rep in range(reps):
+        asked = {**params, "width": params["width"][rep]} if params and isinstance(params.get("width"), range) \
+            else params
         t0 = time.perf_counter()
-        r = client.get(path, params=params, headers=headers)
+        r = client.get(path, params=asked, headers=headers)
         times.append((time.perf_counter() - t0) * 1000)
         if r.status_code != 304:
             r.raise_for_status()
@@ -384,6 +388,8 @@ def main() -> None:
                 ("one case, all commits", "/api/history/scale", {"case": case}),
                 ("one case, all commits, width 1400", "/api/history/scale", {"case": case, "width": 1400}),
                 ("  same, If-None-Match (304)", "/api/history/scale", {"case": case, "width": 1400}),
+                ("  same, a new body each (width 1401+)", "/api/history/scale",
+                 {"case": case, "width": range(1401, 1421)}),
                 ("one case, zoomed 500 commits", "/api/history/scale",
                  {"case": case, "width": 1400, "start": 5000, "end": 5499}),
                 ("one case, last 100", "/api/history/scale", {"case": case, "last": 100}),
@@ -413,6 +419,9 @@ def main() -> None:
             history = f"/api/history/scale?case={case.replace(' ', '%20').replace(',', '%2C').replace('=', '%3D')}&width=1400"
             print(f"server CPU per history read at width 1400: {server_cpu_ms(server.pid, client, history, 50):.1f} ms; "
                   f"with If-None-Match: {server_cpu_ms(server.pid, client, history, 50, revalidate=True):.1f} ms")
+            overview = "/api/history/scale/overview"
+            print(f"server CPU per overview read: {server_cpu_ms(server.pid, client, overview, 50):.1f} ms; "
+                  f"with If-None-Match: {server_cpu_ms(server.pid, client, overview, 50, revalidate=True):.1f} ms")
             per = 5 if args.quick else 10
             print(f"\njob reads offered at a fixed rate for {per} s ({args.workers} server processes):")
             print(f"{'offered rps':>12}{'ok rps':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99/ref':>9}{'503 shed':>10}{'other 5xx':>11}"

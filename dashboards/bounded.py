@@ -2,8 +2,10 @@
 read as columns: the page's charts and /api/history?width=N. Only the kept points (and their
 commits' metadata) become Python objects; the full resolution is one zoom away (`start`/`end`).
 
-`read_history` does the reads and digests them (the ETag), `bounded_view` builds the view from
-a read: a request whose ETag matches is answered before anything is built. Raises NotFound.
+`read_history` reads a digest of the points and of the marks (columns.series_digest and
+repository.marks_digest: on PostgreSQL without reading either), the ETag; `bounded_view` reads
+them and builds the view: a request whose ETag matches is answered before anything is read or
+built. Raises NotFound.
 """
 
 from __future__ import annotations
@@ -37,41 +39,45 @@ CHART_POINTS = 1400  # what the page's charts carry per series (about a wide cha
 class HistoryRead:
     repository: Repository
     keys: dict[int, tuple[str, str, str]]  # case id -> (suite, target, case) of every case read
-    series: list[columns.SeriesColumns]  # in case key and fingerprint order
-    culprits: list[CulpritRow]
-    failed: list[FailedTrialRow]
-    marked: dict[str, int]  # sha -> position of the culprit and failed commits inside the window
+    case_ids: list[int]  # the cases with a series in the window (and of the shape)
+    window: tuple[int | None, int | None]  # first and last position
     shapes: dict[str, list[str]]
-    # Of everything read: the same digest, the same points, steps and failed marks. Not covered:
-    # a commit's subject or a device's description rewritten while no point of the case changes.
+    # The same digest, the same points, steps and failed marks. Not covered: a point's commit's
+    # subject or a device's description rewritten while no point of the case changes.
     digest: str
 
 
 def read_history(session: Session, name: str, *, suite: str | None = None, target: str | None = None,
                  case: str | None = None, last: int | None = None, start: int | None = None,
                  end: int | None = None, shape: dict[str, str] | None = None) -> HistoryRead:
-    """The columns of every matching case (optionally the `last` commits, or positions
-    start..end; `shape` keeps the cases whose parameters match) with the culprits and failed
-    trials that mark them."""
+    """The matching cases with a series (optionally the `last` commits, or positions start..end;
+    `shape` keeps the cases whose parameters match) and a digest of their points and of the
+    culprits and failed trials that mark them (on PostgreSQL neither read: 5 statements)."""
     repo = views.find_repository(session, name)
     since = views.first_position(session, repo.id, last, start)
     keys = repository.case_keys(session, repo.id, suite=suite, target=target, case=case)
-    read, digest = columns.read_series(session, sorted(keys), since, end)
-    read.sort(key=lambda s: (keys[s.case_id], s.fingerprint or ""))
-    shapes = views.shapes_of({keys[s.case_id][2] for s in read})
+    case_ids, digest = columns.series_digest(session, sorted(keys), since, end)
+    shapes = views.shapes_of({keys[c][2] for c in case_ids})
     if shape:
-        read = [s for s in read if views.shape_matches(keys[s.case_id][2], shape)]
-    culprits = repository.culprit_rows(session, repo.id)
-    failed = repository.failed_trials(session, repo.id)
-    marked_shas = sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed})
-    low, high = since if since is not None else float("-inf"), end if end is not None else float("inf")
-    marked = {sha: p for sha, p in repository.revision_positions(session, repo.id, marked_shas).items()
-              if low <= p <= high}
+        case_ids = [c for c in case_ids if views.shape_matches(keys[c][2], shape)]
     stamp = hashlib.blake2b(digest.encode(), digest_size=16)
-    stamp.update(repr((sorted(shape.items()) if shape else None, [s.case_id for s in read], culprits, failed,
-                       sorted(marked.items()))).encode())
-    return HistoryRead(repository=repo, keys=keys, series=read, culprits=culprits, failed=failed, marked=marked,
-                       shapes=shapes, digest=stamp.hexdigest())
+    stamp.update(repr((repo.id, repo.name, repo.url, sorted(shape.items()) if shape else None, case_ids,
+                       repository.marks_digest(session, repo.id))).encode())
+    return HistoryRead(repository=repo, keys=keys, case_ids=case_ids, window=(since, end), shapes=shapes,
+                       digest=stamp.hexdigest())
+
+
+def _marks(session: Session, read: HistoryRead) -> tuple[list[CulpritRow], list[FailedTrialRow], dict[str, int]]:
+    """The culprits and failed trials of the repository, and the positions of their commits
+    inside the window."""
+    culprits = repository.culprit_rows(session, read.repository.id)
+    failed = repository.failed_trials(session, read.repository.id)
+    marked_shas = sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed})
+    since, end = read.window
+    low, high = (float("-inf") if since is None else since), (float("inf") if end is None else end)
+    marked = {sha: p for sha, p in repository.revision_positions(session, read.repository.id, marked_shas).items()
+              if low <= p <= high}
+    return culprits, failed, marked
 
 
 def _points(s: columns.SeriesColumns, kept: np.ndarray, sha_of: dict[int, str]) -> tuple[RevisionPoint, ...]:
@@ -90,29 +96,32 @@ def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: boo
     failed commit kept, and each bucket's extremes (dashboards.downsample). With `panels` (the
     page) the kept points are built for the charts; without (the API) each series carries them
     as JSON columns (dashboards.payload) and no point object is built."""
-    steps, failures = steps_of(read.culprits, read.marked), failures_of(read.failed, read.marked)
+    culprits, failed, marked = _marks(session, read)
+    steps, failures = steps_of(culprits, marked), failures_of(failed, marked)
+    lines, _ = columns.read_series(session, read.case_ids, *read.window)
+    lines.sort(key=lambda s: (read.keys[s.case_id], s.fingerprint or ""))
     kept = []
-    for s in read.series:
+    for s in lines:
         _, target, case = read.keys[s.case_id]
         marks = {i for m in steps.get((target, case), []) for i in (m.first_index, m.last_index)}
         marks |= {f.index for f in failures.get((target, case), [])}
         kept.append(keep_offsets(s.ints["position"], s.floats, width, marks))
-    ids = np.unique(np.concatenate([s.ints["revision_id"][k] for s, k in zip(read.series, kept)] or [[]]))
+    ids = np.unique(np.concatenate([s.ints["revision_id"][k] for s, k in zip(lines, kept)] or [[]]))
     metas = columns.revisions_by_id(session, ids.astype(np.int64))
     sha_of = {rid: meta.sha for rid, meta in metas.items()}
     series: dict[tuple[str, str, str], list[Series]] = {}
     positions: dict[str, int] = {}
-    for s, k in zip(read.series, kept):
+    for s, k in zip(lines, kept):
         line = Series(fingerprint=s.fingerprint, unit=s.unit, higher_is_better=s.higher_is_better, measured=len(s),
                       points=_points(s, k, sha_of) if panels else (),
                       columns=None if panels else point_columns(s.ints, s.floats, k))
         series.setdefault(read.keys[s.case_id], []).append(line)
         positions.update(zip(map(sha_of.__getitem__, s.ints["revision_id"][k].tolist()), s.ints["position"][k].tolist()))
-    positions.update(read.marked)
+    positions.update(marked)
     revisions = {meta.sha: meta for meta in metas.values()}
     if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
         revisions.update(repository.revision_meta(session, read.repository.id, missing))
-    histories = assemble_histories(series, read.culprits, positions, read.failed)
+    histories = assemble_histories(series, culprits, positions, failed)
     repo = read.repository
     links, devices = repo_links(repo.url), views.device_names(session, histories)
     charts = views.chart_panels(histories, positions, revisions, links, devices, repo.name, overlay) if panels else []

@@ -6,8 +6,11 @@ position), fetched in the binary protocol and read with numpy.frombuffer, so no 
 object is built per value; a missing float is NaN. The arrays are aggregated without ORDER BY
 and put in position order by numpy when they are not (PostgreSQL 15 sorts each ordered
 aggregate on its own: ten sorts of the same rows). Elsewhere (SQLite, the embedded default)
-the same rows, turned into the same arrays. `digest` covers the bytes read, so an ETag is known
-before anything is built from them.
+the same rows, turned into the same arrays.
+
+`series_digest` answers whether anything read_series would read changed without reading it: on
+PostgreSQL each series' count, sum and maximum of its points' versions (a sequence number new on
+every write, migration 0017), one index-only aggregate; elsewhere a digest of the read itself.
 """
 
 from __future__ import annotations
@@ -73,17 +76,44 @@ GROUP BY case_id, fingerprint
 ORDER BY case_id, fingerprint
 """.format(ints=", ".join(f"array_agg({c}::int8)" for c in INTS),
            floats=", ".join(f"array_agg(coalesce({c}::float8, 'NaN'))" for c in FLOATS))
+_PG_VERSIONS = """
+SELECT case_id, fingerprint, count(*), sum(version), max(version)
+FROM case_points
+WHERE case_id = ANY(%(case_ids)s) AND position IS NOT NULL AND value IS NOT NULL
+  AND position >= %(low)s AND position <= %(high)s
+GROUP BY case_id, fingerprint
+ORDER BY case_id, fingerprint
+"""
 ALL = (-(2 ** 31), 2 ** 31 - 1)
+
+
+def _bounds(min_position: int | None, max_position: int | None) -> tuple[int, int]:
+    return (ALL[0] if min_position is None else min_position), (ALL[1] if max_position is None else max_position)
 
 
 def read_series(session: Session, case_ids: Sequence[int], min_position: int | None = None,
                 max_position: int | None = None) -> tuple[list[SeriesColumns], str]:
     """The series of the cases `case_ids` (optionally only positions min..max), ordered by case
     and fingerprint, and a digest of everything read."""
-    low, high = (ALL[0] if min_position is None else min_position), (ALL[1] if max_position is None else max_position)
+    low, high = _bounds(min_position, max_position)
     if session.get_bind().dialect.name == "postgresql":
         return _read_postgresql(session, list(case_ids), low, high)
     return _read_rows(session, list(case_ids), low, high)
+
+
+def series_digest(session: Session, case_ids: Sequence[int], min_position: int | None = None,
+                  max_position: int | None = None) -> tuple[list[int], str]:
+    """The cases of `case_ids` that have a series in the window (ascending) and a digest that
+    changes whenever anything read_series would read changes: a point written (a new version:
+    the sum moves even when a transaction that drew a smaller one commits last), added or
+    deleted (the count). On PostgreSQL without reading the points; elsewhere by reading them."""
+    low, high = _bounds(min_position, max_position)
+    if session.get_bind().dialect.name != "postgresql":
+        series, digest = _read_rows(session, list(case_ids), low, high)
+        return sorted({s.case_id for s in series}), digest
+    with session.connection().connection.driver_connection.cursor() as cursor:
+        rows = cursor.execute(_PG_VERSIONS, {"case_ids": list(case_ids), "low": low, "high": high}).fetchall()
+    return sorted({r[0] for r in rows}), hashlib.blake2b(repr((low, high, rows)).encode(), digest_size=16).hexdigest()
 
 
 def _read_postgresql(session: Session, case_ids: list[int], low: int, high: int) -> tuple[list[SeriesColumns], str]:

@@ -6,9 +6,10 @@ are built without a session.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -205,6 +206,62 @@ def latest_points(session: Session, repository_id: int, per_case: int) -> list[P
     return _point_rows(session, stmt)
 
 
+_LATEST_VERSIONS_PG = """
+SELECT c.id, c.suite, c.target, c.name, count(*), sum(p.version), max(p.version)
+FROM cases c
+JOIN LATERAL (SELECT version FROM case_points WHERE case_id = c.id AND position IS NOT NULL
+              ORDER BY position DESC LIMIT %(per_case)s) p ON true
+WHERE c.repository_id = %(repository_id)s
+GROUP BY c.id ORDER BY c.id
+"""
+
+
+def latest_digest(session: Session, repository_id: int, per_case: int) -> str:
+    """Changes whenever latest_points(per_case) would read something else: on PostgreSQL each
+    case's count, sum and maximum of its newest points' versions (a number new on every write of
+    a point, migration 0017), the same index-only scans without reading the points; elsewhere
+    the points themselves."""
+    if session.get_bind().dialect.name == "postgresql":
+        with session.connection().connection.driver_connection.cursor() as cursor:
+            rows = cursor.execute(_LATEST_VERSIONS_PG, {"per_case": per_case, "repository_id": repository_id}).fetchall()
+    else:
+        rows = latest_points(session, repository_id, per_case)
+    return repr((per_case, rows))
+
+
+# Every culprit and failed trial of the repository's jobs, as text, with what their marks are made
+# of: the job's spec (targets, min_effect), the commits' positions, the culprit commit's subject and PR.
+_MARKS_PG = """
+SELECT md5(coalesce(string_agg(mark, ',' ORDER BY mark), '')) FROM (
+    SELECT ROW('c', c.id, c.job_id, c.kind, c.first_sha, c.last_sha, c.fixed_sha, c.effects, j.spec, f.position,
+               l.position, l.subject, l.pr_number)::text AS mark
+    FROM culprits c JOIN jobs j ON j.id = c.job_id
+    LEFT JOIN revisions f ON f.repository_id = j.repository_id AND f.sha = c.first_sha
+    LEFT JOIN revisions l ON l.repository_id = j.repository_id AND l.sha = c.last_sha
+    WHERE j.repository_id = %(repository_id)s
+    UNION ALL
+    SELECT ROW('t', t.id, t.job_id, t.status, r.sha, r.position, j.spec)::text
+    FROM trials t JOIN jobs j ON j.id = t.job_id JOIN revisions r ON r.id = t.revision_id
+    WHERE j.repository_id = %(repository_id)s AND t.status = ANY(%(failed)s)
+) marks
+"""
+
+
+def marks_digest(session: Session, repository_id: int) -> str:
+    """Changes whenever culprit_rows, failed_trials or the positions of their commits would read
+    something else: on PostgreSQL one statement that reads them as text; elsewhere those reads,
+    as sorted JSON (a repr would list a frozenset of targets in an order that depends on the
+    process's string hashing, so two server processes would disagree)."""
+    if session.get_bind().dialect.name == "postgresql":
+        with session.connection().connection.driver_connection.cursor() as cursor:
+            return cursor.execute(_MARKS_PG, {"repository_id": repository_id,
+                                              "failed": [s.name for s in FAILED_TRIALS]}).fetchone()[0]
+    culprits, failed = culprit_rows(session, repository_id), failed_trials(session, repository_id)
+    shas = sorted({sha for c in culprits for sha in (c.first_sha, c.last_sha)} | {f.sha for f in failed})
+    return json.dumps([[asdict(r) for r in culprits], [asdict(r) for r in failed],
+                       sorted(revision_positions(session, repository_id, shas).items())], sort_keys=True, default=sorted)
+
+
 def revision_meta(session: Session, repository_id: int, shas: Sequence[str] | None = None) -> dict[str, RevisionMeta]:
     """sha -> subject, PR number, authored date; all the repository's revisions without `shas`."""
     stmt = select(Revision.sha, Revision.subject, Revision.pr_number, Revision.authored_at).where(
@@ -262,6 +319,8 @@ def failed_trials(session: Session, repository_id: int, *, job_id: int | None = 
     if job_id is not None:
         stmt = stmt.where(Trial.job_id == job_id)
     failed = session.execute(stmt).all()
+    if not failed:
+        return []
     specs = dict(session.execute(select(Job.id, Job.spec).where(Job.id.in_({r.job_id for r in failed}))).all())
     targets = {jid: _targets_by_case(spec) for jid, spec in specs.items()}
     return [FailedTrialRow(job_id=r.job_id, sha=r.sha, status=r.status.value, targets_by_case=targets[r.job_id])
@@ -271,14 +330,18 @@ def failed_trials(session: Session, repository_id: int, *, job_id: int | None = 
 def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = None) -> list[CulpritRow]:
     """The culprits of the repository's jobs (or of one job), with the targets each job measured
     per case name and the culprit commit's subject and PR."""
-    stmt = (select(Culprit, Job.spec).join(Job, Culprit.job_id == Job.id)
-            .where(Job.repository_id == repository_id).order_by(Culprit.id))
+    # Rows of columns, not ORM entities: each ETag of the history and the overview reads these.
+    stmt = (select(Culprit.job_id, Culprit.kind, Culprit.first_sha, Culprit.last_sha, Culprit.effects, Job.spec)
+            .join(Job, Culprit.job_id == Job.id).where(Job.repository_id == repository_id).order_by(Culprit.id))
     if job_id is not None:
         stmt = stmt.where(Job.id == job_id)
     loaded = session.execute(stmt).all()
-    meta = revision_meta(session, repository_id, [c.last_sha for c, _ in loaded])
+    if not loaded:
+        return []
+    meta = revision_meta(session, repository_id, [c.last_sha for c in loaded])
     rows = []
-    for culprit, spec in loaded:
+    for culprit in loaded:
+        spec = culprit.spec
         rev = meta.get(culprit.last_sha)
         rows.append(CulpritRow(
             job_id=culprit.job_id, kind=culprit.kind.value, first_sha=culprit.first_sha, last_sha=culprit.last_sha,

@@ -19,7 +19,7 @@ from perfbisect.dashboards.charts import format_value
 from perfbisect.dashboards.payload import bounded_history_json
 from perfbisect.service.api.deps import SessionDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
-from perfbisect.service.api.responses import FastJSONResponse, etag_of, etagged, not_modified
+from perfbisect.service.api.responses import BodyCache, FastJSONResponse, built_once, etag_of, etagged
 from perfbisect.service.bounds import MAX_ID, NO_NUL
 from perfbisect.service.errors import BadRequest
 from perfbisect.service.models import AlertStatus, JobStatus
@@ -158,6 +158,7 @@ JSON_OBJECT = {200: {"content": {"application/json": {"schema": {"type": "object
 
 
 BOUNDED_ENCODING = "columns-1"  # in the bounded history's ETag: a new encoding is a new body
+BODIES = BodyCache()  # the bounded histories and overviews built, by ETag
 
 
 @router.get("/api/history/{name}", tags=["history"], responses=JSON_OBJECT)
@@ -181,17 +182,16 @@ def history(request: Request, session: SessionDep, name: RepoName, suite: Filter
                                         start=start, end=end)
         return etagged(request, FastJSONResponse(views.history_json(view)))
     read = bounded.read_history(session, name, suite=suite, target=target, case=case, last=last, start=start, end=end)
-    tag = etag_of(f"{read.digest} {width} {BOUNDED_ENCODING}".encode())
-    if (unchanged := not_modified(request, tag)) is not None:
-        return unchanged  # known from the reads' digest: nothing below is built
-    body = bounded_history_json(bounded.bounded_view(session, read, width), width)
-    return FastJSONResponse(body, headers={"ETag": tag})
+    tag = etag_of(f"{read.digest} {width} {BOUNDED_ENCODING}".encode())  # known before the points are read
+    return built_once(request, tag, BODIES, lambda: bounded_history_json(bounded.bounded_view(session, read, width), width))
 
 
 @router.get("/api/history/{name}/overview", tags=["history"], responses=JSON_OBJECT)
 def history_overview(request: Request, session: SessionDep, name: str,
                      points: int = Query(50, ge=2, le=500, description="sparkline length")) -> Response:
     """Per case of repository `name`: the latest value and ratio, the newest `points` ratios and
-    the latest step. What the dashboard's all-cases view shows, without every point."""
-    overview = views.repository_overview(session, name, sparkline_points=points)
-    return etagged(request, FastJSONResponse(views.overview_json(overview)))
+    the latest step. What the dashboard's all-cases view shows, without every point. Its ETag is
+    a digest of the newest points' versions and the culprits, known before anything is built."""
+    tag = etag_of(f"overview {views.overview_digest(session, name, points)}".encode())
+    return built_once(request, tag, BODIES, lambda: views.overview_json(
+        views.repository_overview(session, name, sparkline_points=points)))

@@ -4,6 +4,7 @@ repository or job (rendered as a 404 by the API's domain-error handler)."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -168,8 +169,8 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
 
 def first_position(session: Session, repository_id: int, last: int | None, start: int | None) -> int | None:
     """The first commit position shown: that of the `last` newest commits, not before `start`."""
-    newest = repository.max_position(session, repository_id)
-    since = newest - last + 1 if last and newest is not None else None
+    newest = repository.max_position(session, repository_id) if last else None
+    since = newest - last + 1 if newest is not None else None
     if start is not None:
         since = start if since is None else max(since, start)
     return since
@@ -237,6 +238,15 @@ def repository_overview(session: Session, name: str, *, sparkline_points: int = 
     positions.update({p.sha: p.position for p in points})
     histories = assemble_histories(series_from_points(points), culprits, positions)
     return RepositoryOverview(repository=repo, rows=[overview_row(h) for h in histories])
+
+
+def overview_digest(session: Session, name: str, per_case: int) -> str:
+    """Changes whenever repository_overview(name, per_case)'s body would: the newest points (their
+    versions, repository.latest_digest: on PostgreSQL no point is read) and the marks
+    (repository.marks_digest). Raises NotFound."""
+    repo = find_repository(session, name)
+    return hashlib.blake2b(repr((repo.id, repo.name, repository.latest_digest(session, repo.id, per_case),
+                                 repository.marks_digest(session, repo.id))).encode(), digest_size=16).hexdigest()
 
 
 def overview_json(overview: RepositoryOverview) -> dict[str, Any]:

@@ -552,8 +552,11 @@ def test_history_columns_are_the_same_on_postgresql_and_on_the_sqlite_path(sessi
     arrays, _ = columns.read_series(session, case_ids)
     ids = arrays[1].ints["revision_id"]
     metas = columns.revisions_by_id(session, ids)
+    versions = columns.series_digest(session, case_ids)  # no point read: their versions
     monkeypatch.setattr(type(session.get_bind().dialect), "name", "sqlite")
     rows, _ = columns.read_series(session, case_ids)
+    assert columns.series_digest(session, case_ids)[0] == versions[0] == case_ids[:1]
+    assert columns.series_digest(session, case_ids, 5)[0] == []
     assert columns.revisions_by_id(session, ids) == metas and [metas[i].sha for i in ids.tolist()] == \
         [SHAS[0], SHAS[2], SHAS[3], SHAS[4]]
     assert [(s.case_id, s.fingerprint, s.unit, s.higher_is_better, len(s)) for s in arrays] == \
@@ -589,3 +592,75 @@ def test_the_bounded_history_s_etag_follows_a_point_rewritten_in_place(client, s
     session.add(Culprit(job_id=job.id, kind=CulpritKind.correctness, first_sha=SHAS[4], last_sha=SHAS[4], effects={}))
     session.flush()
     assert client.get("/api/history/kern", params=params, headers={"If-None-Match": tag}).status_code == 200
+
+
+def test_a_304_reads_no_point_and_builds_no_body(client, measured, monkeypatch) -> None:
+    # The ETags of the overview and the bounded history are digests of the points' versions and
+    # the marks, known before anything is read or built: a matching If-None-Match is answered
+    # without reading the points or building the body, and a request without one is sent the
+    # body built before (in this process) for the same ETag.
+    from perfbisect.dashboards import columns, views
+
+    requests = (("/api/history/kern/overview", None), ("/api/history/kern", {"width": 16}))
+    first = {path: client.get(path, params=params) for path, params in requests}
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the body was built again")
+
+    monkeypatch.setattr(views, "repository_overview", fail)
+    monkeypatch.setattr(columns, "read_series", fail)
+    for path, params in requests:
+        again = client.get(path, params=params, headers={"If-None-Match": first[path].headers["etag"]})
+        assert again.status_code == 304 and again.content == b""
+        cached = client.get(path, params=params)
+        assert cached.status_code == 200 and cached.content == first[path].content
+        assert cached.headers["etag"] == first[path].headers["etag"]
+
+
+def test_the_overview_s_etag_and_body_follow_a_newest_point_rewritten_in_place(client, session, measured) -> None:
+    # The overview's ETag is the newest points' versions (a new one on every write, a trigger)
+    # and the culprits: a point rewritten in place or a new culprit gives a new ETag and a body
+    # built again, not the one built before.
+    from sqlalchemy import update
+
+    from perfbisect.service.models import CasePoint
+
+    first = client.get("/api/history/kern/overview")
+    tag = first.headers["etag"]
+    assert first.json()["cases"][0]["latest_value"] == 560.0
+    assert client.get("/api/history/kern/overview", headers={"If-None-Match": tag}).status_code == 304
+    session.execute(update(CasePoint).where(CasePoint.position == 4).values(value=561.0))
+    session.flush()
+    changed = client.get("/api/history/kern/overview", headers={"If-None-Match": tag})
+    assert changed.status_code == 200 and changed.headers["etag"] != tag
+    assert changed.json()["cases"][0]["latest_value"] == 561.0
+    tag = changed.headers["etag"]
+    session.add(Culprit(job_id=measured["job"].id, kind=CulpritKind.correctness, first_sha=SHAS[4], last_sha=SHAS[4],
+                        effects={GEMM: {}}))
+    session.flush()
+    again = client.get("/api/history/kern/overview", headers={"If-None-Match": tag})
+    assert again.status_code == 200 and again.json()["cases"][0]["latest_step"]["last_sha"] == SHAS[4]
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "sqlite"])
+def test_the_marks_digest_follows_culprits_failed_trials_and_their_commits(session, measured, monkeypatch,
+                                                                          dialect) -> None:
+    # What the ETags read instead of the marks: on PostgreSQL one statement, elsewhere the rows.
+    from perfbisect.dashboards import repository
+
+    monkeypatch.setattr(type(session.get_bind().dialect), "name", dialect)
+    repo_id, job = measured["repo"].id, measured["job"]
+    before = repository.marks_digest(session, repo_id)
+    assert repository.marks_digest(session, repo_id) == before
+    revision = session.scalars(select(Revision).where(Revision.sha == SHAS[4])).one()
+    session.add(Trial(job_id=job.id, revision_id=revision.id, status=TrialStatus.timeout))
+    session.flush()
+    failed = repository.marks_digest(session, repo_id)
+    assert failed != before
+    revision.subject = "a culprit's commit renamed"  # not a culprit's commit: the marks are the same
+    session.flush()
+    assert repository.marks_digest(session, repo_id) == failed
+    culprit = session.scalars(select(Culprit).where(Culprit.job_id == job.id)).one()
+    culprit.effects = {GEMM: {**culprit.effects[GEMM], "rel": -0.09}}
+    session.flush()
+    assert repository.marks_digest(session, repo_id) != failed

@@ -5,6 +5,9 @@ Non-finite floats are written as null (JSON has no NaN)."""
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import pydantic_core
@@ -40,3 +43,35 @@ def etagged(request: Request, response: Response) -> Response:
         return unchanged
     response.headers["ETag"] = tag
     return response
+
+
+class BodyCache:
+    """The last `size` bodies built, by their ETag, in this server process. For a body whose ETag
+    is a digest of everything it is built from (known before building it): a dashboard read by
+    many, or refreshed, is built once per change, not once per request."""
+
+    def __init__(self, size: int = 32) -> None:
+        self._size, self._bodies, self._lock = size, OrderedDict[str, bytes](), threading.Lock()
+
+    def get(self, tag: str, build: Callable[[], bytes]) -> bytes:
+        with self._lock:
+            body = self._bodies.get(tag)
+            if body is not None:
+                self._bodies.move_to_end(tag)
+                return body
+        body = build()  # outside the lock: two requests may both build it, never wait on each other
+        with self._lock:
+            self._bodies[tag] = body
+            while len(self._bodies) > self._size:
+                self._bodies.popitem(last=False)
+        return body
+
+
+def built_once(request: Request, tag: str, cache: BodyCache, build: Callable[[], Any]) -> Response:
+    """An empty 304 when the request names `tag`, else the JSON of `build()` (content for
+    FastJSONResponse), built only when `cache` has no body for `tag`. `tag` must be known
+    without building: a digest of what the body is made of."""
+    if (unchanged := not_modified(request, tag)) is not None:
+        return unchanged
+    body = cache.get(tag, lambda: FastJSONResponse(build()).body)
+    return Response(body, media_type="application/json", headers={"ETag": tag})
