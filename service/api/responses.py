@@ -46,12 +46,14 @@ def etagged(request: Request, response: Response) -> Response:
 
 
 class BodyCache:
-    """The last `size` bodies built, by their ETag, in this server process. For a body whose ETag
-    is a digest of everything it is built from (known before building it): a dashboard read by
-    many, or refreshed, is built once per change, not once per request."""
+    """The last `size` bodies built, by their ETag, in this server process, `max_bytes` of them at
+    most (a body over a quarter of that is never kept). For a body whose ETag is a digest of
+    everything it is built from (known before building it): a dashboard read by many, or
+    refreshed, is built once per change, not once per request."""
 
-    def __init__(self, size: int = 32) -> None:
-        self._size, self._bodies, self._lock = size, OrderedDict[str, bytes](), threading.Lock()
+    def __init__(self, size: int = 32, max_bytes: int = 32 << 20) -> None:
+        self._size, self._max_bytes, self._bytes = size, max_bytes, 0
+        self._bodies, self._lock = OrderedDict[str, bytes](), threading.Lock()
 
     def get(self, tag: str, build: Callable[[], bytes]) -> bytes:
         with self._lock:
@@ -60,10 +62,14 @@ class BodyCache:
                 self._bodies.move_to_end(tag)
                 return body
         body = build()  # outside the lock: two requests may both build it, never wait on each other
+        if len(body) > self._max_bytes // 4:  # a full-resolution history: built for this request only
+            return body
         with self._lock:
-            self._bodies[tag] = body
-            while len(self._bodies) > self._size:
-                self._bodies.popitem(last=False)
+            if tag not in self._bodies:
+                self._bodies[tag] = body
+                self._bytes += len(body)
+            while len(self._bodies) > self._size or self._bytes > self._max_bytes:
+                self._bytes -= len(self._bodies.popitem(last=False)[1])
         return body
 
 
