@@ -4,14 +4,15 @@ part, beside steady cases with real steps.
 
     python bench/noisy_case.py [--runs N] [--first K] [--jobs J]
 
-The history (`demo_like`): 50 commits, minimum effect 15%, W=1, side by side; four steady cases
-(trial noise 2-4%, six steps of 20-40%, as the CPU demo's gemm and attention cases) and `rmsnorm`
-(per-sample noise for 4% a trial, plus a regime: before each trial the machine's state flips
-with probability 0.4 and the slow state lowers the ratio by 20%, so its trial sd of log is about
-0.1 and its drift lasts one to three trials, as measured in the demo: bench/RESULTS.md, "what the
-in-demo RMSNorm noise is"). A run's false claims are the culprits that say a case moved (the step
-reaches the minimum effect and its interval excludes 0) where that case has no step in the
-culprit's range; found is the steady cases' steps named. Seeds K..K+N-1.
+The history (bench/histories/demo_noisy_rmsnorm.json): 50 commits, minimum effect 15%, W=1,
+side by side; four steady cases (2-4% a trial: per-sample cv 3.57 times that, 20 samples; six
+steps of 20-40%, as the CPU demo's gemm and attention cases) and `rmsnorm` (4% a trial, plus a
+regime: before each trial the machine's state flips with probability 0.4 and the slow state
+lowers the ratio by 20%, so its trial sd of log is about 0.1 and its drift lasts one to three
+trials, as measured in the demo: bench/RESULTS.md, "what the in-demo RMSNorm noise is"). A
+run's false claims are the culprits that say a case moved (the step reaches the minimum effect
+and its interval excludes 0) where that case has no step in the culprit's range; found is the
+steady cases' steps named. Seeds K..K+N-1.
 """
 
 from __future__ import annotations
@@ -28,22 +29,7 @@ from perfbisect.service.bisect.model import SIDE_BY_SIDE, BisectConfig  # noqa: 
 from perfbisect.service.bisect.simulate import simulate  # noqa: E402
 
 MIN_EFFECT = 0.15
-CV_PER_TRIAL_NOISE = 3.57  # per-sample cv for a trial noise of 1 (20 samples: sqrt(20) / sqrt(pi / 2))
-
-
-def demo_like() -> History:
-    def case(noise: float, levels: list[list[float]], **extra: object) -> dict:
-        return {"cv": noise * CV_PER_TRIAL_NOISE, "levels": levels, **extra}
-
-    return load_history({
-        "commits": 50, "samples_per_trial": 20, "process_drift_cv": 0.02, "control": {"value": 1.0, "cv": 0.01},
-        "cases": {
-            "gemm512": case(0.041, [[0, 1.0], [12, 0.75], [40, 0.975]]),
-            "gemm256": case(0.021, [[0, 1.0], [25, 0.8]]),
-            "attention": case(0.021, [[0, 1.0], [20, 0.65], [33, 0.91]]),
-            "attention_causal": case(0.033, [[0, 1.0], [20, 0.7]]),
-            "rmsnorm": case(0.04, [[0, 1.0]], regime={"p": 0.4, "shift": 0.2}),
-        }})
+HISTORY = Path(__file__).resolve().parent / "histories" / "demo_noisy_rmsnorm.json"
 
 
 def false_claims(history: History, culprits: list[dict]) -> list[tuple[int, str]]:
@@ -60,7 +46,7 @@ def false_claims(history: History, culprits: list[dict]) -> list[tuple[int, str]
 
 
 def run(seed: int) -> dict:
-    history = demo_like()
+    history = load_history(HISTORY)
     r = simulate(history, workers=1, seed=seed,
                  config=BisectConfig(min_effect=MIN_EFFECT, paired_blocks=SIDE_BY_SIDE))
     steps = sorted({start for m in history.cases.values() for start, _ in m.levels[1:]})
