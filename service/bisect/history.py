@@ -15,6 +15,11 @@ and control alike; every sample gets its own lognormal noise (`cv`); with probab
 lands in a mode shifted by `shift`. The decision value of a trial is the median over its samples
 of target/control. Pure apart from reading the file in `load_history`.
 
+A case may declare `"regime": {"p": 0.4, "shift": 0.2}`: a machine whose state moves in windows
+of a trial or two, which that case's control cancels only in part (a memory-bound kernel on a
+shared VM whose bandwidth jumps between two levels): before each trial the state flips with
+probability `p`, and in the slow state the case's ratio is lower by `shift`.
+
 `"drift": {"round_cv": 0.012, "burst_p": 0.1, "burst": 0.06, "trend": 0.0002, "worker_cv": 0.01}`
 declares drift that slows the target only (the control does not cancel it) and that trials
 measured together share: a lognormal factor per round (`round_cv`), burst rounds (probability
@@ -27,7 +32,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,8 @@ class CaseModel:
     levels: tuple[tuple[int, float], ...]
     bimodal_p: float = 0.0
     bimodal_shift: float = 0.0
+    regime_p: float = 0.0
+    regime_shift: float = 0.0
 
     def level_at(self, revision: int) -> float:
         """The true mean of the target at `revision` (the first level also covers earlier ones)."""
@@ -96,14 +103,17 @@ class History:
     def is_wrong(self, revision: int) -> bool:
         return any(lo <= revision < hi for lo, hi in self.wrong_results)
 
-    def draw_trial(self, revision: int, rng: np.random.Generator,
-                   target_drift: float = 1.0) -> dict[str, tuple[float, float]]:
+    def draw_trial(self, revision: int, rng: np.random.Generator, target_drift: float = 1.0,
+                   slow: Collection[str] = ()) -> dict[str, tuple[float, float]]:
         """One trial at `revision`: per case (decision value, median raw target). Uses `rng`.
-        `target_drift` multiplies the target only (the drift the control does not cancel)."""
+        `target_drift` multiplies the target only (the drift the control does not cancel); the
+        cases in `slow` are in the slow state of their regime."""
         drift = _lognormal(rng, self.process_drift_cv, ())
         result = {}
         for name, case in self.cases.items():
             mode = 1.0 + case.bimodal_shift if rng.random() < case.bimodal_p else 1.0
+            if name in slow:
+                mode /= 1.0 + case.regime_shift
             target = case.level_at(revision) * target_drift * drift * mode * _lognormal(rng, case.cv, self.samples_per_trial)
             control = self.control_value * drift * _lognormal(rng, self.control_cv, self.samples_per_trial)
             result[name] = (float(np.median(target / control)), float(np.median(target)))
@@ -145,8 +155,10 @@ def _case(name: str, spec: Mapping[str, Any], shas: tuple[str, ...] | None, n: i
     if not levels or any(v <= 0 for _, v in levels):
         raise HistoryError(f"cases.{name}.levels: needs positive [revision, value] pairs")
     bimodal = spec.get("bimodal") or {}
+    regime = spec.get("regime") or {}
     return CaseModel(cv=float(spec.get("cv", 0.0)), levels=tuple(levels),
-                     bimodal_p=float(bimodal.get("p", 0.0)), bimodal_shift=float(bimodal.get("shift", 0.0)))
+                     bimodal_p=float(bimodal.get("p", 0.0)), bimodal_shift=float(bimodal.get("shift", 0.0)),
+                     regime_p=float(regime.get("p", 0.0)), regime_shift=float(regime.get("shift", 0.0)))
 
 
 def load_history(path_or_dict: str | Path | Mapping[str, Any],

@@ -31,7 +31,9 @@ One round:
    - Side by side (`paired_blocks` > 0, issue 23): a closed pair DIFFERENT across rounds is
      measured in ABBA blocks on one worker (`Plan.blocks`) and confirmed on their within-block
      differences alone (`paired`), so drift the control does not cancel cannot make a culprit;
-     a pair SAME on its blocks is SAME (README, "Side-by-side measurement").
+     a pair SAME on its blocks is SAME (README, "Side-by-side measurement"). A case whose noise
+     raised its minimum effect confirms on a block more, and a case that claims a step at a
+     culprit without its own blocks confirming it gets blocks until it does or stops claiming.
 3. Wrong-results revisions never enter the timing comparison (a fast wrong kernel is not an
    improvement); their runs are bounded by binary search and reported as correctness findings.
 
@@ -64,6 +66,7 @@ from perfbisect.service.bisect.model import (
     TrialRequest,
     Verdict,
 )
+from perfbisect.service.bisect.paired import Paired
 from perfbisect.service.bisect.pairs import (
     PairJudgement,
     case_names,
@@ -191,12 +194,39 @@ def _tighten_culprits(settled: Sequence[tuple[PairJudgement, CulpritReport]], ob
     noise = floor_noise(observations, ok, sorted({case for _, c in settled for case in c.effects}), config)
     decidable = {case for case, n in noise.items() if effective_min_effect(config, n) <= config.min_effect}
     for pair, c in settled:
-        if any(case in decidable and undecided_at_culprit(pair.cases[case].verdict, e, config.min_effect)
-               for case, e in c.effects.items() if case in pair.cases):
-            if not config.paired_blocks:
-                _escalate(pair.a, pair.b, counts, config, requests)
-            elif pair.blocks() < max_blocks(config):
+        if config.paired_blocks:
+            if pair.blocks() < max_blocks(config) and any(
+                    unconfirmed_step(pair, case, e, config) or (case in decidable and undecided_at_culprit(
+                        pair.cases[case].verdict, e, config.min_effect))
+                    for case, e in c.effects.items() if case in pair.paired):
                 requests.side_by_side(pair.a, pair.b, 1)
+        elif any(case in decidable and undecided_at_culprit(pair.cases[case].verdict, e, config.min_effect)
+                 for case, e in c.effects.items() if case in pair.cases):
+            _escalate(pair.a, pair.b, counts, config, requests)
+
+
+def unconfirmed_step(pair: PairJudgement, case: str, effect: CaseEffect, config: BisectConfig) -> bool:
+    """A case whose step at a culprit (confirmed on other cases) reaches the minimum effect with
+    an interval that excludes 0, but whose own blocks do not confirm it (DIFFERENT with the
+    paired p below alpha split over the cases): a 95% interval per case per culprit, over the
+    few culprits of a job and a case whose block differences vary as much as the minimum effect
+    (the CPU demo's RMSNorm: 0.1 a trial), names a step that is not there now and then. More
+    blocks decide it: the paired standard error falls as one over the root of their number."""
+    p = pair.paired.get(case)
+    return (p is not None and effect.moved(config.min_effect)
+            and not _holds(p, config.alpha / max(1, len(pair.raw)), config))
+
+
+def _holds(p: Paired, split: float, config: BisectConfig, rank_only: bool = False) -> bool:
+    """A case's paired comparison confirms a step: DIFFERENT with its p below `split` (and the
+    rank tests' too for a case with a rare mode or at a spike), on `paired_blocks` blocks, one
+    more for a noisy case (its noise raised its minimum effect): its block differences vary as
+    much as the step it looks for, and a machine whose state flips within seconds can put two
+    blocks' trials in the same pattern of states (the normal model's p leans on them being
+    independent draws), so a third block must agree before its step is named."""
+    noisy = p.comparison.min_effect > config.min_effect
+    return (p.blocks >= config.paired_blocks + noisy and p.comparison.verdict == Verdict.DIFFERENT
+            and p.comparison.pvalue < split and (not rank_only or p.rank_pvalue() < split))
 
 
 def undecided_at_culprit(verdict: Verdict, effect: CaseEffect, min_effect: float) -> bool:
@@ -250,16 +280,14 @@ def _settle(pair: PairJudgement, counts: Mapping[int, int], config: BisectConfig
 def _settle_side_by_side(pair: PairJudgement, config: BisectConfig, requests: _Requests,
                          rank_only: Collection[str] = ()) -> bool:
     """A closed pair that was DIFFERENT across rounds, or already measured side by side: True
-    when the blocks confirm it (a culprit), else the blocks it needs. Confirmed: some case is
-    DIFFERENT on at least `paired_blocks` blocks with the paired p below alpha split over the
-    cases (Bonferroni); a case in `rank_only` (a rare mode, a spike) needs the rank tests on the
-    blocks' trials too. Settled SAME on every case: nothing more. Otherwise a block more (as
-    many as make `paired_blocks`), up to `max_blocks`."""
+    when the blocks confirm it (a culprit), else the blocks it needs. Confirmed: some case
+    `_holds` (DIFFERENT on at least `paired_blocks` blocks, one more for a noisy case, with the
+    paired p below alpha split over the cases: Bonferroni; a case in `rank_only`, a rare mode or
+    a spike, needs the rank tests on the blocks' trials too). Settled SAME on every case: nothing
+    more. Otherwise a block more (as many as make `paired_blocks`), up to `max_blocks`."""
     have = pair.blocks()
     split = config.alpha / max(1, len(pair.raw))
-    if have >= config.paired_blocks and any(
-            p.comparison.verdict == Verdict.DIFFERENT and p.comparison.pvalue < split
-            and (case not in rank_only or p.rank_pvalue() < split) for case, p in pair.paired.items()):
+    if any(_holds(p, split, config, case in rank_only) for case, p in pair.paired.items()):
         return True
     decided = have >= config.paired_blocks and all(c.verdict == Verdict.SAME for c in pair.raw.values())
     if not decided and have < max_blocks(config):

@@ -30,7 +30,8 @@ def _short(x: float) -> float:
 class _Bench:
     """The simulated trials so far: states, decision values and their blocks per revision. The
     history's drift (target only) is one factor per round, a per-worker offset and a trend in
-    the trials run so far; unpaired trials go round-robin over the workers, each block to one."""
+    the trials run so far; unpaired trials go round-robin over the workers, each block to one. A
+    case with a regime flips its state before each trial (the machine's, shared by all workers)."""
 
     def __init__(self, history: History, seed: int, workers: int = 1) -> None:
         self.history = history
@@ -46,6 +47,7 @@ class _Bench:
         self._drift_rng = np.random.default_rng([seed, 2])  # drift draws never shift the trial noise
         self._round = 1.0
         self._blocks = 0
+        self._slow: set[str] = set()
 
     def run_round(self, plan: Plan) -> None:
         self._round = self.history.drift.round_factor(self._drift_rng)
@@ -62,6 +64,9 @@ class _Bench:
 
     def run_trial(self, revision: int, worker: int = 0, block: int | None = None) -> None:
         drift = self._target_drift(worker)
+        for name, case in self.history.cases.items():
+            if case.regime_p and self._drift_rng.random() < case.regime_p:
+                self._slow ^= {name}
         self.trials += 1
         if revision in self.history.unbuildable:
             self.states[revision] = RevisionState.unbuildable
@@ -70,7 +75,7 @@ class _Bench:
             self.states[revision] = RevisionState.wrong_results
             return
         self.states[revision] = RevisionState.ok
-        for case, (value, _target) in self.history.draw_trial(revision, self.rng, drift).items():
+        for case, (value, _target) in self.history.draw_trial(revision, self.rng, drift, self._slow).items():
             self.values[revision][case].append(value)
             self.blocks[revision][case].append(block)
             self.rounds[revision][case].append(self.round)
