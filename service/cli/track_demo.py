@@ -80,7 +80,7 @@ def _track(repo_name: str, device: str) -> int:
             repository=repo_name, branch="main", device_class=device,
             benchmarks=[{"suite": s, "target": t, "shapes": p} for (s, t), p in benchmarks.items()],
             backfill_every=BACKFILL_EVERY, backfill_depth=START + 1, trials_per_head=3,
-            min_magnitude=DEMO_MIN_EFFECT[device], max_bisects=2, confirm_trials=3,
+            min_magnitude=DEMO_MIN_EFFECT[device], max_bisects=2,
             policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY))
         return tracked.id
 
