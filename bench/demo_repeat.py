@@ -4,7 +4,8 @@ and demo repository, and print per run the events found, the verdict, the exit c
     python bench/demo_repeat.py --runs 10 [--parallel 1] [--cpus-per-run 2] [--device cpu] [--track] [--out DIR]
 
 --track runs `perfbisect demo --track` instead (pushes to a tracked branch): a run counts when it
-alerted every planted step, named every culprit exactly and exited 0.
+alerted every planted step, named every culprit exactly and exited 0; its row has the load average
+at its start and end (the figure is for a quiet machine).
 
 With --parallel P, P runs go side by side, each pinned to its own --cpus-per-run cores (taskset),
 so a many-core machine stands in for P unloaded small machines.
@@ -39,17 +40,16 @@ def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool 
     cmd += ["--track"] if track else []
     if cpus:
         cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
-    started = time.monotonic()
+    started, load = time.monotonic(), os.getloadavg()[0]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     (home / "stdout.txt").write_text(done.stdout)
     (home / "stderr.txt").write_text(done.stderr)
     wall = round(time.monotonic() - started)
     if track:
         score = TRACKED.search(done.stdout)
-        return {"run": i, "rc": done.returncode, "wall_s": wall,
+        return {"run": i, "rc": done.returncode, "wall_s": wall, "load": f"{load:.1f}-{os.getloadavg()[0]:.1f}",
                 "found": f"alerted {score[1]}/{score[2]}, exact {score[3]}/{score[4]}, false {score[5]}" if score else "?",
-                "all": done.returncode == 0, "verdict": "track", "interaction": "-",
-                "interaction_found": False, "interaction_extra": False, "unchanged": "-", "all_unchanged": False}
+                "all": done.returncode == 0}
     found = FOUND.search(done.stdout)
     verdict = VERDICT.search(done.stdout)
     pair = INTERACTION.search(done.stdout)
@@ -81,6 +81,10 @@ def main() -> None:
         slot = (i - 1) % args.parallel
         cpus = list(range(slot * args.cpus_per_run, (slot + 1) * args.cpus_per_run)) if pin else None
         result = one_run(i, out, cpus, args.device, args.track)
+        if args.track:
+            print(f"run {result['run']:>2}: {result['found']}, exit {result['rc']}, {result['wall_s']} s, "
+                  f"load {result['load']}", flush=True)
+            return result
         print(f"run {result['run']:>2}: found {result['found']}, unchanged {result['unchanged']}, interaction {result['interaction']}"
               f"{' (and one not planted)' if result['interaction_extra'] else ''}, verdict {result['verdict']}, exit {result['rc']}, "
               f"{result['wall_s']} s", flush=True)
@@ -89,6 +93,10 @@ def main() -> None:
     with ThreadPoolExecutor(args.parallel) as pool:
         results = list(pool.map(run, range(1, args.runs + 1)))
     complete = sum(r["all"] for r in results)
+    if args.track:
+        print(f"\nevery planted step alerted, every culprit exact, exit 0 in {complete} of {len(results)} runs; "
+              f"median wall {sorted(r['wall_s'] for r in results)[len(results) // 2]} s; outputs in {out}")
+        return
     paired = sum(r["interaction_found"] for r in results)
     extra = sum(r["interaction_extra"] for r in results)
     quiet = sum(r["all_unchanged"] for r in results)

@@ -8,10 +8,11 @@ Pure and simulated (seconds). The heads are the tracking demo's (backfill 1, 3, 
 4th commit to 53) and so are the steps: a gemm-like case with a -55% step at commit 10, -40% at
 28 and a +180% partial recovery at 43; an attention-like case with -60% at 22; a flat case.
 A head's value is the median of 3 trials. A trial's ratio is level * exp(load + noise): `noise`
-is the trial's own (sd 3% quiet, 10% loaded) and `load` the machine's state at the time it runs: a loaded
-machine is busy in episodes of a few heads, and while busy the cache-bound cases (gemm, flat) run
-30% slower against their control; every trial run at that time shares it. A re-measure
-runs `TRIALS` trials of the suspected step's last head before and first head after it,
+is the trial's own (sd 3% quiet, 5% half loaded, 10% loaded) and `load` the machine's state at the
+time it runs: a loaded machine is busy in episodes of a few heads, and while busy the cache-bound
+cases (gemm, flat) run 15% (half loaded) or 30% (loaded) slower against their control; every trial
+run at that time shares it. A re-measure runs `confirm_trials` trials of the suspected step's last
+head before and first head after it,
 alternating, at the time of the detection: they share its load, so their difference is the
 step's and not the load's.
 """
@@ -36,6 +37,8 @@ from perfbisect.service.bisect.changepoints import compute_change_points  # noqa
 HEADS = [1, 3, 5] + list(range(9, 54, 4))
 STEPS = {"gemm": [(0, 1.0), (10, 0.45), (28, 0.27), (43, 0.75)], "attention": [(0, 1.0), (22, 0.4)], "flat": [(0, 1.0)]}
 TRIALS, MIN_MAGNITUDE = 3, 0.15
+# (trial noise sd, slowdown of the cache-bound cases while the machine is busy)
+MACHINES = {"quiet": (0.03, 0.0), "half loaded": (0.05, 0.15), "loaded": (0.10, 0.3)}
 
 
 def level(case: str, commit: int) -> float:
@@ -45,20 +48,20 @@ def level(case: str, commit: int) -> float:
 @dataclass
 class Machine:
     rng: np.random.Generator
-    loaded: bool
+    sd: float
+    slowdown: float
     busy: bool = False
 
     def tick(self) -> None:
         """Time passes (one head's run). A loaded machine is busy in episodes (a neighbour's test
         run: it stays busy with p 0.7, becomes busy with p 0.3), and while busy the cache-bound
-        cases run 30% slower than their control, on average."""
-        if self.loaded:
+        cases run `slowdown` slower than their control (in log terms)."""
+        if self.slowdown:
             self.busy = self.rng.random() < (0.7 if self.busy else 0.3)
 
     def trial(self, case: str, commit: int) -> float:
-        sd = 0.10 if self.loaded else 0.03
-        bias = -0.3 if self.busy and case != "attention" else 0.0
-        return level(case, commit) * float(np.exp(bias + sd * self.rng.standard_normal()))
+        bias = -self.slowdown if self.busy and case != "attention" else 0.0
+        return level(case, commit) * float(np.exp(bias + self.sd * self.rng.standard_normal()))
 
 
 @dataclass
@@ -88,42 +91,46 @@ def raise_alerts(branch: Branch, groups: list[grouping.StepGroup]) -> None:
         branch.alerts.append(KnownAlert(len(branch.alerts) + 1, "new", group.kind, (group.before, group.after)))
 
 
-def remeasure(machine: Machine, branch: Branch, group: grouping.StepGroup) -> None:
-    """Both heads of the group, TRIALS each, alternating, now: they share this moment's load.
+def remeasure(machine: Machine, branch: Branch, group: grouping.StepGroup, trials: int) -> None:
+    """Both heads of the group, `trials` each, alternating, now: they share this moment's load.
     The trials join the heads' history too, as in the service."""
     machine.tick()
     values: dict[str, tuple[list[float], list[float]]] = {}
     for case in STEPS:
         values[case] = ([], [])
-        for _ in range(TRIALS):
+        for _ in range(trials):
             for side, commit in zip(values[case], (group.before, group.after)):
                 side.append(machine.trial(case, commit))
                 branch.trials[case, commit].append(side[-1])
     branch.remeasures[group.before, group.after] = Remeasure(group.before, group.after, values)
 
 
-MODES = {"at once, p 0.001": ALERT_PVALUE, "at once, p 0.01": SUSPECT_PVALUE, "re-measure side by side": None}
+# alert at once at a p-value (confirm_trials 0: ALERT_PVALUE), or re-measure N trials a side first
+MODES = {"at once, p 0.001 (confirm_trials 0)": (ALERT_PVALUE, 0), "at once, p 0.01": (SUSPECT_PVALUE, 0),
+         "re-measure, confirm_trials 2": (SUSPECT_PVALUE, 2), "re-measure, confirm_trials 3": (SUSPECT_PVALUE, 3)}
 
 
-def run(rng: np.random.Generator, loaded: bool, mode: str) -> list[KnownAlert]:
-    """One history; alerts at once at the mode's p-value, or (mode None) suspects at
-    SUSPECT_PVALUE re-measured first and alerted when the re-measure agrees."""
-    machine, branch = Machine(rng, loaded), Branch()
+def run(rng: np.random.Generator, machine_kind: str, mode: str) -> tuple[list[KnownAlert], int]:
+    """One history; alerts at once at the mode's p-value, or suspects at SUSPECT_PVALUE
+    re-measured first (the mode's trials a side) and alerted when the re-measure agrees.
+    Returns the alerts and the trials the re-measures ran."""
+    pvalue, confirm = MODES[mode]
+    machine, branch = Machine(rng, *MACHINES[machine_kind]), Branch()
     for head in HEADS:
         machine.tick()
         for case in STEPS:
             branch.trials[case, head] = [machine.trial(case, head) for _ in range(TRIALS)]
         if head < 5:
             continue
-        if MODES[mode] is not None:
-            raise_alerts(branch, new_groups(branch, groups_at(branch, head, MODES[mode])))
+        if not confirm:
+            raise_alerts(branch, new_groups(branch, groups_at(branch, head, pvalue)))
             continue
-        for group in new_groups(branch, groups_at(branch, head, SUSPECT_PVALUE)):
+        for group in new_groups(branch, groups_at(branch, head, pvalue)):
             if grouping.confirmation(group, branch.remeasures, MIN_MAGNITUDE) == grouping.REMEASURE:
-                remeasure(machine, branch, group)  # its job finishes before the next head
-        raise_alerts(branch, [g for g in new_groups(branch, groups_at(branch, head, SUSPECT_PVALUE))
+                remeasure(machine, branch, group, confirm)  # its job finishes before the next head
+        raise_alerts(branch, [g for g in new_groups(branch, groups_at(branch, head, pvalue))
                               if grouping.confirmation(g, branch.remeasures, MIN_MAGNITUDE) == grouping.ALERT])
-    return branch.alerts
+    return branch.alerts, 2 * confirm * len(branch.remeasures)
 
 
 def score(alerts: list[KnownAlert]) -> tuple[int, list[int]]:
@@ -140,15 +147,18 @@ def main() -> None:
     args = parser.parse_args()
     steps = [f"{case} {at}" for case in STEPS for at, _ in STEPS[case][1:]]
     print(f"{args.histories} histories of {len(HEADS)} heads, {len(steps)} steps each\n")
-    print(f"| machine | alerts | false alerts | missed steps | missed per step ({', '.join(steps)}) |")
-    print("|---|---|---|---|---|")
-    for loaded in (False, True):
+    print(f"| machine | alerts | false alerts | missed steps | missed per step ({', '.join(steps)}) "
+          f"| re-measure trials per history (heads: {TRIALS * len(HEADS)}) |")
+    print("|---|---|---|---|---|---|")
+    for machine in MACHINES:
         for mode in MODES:
             rng = np.random.default_rng(args.seed)
-            scores = [score(run(rng, loaded, mode)) for _ in range(args.histories)]
+            runs = [run(rng, machine, mode) for _ in range(args.histories)]
+            scores = [score(alerts) for alerts, _ in runs]
             missed = np.sum([m for _, m in scores], axis=0)
-            print(f"| {'loaded' if loaded else 'quiet'} | {mode} | {sum(f for f, _ in scores)} | "
-                  f"{int(missed.sum())} of {len(steps) * args.histories} | {', '.join(map(str, missed))} |")
+            print(f"| {machine} | {mode} | {sum(f for f, _ in scores)} | {int(missed.sum())} of "
+                  f"{len(steps) * args.histories} | {', '.join(map(str, missed))} | "
+                  f"{np.mean([t for _, t in runs]):.1f} |")
 
 
 if __name__ == "__main__":

@@ -410,7 +410,7 @@ class TrackedBranch(Base):
     trials_per_head: Mapped[int] = mapped_column(default=3)
     min_magnitude: Mapped[float] = mapped_column(Float, default=0.05)
     max_bisects: Mapped[int] = mapped_column(default=2, doc="alert bisects running at once")
-    confirm_trials: Mapped[int] = mapped_column(default=0, server_default="0",
+    confirm_trials: Mapped[int] = mapped_column(default=3, server_default="3",
                                                 doc="trials of each side of a suspected step, re-measured side by "
                                                     "side before it alerts (0: alert at once)")
     last_sha: Mapped[str | None] = mapped_column(String(64), doc="the head of the last run")

@@ -176,7 +176,9 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
             assert "alert=" in comment["body"] and step["sha"][:10] in comment["body"]
             assert ("GET", f"/repos/acme/minikern/commits/{step['sha']}/pulls") in FakeGitHub.seen
             jobs = httpx.get(f"{base}/api/jobs").json()
-            assert sum(j["kind"] == "track" for j in jobs) == 7  # the backfill and six pushes
+            # the backfill, six pushes and, before the alert, the re-measure of the step's two heads
+            # side by side (confirm_trials is 3 by default)
+            assert sum(j["kind"] == "track" for j in jobs) == 8
 
             deliveries = wait_for_deliveries(base, admin, 2, timeout_s=60)
             assert {d["event"]: d["status"] for d in deliveries} == {"alert": "delivered", "culprit": "delivered"}

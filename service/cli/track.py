@@ -71,7 +71,7 @@ def add(
     min_magnitude: Annotated[float, typer.Option(help="smallest relative step that alerts")] = 0.05,
     max_bisects: Annotated[int, typer.Option(help="alert bisects running at once")] = 2,
     confirm_trials: Annotated[int, typer.Option(help="re-measure a suspected step's two heads side by side with "
-                                                     "this many trials each before it alerts (0: alert at once)")] = 0,
+                                                     "this many trials each before it alerts (0: alert at once)")] = 3,
     build: BuildOpt = None,
     import_root: ImportRootOpt = None,
     env: EnvOpt = None,

@@ -80,7 +80,7 @@ def _track(repo_name: str, device: str) -> int:
             repository=repo_name, branch="main", device_class=device,
             benchmarks=[{"suite": s, "target": t, "shapes": p} for (s, t), p in benchmarks.items()],
             backfill_every=BACKFILL_EVERY, backfill_depth=START + 1, trials_per_head=3,
-            min_magnitude=DEMO_MIN_EFFECT[device], max_bisects=2, confirm_trials=3,
+            min_magnitude=DEMO_MIN_EFFECT[device], max_bisects=2,
             policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY))
         return tracked.id
 
@@ -93,8 +93,11 @@ def _alerts(tracked_id: int) -> list:
                       key=lambda a: a.id)
 
 
-def _covers(alert: Any, index: int, pos: dict[str, int]) -> bool:
-    return pos[alert.before_sha] < index <= pos[alert.last_sha]
+def _covers(alert: Any, event: dict, pos: dict[str, int], device: str) -> bool:
+    """Whether the alert is over the planted event: its range holds the event's commit and it
+    names a case the event changes (an alert on other cases in the same range is not its alert)."""
+    return (pos[alert.before_sha] < event["index"] <= pos[alert.last_sha]
+            and not {c.case for c in alert.cases}.isdisjoint(event["cases"][device]))
 
 
 def _broken(events: list[dict]) -> list[range]:
@@ -138,7 +141,7 @@ def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int]
     """Per planted step that these heads can reveal: alerts covering it, detection delay (measured
     heads from the step to the head whose run raised its alert), exact culprit. `untracked`: the
     steps no tracking of these heads can find (see `untrackable`), not scored; `false_alerts`: the
-    alerts that cover no planted step, trackable or not."""
+    alerts that cover no planted step (its commit and one of its cases), trackable or not."""
     from perfbisect.service.alerts.service import MIN_HEADS
 
     pos = {sha: i for i, sha in enumerate(shas)}
@@ -146,14 +149,14 @@ def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int]
     untracked = untrackable(truth["events"], heads, device, MIN_HEADS)
     rows = []
     for event in (e for e in planted if e["event"] not in untracked):
-        covering = [a for a in alerts if _covers(a, event["index"], pos)]
+        covering = [a for a in alerts if _covers(a, event, pos, device)]
         seen = min((first_seen[a.id] for a in covering), default=None)
         rows.append({
             "event": event["event"], "index": event["index"], "alerts": len(covering),
             "delay_heads": None if seen is None else sum(event["index"] <= h <= seen for h in heads),
             "culprit_exact": any(a.culprit_exact and a.culprit_last_sha == event["sha"] for a in covering),
         })
-    false = [a.id for a in alerts if not any(_covers(a, e["index"], pos) for e in planted)]
+    false = [a.id for a in alerts if not any(_covers(a, e, pos, device) for e in planted)]
     return {"steps": rows, "untracked": untracked, "false_alerts": false, "heads": len(heads)}
 
 

@@ -29,7 +29,7 @@ class TrackedBranchCreate(BaseModel):
     min_magnitude: float = Field(default=0.05, gt=0, lt=1, description="smallest relative step that alerts")
     max_bisects: int = Field(default=2, ge=0, le=32, description="alert bisects running at once")
     confirm_trials: int = Field(
-        default=0, ge=0, le=20, description="before a performance step alerts, re-measure the last head before it "
+        default=3, ge=0, le=20, description="before a performance step alerts, re-measure the last head before it "
         "and the first after it side by side (alternating, so the machine's load of that moment is the same "
         "for both) with this many trials each; it alerts when that re-measure shows it. 0: alert at once")
     metric: Literal["ratio", "raw"] = "ratio"

@@ -66,9 +66,11 @@ def lib(tmp_path: Path, session) -> dict:
 
 
 def track(session, lib, **kw):
+    """A tracked branch that alerts at once (confirm_trials 0) unless `kw` says otherwise; a
+    field passed as None is left to its default."""
     data = {"repository": lib["repo"].name, "benchmarks": [CASE], "backfill_every": 2, "backfill_depth": 8,
-            "trials_per_head": 1, "min_magnitude": 0.1, **kw}
-    return tracking.create(session, TrackedBranchCreate(**data))
+            "trials_per_head": 1, "min_magnitude": 0.1, "confirm_trials": 0, **kw}
+    return tracking.create(session, TrackedBranchCreate(**{k: v for k, v in data.items() if v is not None}))
 
 
 def push(session, lib, tracked, index: int, value_of):
@@ -368,11 +370,13 @@ def test_bulk_triage_is_all_or_none(client, session, lib, sent_tasks) -> None:
 
 
 def test_a_suspected_step_is_re_measured_side_by_side_before_it_alerts(session, lib) -> None:
-    """confirm_trials: the step found after three heads is no alert yet; its two heads (the last
-    before it, the first after it) are measured again in one track job, alternating; the alert
-    comes with the detection after that re-measure, and only when the re-measure shows the step."""
+    """confirm_trials (3 unless the branch says otherwise): the step found after three heads is
+    no alert yet; its two heads (the last before it, the first after it) are measured again in
+    one track job, 3 trials each, alternating; the alert comes with the detection after that
+    re-measure, and only when the re-measure shows the step."""
     shas, values = lib["shas"], step_at(lib, 10)
-    tracked = track(session, lib, confirm_trials=2)
+    tracked = track(session, lib, confirm_trials=None)
+    assert tracked.confirm_trials == 3
     measure(session, tracking.start_run(session, tracked.id).job.id, values)
     for index in (11, 13, 15):
         push(session, lib, tracked, index, values)
@@ -384,7 +388,7 @@ def test_a_suspected_step_is_re_measured_side_by_side_before_it_alerts(session, 
     assert alerts.detect(session, tracked.id).measure_job_ids == []  # one re-measure, while it runs too
     measure(session, job.id, values)
     order = [t.revision.sha for t in sorted(jobs_repo.trials_of(session, job.id), key=lambda t: t.id)]
-    assert order == [shas[7], shas[11], shas[7], shas[11]]  # side by side
+    assert order == [shas[7], shas[11]] * 3  # side by side
     found = alerts.detect(session, tracked.id)
     [alert] = session.scalars(select(Alert).where(Alert.tracked_branch_id == tracked.id)).all()
     assert found.raised == [alert.id] and (alert.before_sha, alert.last_sha) == (shas[7], shas[11])

@@ -25,6 +25,10 @@ EVENTS = [event("rms_blocks", 3, cases=RMS), event("rms_weight_check", 6, cases=
 HEADS = [1, 3, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53]  # backfill 1, 3, 5, then every 4th
 
 
+def cases(names: list[str]) -> list[SimpleNamespace]:
+    return [SimpleNamespace(case=name) for name in names]
+
+
 def test_steps_before_three_heads_of_their_level_are_not_trackable() -> None:
     """rms_blocks has one head before it, rms_weight_check two heads since rms_blocks; block_k
     has exactly three since the swizzle step (head 17 is inside the import break and measures
@@ -43,11 +47,30 @@ def test_a_wrong_results_step_needs_a_head_that_runs_it_before_it_is_fixed() -> 
 
 def test_the_score_counts_trackable_steps_and_an_alert_over_an_untrackable_one_is_not_false() -> None:
     shas = [f"s{i}" for i in range(54)]
-    alert = SimpleNamespace(id=1, before_sha="s5", last_sha="s9", culprit_exact=True, culprit_last_sha="s6")
-    swizzle = SimpleNamespace(id=2, before_sha="s9", last_sha="s13", culprit_exact=True, culprit_last_sha="s10")
+    alert = SimpleNamespace(id=1, before_sha="s5", last_sha="s9", culprit_exact=True, culprit_last_sha="s6",
+                            cases=cases(RMS))
+    swizzle = SimpleNamespace(id=2, before_sha="s9", last_sha="s13", culprit_exact=True, culprit_last_sha="s10",
+                              cases=cases(GEMM))
     result = score({"events": EVENTS}, shas, [alert, swizzle], {1: 21, 2: 21}, HEADS)
     assert [s["event"] for s in result["steps"]] == ["swizzle_off_bf16", "fastmath_dropped", "block_k_small_step",
                                                       "k_tail_dropped", "swizzle_partial_recovery"]
     assert result["steps"][0] == {"event": "swizzle_off_bf16", "index": 10, "alerts": 1, "delay_heads": 3,
                                   "culprit_exact": True}
     assert set(result["untracked"]) == {"rms_blocks", "rms_weight_check"} and result["false_alerts"] == []
+
+
+def test_an_alert_on_other_cases_over_a_planted_step_is_a_false_alert_not_a_second_one() -> None:
+    """block_k (gemm, commit 28) has its alert; an alert on attention over 25..29 is not block_k's
+    second alert (which would fail the step) but a false alert; nor does a gemm alert over the
+    rmsnorm steps' range count as covering them."""
+    shas = [f"s{i}" for i in range(54)]
+    block_k = SimpleNamespace(id=1, before_sha="s25", last_sha="s29", culprit_exact=True, culprit_last_sha="s28",
+                              cases=cases(GEMM))
+    attention = SimpleNamespace(id=2, before_sha="s25", last_sha="s29", culprit_exact=False, culprit_last_sha=None,
+                                cases=cases(ATTN))
+    gemm_early = SimpleNamespace(id=3, before_sha="s1", last_sha="s9", culprit_exact=False, culprit_last_sha=None,
+                                 cases=cases(GEMM))
+    result = score({"events": EVENTS}, shas, [block_k, attention, gemm_early], {1: 37, 2: 37, 3: 9}, HEADS)
+    [step] = [s for s in result["steps"] if s["event"] == "block_k_small_step"]
+    assert (step["alerts"], step["culprit_exact"]) == (1, True)
+    assert result["false_alerts"] == [2, 3]
