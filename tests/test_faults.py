@@ -13,7 +13,7 @@ stored is lost or duplicated, when
    store them;
 4. a job is cancelled while its trial runs: the trial's processes are gone within 5 s.
 
-Each bisects a five-commit repository with one planted step (tests/fault_support.py) on the CPU.
+Each bisects a three-commit repository with one planted step (tests/fault_support.py) on the CPU.
 `python bench/faults.py` runs them and prints the table of bench/RESULTS.md.
 """
 

@@ -1,5 +1,7 @@
 """`perfbisect track ...` as a user runs it: embedded (SQLite in a fresh home, no broker), clear
-messages and exit code 2 for bad input, never a traceback."""
+messages and exit code 2 for bad input, never a traceback. The first command runs as the
+installed `perfbisect` process (its stderr, its exit code); the rest in this process (the same
+Typer app: a CLI process each took seconds of imports on the 2-core CI machine)."""
 
 from __future__ import annotations
 
@@ -7,42 +9,47 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
+from typer.testing import CliRunner
 
+from perfbisect.service.cli.exit_codes import USAGE
+from perfbisect.service.cli.main import app
 from tests.e2e_support import BIN, service_env
 from tests.gitrepo import make_repo
-
-pytestmark = pytest.mark.slow  # eight CLI processes (torch-free, but each imports the service)
+from tests.test_cli_outcomes import embedded  # noqa: F401  (fixture)
 
 GEMM = ["--suite", "gemm", "--target", "lib.gemm:matmul", "--shape", "M=64,N=64,K=64,dtype=fp32"]
+runner = CliRunner()
 
 
-def cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "perfbisect"), "track", *args], env=env, capture_output=True, text=True,
-                          timeout=300)
+def track(*args: str):
+    """`perfbisect track ARGS` in this process; a traceback would be an exception here."""
+    result = runner.invoke(app, ["track", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result
 
 
-def test_track_add_list_remove_and_bad_input(tmp_path: Path) -> None:
-    env = service_env(tmp_path / "home", None, None)
+def test_track_add_list_remove_and_bad_input(embedded, tmp_path: Path) -> None:  # noqa: F811
     repo = tmp_path / "lib"
     make_repo(repo, ["initial (#1)", "gemm (#2)"])
 
-    bad = cli(env, "add", "--repo", str(repo), "--suite", "nosuch", "--target", "lib.gemm:matmul", "--shape", "M=1")
-    assert bad.returncode == 2 and "nosuch" in bad.stderr and "Traceback" not in bad.stderr
-    branch = cli(env, "add", "--repo", str(repo), *GEMM, "--branch", "nope", "--no-start")
-    assert branch.returncode == 2 and "'nope' does not exist" in branch.stderr
+    bad = subprocess.run([str(BIN / "perfbisect"), "track", "add", "--repo", str(repo), "--suite", "nosuch",
+                          "--target", "lib.gemm:matmul", "--shape", "M=1"],
+                         env=service_env(embedded, None, None), capture_output=True, text=True, timeout=300)
+    assert bad.returncode == USAGE and "nosuch" in bad.stderr and "Traceback" not in bad.stderr
+    branch = track("add", "--repo", str(repo), *GEMM, "--branch", "nope", "--no-start")
+    assert branch.exit_code == USAGE and "'nope' does not exist" in branch.output
 
-    added = cli(env, "add", "--repo", str(repo), *GEMM, "--no-start", "--min-magnitude", "0.1")
-    assert added.returncode == 0, added.stderr
+    added = track("add", "--repo", str(repo), *GEMM, "--no-start", "--min-magnitude", "0.1")
+    assert added.exit_code == 0, added.output
     assert "tracking main of lib on cpu as #1" in added.stdout
-    [tracked] = json.loads(cli(env, "list", "--json").stdout)
+    [tracked] = json.loads(track("list", "--json").stdout)
     assert tracked["cases"][0]["name"] == "gemm M=64,N=64,K=64,dtype=fp32" and tracked["min_magnitude"] == 0.1
-    again = cli(env, "add", "--repo", str(repo), *GEMM, "--no-start")
-    assert again.returncode == 2 and "already tracked" in again.stderr
-    assert cli(env, "alerts").stdout.strip() == "no alerts"
-    assert cli(env, "remove", "1").returncode == 0
-    gone = cli(env, "remove", "1")
-    assert gone.returncode == 2 and "no tracked branch 1" in gone.stderr
+    again = track("add", "--repo", str(repo), *GEMM, "--no-start")
+    assert again.exit_code == USAGE and "already tracked" in again.output
+    assert track("alerts").stdout.strip() == "no alerts"
+    assert track("remove", "1").exit_code == 0
+    gone = track("remove", "1")
+    assert gone.exit_code == USAGE and "no tracked branch 1" in gone.output
 
 
 def test_an_alert_whose_bisect_named_nothing_does_not_read_bisecting_forever() -> None:
