@@ -64,6 +64,19 @@ class Observation:
     # Cases that failed the accuracy check here. The other cases' values still count: one wrong
     # kernel says nothing about the timing of the others.
     wrong: frozenset[str] = frozenset()
+    # Per case, parallel to `values` when they are ratios to the control: the target's own metric
+    # of each trial (so the control's is target / ratio). Empty: not known.
+    targets: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+    def own(self, side: str) -> Observation:
+        """The same trials and blocks with the target's own metric (`side` "target") or the
+        control's ("control") as values, for the cases whose every value has its target."""
+        values = {}
+        for case, ratios in self.values.items():
+            targets = self.targets.get(case, ())
+            if len(targets) == len(ratios) and all(t > 0 for t in targets):
+                values[case] = list(targets) if side == "target" else [t / r for t, r in zip(targets, ratios)]
+        return Observation(self.state, values, blocks={c: self.blocks[c] for c in values if c in self.blocks})
 
     @property
     def is_wrong(self) -> bool:
@@ -163,6 +176,9 @@ class CaseEffect:
     ci: tuple[float, float]
     before: float
     after: float
+    # The control's own step between the two revisions when it moved (the same code at both: what
+    # ran beside it changed), and the step above is then the target's own metric's, not the ratio's.
+    control_step: float | None = None
 
     def is_regression(self, higher_is_better: bool) -> bool:
         """True when the step makes the case worse in the metric's own direction."""

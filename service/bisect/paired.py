@@ -94,6 +94,7 @@ class Paired:
     after: tuple[float, ...]
     step: float            # mean within-block log difference
     df: int
+    control_step: float | None = None  # the control's own step when it moved: this judges the target's metric
 
     def rank_pvalue(self) -> float:
         """The rank tests on the blocks' trials (for a case whose noise has a rare mode)."""
@@ -103,7 +104,8 @@ class Paired:
         """The step with its Student t interval on the paired standard error."""
         half = float(stats.t.ppf((1 + confidence) / 2, self.df)) * (self.comparison.se or 0.0)
         return CaseEffect(rel=math.expm1(self.step), ci=(math.expm1(self.step - half), math.expm1(self.step + half)),
-                          before=float(np.median(self.before)), after=float(np.median(self.after)))
+                          before=float(np.median(self.before)), after=float(np.median(self.after)),
+                          control_step=self.control_step)
 
 
 @dataclass(frozen=True)

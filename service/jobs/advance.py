@@ -51,6 +51,7 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
     index = {sha: i for i, sha in enumerate(shas)}
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     blocks: dict[int, dict[str, list[int | None]]] = defaultdict(lambda: defaultdict(list))
+    targets: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     seen: dict[int, set[RevisionState]] = defaultdict(set)
     wrong: dict[int, set[str]] = defaultdict(set)
     failed: dict[int, int] = defaultdict(int)  # trials that gave no value: they count against the cap
@@ -72,6 +73,8 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
             if m.status == "ok" and value is not None:
                 values[i][m.case.name].append(value)
                 blocks[i][m.case.name].append(trial.block)
+                if metric == "ratio" and m.value is not None:
+                    targets[i][m.case.name].append(m.value)
                 gave = True
         all_wrong = bool(trial.measurements) and all(m.status == "wrong_results" for m in trial.measurements)
         seen[i].add(RevisionState.wrong_results if all_wrong else RevisionState.ok)
@@ -81,7 +84,8 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
             seen[i].add(RevisionState.unbuildable)
     precedence = (RevisionState.ok, RevisionState.wrong_results, RevisionState.unbuildable)
     return {i: Observation(state=next(s for s in precedence if s in states), values=dict(values.get(i, {})),
-                           failed=failed[i], wrong=frozenset(wrong.get(i, ())), blocks=dict(blocks.get(i, {})))
+                           failed=failed[i], wrong=frozenset(wrong.get(i, ())), blocks=dict(blocks.get(i, {})),
+                           targets=dict(targets.get(i, {})))
             for i, states in seen.items()}
 
 
@@ -169,6 +173,8 @@ def _write_culprits(session: Session, job: Job, plan: Plan, findings: Sequence[C
                 "unit": (before.get(case) or after.get(case) or (None, None))[1],
                 "before_value": before.get(case, (None,))[0], "after_value": after.get(case, (None,))[0],
             }
+            if effect.control_step is not None:  # judged on the target's own metric: the control moved
+                effects[case]["control_step"] = effect.control_step
         first, last = shas[report.first], shas[report.last]
         session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=first, last_sha=last,
                             revision_id=revisions[last].id if first == last else None, effects=effects))

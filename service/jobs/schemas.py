@@ -175,6 +175,9 @@ class CaseEffectRead(BaseModel):
     unit: str | None = None
     before_value: float | None = None
     after_value: float | None = None
+    control_step: float | None = Field(default=None, description=(
+        "the control's own step here when it moved (the same code at both revisions: what ran beside it "
+        "changed); `rel` and `ci` are then the step of the target's own metric, not of the ratio"))
 
 
 class WrongCaseRead(BaseModel):

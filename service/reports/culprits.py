@@ -33,7 +33,10 @@ def pct(x: float) -> str:
 
 
 def step_text(e: CaseEffectRead) -> str:
-    return f"{pct(e.rel)} [{e.ci[0] * 100:+.1f}, {e.ci[1] * 100:+.1f}]"
+    text = f"{pct(e.rel)} [{e.ci[0] * 100:+.1f}, {e.ci[1] * 100:+.1f}]"
+    if e.control_step is not None:
+        text += f" (the target's own metric: the control moved {pct(e.control_step)} here)"
+    return text
 
 
 def where(c: CulpritRead) -> str:

@@ -259,3 +259,41 @@ def test_on_a_demo_like_history_the_noisy_case_names_no_false_step():
         assert sorted(c["revision"] for c in culprits) == [12, 20, 25, 33, 40]
         rmsnorm = [c["cases"]["rmsnorm"] for c in culprits]
         assert not any(abs(e["rel"]) >= 0.15 and (e["ci"][0] > 0 or e["ci"][1] < 0) for e in rmsnorm), seed
+
+
+# The tenth session's false RMSNorm step at #945 (bench/RESULTS.md), a block a row, A B B A: the
+# control (torch's rms_norm, the same code at both revisions) read 15-45% faster in every B
+# trial, the target's own GB/s did not move, so the ratio fell by a fifth.
+CONTROL_945 = [(7.05, 9.39, 8.04, 6.44), (7.66, 8.80, 10.36, 7.02), (7.30, 9.10, 9.60, 6.90)]
+TARGET_945 = [(2.905, 2.864, 2.774, 2.756), (2.842, 2.834, 2.942, 2.808), (2.850, 2.801, 2.890, 2.874)]
+
+
+def control_moved_pair(with_targets: bool = True) -> dict[int, Observation]:
+    """gemm: a real -20% step (its control steady); rmsnorm: the #945 blocks."""
+    sides = {0: (0, 3), 1: (1, 2)}  # A is slot 0 and 3 of a block, B slots 1 and 2
+    blocks = (1, 1, 2, 2, 3, 3)
+    out = {}
+    for rev, slots in sides.items():
+        target = [t[s] for t in TARGET_945 for s in slots]
+        ratio = [t[s] / c[s] for t, c in zip(TARGET_945, CONTROL_945) for s in slots]
+        gemm = [v * (0.8 if rev else 1.0) for v in (1.00, 1.01, 0.99, 1.00, 1.005, 0.995)]
+        out[rev] = Observation(RevisionState.ok, {"gemm": tuple(gemm), "rmsnorm": tuple(ratio)},
+                               blocks={"gemm": blocks, "rmsnorm": blocks},
+                               targets={"gemm": tuple(g * 50 for g in gemm), "rmsnorm": tuple(target)}
+                               if with_targets else {})
+    return out
+
+
+def test_a_step_that_is_the_control_s_own_is_not_named_on_the_case():
+    without = plan_next(2, control_moved_pair(with_targets=False), NOISY)
+    assert without.culprits[0].effects["rmsnorm"].moved(0.15)  # the ratio alone: a false -23% step
+    assert without.culprits[0].effects["rmsnorm"].rel == pytest.approx(-0.23, abs=0.01)
+
+    plan = plan_next(2, control_moved_pair(), NOISY)
+    [culprit] = plan.culprits
+    assert culprit.effects["gemm"].moved(0.15) and culprit.effects["gemm"].control_step is None
+    rms = culprit.effects["rmsnorm"]
+    assert not rms.moved(0.15)
+    assert rms.rel == pytest.approx(0.0, abs=0.02)  # the target's own GB/s
+    assert rms.control_step == pytest.approx(0.30, abs=0.02)  # the control 30% faster at b
+    assert plan.verdicts[(0, 1)]["rmsnorm"] != Verdict.DIFFERENT
