@@ -1,5 +1,6 @@
 """How often `perfbisect demo` finds every planted event: run it N times, each in a fresh home
-and demo repository, and print per run the events found, the verdict, the exit code and the time.
+and demo repository, and print per run the events found, the false (commit, case) culprits, the
+verdict, the time the job waited for a steadier machine, the exit code and the time.
 
     python bench/demo_repeat.py --runs 10 [--parallel 1] [--cpus-per-run 2] [--device cpu] [--track] [--out DIR]
 
@@ -29,6 +30,8 @@ VERDICT = re.compile(r"^verdict: (\w+)", re.M)
 TRACKED = re.compile(r"planted steps alerted: (\d+)/(\d+), culprits exact: (\d+)/(\d+), false alerts: (\d+)")
 UNCHANGED = re.compile(r"cases with no planted step unchanged: (\d+)/(\d+)")
 INTERACTION = re.compile(r"planted interaction found: (\d+)/(\d+)(; interactions not planted: (.*))?")
+FALSE = re.compile(r"^false culprits \(commit, case\): (\d+)", re.M)
+WAITED = re.compile(r"waited\s+(\d+)\s+s\s+in\s+(\d+)\s+pauses")  # the report's warning, wrapped
 
 
 def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool = False) -> dict:
@@ -54,7 +57,12 @@ def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool 
     verdict = VERDICT.search(done.stdout)
     pair = INTERACTION.search(done.stdout)
     unchanged = UNCHANGED.search(done.stdout)
-    return {"unchanged": f"{unchanged[1]}/{unchanged[2]}" if unchanged else "?",
+    false = FALSE.search(done.stdout)
+    waited = WAITED.search(done.stdout)
+    return {"false": int(false[1]) if false else None,
+            "false_list": re.findall(r"^  false: (.*)$", done.stdout, re.M),
+            "waited": f"{waited[1]} s in {waited[2]} pauses" if waited else "0 s",
+            "unchanged": f"{unchanged[1]}/{unchanged[2]}" if unchanged else "?",
             "all_unchanged": bool(unchanged and unchanged[1] == unchanged[2]),
             "interaction": f"{pair[1]}/{pair[2]}" if pair else "?",
             "interaction_found": bool(pair and pair[1] == pair[2] != "0"),
@@ -85,25 +93,39 @@ def main() -> None:
             print(f"run {result['run']:>2}: {result['found']}, exit {result['rc']}, {result['wall_s']} s, "
                   f"load {result['load']}", flush=True)
             return result
-        print(f"run {result['run']:>2}: found {result['found']}, unchanged {result['unchanged']}, interaction {result['interaction']}"
-              f"{' (and one not planted)' if result['interaction_extra'] else ''}, verdict {result['verdict']}, exit {result['rc']}, "
-              f"{result['wall_s']} s", flush=True)
+        print(run_line(result), flush=True)
         return result
 
     with ThreadPoolExecutor(args.parallel) as pool:
         results = list(pool.map(run, range(1, args.runs + 1)))
-    complete = sum(r["all"] for r in results)
     if args.track:
+        complete = sum(r["all"] for r in results)
         print(f"\nevery planted step alerted, every culprit exact, exit 0 in {complete} of {len(results)} runs; "
               f"median wall {sorted(r['wall_s'] for r in results)[len(results) // 2]} s; outputs in {out}")
         return
-    paired = sum(r["interaction_found"] for r in results)
-    extra = sum(r["interaction_extra"] for r in results)
-    quiet = sum(r["all_unchanged"] for r in results)
-    print(f"\nevery case with no planted step unchanged in {quiet} of {len(results)} runs")
-    print(f"planted interaction named in {paired} of {len(results)} runs; an interaction not planted in {extra}")
-    print(f"all planted events found in {complete} of {len(results)} runs; "
-          f"median wall {sorted(r['wall_s'] for r in results)[len(results) // 2]} s; outputs in {out}")
+    print("\n" + "\n".join(summary(results, out)))
+
+
+def run_line(result: dict) -> str:
+    """One run's row: what it found, what it named falsely, what it decided and how long it took."""
+    false = "?" if result.get("false") is None else result["false"]
+    return (f"run {result['run']:>2}: found {result['found']}, false {false}, unchanged {result['unchanged']}, "
+            f"interaction {result['interaction']}{' (and one not planted)' if result['interaction_extra'] else ''}, "
+            f"verdict {result['verdict']}, waited {result.get('waited', '?')}, exit {result['rc']}, {result['wall_s']} s"
+            + "".join(f"\n        false: {item}" for item in result.get("false_list", ())))
+
+
+def summary(results: list[dict], out: Path) -> list[str]:
+    """The lines under the table: in how many runs each check held."""
+    runs = len(results)
+    complete = sum(r["all"] for r in results)
+    falsely = [r for r in results if r.get("false") != 0]
+    return [f"every case with no planted step unchanged in {sum(r['all_unchanged'] for r in results)} of {runs} runs",
+            f"planted interaction named in {sum(r['interaction_found'] for r in results)} of {runs} runs; "
+            f"an interaction not planted in {sum(r['interaction_extra'] for r in results)}",
+            f"a false (commit, case) culprit (or no truth check) in {len(falsely)} of {runs} runs",
+            f"all planted events found in {complete} of {runs} runs; "
+            f"median wall {sorted(r['wall_s'] for r in results)[runs // 2]} s; outputs in {out}"]
 
 
 if __name__ == "__main__":

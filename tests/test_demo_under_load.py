@@ -1,0 +1,61 @@
+"""bench/demo_under_load.py's load generator (issue 23): bounded, in its own process group, and
+gone with its burst processes when its run ends or is interrupted (no orphans left loading the
+machine)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import pytest
+
+from bench.demo_under_load import __file__ as SCRIPT
+from bench.demo_under_load import group_alive, load, load_summary
+
+
+def members(pgid: int) -> int:
+    """Processes in the group `pgid` (field 5 of /proc/PID/stat, after the command's parentheses)."""
+    count = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            count += int(stat.read_text().rsplit(")", 1)[1].split()[2]) == pgid
+        except (OSError, IndexError, ValueError):
+            continue
+    return count
+
+
+def wait_for_burst(pgid: int, cores: int) -> None:
+    deadline = time.monotonic() + 5
+    while members(pgid) < cores + 1:
+        assert time.monotonic() < deadline, "no burst process started"
+        time.sleep(0.05)
+
+
+def test_the_load_generator_stops_by_itself_with_its_burst_processes() -> None:
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, SCRIPT, "--generate", "--seconds", "2", "--cores", "2", "--mib", "16"],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_burst(proc.pid, 2)
+    out, _ = proc.communicate(timeout=8)
+    assert proc.returncode == 0 and time.monotonic() - started < 8
+    assert not group_alive(proc.pid)
+    assert out.split()[0] in ("cpu", "memory") and "on 2 cores" in out
+
+
+@pytest.mark.parametrize("leave", [None, KeyboardInterrupt])
+def test_leaving_a_run_ends_the_generator_group_mid_burst(tmp_path: Path, leave) -> None:
+    started = time.monotonic()
+    log = tmp_path / "load.log"
+    with pytest.raises(KeyboardInterrupt) if leave else nullcontext():
+        with load(600, 2, 16, 1, log) as proc:
+            wait_for_burst(proc.pid, 2)
+            if leave:
+                raise leave
+    assert not group_alive(proc.pid) and members(proc.pid) == 0
+    assert time.monotonic() - started < 10
+    bursts = re.match(r"load: (\d+) cpu bursts [\d.]+ s, (\d+) memory bursts", load_summary(log))
+    assert int(bursts[1]) + int(bursts[2]) == 1  # cut short in its first burst
