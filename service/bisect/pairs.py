@@ -174,7 +174,7 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
                       sequential_alpha=config.sequential_alpha)
 
     residual = {case: block_residual(observations, ok, case) for case in cases}
-    own = {side: _Side({i: observations[i].own(side) for i in ok}, ok, cases) for side in ("target", "control")}
+    own = {side: _Side(observations, ok, side) for side in ("target", "control")}
     raw: list[dict[str, Comparison]] = []
     paired: list[dict[str, Paired]] = []
     for a, b in zip(ok, ok[1:]):
@@ -212,14 +212,20 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
 
 class _Side:
     """One side of every trial (the target's own metric, or the control's) with its block
-    residual per case, for `_unless_the_control_moved`."""
+    residual per case, for `_unless_the_control_moved`; built on first use, so a round with no
+    step on its blocks pays nothing for it."""
 
-    def __init__(self, observations: Mapping[int, Observation], ok: Sequence[int], cases: Sequence[str]) -> None:
-        self.observations = observations
-        self.residual = {case: block_residual(observations, ok, case) for case in cases}
+    def __init__(self, observations: Mapping[int, Observation], ok: Sequence[int], side: str) -> None:
+        self._source, self._ok, self._side = observations, ok, side
+        self._own: dict[int, Observation] | None = None
+        self._residual: dict[str, tuple[float, int] | None] = {}
 
     def compare(self, a: int, b: int, case: str, min_effect: float, config: BisectConfig, at_cap: bool) -> Paired | None:
-        return paired_comparison(self.observations[a], self.observations[b], case, self.residual[case],
+        if self._own is None:
+            self._own = {i: self._source[i].own(self._side) for i in self._ok}
+        if case not in self._residual:
+            self._residual[case] = block_residual(self._own, self._ok, case)
+        return paired_comparison(self._own[a], self._own[b], case, self._residual[case],
                                  min_effect=min_effect, alpha=config.alpha, same_z=config.same_z, at_cap=at_cap)
 
 
