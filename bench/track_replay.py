@@ -41,6 +41,7 @@ from perfbisect.service.bisect.model import BisectConfig  # noqa: E402
 from perfbisect.service.bisect.simulate import run  # noqa: E402
 
 EVERY, TRIALS, MIN_MAGNITUDE = 4, 3, 0.05
+RELATIVE = True  # the service's detector: on the logs of the heads' values (--linear: on the values)
 
 
 def random_cases(rng: np.random.Generator, commits: int, n_steps: int) -> tuple[dict[str, CaseModel], list[int]]:
@@ -70,7 +71,7 @@ def make_history(rng: np.random.Generator, commits: int, n_steps: int) -> tuple[
 def replay(history: History, rng: np.random.Generator) -> dict[int, dict]:
     """Measure every EVERY-th commit as it is pushed and detect after each; returns the alerts
     {id: {span, first_seen}} as the service would hold them."""
-    detector = partial(compute_change_points, min_magnitude=MIN_MAGNITUDE, min_size=MIN_HEADS)
+    detector = partial(compute_change_points, min_magnitude=MIN_MAGNITUDE, min_size=MIN_HEADS, relative=RELATIVE)
     points: dict[str, list[tuple[int, float]]] = {name: [] for name in history.cases}
     alerts: dict[int, dict] = {}
     for head in range(0, history.n_revisions, EVERY):
@@ -161,7 +162,11 @@ def main() -> None:
     parser.add_argument("--histories", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--demo", action="store_true", help="also replay the demo repository (minutes)")
+    parser.add_argument("--linear", action="store_true",
+                        help="detect on the values, not their logs (the detector before the twelfth session)")
     args = parser.parse_args()
+    global RELATIVE
+    RELATIVE = not args.linear
     figures = {"simulated": simulated(args.histories, args.seed)}
     if args.demo:
         figures["demo"] = demo_replay()

@@ -37,6 +37,7 @@ from perfbisect.service.bisect.changepoints import compute_change_points  # noqa
 HEADS = [1, 3, 5] + list(range(9, 54, 4))
 STEPS = {"gemm": [(0, 1.0), (10, 0.45), (28, 0.27), (43, 0.75)], "attention": [(0, 1.0), (22, 0.4)], "flat": [(0, 1.0)]}
 TRIALS, MIN_MAGNITUDE = 3, 0.15
+RELATIVE = True  # the service's detector: on the logs of the heads' values (--linear: on the values)
 # (trial noise sd, slowdown of the cache-bound cases while the machine is busy)
 MACHINES = {"quiet": (0.03, 0.0), "half loaded": (0.05, 0.15), "loaded": (0.10, 0.3)}
 
@@ -78,7 +79,7 @@ class Branch:
 
 def groups_at(branch: Branch, upto: int, pvalue: float) -> list[grouping.StepGroup]:
     detector = partial(compute_change_points, min_magnitude=MIN_MAGNITUDE, min_size=MIN_HEADS, pvalue=pvalue,
-                       trend_pvalue=pvalue)
+                       trend_pvalue=pvalue, relative=RELATIVE)
     return grouping.group_steps(grouping.detect_steps(branch.histories(upto), detector))
 
 
@@ -144,7 +145,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--histories", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--linear", action="store_true",
+                        help="detect on the values, not their logs (the detector before the twelfth session)")
     args = parser.parse_args()
+    global RELATIVE
+    RELATIVE = not args.linear
     steps = [f"{case} {at}" for case in STEPS for at, _ in STEPS[case][1:]]
     print(f"{args.histories} histories of {len(HEADS)} heads, {len(steps)} steps each\n")
     print(f"| machine | alerts | false alerts | missed steps | missed per step ({', '.join(steps)}) "

@@ -125,8 +125,9 @@ def detect(session: Session, tracked_id: int) -> Next:
     tracked = tracking.get(session, tracked_id, lock=True)
     branch = history.load(session, tracked)
     pvalue = SUSPECT_PVALUE if tracked.confirm_trials else ALERT_PVALUE
+    # relative: a head's noise is a share of its level (a ratio to the control, a throughput)
     detector = partial(compute_change_points, min_magnitude=tracked.min_magnitude, min_size=MIN_HEADS,
-                       pvalue=pvalue, trend_pvalue=pvalue)
+                       pvalue=pvalue, trend_pvalue=pvalue, relative=True)
     steps = grouping.detect_steps(branch.cases, detector)
     alerts = {a.id: a for a in repository.of_branch(session, tracked.id)}
     known = [_known(a, branch) for a in alerts.values()]

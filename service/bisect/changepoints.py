@@ -22,7 +22,12 @@ histories perfbisect sees, which drift, curve, alternate between two modes and c
      which a step or a slow trend barely moves) and at least `min_magnitude` of the level.
 3. Re-test: every kept point against its neighbouring points only; the weakest failure is
    dropped and its neighbours re-tested, until all stand (Otava's "weak change points" pass).
-4. A young level at the end (fewer than `min_size` points, each off the level before it by a
+4. `relative` (timings, throughput, ratios to a control): the noise is a share of the level, so
+   the series is tested on its logs. On the values themselves one noise figure serves every
+   level, and the noise of a high, noisy level hid a step between two low, quiet ones: a tracked
+   ratio that fell 0.47 -> 0.14 -> 0.08 -> 0.24 lost its -40% step (bench/RESULTS.md, twelfth
+   session). The means are then geometric and `min_magnitude` bounds the ratio of the levels.
+5. A young level at the end (fewer than `min_size` points, each off the level before it by a
    step the size test would keep) is set aside: it cannot be tested yet, and left in the last
    segment it bends that segment's fitted line and level, so the step before it failed its
    re-test and vanished until the new level had `min_size` points (`_young_tail`).
@@ -74,6 +79,14 @@ class _Settings:
     min_sigmas: float
     window: int
     noise: float
+    relative: bool = False
+
+
+def _relative_step(before: float, after: float, cfg: _Settings) -> float:
+    """|after / before - 1| of two levels (of the logs when `cfg.relative`); inf when before is 0."""
+    if cfg.relative:
+        return abs(math.expm1(after - before))
+    return abs(after - before) / abs(before) if before != 0 else math.inf
 
 
 def robust_noise(series: Sequence[float] | np.ndarray) -> float:
@@ -195,7 +208,8 @@ def _level_passes(x: np.ndarray, lo: int, tau: int, hi: int, cfg: _Settings) -> 
     before, step = float(left.mean()), abs(float(right.mean() - left.mean()))
     if step == 0.0 or step < cfg.min_sigmas * cfg.noise:
         return False
-    if cfg.min_magnitude > 0 and (before == 0 or step / abs(before) < cfg.min_magnitude):
+    if cfg.min_magnitude > 0 and (before == 0 and not cfg.relative
+                                  or _relative_step(before, float(right.mean()), cfg) < cfg.min_magnitude):
         return False
     return _level_pvalue(left, right, cfg.noise) * _searched(lo, hi, cfg.min_size) < cfg.pvalue
 
@@ -290,7 +304,8 @@ def _young_tail(x: np.ndarray, cfg: _Settings) -> int:
         step = float(np.min(np.abs(tail - level)))
         one_side = bool(np.all(tail > before.max()) or np.all(tail < before.min()))
         steady = float(np.max(np.abs(before - level))) <= step * LEVEL_SPREAD
-        big = step >= cfg.min_sigmas * cfg.noise and (cfg.min_magnitude == 0 or step >= cfg.min_magnitude * abs(level))
+        big = step >= cfg.min_sigmas * cfg.noise and (
+            cfg.min_magnitude == 0 or min(_relative_step(level, float(v), cfg) for v in tail) >= cfg.min_magnitude)
         if one_side and steady and big:
             return k
     return 0
@@ -298,7 +313,7 @@ def _young_tail(x: np.ndarray, cfg: _Settings) -> int:
 
 def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0, pvalue: float = 0.001,
                           trend_pvalue: float = 0.001, min_size: int = 5, min_sigmas: float = 2.0,
-                          window: int = 30) -> list[ChangePoint]:
+                          window: int = 30, relative: bool = False) -> list[ChangePoint]:
     """Change points of `series` (oldest first), sorted by index.
 
     `pvalue`: the largest p-value of the level test, Bonferroni-corrected for the split positions
@@ -306,9 +321,11 @@ def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0
     between lines fitted to either side, which rejects trends and curves); `min_magnitude`:
     the smallest |after - before| / |before| kept (0 keeps any size); `min_size`: the fewest
     points a level must have; `min_sigmas`: the smallest step in robust noise units; `window`:
-    points on either side of a split in the jump test. The defaults were chosen on TCPD and on
+    points on either side of a split in the jump test; `relative`: the noise is a share of the
+    level, so the logs are tested (every value must be positive) and the means reported are
+    geometric. The defaults were chosen on TCPD and on
     perf-like histories (bench/changepoint_accuracy.py). Raises ValueError on `min_size` < 2,
-    `window` < 2, or a series that is not one-dimensional and finite. Pure."""
+    `window` < 2, or a series that is not one-dimensional and finite (positive when relative). Pure."""
     if min_size < 2:
         raise ValueError("min_size must be at least 2")
     if window < 2:
@@ -318,8 +335,16 @@ def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0
         raise ValueError("a series is one-dimensional")
     if not np.all(np.isfinite(x)):
         raise ValueError("a series must hold finite numbers only")
+    if relative:
+        if not np.all(x > 0):
+            raise ValueError("a relative series must hold positive numbers only")
+        x = np.log(x)
     if x.size < 2 * min_size:
         return []
-    cfg = _Settings(pvalue, trend_pvalue, min_magnitude, min_size, min_sigmas, max(window, min_size), robust_noise(x))
+    cfg = _Settings(pvalue, trend_pvalue, min_magnitude, min_size, min_sigmas, max(window, min_size), robust_noise(x),
+                    relative)
     x = x[: x.size - _young_tail(x, cfg)]
-    return _retest(x, _segment_candidates(x, cfg), cfg)
+    points = _retest(x, _segment_candidates(x, cfg), cfg)
+    if relative:
+        points = [ChangePoint(p.index, math.exp(p.mean_before), math.exp(p.mean_after), p.pvalue) for p in points]
+    return points

@@ -183,3 +183,28 @@ def test_a_young_level_is_tested_once_it_has_min_size_points():
 def test_a_last_point_inside_the_level_is_no_young_level():
     """A last point within the level's range stays in it: the drop is still found with it."""
     assert indices(DROP_THEN_RISE + [0.505], min_magnitude=0.15, min_size=3) == [6]
+
+
+# The tracking demo's bf16 gemm heads in a quiet run (twelfth session, run 2): the ratio to the
+# control fell 0.47 -> 0.14 at commit 10, -40% to 0.08 at 28 (heads 25 and 29) and rose to 0.24 at
+# 43. The noise is a share of the level (about 7% at 0.47, 1 point of 100 at 0.08).
+TRACKED_GEMM = [0.5051, 0.4372, 0.4893, 0.4316, 0.1491, 0.1282, 0.1474, 0.1334, 0.1405, 0.0832, 0.0781, 0.082,
+                0.0785, 0.0984, 0.244, 0.231, 0.2443, 0.3016, 0.2839]
+
+
+def test_a_step_between_two_quiet_low_levels_is_found_on_the_logs():
+    kwargs = dict(min_magnitude=0.1, min_size=3, pvalue=0.01, trend_pvalue=0.01)
+    # one noise figure for every level: the high level's noise hides the -40% step at index 9
+    assert indices(TRACKED_GEMM, **kwargs) == [4, 14]
+    points = compute_change_points(TRACKED_GEMM, relative=True, **kwargs)
+    assert [p.index for p in points] == [4, 9, 14]
+    assert points[1].rel == pytest.approx(0.0831 / 0.1396 - 1, abs=0.01)  # geometric means of the levels
+    assert points[1].mean_before == pytest.approx(math.exp(np.mean(np.log(TRACKED_GEMM[4:9]))))
+
+
+def test_relative_min_magnitude_bounds_the_ratio_of_the_levels():
+    series = level(100, 12, sd=0.1) + level(92, 12, 3, sd=0.1)  # -8%
+    assert indices(series, relative=True, min_magnitude=0.07) == [12]
+    assert indices(series, relative=True, min_magnitude=0.09) == []
+    with pytest.raises(ValueError, match="positive"):
+        compute_change_points([1.0, 0.0] * 10, relative=True)
