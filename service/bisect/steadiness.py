@@ -6,7 +6,10 @@ what the minimum effect allows (`noise_floor` spreads wider than the minimum eff
 the outcome's noise report uses), trials measured now mostly buy an inconclusive verdict. So the
 job pauses before its next round (15, 30, 60 s by default), measures again, and judges the trials
 finished since the pause; after the last pause it gives up waiting and measures on. Every pause
-is kept (`Wait`) and the job's report says how long it waited and why (`report`). Pure.
+is kept (`Wait`) and the job's report says how long it waited and why (`report`). Once the
+machine is steady again after a pause, the trials whose control made it pause are set aside
+(`set_aside`): measured while the machine was disturbed, they would hold the job at its trial cap
+with their noise, so it measures those revisions again instead. Pure.
 """
 
 from __future__ import annotations
@@ -81,10 +84,32 @@ def check_steadiness(control: Sequence[Mapping[str, float]], config: BisectConfi
     return Wait(pause, len(control), worst[1], worst[0])
 
 
-def report(waits: Sequence[Wait], config: BisectConfig) -> str | None:
+def set_aside(control: Sequence[Mapping[str, float]], config: BisectConfig,
+              waits: Sequence[Wait]) -> frozenset[int]:
+    """The finished trials (indices into `control`, oldest first, as `check_steadiness` takes it)
+    to leave out of the comparison: once the trials since the last pause are steady, the ones
+    each pause judged unsteady (its window of at most `LAST_TRIALS`). None while the job never
+    paused, is still pausing, or gave up waiting (then it measures on with every trial, and says
+    so). The choice reads only the control, the same code at every revision, so it favours no
+    revision; it is bounded by the pauses (at most `LAST_TRIALS` trials each)."""
+    if not waits or waits[-1].pause_s == 0:
+        return frozenset()
+    since = control[waits[-1].trials:]
+    worst = control_spread(since[-LAST_TRIALS:]) if len(since) >= MIN_TRIALS else None
+    if worst is None or too_unsteady(worst[1], config):
+        return frozenset()
+    aside: set[int] = set()
+    start = 0
+    for wait in waits:
+        aside.update(range(max(start, wait.trials - LAST_TRIALS), wait.trials))
+        start = wait.trials
+    return frozenset(aside)
+
+
+def report(waits: Sequence[Wait], config: BisectConfig, set_aside: int = 0) -> str | None:
     """The report's line on waiting for a steadier machine (None when the job never waited):
     how long, why (the worst spread against what the minimum effect allows), and whether it
-    gave up."""
+    gave up or, steady again, set aside `set_aside` trials measured while it was not."""
     if not waits:
         return None
     waited = sum(w.pause_s for w in waits)
@@ -95,4 +120,7 @@ def report(waits: Sequence[Wait], config: BisectConfig) -> str | None:
             f"trials, above the {math.expm1(allowed):.1%} that a {config.min_effect:.1%} minimum effect allows")
     if waits[-1].pause_s == 0:
         line += "; it stayed unsteady, so the job measured on (its verdicts carry that noise)"
+    elif set_aside:
+        line += (f"; steady again after that, so the {set_aside} trials measured while it was not were set aside "
+                 "and their revisions measured again")
     return line

@@ -242,15 +242,19 @@ def advance(session: Session, job_id: int) -> Round:
         new, blocks, finished = attribution.advance(session, job)
         return Round([t.id for t in new], queue=job.spec["device_class"], finished=finished,
                      blocks=[[t.id for t in b] for b in blocks])
-    trials = repository.trials_of(session, job.id)
+    every = repository.trials_of(session, job.id)
+    config = config_of(job, every)
+    aside = outcome.set_aside_ids(job.progress, every, config)  # measured while the machine was unsteady
+    trials = [t for t in every if t.id not in aside]
     timed = [t for t in trials if not t.accuracy_only]  # sweep trials never enter the timing comparison
     observations = observations_from(timed, job.revision_shas, job.spec.get("metric", "ratio"))
-    config = config_of(job, timed)
     plan = plan_next(len(job.revision_shas), observations, config)
     if not plan.done and device_missing(timed):  # stop at the ends: every revision would fail alike
         plan = Plan((), done=True, correctness=plan.correctness)
-    waits, pause_s = outcome.waits_of(job.progress, timed, config, plan)  # an unsteady machine waits (issue 23)
-    job.progress = {**_progress(job, trials, observations, plan, config), "waits": outcome.waits_json(waits)}
+    # an unsteady machine waits (issue 23), judged on every trial in the order they finished
+    waits, pause_s = outcome.waits_of(job.progress, [t for t in every if not t.accuracy_only], config, plan)
+    job.progress = {**_progress(job, every, observations, plan, config), "waits": outcome.waits_json(waits),
+                    "set_aside": len(aside)}
     if plan.done or not (plan.requests or plan.blocks):
         if nothing_built(observations):  # the sweep's builds would fail alike: the job ends now
             repository.cancel_in_flight(session, job.id, accuracy_only=True)
@@ -262,7 +266,7 @@ def advance(session: Session, job_id: int) -> Round:
         raw = samples_of(session, [m.id for t in trials for m in t.measurements])
         job.status, job.error, job.result = outcome.conclude(job.revision_shas, job.spec, trials, observations,
                                                              plan, config, raw, findings)
-        job.result = outcome.with_waits(job.result, waits, config)
+        job.result = outcome.with_waits(job.result, waits, config, len(aside))
         job.finished_at = utcnow()
         if job.kind == JobKind.compare:  # a PR over culprits named earlier: what it recovers, what is left
             job.result = {**job.result, "fix_check": fixcheck.check(session, job)}
@@ -277,7 +281,7 @@ def advance(session: Session, job_id: int) -> Round:
               device_class=job.spec["device_class"], dispatched_at=held)
         for revision in plan.dispatch_order()
     ]
-    blocks = _block_trials(job, trials, plan.blocks, revisions, held)
+    blocks = _block_trials(job, every, plan.blocks, revisions, held)  # numbered after set-aside blocks too
     new += [t for block in blocks for t in block]
     new += sweep.new_trials(job, trials, plan, revisions)  # queued after the round's, run beside them
     session.add_all(new)

@@ -19,7 +19,7 @@ from typing import Any
 from perfbisect.service.bisect import BisectConfig, Observation, Plan
 from perfbisect.service.bisect.model import CorrectnessFinding
 from perfbisect.service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
-from perfbisect.service.bisect.steadiness import Wait, check_steadiness, report
+from perfbisect.service.bisect.steadiness import Wait, check_steadiness, report, set_aside
 from perfbisect.service.models import JobStatus, Trial, TrialStatus
 from perfbisect.service.settings import get_settings
 
@@ -84,11 +84,26 @@ def noise_inputs(trials: Sequence[Trial], raw: Mapping[int, dict]) -> dict[str, 
     return {n: CaseNoise(tuple(control[n].values()), throttled[n], samples[n], tuple(call_ratios[n])) for n in names}
 
 
+def _finished_ok(trials: Sequence[Trial]) -> list[Trial]:
+    return sorted((t for t in trials if t.status == TrialStatus.ok and t.finished_at is not None),
+                  key=lambda t: (t.finished_at, t.id))
+
+
 def control_by_trial(trials: Sequence[Trial]) -> list[dict[str, float]]:
     """Per finished ok trial, in the order they finished: the control's per-trial metric by case."""
-    done = sorted((t for t in trials if t.status == TrialStatus.ok and t.finished_at is not None),
-                  key=lambda t: (t.finished_at, t.id))
-    return [{m.case.name: m.control_value for m in t.measurements if m.control_value is not None} for t in done]
+    return [{m.case.name: m.control_value for m in t.measurements if m.control_value is not None}
+            for t in _finished_ok(trials)]
+
+
+def set_aside_ids(progress: Mapping[str, Any], trials: Sequence[Trial], config: BisectConfig) -> set[int]:
+    """The ids of the trials left out of the comparison because the machine was unsteady while
+    they ran and is steady again (steadiness.set_aside), with every other trial of their
+    side-by-side blocks: a block is compared whole or not at all."""
+    done = _finished_ok(trials)
+    waits = [Wait(**w) for w in progress.get("waits", ())]
+    aside = {done[i] for i in set_aside(control_by_trial(done), config, waits)}
+    blocks = {t.block for t in aside if t.block is not None}
+    return {t.id for t in trials if t in aside or (t.block is not None and t.block in blocks)}
 
 
 def waits_of(progress: Mapping[str, Any], trials: Sequence[Trial], config: BisectConfig,
@@ -102,15 +117,18 @@ def waits_of(progress: Mapping[str, Any], trials: Sequence[Trial], config: Bisec
     return waits + ([wait] if wait is not None else []), wait.pause_s if wait is not None else 0
 
 
-def with_waits(result: dict[str, Any], waits: Sequence[Wait], config: BisectConfig) -> dict[str, Any]:
+def with_waits(result: dict[str, Any], waits: Sequence[Wait], config: BisectConfig,
+               aside: int = 0) -> dict[str, Any]:
     """The result with the job's waits for a steadier machine: their report line joins the
-    outcome's warning (so the report and the pull-request comment say it), `waited_s` the seconds."""
-    line = report(waits, config)
+    outcome's warning (so the report and the pull-request comment say it), `waited_s` the seconds,
+    `set_aside` the trials left out as measured while the machine was unsteady."""
+    line = report(waits, config, aside)
     if line is None or "outcome" not in result:
         return result
     out = result["outcome"]
     warning = "; ".join(part for part in (out.get("warning"), line) if part)
-    return {**result, "outcome": {**out, "warning": warning, "waited_s": sum(w.pause_s for w in waits)}}
+    return {**result, "outcome": {**out, "warning": warning, "waited_s": sum(w.pause_s for w in waits),
+                                  "set_aside": aside}}
 
 
 def waits_json(waits: Sequence[Wait]) -> list[dict[str, Any]]:

@@ -250,6 +250,8 @@ class OutcomeRead(BaseModel):
     counts: dict[str, int]
     warning: str | None = Field(default=None, description="the run's noise hid steps of the minimum effect")
     waited_s: int = Field(default=0, description="seconds the job paused for a steadier machine (issue 23)")
+    set_aside: int = Field(default=0, description="trials left out as measured while the machine was unsteady, "
+                           "once it was steady again (their revisions were measured again)")
     cases: list[CaseOutcomeRead]
     noise: list[NoiseRead] = []
     failures: list[FailureRead] = []

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from perfbisect.service.bisect import BisectConfig
-from perfbisect.service.bisect.steadiness import Wait, check_steadiness, control_spread, report, too_unsteady
+from perfbisect.service.bisect.steadiness import Wait, check_steadiness, control_spread, report, set_aside, too_unsteady
 
 CONFIG = BisectConfig(min_effect=0.02)  # noise_floor 2: a control spread above log(1.02)/2 = 0.99% is too much
 STEADY = [{"gemm": 1.000}, {"gemm": 1.005}, {"gemm": 0.995}, {"gemm": 1.002}]
@@ -72,3 +72,28 @@ def test_the_first_pause_sets_the_others_and_zero_never_pauses():
     assert check_steadiness(UNSTEADY, CONFIG, [], first_pause_s=5).pause_s == 5
     assert check_steadiness(UNSTEADY * 2, CONFIG, [Wait(5, 4, 0.06, "gemm")], first_pause_s=5).pause_s == 10
     assert check_steadiness(UNSTEADY, CONFIG, [], first_pause_s=0) is None
+
+
+def test_the_trials_that_made_it_pause_are_set_aside_once_it_is_steady_again():
+    waits = [Wait(60, 4, 0.06, "gemm"), Wait(120, 10, 0.07, "gemm")]
+    unsteady = UNSTEADY * 2 + UNSTEADY[:2]  # the pauses were decided at 4 and at 10 finished trials
+    # each pause's window: the trials it judged (at most LAST_TRIALS = 8 since the pause before)
+    assert set_aside(unsteady + STEADY, CONFIG, waits) == frozenset(range(10))
+    assert set_aside(UNSTEADY * 3 + UNSTEADY * 2 + STEADY, CONFIG, [Wait(60, 20, 0.06, "gemm")]) == frozenset(range(12, 20))
+
+
+def test_nothing_is_set_aside_while_it_pauses_after_it_gave_up_or_if_it_never_paused():
+    waits = [Wait(60, 4, 0.06, "gemm")]
+    assert set_aside(UNSTEADY + STEADY, CONFIG, []) == frozenset()  # never paused
+    assert set_aside(UNSTEADY + UNSTEADY, CONFIG, waits) == frozenset()  # still unsteady
+    assert set_aside(UNSTEADY + STEADY[:2], CONFIG, waits) == frozenset()  # too few trials since the pause
+    gave_up = [Wait(60, 4, 0.06, "gemm"), Wait(0, 8, 0.07, "gemm")]
+    assert set_aside(UNSTEADY * 2 + STEADY, CONFIG, gave_up) == frozenset()  # it measured on with every trial
+
+
+def test_the_report_says_what_was_set_aside():
+    waits = [Wait(60, 4, 0.05, "gemm")]
+    assert report(waits, CONFIG, set_aside=4).endswith(
+        "; steady again after that, so the 4 trials measured while it was not were set aside and their "
+        "revisions measured again")
+    assert "set aside" not in report(waits, CONFIG)
