@@ -11,6 +11,7 @@ from pathlib import Path
 
 from perfbisect.service.attribution import service as attribution
 from perfbisect.service.cli.exit_codes import exit_code
+from perfbisect.service.cli.follow import progress_line
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.jobs.schemas import CompareCreate
 from perfbisect.service.jobs import advance, views
@@ -209,3 +210,17 @@ def test_a_fix_is_checked_against_the_culprits_in_its_base(session, repo) -> Non
     assert row.words.startswith("This pull request recovers 4") and "is left: what #105 costs once #111 is fixed" in row.words
     assert row.words in render_job(views.job_read(session, jobs.get(session, compare.id)))
     print(row.words, read.attribution.cases[0].words, sep="\n")
+
+
+def test_an_attribution_job_says_how_many_trials_it_expects_from_its_first_round(session, repo) -> None:
+    """The progress bar counts trials done of trials expected: "0/? trials" in the first round
+    was all an attribution job showed (eleventh session)."""
+    bisect_id = submit(session)
+    attribution_id = drive(session, bisect_id, lambda work, rng: bisect_truth(
+        jobs.get(session, bisect_id).revision_shas.index(work.sha), rng))
+    first = advance.advance(session, attribution_id)
+    session.flush()
+    job = jobs.get(session, attribution_id)
+    assert job.progress["trials"] == 0 and job.progress["expected_trials"] == len(first.trial_ids) > 0
+    assert progress_line(views.job_read(session, job), 0.0).startswith(
+        f"job {attribution_id} running: round 1, 0/{len(first.trial_ids)} trials")

@@ -209,6 +209,7 @@ def advance(session: Session, job: Job) -> tuple[list[Trial], list[list[Trial]],
                  variant=variant_key(arm) or None, dispatched_at=utcnow())
            for arm in _interleaved(requests)]
     new += [t for block in blocks for t in block]
+    job.progress = {**job.progress, "expected_trials": job.progress["trials"] + len(new)}  # the bar's total
     session.add_all(new)
     session.flush()
     return new, blocks, False
