@@ -31,13 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfbisect.service.alerts import grouping  # noqa: E402
 from perfbisect.service.alerts.grouping import CaseHistory, KnownAlert, Remeasure  # noqa: E402
-from perfbisect.service.alerts.service import ALERT_PVALUE, MIN_HEADS, SUSPECT_PVALUE  # noqa: E402
+from perfbisect.service.alerts.service import ALERT_PVALUE, MIN_HEADS, SUSPECT_PVALUE, SUSPECT_TREND_PVALUE  # noqa: E402
 from perfbisect.service.bisect.changepoints import compute_change_points  # noqa: E402
 
 HEADS = [1, 3, 5] + list(range(9, 54, 4))
 STEPS = {"gemm": [(0, 1.0), (10, 0.45), (28, 0.27), (43, 0.75)], "attention": [(0, 1.0), (22, 0.4)], "flat": [(0, 1.0)]}
 TRIALS, MIN_MAGNITUDE = 3, 0.15
 RELATIVE = True  # the service's detector: on the logs of the heads' values (--linear: on the values)
+SUSPECT_TREND = SUSPECT_TREND_PVALUE  # a suspect's jump test (--suspect-trend P: the service's before was 0.01)
 # (trial noise sd, slowdown of the cache-bound cases while the machine is busy)
 MACHINES = {"quiet": (0.03, 0.0), "half loaded": (0.05, 0.15), "loaded": (0.10, 0.3)}
 
@@ -77,9 +78,9 @@ class Branch:
                 for case in STEPS]
 
 
-def groups_at(branch: Branch, upto: int, pvalue: float) -> list[grouping.StepGroup]:
+def groups_at(branch: Branch, upto: int, pvalue: float, trend_pvalue: float) -> list[grouping.StepGroup]:
     detector = partial(compute_change_points, min_magnitude=MIN_MAGNITUDE, min_size=MIN_HEADS, pvalue=pvalue,
-                       trend_pvalue=pvalue, relative=RELATIVE)
+                       trend_pvalue=trend_pvalue, relative=RELATIVE)
     return grouping.group_steps(grouping.detect_steps(branch.histories(upto), detector))
 
 
@@ -116,6 +117,7 @@ def run(rng: np.random.Generator, machine_kind: str, mode: str) -> tuple[list[Kn
     re-measured first (the mode's trials a side) and alerted when the re-measure agrees.
     Returns the alerts and the trials the re-measures ran."""
     pvalue, confirm = MODES[mode]
+    trend = SUSPECT_TREND if confirm else pvalue  # the service's: a suspect to re-measure has a looser jump test
     machine, branch = Machine(rng, *MACHINES[machine_kind]), Branch()
     for head in HEADS:
         machine.tick()
@@ -124,12 +126,12 @@ def run(rng: np.random.Generator, machine_kind: str, mode: str) -> tuple[list[Kn
         if head < 5:
             continue
         if not confirm:
-            raise_alerts(branch, new_groups(branch, groups_at(branch, head, pvalue)))
+            raise_alerts(branch, new_groups(branch, groups_at(branch, head, pvalue, trend)))
             continue
-        for group in new_groups(branch, groups_at(branch, head, pvalue)):
+        for group in new_groups(branch, groups_at(branch, head, pvalue, trend)):
             if grouping.confirmation(group, branch.remeasures, MIN_MAGNITUDE) == grouping.REMEASURE:
                 remeasure(machine, branch, group, confirm)  # its job finishes before the next head
-        raise_alerts(branch, [g for g in new_groups(branch, groups_at(branch, head, pvalue))
+        raise_alerts(branch, [g for g in new_groups(branch, groups_at(branch, head, pvalue, trend))
                               if grouping.confirmation(g, branch.remeasures, MIN_MAGNITUDE) == grouping.ALERT])
     return branch.alerts, 2 * confirm * len(branch.remeasures)
 
@@ -147,9 +149,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--linear", action="store_true",
                         help="detect on the values, not their logs (the detector before the twelfth session)")
+    parser.add_argument("--suspect-trend", type=float, default=SUSPECT_TREND_PVALUE,
+                        help="a suspect's jump-test p-value (the service's before the twelfth session: 0.01)")
     args = parser.parse_args()
-    global RELATIVE
-    RELATIVE = not args.linear
+    global RELATIVE, SUSPECT_TREND
+    RELATIVE, SUSPECT_TREND = not args.linear, args.suspect_trend
     steps = [f"{case} {at}" for case in STEPS for at, _ in STEPS[case][1:]]
     print(f"{args.histories} histories of {len(HEADS)} heads, {len(steps)} steps each\n")
     print(f"| machine | alerts | false alerts | missed steps | missed per step ({', '.join(steps)}) "
