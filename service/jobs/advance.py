@@ -243,16 +243,16 @@ def advance(session: Session, job_id: int) -> Round:
         return Round([t.id for t in new], queue=job.spec["device_class"], finished=finished,
                      blocks=[[t.id for t in b] for b in blocks])
     every = repository.trials_of(session, job.id)
+    every_timed = [t for t in every if not t.accuracy_only]  # the pauses count these, in the order they finished
     config = config_of(job, every)
-    aside = outcome.set_aside_ids(job.progress, every, config)  # measured while the machine was unsteady
+    aside = outcome.set_aside_ids(job.progress, every_timed, config)  # measured while the machine was unsteady
     trials = [t for t in every if t.id not in aside]
     timed = [t for t in trials if not t.accuracy_only]  # sweep trials never enter the timing comparison
     observations = observations_from(timed, job.revision_shas, job.spec.get("metric", "ratio"))
     plan = plan_next(len(job.revision_shas), observations, config)
     if not plan.done and device_missing(timed):  # stop at the ends: every revision would fail alike
         plan = Plan((), done=True, correctness=plan.correctness)
-    # an unsteady machine waits (issue 23), judged on every trial in the order they finished
-    waits, pause_s = outcome.waits_of(job.progress, [t for t in every if not t.accuracy_only], config, plan)
+    waits, pause_s = outcome.waits_of(job.progress, every_timed, config, plan)  # an unsteady machine waits (23)
     job.progress = {**_progress(job, every, observations, plan, config), "waits": outcome.waits_json(waits),
                     "set_aside": len(aside)}
     if plan.done or not (plan.requests or plan.blocks):
