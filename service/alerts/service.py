@@ -64,7 +64,8 @@ def _known(alert: Alert, branch: history.BranchHistory) -> KnownAlert:
 
 def _store(session: Session, tracked: TrackedBranch, branch: history.BranchHistory, group: StepGroup,
            alert: Alert | None) -> Alert:
-    """Create the group's alert, or narrow and refresh the matched one (its status is kept)."""
+    """Create the group's alert, or narrow and refresh the matched one (its status is kept; once
+    its bisect named a culprit, its range stays the one that was bisected)."""
     span = (group.before, group.after)
     if alert is None:
         alert = Alert(tracked_branch_id=tracked.id, status=AlertStatus.new, comments={}, detections=0)
@@ -72,7 +73,12 @@ def _store(session: Session, tracked: TrackedBranch, branch: history.BranchHisto
         session.add(alert)
     else:
         known = _known(alert, branch).span
-        span = grouping.overlap(known, span) or span if known else span
+        if known and alert.culprit_first_sha is not None:
+            # bisected side by side: that culprit outweighs heads' medians measured at other
+            # times (a bisect's heads measured under load moved a demo alert off its culprit)
+            span = known
+        else:
+            span = grouping.overlap(known, span) or span if known else span
     alert.kind = AlertKind(group.kind)
     alert.before_sha, alert.first_sha, alert.last_sha = (branch.shas[span[0]], branch.shas[span[0] + 1],
                                                           branch.shas[span[1]])

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from perfbisect.service.alerts import history
 from perfbisect.service.alerts import service as alerts
+from perfbisect.service.alerts.grouping import Step, StepGroup
 from perfbisect.service.alerts.schemas import AlertUpdate
 from perfbisect.service.jobs import advance
 from perfbisect.service.jobs import repository as jobs_repo
@@ -149,6 +151,16 @@ def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(sess
     assert done.comment_alert_ids == [alert.id]
     assert (alert.culprit_first_sha, alert.culprit_last_sha) == (shas[10], shas[10])
     assert alerts.job_finished(session, tracked.id * 0 + 10**9) is None  # no alert's bisect
+
+    # heads measured later at other times (a bisect's, under load) place the step at 7..8: the
+    # alert keeps the range it was bisected over, which holds its culprit
+    branch = history.load(session, tracked)
+    elsewhere = StepGroup(7, 8, (Step(CASE_NAME, "regression", 7, 8, -0.4, 0.001, 1.0, 0.6),))
+    alerts._store(session, tracked, branch, elsewhere, alert)
+    assert (alert.before_sha, alert.last_sha) == (shas[7], shas[11]) and alert.detections == 3
+    alert.culprit_first_sha = None  # before its bisect names one, a re-detection narrows it
+    alerts._store(session, tracked, branch, elsewhere, alert)
+    assert (alert.before_sha, alert.last_sha) == (shas[7], shas[8])
 
 
 def test_triaged_alerts_are_not_raised_again_and_invalid_cancels_the_bisect(session, lib) -> None:
