@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -103,6 +104,29 @@ def test_a_stop_request_kills_the_tree_within_a_second(tmp_path: Path) -> None:
                        memory=None, should_stop=lambda: time.monotonic() > stop_at)
         assert done.stopped == "cancelled" and time.monotonic() - started < 2.5
         assert marked_processes(box.marker) == []
+
+
+def _zombie_children() -> set[int]:
+    return {p.pid for p in proctree.all_processes() if p.ppid == os.getpid() and p.zombie}
+
+
+def test_a_slot_reaps_the_orphans_adopted_outside_any_trial_and_leaves_a_popens_child() -> None:
+    """The worker is a child subreaper, so an orphan of a helper it ran outside any trial (`git gc
+    --auto` detaches from a fetch's git) is re-parented to it and, once it exits, stays a zombie
+    for as long as the worker lives; a slot's release reaps it, and leaves alone the child that a
+    Popen will still wait for (its exit status must survive)."""
+    proctree.harden_worker_process()
+    orphan = int(subprocess.run(["sh", "-c", "sleep 0.1 & echo $!"], capture_output=True, text=True,
+                                check=True).stdout)
+    waited = subprocess.Popen(["sh", "-c", "exit 3"])
+    deadline = time.monotonic() + 10
+    while not {orphan, waited.pid} <= _zombie_children() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert {orphan, waited.pid} <= _zombie_children()  # adopted, dead, unreaped
+    with sandbox.slot():
+        pass
+    assert orphan not in _zombie_children() and waited.pid in _zombie_children()
+    assert waited.wait(timeout=5) == 3
 
 
 def test_the_memory_cap_fails_an_oversized_allocation(monkeypatch) -> None:

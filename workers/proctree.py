@@ -12,9 +12,12 @@ its orphans stay among its descendants while it lives. Linux only; elsewhere the
 
 from __future__ import annotations
 
+import gc
 import logging
+import multiprocessing.popen_fork
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +166,30 @@ def kill_marked(marker: str) -> int:
                 except ProcessLookupError:
                     pass
     return killed
+
+
+def reap_adopted() -> int:
+    """Reap the zombies re-parented to this process, a child subreaper, that nothing here waits
+    for: an orphan that exited by itself outside any trial's tree (`git gc --auto` detaches from
+    the git that a fetch runs; a helper's background job) would otherwise stay a zombie for as
+    long as the worker lives, one pid each. A child that a Popen or a multiprocessing Process of
+    this process will wait for is left to it (reaping it here would lose its exit status).
+    Returns how many were reaped."""
+    me = os.getpid()
+    zombies = [p.pid for p in all_processes() if p.ppid == me and p.zombie]
+    if not zombies:
+        return 0
+    waited = {o.pid for o in gc.get_objects()
+              if isinstance(o, subprocess.Popen | multiprocessing.popen_fork.Popen) and o.returncode is None}
+    reaped = 0
+    for pid in zombies:
+        if pid in waited:
+            continue
+        try:
+            reaped += os.waitpid(pid, os.WNOHANG)[0] == pid
+        except ChildProcessError:
+            pass
+    return reaped
 
 
 def _reap(pids) -> None:

@@ -406,6 +406,7 @@ def slot(user: SandboxUser | None | Literal["configured"] = "configured") -> Ite
             return
         finally:
             _wipe(path)
+            proctree.reap_adopted()
             fcntl.flock(handle, fcntl.LOCK_UN)
             handle.close()
     raise SandboxError(f"all {MAX_SLOTS} sandbox slots of this host are in use")
