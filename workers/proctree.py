@@ -168,6 +168,9 @@ def kill_marked(marker: str) -> int:
     return killed
 
 
+_POPENS = (subprocess.Popen, multiprocessing.popen_fork.Popen)
+
+
 def reap_adopted() -> int:
     """Reap the zombies re-parented to this process, a child subreaper, that nothing here waits
     for: an orphan that exited by itself outside any trial's tree (`git gc --auto` detaches from
@@ -179,8 +182,10 @@ def reap_adopted() -> int:
     zombies = [p.pid for p in all_processes() if p.ppid == me and p.zombie]
     if not zombies:
         return 0
+    # issubclass of the type: isinstance would read each object's __class__, which some
+    # libraries' deprecated aliases answer with a warning
     waited = {o.pid for o in gc.get_objects()
-              if isinstance(o, subprocess.Popen | multiprocessing.popen_fork.Popen) and o.returncode is None}
+              if issubclass(type(o), _POPENS) and o.returncode is None}
     reaped = 0
     for pid in zombies:
         if pid in waited:
