@@ -224,7 +224,10 @@
       var key = whole ? "all" : lo + ":" + hi;
       if (key === asked) return;
       asked = key;
-      if (whole) { spec.series.forEach(function (s, i) { s.points = overview[i]; }); fig.dataset.window = ""; draw(); return; }
+      if (whole) {
+        spec.series.forEach(function (s, i) { s.points = overview[i]; });
+        fig.dataset.window = ""; fig.dataset.loading = "false"; draw(); return;
+      }
       fig.dataset.loading = "true";
       fetch(spec.history_api + "&start=" + Math.max(0, lo) + "&end=" + Math.max(0, hi), {headers: {Accept: "application/json"}})
         .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
@@ -239,8 +242,10 @@
           fig.dataset.window = key;
           draw();
         })
-        .catch(function () { asked = null; })  // the overview stays drawn; the next zoom asks again
-        .then(function () { fig.dataset.loading = "false"; });
+        .catch(function () { if (asked === key) asked = null; })  // the overview stays drawn; the next zoom asks again
+        .then(function () {  // an earlier window's answer neither ends a later one's loading nor drops its request
+          if (asked === key || asked === null) fig.dataset.loading = "false";
+        });
     }
     fig.querySelectorAll("input[name$='-view']").forEach(function (r) {
       if (r.value === "ratio" && !hasRatio(spec)) { r.disabled = true; }
