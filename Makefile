@@ -39,12 +39,11 @@ system-packages:
 chromium:
 	@bash scripts/chromium.sh
 
-# Both cores for the unit and service tests and the end-to-end tests that time nothing (marked
-# `untimed`); then the other end-to-end tests one at a time on a quiet machine (they start
-# servers and workers of their own and time real trials and recoveries).
+# Two workers: the end-to-end tests that time real trials and recoveries (they start servers and
+# workers of their own) one after another on one of them, first, since they mostly wait on their
+# processes; everything else spread over both (tests/conftest.py).
 test: install services system-packages chromium
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not e2e or untimed" --durations=10
-	$(BIN)/python -m pytest -q -m "e2e and not quiet and not untimed" --durations=0
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not quiet" --durations=15
 
 bench: install
 	$(BIN)/python bench/bisect_accuracy.py --quick
