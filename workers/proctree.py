@@ -171,30 +171,20 @@ def kill_marked(marker: str) -> int:
 _POPENS = (subprocess.Popen, multiprocessing.popen_fork.Popen)
 
 
-def reap_adopted() -> int:
+def reap_adopted() -> None:
     """Reap the zombies re-parented to this process, a child subreaper, that nothing here waits
     for: an orphan that exited by itself outside any trial's tree (`git gc --auto` detaches from
     the git that a fetch runs; a helper's background job) would otherwise stay a zombie for as
     long as the worker lives, one pid each. A child that a Popen or a multiprocessing Process of
-    this process will wait for is left to it (reaping it here would lose its exit status).
-    Returns how many were reaped."""
+    this process will wait for is left to it (reaping it here would lose its exit status)."""
     me = os.getpid()
     zombies = [p.pid for p in all_processes() if p.ppid == me and p.zombie]
     if not zombies:
-        return 0
+        return
     # issubclass of the type: isinstance would read each object's __class__, which some
     # libraries' deprecated aliases answer with a warning
-    waited = {o.pid for o in gc.get_objects()
-              if issubclass(type(o), _POPENS) and o.returncode is None}
-    reaped = 0
-    for pid in zombies:
-        if pid in waited:
-            continue
-        try:
-            reaped += os.waitpid(pid, os.WNOHANG)[0] == pid
-        except ChildProcessError:
-            pass
-    return reaped
+    waited = {o.pid for o in gc.get_objects() if issubclass(type(o), _POPENS) and o.returncode is None}
+    _reap(pid for pid in zombies if pid not in waited)
 
 
 def _reap(pids) -> None:
