@@ -7,6 +7,9 @@ own, through the migrations; then starts the server against it and prints:
   the jobs list (sequential requests);
 - achieved rps, p99 and 5xx/503 counts for job reads offered at fixed rates (open loop);
 - how long latency takes to come back to normal after an overload stops;
+- the history page of one case over all commits in Chromium (Playwright, when Debian's Chromium
+  is there): navigation to a drawn, zoomable chart, and a zoom's fetch of its window at full
+  resolution until it is drawn (targets: under 1 s and under 200 ms);
 - bytes per trial and per measurement (hot table with its indexes, and the raw samples apart).
 
     .venv/bin/python bench/scale.py                      # 10,000 x 50 x 3 (1.5 M measurements)
@@ -172,6 +175,85 @@ def machine_reference_ms() -> float:
 TARGETS = {"one case, all commits, width 1400": 0.5, "all-cases overview (JSON)": 0.5}
 JOB_READ_P99_TARGET = 1.0  # 200 job reads/s offered: p99 at most 1x the reference, nothing shed
 HISTORY_BYTES_TARGET = 200_000  # one case over every commit at width 1,400
+PAGE_READY_TARGET_MS = 1000  # the history page of a 10,000-commit case: drawn and zoomable
+ZOOM_TARGET_MS = 200  # a zoom: its window fetched at full resolution and drawn
+CHROMIUM = os.environ.get("PERFBISECT_CHROMIUM") or "/usr/bin/chromium"
+
+# In the page before its scripts: when each window fetch started and when its window was drawn
+# (the chart sets data-window once the answer is drawn), on the page's own clock.
+ZOOM_PROBE = """
+window.__zooms = [];
+const fetch0 = window.fetch;
+window.fetch = function (url, opts) {
+  if (String(url).includes("&start=")) window.__zooms.push({asked: performance.now(), drawn: null});
+  return fetch0.apply(this, arguments);
+};
+new MutationObserver(function (changes) {
+  changes.forEach(function (c) {
+    const last = window.__zooms[window.__zooms.length - 1];
+    if (last && !last.drawn && c.target.dataset.window) last.drawn = performance.now();
+  });
+}).observe(document, {subtree: true, attributes: true, attributeFilter: ["data-window"]});
+"""
+
+
+def history_page(base: str, case: str, loads: int = 5, zooms: int = 8) -> None:
+    """Times the history page of `case` in Chromium: `loads` navigations in fresh browser
+    contexts (no cache) until the chart is drawn and takes input, then `zooms` drag-zooms at
+    spread positions, each from its window's fetch to its drawing (the chart's 120 ms wait for a
+    zoom to settle comes before the fetch and is not counted)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("history page in Chromium: skipped (no playwright)")
+        return
+    if not Path(CHROMIUM).exists():
+        print(f"history page in Chromium: skipped (no Chromium at {CHROMIUM}; `make chromium`)")
+        return
+    from urllib.parse import quote
+
+    url = f"{base}/dashboard/repositories/scale?case={quote(case)}"
+    ready, drawn_points, zoom_ms = [], 0, []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            for load in range(loads):
+                context = browser.new_context(viewport={"width": 1400, "height": 900})
+                page = context.new_page()
+                page.add_init_script(ZOOM_PROBE)
+                page.goto(url, wait_until="commit")
+                page.wait_for_selector("figure.perf-chart[data-ready='true'] canvas", timeout=30_000)
+                # navigation start to the chart drawn with its handlers on (the page's own clock)
+                ready.append(page.evaluate("performance.now()"))
+                fig = page.locator("figure.perf-chart")
+                drawn_points = int(fig.get_attribute("data-points"))
+                if load == loads - 1:
+                    box = fig.locator(".u-over").bounding_box()
+                    for i in range(zooms):
+                        left = box["x"] + box["width"] * (0.05 + 0.85 * i / max(1, zooms - 1))
+                        y = box["y"] + box["height"] / 2
+                        page.mouse.move(left, y)
+                        page.mouse.down()
+                        page.mouse.move(left + box["width"] * 0.06, y, steps=4)  # ~6% of the range
+                        page.mouse.up()
+                        page.wait_for_function("() => { const z = window.__zooms; "
+                                               f"return z.length === {i + 1} && z[{i}].drawn; }}", timeout=30_000)
+                        z = page.evaluate(f"window.__zooms[{i}]")
+                        zoom_ms.append(z["drawn"] - z["asked"])
+                        fig.locator(".zoom-reset").click()  # the overview again, nothing fetched
+                        page.wait_for_selector("figure.perf-chart[data-window='']")
+                context.close()
+        finally:
+            browser.close()
+    ready.sort()
+    zoom_ms.sort()
+    print(f"history page in Chromium ({drawn_points:,} points drawn of one case over all commits):")
+    print(f"  navigation to a drawn, zoomable chart: median {statistics.median(ready):.0f} ms, "
+          f"worst {ready[-1]:.0f} ms of {loads} (< {PAGE_READY_TARGET_MS} ms: "
+          f"{'met' if ready[-1] < PAGE_READY_TARGET_MS else 'MISSED'})")
+    print(f"  a zoom's window fetched and drawn: median {statistics.median(zoom_ms):.0f} ms, "
+          f"worst {zoom_ms[-1]:.0f} ms of {zooms} (< {ZOOM_TARGET_MS} ms: "
+          f"{'met' if zoom_ms[-1] < ZOOM_TARGET_MS else 'MISSED'})")
 
 
 def timed(client: httpx.Client, path: str, params: dict | None = None, reps: int = 20,
@@ -440,6 +522,9 @@ def main() -> None:
                 reference = after
             seconds = recovery(client, f"/api/jobs/{job_id}", normal or 5.0, base)
             print(f"\nback to normal latency {seconds:.1f} s after a 5 s overload (1000 rps offered) stopped")
+            reference = machine_reference_ms()
+            history_page(base, case)
+            print(f"(machine reference around the page: {(reference + machine_reference_ms()) / 2:.0f} ms)")
             print(f"machine reference at the end: {machine_reference_ms():.0f} ms")
     finally:
         os.killpg(server.pid, 15)

@@ -29,7 +29,7 @@ from perfbisect.dashboards.history import (
     steps_of,
 )
 from perfbisect.dashboards.links import repo_links
-from perfbisect.dashboards.payload import point_columns
+from perfbisect.dashboards.payload import point_columns, rounded
 from perfbisect.service.models import Repository
 
 CHART_POINTS = 1400  # what the page's charts carry per series (about a wide chart's pixels)
@@ -81,9 +81,10 @@ def _marks(session: Session, read: HistoryRead) -> tuple[list[CulpritRow], list[
 
 
 def _points(s: columns.SeriesColumns, kept: np.ndarray, sha_of: dict[int, str]) -> tuple[RevisionPoint, ...]:
-    """RevisionPoints of the kept offsets only (NaN read back as None)."""
+    """RevisionPoints of the kept offsets only, rounded as the API's columns are (NaN read back
+    as None): the page embeds them, and 17 digits of a 1e-3 noise were a tenth of it."""
     ints = [s.ints[c][kept].tolist() for c in columns.INTS]
-    floats = {c: [None if v != v else v for v in s.floats[c][kept].tolist()] for c in columns.FLOATS}
+    floats = {c: rounded(s.floats[c][kept]) for c in columns.FLOATS}
     return tuple(RevisionPoint(sha_of[rid], position, *values)
                  for position, rid, values in zip(ints[0], ints[1], zip(
                      floats["value"], floats["control_value"], floats["ratio"], ints[2], floats["value_min"],
@@ -126,18 +127,17 @@ def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: boo
     links, devices = repo_links(repo.url), views.device_names(session, histories)
     charts = views.chart_panels(histories, positions, revisions, links, devices, repo.name, overlay) if panels else []
     for panel in charts:
-        panel.chart.update(zoom_source(repo.name, panel.histories, width, links))
+        panel.chart.update(zoom_source(repo.name, panel.histories, width))
     return views.RepositoryHistory(
         repository=repo, positions=positions, revisions=revisions, histories=histories, panels=charts,
         cases=repository.measured_cases(session, repo.id) if panels else [], links=links, devices=devices,
         shapes=read.shapes)
 
 
-def zoom_source(name: str, histories: list, width: int, links) -> dict:
+def zoom_source(name: str, histories: list, width: int) -> dict:
     """Where a chart of `histories` asks for a zoomed window at full resolution (static/charts.js
-    adds start, end and width), and how it links the commits it gets."""
+    adds start and end)."""
     query = {"suite": histories[0].suite, "target": histories[0].target, "width": width}
     if len(histories) == 1:
         query["case"] = histories[0].case
-    return {"history_api": f"/api/history/{quote(name)}?{urlencode(query)}",
-            "commit_url": links.commit("{sha}"), "pr_url": links.pull("{pr}")}
+    return {"history_api": f"/api/history/{quote(name)}?{urlencode(query)}"}

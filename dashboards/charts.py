@@ -55,10 +55,13 @@ def _series(series: Series, label: str, color: str, case: str) -> dict[str, Any]
 
 
 def case_chart(histories: Sequence[CaseHistory], commits: Mapping[str, dict[str, Any]],
-               devices: Mapping[str, str] | None = None, *, title: str | None = None) -> dict[str, Any]:
+               devices: Mapping[str, str] | None = None, *, title: str | None = None,
+               links: RepoLinks | None = None) -> dict[str, Any]:
     """One chart of one case (or of several shapes of one kernel overlaid: then one series per
-    case, labelled by its name). `commits` maps sha -> {subject, pr_number, commit_url, pr_url};
-    `devices` maps fingerprint -> device and toolchain text."""
+    case, labelled by its name). `commits` maps sha -> {subject, pr_number, date}; `links` gives
+    the chart the templates of a commit's and a pull request's pages ("{sha}", "{pr}"; null off
+    GitHub/GitLab), which static/charts.js fills in; `devices` maps fingerprint -> device and
+    toolchain text."""
     devices = devices or {}
     overlay = len(histories) > 1
     series, steps, failed = [], [], []
@@ -76,12 +79,14 @@ def case_chart(histories: Sequence[CaseHistory], commits: Mapping[str, dict[str,
     units = sorted({s["unit"] for s in series if s["unit"]})
     return {"title": title or (f"{histories[0].case} ({histories[0].target})" if histories else ""),
             "unit": ", ".join(units), "series": series, "steps": steps, "failed": failed,
-            "commits": {sha: commits[sha] for sha in shas if sha in commits}}
+            "commits": {sha: commits[sha] for sha in shas if sha in commits},
+            "commit_url": links.commit("{sha}") if links else None,
+            "pr_url": links.pull("{pr}") if links else None}
 
 
-def commit_info(revisions: Mapping[str, Any], links: RepoLinks) -> dict[str, dict[str, Any]]:
-    """sha -> what a tooltip and a table show of the commit, with its links (None off GitHub/GitLab)."""
-    return {sha: {"subject": meta.subject, "pr_number": meta.pr_number, "commit_url": links.commit(sha),
-                  "pr_url": links.pull(meta.pr_number) if meta.pr_number else None,
+def commit_info(revisions: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """sha -> what a tooltip shows of the commit (its links come from the chart's templates: one
+    URL per commit was a third of a long history page)."""
+    return {sha: {"subject": meta.subject, "pr_number": meta.pr_number,
                   "date": meta.authored_at.strftime("%Y-%m-%d") if meta.authored_at else None}
             for sha, meta in revisions.items()}

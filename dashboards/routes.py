@@ -35,6 +35,8 @@ templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.filters["num"] = lambda v: "-" if v is None else format_value(v)
 templates.env.filters["svg"] = Markup  # overview.sparkline escapes every text it writes
 templates.env.filters["pct"] = lambda v: "-" if v is None else f"{v * 100:+.1f}%"
+# The charts' embedded specs (`tojson`) without spaces or sorting: a long history's is most of its page.
+templates.env.policies["json.dumps_kwargs"] = {"separators": (",", ":")}
 REGRESSION_KINDS = ("wrong results",)  # the regressions list's kind that alerts spell wrong_results
 STALLED_AFTER = timedelta(minutes=30)  # a job in flight none of whose trials moved for this long
 

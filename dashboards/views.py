@@ -129,15 +129,15 @@ def chart_panels(histories: list[CaseHistory], order: Order, revisions: dict[str
 
 def _build_panels(histories: list[CaseHistory], order: Order, revisions: dict[str, RevisionMeta], links: RepoLinks,
                   devices: dict[str, str], overlay: bool) -> list[CasePanel]:
-    commits = commit_info(revisions, links)
+    commits = commit_info(revisions)
     if overlay and len(histories) > 1:  # several shapes of a kernel in one chart
         groups: dict[tuple[str, str], list[CaseHistory]] = {}
         for h in histories:
             groups.setdefault((h.suite, h.target), []).append(h)
         return [CasePanel(history=hs[0], histories=hs, table=[],
-                          chart=case_chart(hs, commits, devices, title=f"{len(hs)} shapes of {target}"))
+                          chart=case_chart(hs, commits, devices, title=f"{len(hs)} shapes of {target}", links=links))
                 for (_, target), hs in groups.items()]
-    return [CasePanel(history=h, histories=[h], chart=case_chart([h], commits, devices),
+    return [CasePanel(history=h, histories=[h], chart=case_chart([h], commits, devices, links=links),
                       table=median_table(h, order, revisions)) for h in histories]
 
 

@@ -144,6 +144,9 @@ def test_zoom_by_drag_buttons_and_keyboard_and_the_readout(page) -> None:
     readout = fig.locator(".readout").inner_text()
     assert sha(0)[:10] in readout and "#900" in readout and "median of 3 trials" in readout
     assert "[" in readout and "× control" in readout  # the trials' range, in the ratio view
+    # its links, filled in from the chart's templates
+    assert fig.locator(f".readout a[href='https://github.com/acme/minikern/commit/{sha(0)}']").count() == 1
+    assert fig.locator(".readout a[href='https://github.com/acme/minikern/pull/900']").count() == 1
     fig.locator("input[value='value']").check()
     fig.locator(".plot").focus()
     page.keyboard.press("ArrowRight")

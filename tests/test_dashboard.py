@@ -128,15 +128,16 @@ def test_case_chart_carries_each_fingerprint_with_its_spread_device_and_commit_l
             row(SHAS[1], 640.0, fp="fpB", control=None)]
     [history] = build_histories(rows, [], SHAS[:3])
     links = repo_links("git@github.com:acme/kern.git")
-    commits = {SHAS[0]: {"subject": "tune tiles", "pr_number": 3, "commit_url": links.commit(SHAS[0]),
-                         "pr_url": links.pull(3)}}
-    chart = case_chart([history], commits, {"fpA": "NVIDIA H200 · torch 2.11"})
+    commits = {SHAS[0]: {"subject": "tune tiles", "pr_number": 3}}
+    chart = case_chart([history], commits, {"fpA": "NVIDIA H200 · torch 2.11"}, links=links)
     assert [(s["label"], len(s["points"])) for s in chart["series"]] == [
         ("NVIDIA H200 · torch 2.11 (fp fpA)", 2), ("fp fpB", 1)]
     first = chart["series"][0]["points"][0]
     assert (first["value"], first["value_min"], first["value_max"], first["trials"]) == (610.0, 600.0, 620.0, 2)
     assert first["ratio_min"] == pytest.approx(600 / 700) and first["control"] == 700.0
-    assert chart["commits"][SHAS[0]]["pr_url"] == "https://github.com/acme/kern/pull/3"
+    assert chart["commits"][SHAS[0]] == {"subject": "tune tiles", "pr_number": 3}
+    assert chart["commit_url"].replace("{sha}", SHAS[0]) == f"https://github.com/acme/kern/commit/{SHAS[0]}"
+    assert chart["pr_url"].replace("{pr}", "3") == "https://github.com/acme/kern/pull/3"
     assert chart["unit"] == "TFLOP/s" and chart["title"] == f"{GEMM} ({TARGET})"
 
 

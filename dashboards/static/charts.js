@@ -110,13 +110,14 @@
     if (!sha) return null;
     c = spec.commits[sha] || {};
     var frag = document.createDocumentFragment();
-    var head = el("p");
-    var code = c.commit_url ? el("a", {href: c.commit_url}) : el("span");
+    var head = el("p");  // the links from the chart's templates (null off GitHub/GitLab)
+    var code = spec.commit_url ? el("a", {href: spec.commit_url.replace("{sha}", sha)}) : el("span");
     code.appendChild(el("code", {}, sha.slice(0, 10)));
     head.appendChild(code);
     if (c.pr_number) {
       head.appendChild(document.createTextNode(" "));
-      head.appendChild(c.pr_url ? el("a", {href: c.pr_url}, "#" + c.pr_number) : el("span", {}, "#" + c.pr_number));
+      head.appendChild(spec.pr_url ? el("a", {href: spec.pr_url.replace("{pr}", c.pr_number)}, "#" + c.pr_number)
+                                   : el("span", {}, "#" + c.pr_number));
     }
     head.appendChild(document.createTextNode(" " + (c.subject || "") + (c.date ? " (" + c.date + ")" : "") +
                                              " · commit " + x));
@@ -167,8 +168,6 @@
       if (spec.commits[sha]) return;
       var pr = c.pr_number ? c.pr_number[i] : null;
       spec.commits[sha] = {subject: c.subject ? c.subject[i] : "", pr_number: pr,
-                           commit_url: spec.commit_url ? spec.commit_url.replace("{sha}", sha) : null,
-                           pr_url: pr && spec.pr_url ? spec.pr_url.replace("{pr}", pr) : null,
                            date: c.authored_at && c.authored_at[i] ? c.authored_at[i].slice(0, 10) : null};
     });
   }
