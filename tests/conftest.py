@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.isolation import isolate_xdist_worker, xdist_controller  # noqa: E402
+from tests.isolation import group_timed_e2e, isolate_xdist_worker, xdist_controller  # noqa: E402
 
 # Under pytest-xdist every worker gets its own database (made from the migrations) and its own
 # Redis server, so workers never drop each other's schema or flush each other's queues.
@@ -160,16 +160,9 @@ def demo_repo(tmp_path_factory) -> Path:
     return write_demo_repo(tmp_path_factory.mktemp("demo") / "minikern")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(items) -> None:
-    """Under xdist, the e2e tests that time real trials and recoveries (they start servers and
-    workers of their own) run one after another on one worker, and first: they mostly wait on
-    their processes, so the other worker gets through most of the rest meanwhile, and both share
-    what is left (the e2e tests marked `untimed` among them)."""
-    timed = [item for item in items if item.get_closest_marker("e2e") and not item.get_closest_marker("untimed")]
-    for item in timed:
-        item.add_marker(pytest.mark.xdist_group("e2e"))
-    first = set(map(id, timed))
-    items[:] = timed + [item for item in items if id(item) not in first]
+    group_timed_e2e(items)  # one after another on one xdist worker, first
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ from tests.fault_support import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.faults]
 
 
 @pytest.fixture(scope="module")
