@@ -40,8 +40,9 @@ chromium:
 	@bash scripts/chromium.sh
 
 # Two workers: the end-to-end tests that time real trials and recoveries (they start servers and
-# workers of their own) one after another on one of them, first, since they mostly wait on their
-# processes; everything else spread over both (tests/conftest.py).
+# workers of their own) first, the fault tests one after another on one worker and the demo
+# bisects on the other, so no two demo bisects measure each other; everything else spread over
+# both (tests/isolation.py, group_timed_e2e; checked by tests/test_suite_layout.py).
 test: install services system-packages chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not quiet" --durations=15
 
