@@ -162,7 +162,7 @@ def demo_repo(tmp_path_factory) -> Path:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(items) -> None:
-    group_timed_e2e(items)  # one after another on one xdist worker, first
+    group_timed_e2e(items)  # first, the fault tests and the demo bisects on a worker each
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ Each worker (PYTEST_XDIST_WORKER = gw0, gw1, ...) gets:
 - its own suffix for the e2e databases (PERFBISECT_TEST_NS).
 Without xdist nothing changes. Runs before any service module reads the environment.
 
-And it keeps the timed e2e tests on one worker, one after another (`group_timed_e2e`).
+And it runs the timed e2e tests first, in two groups of one worker each (`group_timed_e2e`).
 """
 
 from __future__ import annotations
