@@ -1,5 +1,15 @@
-"""The per-process cache of built dashboard bodies stays bounded in count and in bytes."""
-from perfbisect.service.api.responses import BodyCache
+"""The per-process cache of built dashboard bodies stays bounded in count and in bytes; the JSON
+of every answer is valid JSON even with non-finite floats in it."""
+import json
+import math
+
+from perfbisect.service.api.responses import BodyCache, FastJSONResponse
+
+
+def test_non_finite_floats_are_written_as_null():
+    """pydantic-core's to_json writes NaN and Infinity by default, which no JSON parser takes."""
+    body = FastJSONResponse({"value": math.nan, "band": [math.inf, -math.inf, 1.5]}).body
+    assert json.loads(body) == {"value": None, "band": [None, None, 1.5]}
 
 
 class Builds:

@@ -3,6 +3,8 @@ autocommit statement by statement, and a write stays one transaction."""
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
@@ -71,3 +73,34 @@ def test_a_failed_write_session_leaves_nothing_behind() -> None:
     finally:
         with db.session_scope() as session:
             session.execute(text("DROP TABLE session_probe"))
+
+
+def _sent_at_end(reads_only: bool, fail: bool) -> bytes:
+    """What the session's end (commit or rollback, then close) sends to the database: libpq's
+    protocol trace of its connection from after its last statement on."""
+    with tempfile.TemporaryFile() as trace:
+        scope = db.session_scope(reads_only=reads_only)
+        session = scope.__enter__()
+        session.execute(text("SELECT 1"))
+        pgconn = session.connection().connection.dbapi_connection.pgconn
+        pgconn.trace(trace.fileno())
+        try:
+            if fail:
+                with pytest.raises(RuntimeError):
+                    scope.__exit__(RuntimeError, error := RuntimeError("the route failed"), None)
+                    raise error
+            else:
+                scope.__exit__(None, None, None)
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        return trace.read()
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["returned", "raised"])
+def test_a_read_sessions_end_sends_nothing_so_the_event_loop_may_run_it(fail: bool) -> None:
+    """api.deps.get_session ends a GET's session on the event loop, not in the thread pool: that
+    is only right while ending it does no I/O. A write session's end does (its COMMIT or
+    ROLLBACK), and runs in the pool."""
+    assert _sent_at_end(reads_only=True, fail=fail) == b""
+    assert (b"ROLLBACK" if fail else b"COMMIT") in _sent_at_end(reads_only=False, fail=fail)

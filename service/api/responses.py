@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 
 class FastJSONResponse(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return pydantic_core.to_json(content)
+        return pydantic_core.to_json(content, inf_nan_mode="null")
 
 
 def etag_of(data: bytes) -> str:
