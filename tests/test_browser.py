@@ -191,8 +191,10 @@ def test_links_lead_to_the_commit_the_job_and_the_compare_view(page, seeded) -> 
 def _axe(page) -> list[dict]:
     import axe_playwright_python
     page.add_script_tag(path=str(Path(axe_playwright_python.__file__).parent / "axe.min.js"))
-    result = page.evaluate("axe.run(document).then(r => r.violations.map(v => ({id: v.id, nodes: v.nodes.map(n => n.target)})))")
-    return result
+    # resultTypes: only the violations are reported in full (the passes' nodes are not collected):
+    # the same rules run, about a third faster on ReDoc's long page.
+    return page.evaluate("axe.run(document, {resultTypes: ['violations']})"
+                         ".then(r => r.violations.map(v => ({id: v.id, nodes: v.nodes.map(n => n.target)})))")
 
 
 def _pages(seeded) -> list[str]:
@@ -215,28 +217,19 @@ def _settle(page, path: str) -> None:
 
 
 @pytest.mark.parametrize("page", [1400, 390], indirect=True, ids=["desktop", "phone"])
-def test_axe_finds_no_violations_on_any_page(page, seeded) -> None:
-    found = {}
+def test_every_page_passes_axe_and_fits_its_viewport(page, seeded) -> None:
+    """axe finds no violation, and no page is wider than the viewport: tables scroll inside their
+    own box, long names wrap, charts take their box's width. One visit a page checks both."""
+    width = page.viewport_size["width"]
+    found, wide = {}, {}
     for path in _pages(seeded):
         page.goto(path)
         _settle(page, path)
-        violations = _axe(page)
-        if violations:
+        if (scroll := page.evaluate("document.documentElement.scrollWidth")) > width:
+            wide[path] = scroll
+        if violations := _axe(page):
             found[path] = violations
     assert found == {}, json.dumps(found, indent=1)[:4000]
-
-
-@pytest.mark.parametrize("page", [1400, 390], indirect=True, ids=["desktop", "phone"])
-def test_no_page_is_wider_than_its_viewport(page, seeded) -> None:
-    """Tables scroll inside their own box, long names wrap, charts take their box's width."""
-    width = page.viewport_size["width"]
-    wide = {}
-    for path in _pages(seeded):
-        page.goto(path)
-        _settle(page, path)
-        scroll = page.evaluate("document.documentElement.scrollWidth")
-        if scroll > width:
-            wide[path] = scroll
     assert wide == {}, wide
     _history(page, target="minikern.gemm:matmul", case=STEPPED)
     canvas = page.locator("figure.perf-chart canvas").first.bounding_box()
