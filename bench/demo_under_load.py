@@ -98,19 +98,27 @@ def load(seconds: float, cores: int, mib: int, seed: int, log: Path) -> Iterator
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """End the generator's whole process group: TERM, then KILL after 5 s."""
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
+    """End the generator's whole process group: TERM, then KILL after 5 s. Returns once no member
+    is left, or 5 s after the KILL: the burst processes outlive their leader for a moment, and
+    once it is gone they are orphans that init reaps (until then a zombie still counts as a
+    member of the group)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             break
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-        if not group_alive(proc.pid):
+        if _group_gone(proc, timeout_s=5):
             break
     proc.wait()
+
+
+def _group_gone(proc: subprocess.Popen, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not group_alive(proc.pid):
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def group_alive(pgid: int) -> bool:

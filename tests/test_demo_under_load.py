@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.demo_under_load import __file__ as SCRIPT
-from bench.demo_under_load import group_alive, load, load_summary
+from bench.demo_under_load import group_alive, load, load_summary, stop
 
 
 def members(pgid: int) -> int:
@@ -59,3 +59,29 @@ def test_leaving_a_run_ends_the_generator_group_mid_burst(tmp_path: Path, leave)
     assert time.monotonic() - started < 10
     bursts = re.match(r"load: (\d+) cpu bursts [\d.]+ s, (\d+) memory bursts", load_summary(log))
     assert int(bursts[1]) + int(bursts[2]) == 1  # cut short in its first burst
+
+
+SLOW_TO_DIE = """
+import signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-S", "-c", "import signal, sys, time\\n"
+                          "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(0)))\\n"
+                          "print('ready', flush=True)\\ntime.sleep(60)"], stdout=sys.stdout)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the leader goes at once
+time.sleep(60)
+"""
+
+
+def test_stop_returns_only_once_a_member_slower_to_die_than_its_leader_is_gone(tmp_path: Path) -> None:
+    """The leader exits on TERM at once; its child takes 0.5 s, and then waits, a zombie still in
+    the group, for init to reap it (about a second on this machine). stop() used to check the
+    group right after the leader went, send KILL and return with the child still in the group:
+    `make test` failed once that way, under load."""
+    out = tmp_path / "out"
+    with out.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-S", "-c", SLOW_TO_DIE], stdout=sink, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while "ready" not in out.read_text():
+        assert time.monotonic() < deadline, "the child did not start"
+        time.sleep(0.02)
+    stop(proc)
+    assert not group_alive(proc.pid) and members(proc.pid) == 0
