@@ -99,9 +99,10 @@ def load(seconds: float, cores: int, mib: int, seed: int, log: Path) -> Iterator
 
 def stop(proc: subprocess.Popen) -> None:
     """End the generator's whole process group: TERM, then KILL after 5 s. Returns once no member
-    is left, or 5 s after the KILL: the burst processes outlive their leader for a moment, and
-    once it is gone they are orphans that init reaps (until then a zombie still counts as a
-    member of the group)."""
+    is left, or 5 s after the KILL. The burst processes outlive their leader for a moment; then
+    they are orphans, and a zombie still counts as a member of the group until its new parent
+    reaps it: init (about once a second here), or this process when it is a child subreaper
+    (a perfbisect worker is, and so is a test process that ran one), which reaps them here."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -115,10 +116,23 @@ def stop(proc: subprocess.Popen) -> None:
 def _group_gone(proc: subprocess.Popen, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not group_alive(proc.pid):
-            return True
+        if proc.poll() is not None:  # the leader first, so that Popen keeps its exit status
+            _reap_our_members(proc.pid)
+            if not group_alive(proc.pid):
+                return True
         time.sleep(0.02)
     return False
+
+
+def _reap_our_members(pgid: int) -> None:
+    """Reap the members of the group that have ended and are this process's children."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def group_alive(pgid: int) -> bool:
