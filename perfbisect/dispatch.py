@@ -174,6 +174,11 @@ def after_commit(session: Any, task: str, *args: Any, queue: str | None = None) 
     session.info.setdefault("after_commit", []).append((task, args, queue))
 
 
+def queued(session: Any) -> bool:
+    """Whether `session` holds tasks to send after its commit."""
+    return bool(session.info.get("after_commit"))
+
+
 def send_committed(session: Any) -> None:
     """Called by the transaction owner after a successful commit; a rolled-back unit sends none.
     A send that fails (the broker is down) is logged, not raised: what was committed stands, and

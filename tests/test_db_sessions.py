@@ -3,7 +3,9 @@ autocommit statement by statement, and a write stays one transaction."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
+import threading
 
 import pytest
 from sqlalchemy import text
@@ -104,3 +106,38 @@ def test_a_read_sessions_end_sends_nothing_so_the_event_loop_may_run_it(fail: bo
     ROLLBACK), and runs in the pool."""
     assert _sent_at_end(reads_only=True, fail=fail) == b""
     assert (b"ROLLBACK" if fail else b"COMMIT") in _sent_at_end(reads_only=False, fail=fail)
+
+
+async def _request_session(method: str, queue_task: bool) -> str:
+    """Drive api.deps.get_session as FastAPI does for one request; the name of the thread its
+    queued task was sent from ("" when none was queued)."""
+    from starlette.requests import Request
+
+    from perfbisect import dispatch
+    from perfbisect.service.api.deps import get_session
+
+    sent_from = []
+    request = Request({"type": "http", "method": method, "headers": [], "path": "/"})
+    sessions = get_session(request)
+    session = await sessions.__anext__()
+    session.execute(text("SELECT 1"))
+    if queue_task:
+        dispatch.after_commit(session, "perfbisect.probe")
+    original = dispatch.send
+    dispatch.send = lambda *args, **kwargs: sent_from.append(threading.current_thread().name)
+    try:
+        with pytest.raises(StopAsyncIteration):
+            await sessions.__anext__()
+    finally:
+        dispatch.send = original
+    return sent_from[0] if sent_from else ""
+
+
+def test_a_request_that_queued_a_task_ends_in_the_thread_pool_even_a_read() -> None:
+    """A read's session ends on the event loop (no I/O), unless it queued a task: sending it is
+    I/O (Redis), which must never block the loop."""
+    loop_thread = threading.current_thread().name
+    for method in ("GET", "POST"):
+        sender = asyncio.run(_request_session(method, queue_task=True))
+        assert sender not in ("", loop_thread), method
+    assert asyncio.run(_request_session("GET", queue_task=False)) == ""
