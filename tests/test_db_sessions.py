@@ -108,36 +108,32 @@ def test_a_read_sessions_end_sends_nothing_so_the_event_loop_may_run_it(fail: bo
     assert (b"ROLLBACK" if fail else b"COMMIT") in _sent_at_end(reads_only=False, fail=fail)
 
 
-async def _request_session(method: str, queue_task: bool) -> str:
-    """Drive api.deps.get_session as FastAPI does for one request; the name of the thread its
-    queued task was sent from ("" when none was queued)."""
+async def _request_session(method: str, queue_task: bool) -> None:
+    """Drive api.deps.get_session as FastAPI does for one request, queuing a task or not."""
     from starlette.requests import Request
 
     from perfbisect import dispatch
     from perfbisect.service.api.deps import get_session
 
-    sent_from = []
-    request = Request({"type": "http", "method": method, "headers": [], "path": "/"})
-    sessions = get_session(request)
+    sessions = get_session(Request({"type": "http", "method": method, "headers": [], "path": "/"}))
     session = await sessions.__anext__()
     session.execute(text("SELECT 1"))
     if queue_task:
         dispatch.after_commit(session, "perfbisect.probe")
-    original = dispatch.send
-    dispatch.send = lambda *args, **kwargs: sent_from.append(threading.current_thread().name)
-    try:
-        with pytest.raises(StopAsyncIteration):
-            await sessions.__anext__()
-    finally:
-        dispatch.send = original
-    return sent_from[0] if sent_from else ""
+    with pytest.raises(StopAsyncIteration):
+        await sessions.__anext__()
 
 
-def test_a_request_that_queued_a_task_ends_in_the_thread_pool_even_a_read() -> None:
+def test_a_request_that_queued_a_task_ends_in_the_thread_pool_even_a_read(monkeypatch) -> None:
     """A read's session ends on the event loop (no I/O), unless it queued a task: sending it is
     I/O (Redis), which must never block the loop."""
+    from perfbisect import dispatch
+
+    sent_from: list[str] = []
+    monkeypatch.setattr(dispatch, "send", lambda *args, **kwargs: sent_from.append(threading.current_thread().name))
     loop_thread = threading.current_thread().name
     for method in ("GET", "POST"):
-        sender = asyncio.run(_request_session(method, queue_task=True))
-        assert sender not in ("", loop_thread), method
-    assert asyncio.run(_request_session("GET", queue_task=False)) == ""
+        asyncio.run(_request_session(method, queue_task=True))
+        assert sent_from.pop() != loop_thread, method
+    asyncio.run(_request_session("GET", queue_task=False))
+    assert sent_from == []

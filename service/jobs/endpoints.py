@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Path, Query, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
+from sqlalchemy.orm import Session
 
 from perfbisect import dispatch
 from perfbisect.queue import ADVANCE_JOB
@@ -78,7 +79,7 @@ async def get_job(session: SessionDep, job_id: JobId) -> JobRead:
     return await run_in_threadpool(_job_read, session, job_id)
 
 
-def _job_read(session: SessionDep, job_id: int) -> JobRead:
+def _job_read(session: Session, job_id: int) -> JobRead:
     return views.job_read(session, service.get(session, job_id))
 
 
