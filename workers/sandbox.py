@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Literal
 
 from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailable, LaunchRequest, forkable,
-                                               start_contained)
+                                               start_contained, wait_exit)
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
 from perfbisect.service.settings import Settings, get_settings
 from perfbisect.workers import cgroups, hostshare, namespaces, proctree
@@ -287,7 +287,7 @@ class Slot:
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True,
                                     **containment(self.user, memory, cgroup=self.cgroup).popen_args())
-            stopped = _wait(lambda timeout: _poll(proc, timeout), time.monotonic() + timeout_s, should_stop)
+            stopped = _wait(lambda timeout: wait_exit(proc, timeout), time.monotonic() + timeout_s, should_stop)
             proctree.kill_tree(proc.pid, self.marker)  # also after a clean exit: nothing outlives it
             proc.wait()
             # bwrap's child, killed with it, is adopted by this (subreaper) process only now
@@ -334,13 +334,6 @@ class Slot:
                             should_stop=should_stop)
 
         return launch
-
-
-def _poll(proc: subprocess.Popen, timeout_s: float) -> int | None:
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return None
 
 
 def _wait(poll: Callable[[float], int | None], deadline: float, should_stop: Callable[[], bool] | None) -> str | None:
