@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
+from perfbisect.service.bisect.model import stored_step_moved
+
 
 @dataclass(frozen=True)
 class MeasurementRow:
@@ -275,14 +277,10 @@ def series_of(rows: Iterable[MeasurementRow], order: Order) -> dict[tuple[str, s
 
 
 def step_passed(effect: Mapping[str, object], min_effect: float) -> bool:
-    """A case moved at a culprit when its step's 95% interval lies wholly on one side of zero
-    and the step is at least the job's minimum effect; a culprit's other cases (their interval
-    spans zero, or the step is below the threshold) are not marked on their charts."""
-    rel, ci = effect.get("rel"), effect.get("ci")
-    if rel is None or not ci:
-        return False
-    lo, hi = float(ci[0]), float(ci[1])
-    return (lo > 0 or hi < 0) and abs(float(rel)) >= min_effect
+    """A case moved at a culprit when its step's 95% interval lies wholly on one side of zero,
+    the step is at least the job's minimum effect and the case's own verdict confirmed it
+    (`step_moved`); a culprit's other cases are not marked on their charts."""
+    return stored_step_moved(effect, min_effect)
 
 
 def steps_of(culprits: Iterable[CulpritRow], order: Order) -> dict[tuple[str, str], list[StepMark]]:

@@ -155,6 +155,7 @@ def test_only_steps_whose_interval_passed_are_marked() -> None:
     assert step_passed({"rel": -0.54, "ci": [-0.6, -0.5]}, 0.02)
     assert not step_passed({"rel": 0.018, "ci": [-0.01, 0.05]}, 0.02)  # interval spans zero
     assert not step_passed({"rel": 0.015, "ci": [0.01, 0.02]}, 0.02)   # below the minimum effect
+    assert not step_passed({"rel": 0.2, "ci": [0.11, 0.3], "confirmed": False}, 0.15)  # its verdict: not DIFFERENT
     other = "rmsnorm N=4096"
     effects = {GEMM: {"rel": -0.3, "ci": [-0.35, -0.25]}, other: {"rel": 0.018, "ci": [-0.01, 0.05]}}
     targets = {GEMM: frozenset({TARGET}), other: frozenset({TARGET})}

@@ -94,11 +94,12 @@ def _outcome(cases: dict[str, str], detectable: float = 0.02) -> dict:
 
 
 def _job(kind: str, status: str, effects: dict | None = None, wrong: bool = False,
-         outcome: dict[str, str] | None = None) -> JobRead:
+         outcome: dict[str, str] | None = None, unconfirmed: frozenset[str] = frozenset()) -> JobRead:
     culprits = []
     if effects:
         culprits.append({"kind": "performance", "first_sha": "b" * 40, "last_sha": "b" * 40, "fixed_sha": None,
-                         "exact": True, "effects": {c: {"rel": r, "ci": ci, "before": 1, "after": 1 + r}
+                         "exact": True, "effects": {c: {"rel": r, "ci": ci, "before": 1, "after": 1 + r,
+                                                        "confirmed": c not in unconfirmed}
                                                     for c, (r, ci) in effects.items()}})
     if wrong:
         culprits.append({"kind": "correctness", "first_sha": "c" * 40, "last_sha": "c" * 40, "fixed_sha": None,
@@ -123,6 +124,16 @@ def test_check_verdict_fails_on_a_passed_regression_only() -> None:
 
 
 OTHER = "rmsnorm M=4096,N=4096,dtype=bf16"
+
+
+def test_a_step_its_own_verdict_did_not_confirm_never_fails_the_gate() -> None:
+    # the interval excludes 0 at more than the minimum effect, but the case's verdict at the
+    # culprit was not DIFFERENT (its noise raised what the job can tell): the case is undecided
+    job = _job("compare", "inconclusive", {CASE: (-0.2, (-0.25, -0.15))}, outcome={CASE: "inconclusive"},
+               unconfirmed=frozenset({CASE}))
+    verdict = check_verdict(job)
+    assert verdict.conclusion == "neutral" and "regressed" not in verdict.title, verdict
+    assert CASE in verdict.summary
 
 
 def test_an_inconclusive_compare_is_never_green_and_says_what_was_not_decided() -> None:

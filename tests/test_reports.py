@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from perfbisect.service.jobs.schemas import JobRead
-from perfbisect.service.reports.culprits import culprit_table, report_lines
+from perfbisect.service.reports.culprits import culprit_rows, culprit_table, report_lines
 
 BIG, SMALL = "attention B=1,H=32,S=4096,D=128,causal=false,dtype=bf16", "attention B=1,H=32,S=1024,D=128,causal=false,dtype=bf16"
 
@@ -135,3 +135,14 @@ def test_a_range_culprit_says_why_it_is_a_range() -> None:
     assert max(len(line) for line in text.splitlines()) <= 100
     wide = culprit_table(report, wide=True)
     assert "cccccccccc..dddddddddd: a range, not one commit: the step is at dddddddddd or before" in wide
+
+
+def test_a_step_its_own_verdict_did_not_confirm_is_left_out_and_labelled_where_shown() -> None:
+    # SMALL's interval excludes 0 at -15%, but its verdict at the culprit was not DIFFERENT
+    unconfirmed = {**STEP["effects"][SMALL], "rel": -0.15, "ci": [-0.2, -0.1], "confirmed": False}
+    culprit = {**STEP, "effects": {**STEP["effects"], SMALL: unconfirmed}}
+    text = culprit_table(job([culprit]))
+    assert BIG in text and "S=1024" not in text
+    rows = culprit_rows(job([culprit]), all_cases=True)  # every case, as the job page's full table
+    [small] = [row for row in rows if SMALL in row]
+    assert any("-15.0% [-20.0, -10.0] (not confirmed" in cell for cell in small), small

@@ -19,6 +19,7 @@ from perfbisect.service.alerts import grouping, history, repository
 from perfbisect.service.alerts.grouping import KnownAlert, StepGroup
 from perfbisect.service.alerts.schemas import AlertUpdate
 from perfbisect.service.bisect.changepoints import compute_change_points
+from perfbisect.service.bisect.model import stored_step_moved
 from perfbisect.service.errors import BadRequest, NotFound
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs.schemas import BisectCreate
@@ -208,8 +209,9 @@ def _culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
     if alert.kind == AlertKind.wrong_results:
         found = [c for c in job.culprits if c.kind == CulpritKind.correctness]
         return (found[0].first_sha, found[0].last_sha) if found else None
-    names = {c.case.name for c in alert.cases}
-    scored = [(max((abs(e["rel"]) for n, e in c.effects.items() if n in names), default=0.0), c)
+    names, min_effect = {c.case.name for c in alert.cases}, float(job.spec.get("min_effect") or 0.0)
+    scored = [(max((abs(e["rel"]) for n, e in c.effects.items() if n in names and stored_step_moved(e, min_effect)),
+                   default=0.0), c)
               for c in job.culprits if c.kind == CulpritKind.performance]
     scored = [(score, c) for score, c in scored if score > 0]  # a culprit of other cases is not this alert's
     if not scored:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class RevisionState(str, Enum):
@@ -166,6 +167,21 @@ class PairBlock:
         return (self.reference, self.revision, self.revision, self.reference)
 
 
+def step_moved(rel: float, ci: Sequence[float], min_effect: float, confirmed: bool = True) -> bool:
+    """The one rule for "this case moved at this culprit", for the planner, the outcome, the
+    reports, the merge gate and the charts alike: the step reaches the job's minimum effect, its
+    interval excludes 0, and the case's own verdict at the pair confirmed it (`confirmed`)."""
+    return confirmed and abs(rel) >= min_effect and (ci[0] > 0 or ci[1] < 0)
+
+
+def stored_step_moved(effect: Mapping[str, Any], min_effect: float) -> bool:
+    """`step_moved` of a culprit's effect as stored (Culprit.effects: rel, ci, confirmed)."""
+    rel, ci = effect.get("rel"), effect.get("ci")
+    if rel is None or not ci:
+        return False
+    return step_moved(float(rel), (float(ci[0]), float(ci[1])), min_effect, bool(effect.get("confirmed", True)))
+
+
 @dataclass(frozen=True)
 class CaseEffect:
     """A culprit's step on one case: `rel` = after/before - 1 of the medians of the decision
@@ -179,14 +195,18 @@ class CaseEffect:
     # The control's own step between the two revisions when it moved (the same code at both: what
     # ran beside it changed), and the step above is then the target's own metric's, not the ratio's.
     control_step: float | None = None
+    # False: the case's own verdict at this pair is not DIFFERENT (its noise raised the smallest
+    # step it can tell, or its trials are ambiguous), so the step is shown, never counted as one.
+    confirmed: bool = True
 
     def is_regression(self, higher_is_better: bool) -> bool:
         """True when the step makes the case worse in the metric's own direction."""
         return self.rel < 0 if higher_is_better else self.rel > 0
 
     def moved(self, min_effect: float) -> bool:
-        """The step reaches the minimum effect and its interval excludes 0."""
-        return abs(self.rel) >= min_effect and (self.ci[0] > 0 or self.ci[1] < 0)
+        """The case's own verdict confirms the step, which reaches the minimum effect with an
+        interval that excludes 0 (`step_moved`)."""
+        return step_moved(self.rel, self.ci, min_effect, self.confirmed)
 
     def ruled_out(self, min_effect: float) -> bool:
         """The interval lies inside +-min_effect: no step of the minimum effect here."""

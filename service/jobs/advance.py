@@ -175,6 +175,8 @@ def _write_culprits(session: Session, job: Job, plan: Plan, findings: Sequence[C
             }
             if effect.control_step is not None:  # judged on the target's own metric: the control moved
                 effects[case]["control_step"] = effect.control_step
+            if not effect.confirmed:  # shown, never counted as a step (CaseEffect.confirmed)
+                effects[case]["confirmed"] = False
         first, last = shas[report.first], shas[report.last]
         session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=first, last_sha=last,
                             revision_id=revisions[last].id if first == last else None, effects=effects))

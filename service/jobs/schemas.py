@@ -178,6 +178,9 @@ class CaseEffectRead(BaseModel):
     control_step: float | None = Field(default=None, description=(
         "the control's own step here when it moved (the same code at both revisions: what ran beside it "
         "changed); `rel` and `ci` are then the step of the target's own metric, not of the ratio"))
+    confirmed: bool = Field(default=True, description=(
+        "false when the case's own verdict at this culprit is not DIFFERENT (its noise raised the smallest step "
+        "this job can tell on it above this one, or its trials are ambiguous): the step is shown, never counted"))
 
 
 class WrongCaseRead(BaseModel):

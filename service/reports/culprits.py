@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from rich.text import Text
 
+from perfbisect.service.bisect.model import step_moved
 from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead
 from perfbisect.service.reports.attribution import text_lines as attribution_lines
 
@@ -36,6 +37,8 @@ def step_text(e: CaseEffectRead) -> str:
     text = f"{pct(e.rel)} [{e.ci[0] * 100:+.1f}, {e.ci[1] * 100:+.1f}]"
     if e.control_step is not None:
         text += f" (the target's own metric: the control moved {pct(e.control_step)} here)"
+    if not e.confirmed:
+        text += " (not confirmed: under the smallest step this job can tell on this case)"
     return text
 
 
@@ -59,8 +62,9 @@ def decided_on(job: JobRead) -> str:
 
 
 def moved(effect: CaseEffectRead, min_effect: float) -> bool:
-    """A case moved at a culprit when its step reaches the minimum and its interval excludes 0."""
-    return abs(effect.rel) >= min_effect and (effect.ci[0] > 0 or effect.ci[1] < 0)
+    """A case moved at a culprit when its own verdict confirmed a step that reaches the minimum
+    with an interval that excludes 0 (`step_moved`, the planner's rule)."""
+    return step_moved(effect.rel, effect.ci, min_effect, effect.confirmed)
 
 
 def is_regression(job: JobRead, culprit: CulpritRead, case: str, effect: CaseEffectRead) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfbisect.service.jobs.schemas import CaseOutcomeRead, JobRead
+from perfbisect.service.reports.culprits import moved
 
 CHECK_NAME = "perfbisect"
 # A commit status has no "neutral": an inconclusive job must not block a merge, so it reads success
@@ -42,10 +43,6 @@ class CheckVerdict:
     summary: str
 
 
-def _passed(rel: float, ci: tuple[float, float], min_effect: float) -> bool:
-    return (ci[0] > 0 or ci[1] < 0) and abs(rel) >= min_effect
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -55,7 +52,7 @@ def _moves(job: JobRead, min_effect: float) -> tuple[list[str], list[str], list[
     regressed, improved = [], []
     for culprit in job.culprits:
         for case, effect in culprit.effects.items():
-            if culprit.kind == "performance" and _passed(effect.rel, effect.ci, min_effect):
+            if culprit.kind == "performance" and moved(effect, min_effect):
                 (regressed if effect.rel < 0 else improved).append(f"{case} {effect.rel * 100:+.1f}%")
     wrong = []
     for c in job.culprits:
