@@ -145,6 +145,10 @@ def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(sess
     bisect.status = JobStatus.inconclusive  # another case undecided: the confirmed culprit still stands
     session.add(Culprit(job_id=bisect.id, kind=CulpritKind.performance, first_sha=shas[10], last_sha=shas[10],
                         effects={CASE_NAME: {"rel": -0.4, "ci": [-0.42, -0.38], "before": 1.0, "after": 0.6}}))
+    # a larger step whose own verdict did not confirm it (the case's noise): never the alert's culprit
+    session.add(Culprit(job_id=bisect.id, kind=CulpritKind.performance, first_sha=shas[9], last_sha=shas[9],
+                        effects={CASE_NAME: {"rel": -0.6, "ci": [-0.7, -0.5], "before": 1.0, "after": 0.4,
+                                             "confirmed": False}}))
     session.flush()
     session.expire_all()
     done = alerts.job_finished(session, bisect.id)
