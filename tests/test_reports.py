@@ -146,3 +146,7 @@ def test_a_step_its_own_verdict_did_not_confirm_is_left_out_and_labelled_where_s
     rows = culprit_rows(job([culprit]), all_cases=True)  # every case, as the job page's full table
     [small] = [row for row in rows if SMALL in row]
     assert any("-15.0% [-20.0, -10.0] (not confirmed" in cell for cell in small), small
+    # a case its verdict called SAME with a step nowhere near the minimum: no label
+    flat = {**culprit, "effects": {**culprit["effects"], SMALL: {**unconfirmed, "rel": -0.004, "ci": [-0.02, 0.01]}}}
+    [small] = [row for row in culprit_rows(job([flat]), all_cases=True) if SMALL in row]
+    assert not any("confirmed" in cell for cell in small), small

@@ -33,11 +33,13 @@ def pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def step_text(e: CaseEffectRead) -> str:
+def step_text(e: CaseEffectRead, min_effect: float | None = None) -> str:
+    """The step and its interval; with the job's `min_effect`, a step that the interval alone
+    would name but the case's verdict did not is labelled so (a table of every case shows it)."""
     text = f"{pct(e.rel)} [{e.ci[0] * 100:+.1f}, {e.ci[1] * 100:+.1f}]"
     if e.control_step is not None:
         text += f" (the target's own metric: the control moved {pct(e.control_step)} here)"
-    if not e.confirmed:
+    if min_effect is not None and not e.confirmed and step_moved(e.rel, e.ci, min_effect):
         text += " (not confirmed: under the smallest step this job can tell on this case)"
     return text
 
@@ -102,7 +104,8 @@ def culprit_rows(job: JobRead, *, all_cases: bool = False) -> list[list[str]]:
             head = [where(c), pr_label(c), c.subject or ""] if i == 0 else ["", "", ""]
             decided, absolute = before_after(job, e)
             label = "ratio" if job.spec.get("metric", "ratio") == "ratio" else ""
-            rows.append([*head, case, f"{label} {decided}; {absolute}".strip(), step_text(e)])
+            rows.append([*head, case, f"{label} {decided}; {absolute}".strip(),
+                         step_text(e, job.spec.get("min_effect", 0.0))])
     return rows
 
 
