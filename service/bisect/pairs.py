@@ -238,9 +238,14 @@ def _unless_the_control_moved(p: Paired, a: int, b: int, case: str, own: Mapping
     block of two runs while the target's own GB/s stayed (2.413 -> 2.417): a false -16% and -22%
     step of the ratio. The pair is then judged on the target's own metric in the same blocks
     (ABBA order cancels the drift the control would have), with the control's step kept; its
-    `before`/`after` stay the ratio's values, which the report shows."""
+    `before`/`after` stay the ratio's values, which the report shows.
+
+    The control is judged at the job's own minimum effect, not at the case's raised one: a
+    control that moved 17% (its blocks' p 0.0006) under a raised 20% still put most of a -23%
+    ratio step there while the target's own metric moved -10%. Judging such a pair on the
+    target's metric hides no real step: the kernel's change is in that metric too."""
     min_effect = p.comparison.min_effect
-    control = own["control"].compare(a, b, case, min_effect, config, at_cap=False)
+    control = own["control"].compare(a, b, case, config.min_effect, config, at_cap=False)
     if control is None or control.comparison.verdict != Verdict.DIFFERENT:
         return p
     target = own["target"].compare(a, b, case, min_effect, config, at_cap=p.blocks >= max_blocks(config))

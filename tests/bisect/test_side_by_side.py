@@ -329,3 +329,32 @@ def test_a_step_its_own_verdict_calls_same_is_shown_but_never_named():
     # no step named, and not "unchanged" either: a 15% step is neither confirmed nor ruled out
     assert cases["rmsnorm"].steps == () and cases["rmsnorm"].outcome == "inconclusive"
     assert "too noisy for the minimum effect" in cases["rmsnorm"].reason
+
+
+# A control that moved under the case's raised minimum effect: the target's own metric -10% (under
+# the job's 15%), the control +17.5% (its blocks' p 0.0006), RMSNorm's within-block noise raising
+# its minimum effect to 20%, so the ratio's -23% passed it while the control's step did not.
+CTL_NOISE_A = (0.0, 0.084, -0.098, 0.028, 0.112, -0.07, -0.042, 0.126, 0.014, -0.091, 0.133, 0.021)
+CTL_NOISE_B = (-0.07, 0.112, 0.126, -0.077, 0.007, 0.133, -0.084, 0.042, 0.119, -0.056, -0.07, 0.098)
+TARGET_A = (2.80, 2.82, 2.79, 2.81, 2.80, 2.83, 2.78, 2.80, 2.81, 2.79, 2.82, 2.80)
+
+
+def test_a_control_step_under_the_raised_minimum_still_moves_the_judgement_to_the_target():
+    def side(gemm, scale_target, control):
+        target = tuple(t * scale_target for t in TARGET_A)
+        ratio = tuple(t / c for t, c in zip(target, control))
+        return Observation(RevisionState.ok, {"gemm": gemm, "rmsnorm": ratio},
+                           blocks={"gemm": SIX_BLOCKS, "rmsnorm": SIX_BLOCKS},
+                           targets={"gemm": tuple(g * 50 for g in gemm), "rmsnorm": target})
+
+    observations = {0: side(STEADY_A * 3, 1.0, tuple(10.0 * (1 + n) for n in CTL_NOISE_A)),
+                    1: side(STEADY_B * 3, 0.9, tuple(11.7 * (1 + n) for n in CTL_NOISE_B))}
+    [pair] = judge_pairs(observations, [0, 1], set(), NOISY)
+    assert pair.paired["rmsnorm"].comparison.min_effect > 0.19  # raised past the control's step
+
+    plan = plan_next(2, observations, NOISY)
+    [culprit] = plan.culprits
+    rms = culprit.effects["rmsnorm"]
+    assert not rms.moved(0.15)  # before: a -23% ratio step named on RMSNorm
+    assert rms.rel == pytest.approx(-0.10, abs=0.005) and rms.control_step == pytest.approx(0.175, abs=0.01)
+    assert culprit.effects["gemm"].moved(0.15)
