@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfbisect.dashboards.history import step_passed
+from perfbisect.service.bisect.model import stored_step_moved
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def culprit_alerts(culprit, job, repo, meta, links) -> list[AlertRow]:
                 for case in sorted(culprit.effects or {None: None})]
     rows = []
     for case, effect in sorted((culprit.effects or {}).items()):
-        if step_passed(effect, min_effect):
+        if stored_step_moved(effect, min_effect):
             ci = effect["ci"]
             rows.append(AlertRow(kind=direction(float(effect["rel"]), effect.get("higher_is_better", True)),
                                  case=case, rel=float(effect["rel"]), ci=(float(ci[0]), float(ci[1])), **common))

@@ -4,7 +4,7 @@ The charts are drawn by uPlot (shipped in dashboards/static/vendor, no CDN) from
 `case_chart` builds: per series (one per fingerprint, or per case when several shapes are
 overlaid) the per-revision medians of the value and of the ratio to the control with the trials'
 min..max as a band, and per commit its sha, subject, PR and links. Steps are only those whose
-interval passed the job's threshold (dashboards.history.step_passed); failed trials are flags.
+interval passed the job's threshold (service.bisect.model.stored_step_moved); failed trials are flags.
 `static/charts.js` turns this into the interactive chart; the HTML table under each chart
 holds the same numbers for screen readers and for copying.
 """

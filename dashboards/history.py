@@ -276,16 +276,9 @@ def series_of(rows: Iterable[MeasurementRow], order: Order) -> dict[tuple[str, s
     return dict(result)
 
 
-def step_passed(effect: Mapping[str, object], min_effect: float) -> bool:
-    """A case moved at a culprit when its step's 95% interval lies wholly on one side of zero,
-    the step is at least the job's minimum effect and the case's own verdict confirmed it
-    (`step_moved`); a culprit's other cases are not marked on their charts."""
-    return stored_step_moved(effect, min_effect)
-
-
 def steps_of(culprits: Iterable[CulpritRow], order: Order) -> dict[tuple[str, str], list[StepMark]]:
     """Per (target, case name), a StepMark for each culprit touching it: a performance culprit
-    marks the cases of its effects that passed (step_passed), a correctness culprit the cases
+    marks the cases of its effects that moved (stored_step_moved), a correctness culprit the cases
     that failed accuracy (its effects; every case of its job when it names none). Effects name
     cases only, so the culprit's job says which target each name belongs to. Culprits whose
     commits are outside `order` (a PR head off the branch) are left out."""
@@ -295,7 +288,7 @@ def steps_of(culprits: Iterable[CulpritRow], order: Order) -> dict[tuple[str, st
         if c.first_sha not in index or c.last_sha not in index:
             continue
         if c.kind == "performance":
-            names = [n for n, e in c.effects.items() if step_passed(e, c.min_effect)]
+            names = [n for n, e in c.effects.items() if stored_step_moved(e, c.min_effect)]
         else:  # the cases that failed accuracy; every case of the job only for a culprit stored without them
             names = list(c.effects) or list(c.targets_by_case)
         for name in names:

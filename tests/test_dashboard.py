@@ -19,10 +19,10 @@ from perfbisect.dashboards.history import (
     PointRow,
     build_histories,
     merge_commit_orders,
-    step_passed,
     steps_of,
 )
 from perfbisect.dashboards.links import repo_links
+from perfbisect.service.bisect.model import stored_step_moved
 from perfbisect.service.models import (
     Alert,
     AlertCase,
@@ -152,10 +152,10 @@ def test_repo_links_follow_the_hosts_url_forms(url: str, commit, pull) -> None:
 
 
 def test_only_steps_whose_interval_passed_are_marked() -> None:
-    assert step_passed({"rel": -0.54, "ci": [-0.6, -0.5]}, 0.02)
-    assert not step_passed({"rel": 0.018, "ci": [-0.01, 0.05]}, 0.02)  # interval spans zero
-    assert not step_passed({"rel": 0.015, "ci": [0.01, 0.02]}, 0.02)   # below the minimum effect
-    assert not step_passed({"rel": 0.2, "ci": [0.11, 0.3], "confirmed": False}, 0.15)  # its verdict: not DIFFERENT
+    assert stored_step_moved({"rel": -0.54, "ci": [-0.6, -0.5]}, 0.02)
+    assert not stored_step_moved({"rel": 0.018, "ci": [-0.01, 0.05]}, 0.02)  # interval spans zero
+    assert not stored_step_moved({"rel": 0.015, "ci": [0.01, 0.02]}, 0.02)   # below the minimum effect
+    assert not stored_step_moved({"rel": 0.2, "ci": [0.11, 0.3], "confirmed": False}, 0.15)  # its verdict: not DIFFERENT
     other = "rmsnorm N=4096"
     effects = {GEMM: {"rel": -0.3, "ci": [-0.35, -0.25]}, other: {"rel": 0.018, "ci": [-0.01, 0.05]}}
     targets = {GEMM: frozenset({TARGET}), other: frozenset({TARGET})}

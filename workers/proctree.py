@@ -133,12 +133,11 @@ def _await_exit(pids: list[int], timeout_s: float) -> None:
     children by this subreaper follows its exit."""
     fds = []
     try:
-        for pid in pids:
+        for pid in pids if hasattr(os, "pidfd_open") else ():
             try:
                 fds.append(os.pidfd_open(pid))
-            except (AttributeError, OSError):  # gone already, or no pidfd on this platform
-                if not hasattr(os, "pidfd_open"):
-                    break
+            except OSError:  # gone already
+                pass
         if fds:
             select.select(fds, [], [], timeout_s)
         else:
