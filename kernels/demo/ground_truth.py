@@ -7,13 +7,13 @@ from perfbisect.kernels.cases import case_name
 EVENTS = {
     "rms_blocks": {
         "kind": "perf", "direction": "slower",
-        "mechanism": "RMSNorm walks the rows in blocks (16 rows on the CPU: six small ops per block, 64 "
+        "mechanism": "RMSNorm walks the rows in blocks (8 rows on the CPU: six small ops per block, 128 "
                      "blocks; grids of 1024 rows on the GPU: 16 launches)"},
     "rms_weight_check": {
         "kind": "perf", "direction": "slower", "interacts_with": "rms_blocks",
         "mechanism": "the weight is checked for NaN/inf and all zeros where rows are normalized: two "
                      "reductions and two host round trips per call, which the row blocks of rms_blocks "
-                     "repeat per block (64 per CPU call, 32 host syncs per GPU call): a few percent "
+                     "repeat per block (128 per CPU call, 32 host syncs per GPU call): a few percent "
                      "without the blocks, about 30% with them"},
     "swizzle_off_bf16": {
         "kind": "perf", "direction": "slower",

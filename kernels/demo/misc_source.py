@@ -50,20 +50,23 @@ def rms_norm(x, weight, eps=1e-6):
 @@GPU_BODY@@    return y
 '''
 
-# The planted interacting pair. `rms_blocks` walks the rows in blocks (CPU: 16 rows, six small
-# ops per block, 64 blocks for 1024 rows: about -50% of the ratio with cold caches; GPU: grids
-# of 1024 rows, a few more launches). `rms_weight_check` validates the weight where rows are
-# normalized: two reductions and two host round trips per call, a few percent without the
-# blocks, but once per block with them (64 per CPU call, 32 host syncs per GPU call): about
-# -30% on top of the blocks.
+# The planted interacting pair. `rms_blocks` walks the rows in blocks (CPU: 8 rows, six small
+# ops per block, 128 blocks for 1024 rows; GPU: grids of 1024 rows, a few more launches): -36% to
+# -44% of the ratio with cold caches on a 2-core Xeon VM. Blocks of 16 rows cost -50% on an EPYC
+# but only -5% to -14% on that Xeon, whose 480 MiB last-level cache the 48 MiB flush leaves warm:
+# there the control's temporaries ride on pages the whole-tensor target had just touched, so the
+# control slowed with the blocked target and the ratio hid most of the step (bench/RESULTS.md).
+# `rms_weight_check` validates the weight where rows are normalized: two reductions and two host
+# round trips per call, a few percent without the blocks, but once per block with them (128 per
+# CPU call, 32 host syncs per GPU call): about -30% on top of the blocks.
 RMS_BLOCKS = {
     False: {"CPU_BODY": "    return _normalize_rows(x, w, eps)\n",
             "GPU_BODY": "    _launch_rows(x, weight, y, eps)\n"},
     True: {"CPU_BODY": ("    # in blocks of rows: a block's float32 temporaries stay small and the allocator reuses\n"
                         "    # them, where whole-tensor steps allocate five full-size buffers\n"
                         "    y = torch.empty_like(x)\n"
-                        "    for start in range(0, x.shape[0], 16):\n"
-                        "        y[start:start + 16] = _normalize_rows(x[start:start + 16], w, eps)\n"
+                        "    for start in range(0, x.shape[0], 8):\n"
+                        "        y[start:start + 8] = _normalize_rows(x[start:start + 8], w, eps)\n"
                         "    return y\n"),
            "GPU_BODY": ("    for start in range(0, x.shape[0], 1024):  # grids of at most 1024 rows\n"
                         "        _launch_rows(x[start:start + 1024], weight, y[start:start + 1024], eps)\n")},
