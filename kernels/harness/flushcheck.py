@@ -62,23 +62,24 @@ def judge_flush(cold_ms: list[float], warm_ms: list[float], min_ratio: float = M
 
 def check_flush(device: str, samples: int = SAMPLES, flush_bytes: int | None = None) -> FlushVerdict:
     """Measure on this process's device ('cuda', which is also ROCm's, or 'cpu'). On a CPU whose
-    last-level cache is larger than the flush's cap the check is skipped with that reason.
+    last-level cache is larger than the flush's cap the flush evicts the private caches only,
+    and the check proves that (a buffer half the L2's size), saying the last level stays warm.
     `flush_bytes` replaces the GPU flush's size (the seed's error, a flush smaller than the
     caches, reproduced on purpose: bench/flush_check.py, tests/kernels/test_gpu.py)."""
     import torch
 
     from perfbisect.kernels.harness.provenance import describe_device
-    from perfbisect.kernels.harness.timing import CPU_FLUSH_CAP_BYTES, CpuTimer, CudaTimer, cpu_llc_bytes
+    from perfbisect.kernels.harness.timing import CpuTimer, CudaTimer, cpu_flush_bytes, cpu_llc_bytes
 
+    scope = ""
     if device == "cpu":
-        llc = cpu_llc_bytes()
-        if llc > CPU_FLUSH_CAP_BYTES:
-            return FlushVerdict("skipped", f"the CPU's last-level cache ({llc >> 20} MiB) is larger than the flush's "
-                                f"cap ({CPU_FLUSH_CAP_BYTES >> 20} MiB, PERFBISECT_CPU_FLUSH_CAP_BYTES): on this "
-                                "CPU stand-in the flush evicts the private caches and part of the last level only")
         torch.set_num_threads(1)
-        cold_timer, warm_timer, buffer_bytes = CpuTimer(cold=True), CpuTimer(cold=False), llc // 2
+        level, llc = cpu_flush_bytes(), cpu_llc_bytes()
+        cold_timer, warm_timer, buffer_bytes = CpuTimer(cold=True), CpuTimer(cold=False), level // 2
         flushed = cold_timer.flush_buffer.numel() * 4
+        if level < llc:
+            scope = (f" (the private caches: the {llc >> 20} MiB last-level cache is over the flush's cap, "
+                     "PERFBISECT_CPU_FLUSH_CAP_BYTES, and stays warm)")
     else:
         info = describe_device("cuda")
         last_level = info["caches"][-1]
@@ -95,4 +96,4 @@ def check_flush(device: str, samples: int = SAMPLES, flush_bytes: int | None = N
         read()  # the warm-up read: the timed one after it finds the buffer cached
         warm_ms.append(warm_timer.time_ms(read))
     verdict = judge_flush(cold_ms[1:], warm_ms[1:])  # the first pair pays the kernels' first launch
-    return replace(verdict, buffer_bytes=buffer_bytes, flush_bytes=flushed)
+    return replace(verdict, reason=verdict.reason + scope, buffer_bytes=buffer_bytes, flush_bytes=flushed)

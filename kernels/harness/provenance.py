@@ -13,7 +13,7 @@ import torch
 from perfbisect.kernels.harness.amd import AmdClock, AmdSmiDevice, describe_amd, torch_bdf
 from perfbisect.kernels.harness.devices import CacheLevel
 from perfbisect.kernels.harness.nvidia import NvidiaClock, describe_nvidia, torch_pci_bus_id
-from perfbisect.kernels.harness.timing import cpu_clock, cpu_flush_bytes, cpu_llc_bytes
+from perfbisect.kernels.harness.timing import cpu_cache_bytes, cpu_clock, cpu_flush_bytes, cpu_llc_bytes
 
 
 def gpu_vendor() -> str:
@@ -46,7 +46,9 @@ def amd_smi(index: int = 0) -> AmdSmiDevice | None:
 
 
 def cpu_levels() -> list[CacheLevel]:
-    return [CacheLevel("LLC", cpu_llc_bytes(), 1, "sysfs")]
+    """cpu0's data and unified caches, smallest first; the largest is the LLC."""
+    sizes = cpu_cache_bytes()
+    return [CacheLevel("LLC" if i == len(sizes) - 1 else f"L{i + 1}", size, 1, "sysfs") for i, size in enumerate(sizes)]
 
 
 def describe_device(kind: str, threads: int | None = None) -> dict:
@@ -59,10 +61,12 @@ def describe_device(kind: str, threads: int | None = None) -> dict:
         else:
             info.update(describe_nvidia(props))
     else:
-        levels = cpu_levels()
+        levels, flushed = cpu_levels(), cpu_flush_bytes()
         info.update(vendor="cpu", name=_cpu_name(), l2_bytes=cpu_llc_bytes(), threads=threads,
                     clock=cpu_clock(threads),
-                    caches=[level.as_dict() for level in levels], flush_bytes=cpu_flush_bytes() * 3 // 2)
+                    caches=[level.as_dict() for level in levels], flush_bytes=flushed * 3 // 2)
+        if flushed < cpu_llc_bytes():  # the LLC is over the flush's cap: it stays warm
+            info["flush_scope"] = "private"
     return info
 
 

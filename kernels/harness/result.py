@@ -19,8 +19,14 @@ AMD_IDENTITY_KEYS = ("arch", "hip", "cu_count", "xcd_count", "firmware")
 
 
 def vendor_identity(device: dict) -> dict:
-    """The AMD identity keys a device description carries (none for NVIDIA and CPUs)."""
-    return {key: device[key] for key in AMD_IDENTITY_KEYS if device.get(key) is not None}
+    """What tells devices apart beyond their name, driver and toolchain: the AMD identity keys
+    (none for NVIDIA), and a CPU's flush scope where it flushes its private caches only (its
+    last-level cache over the flush's cap: an L3-warm measurement, not comparable with a full
+    flush; a CPU whose flush covers its LLC keeps the fingerprint it had)."""
+    identity = {key: device[key] for key in AMD_IDENTITY_KEYS if device.get(key) is not None}
+    if device.get("flush_scope"):
+        identity["flush_scope"] = device["flush_scope"]
+    return identity
 
 
 def fingerprint_basis(device: dict, cold: bool) -> dict:

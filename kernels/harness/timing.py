@@ -4,7 +4,8 @@ nvidia.py, amd.py).
 The flush runs before every timed call and outside the timed region: on a GPU it writes twice
 the total of every cache level the vendor's part has (NVIDIA: the L2; AMD Instinct: the per-XCD
 L2s and the 256 MB Infinity Cache, devices.py), so no operand survives; on the CPU it touches a
-buffer larger than the last-level cache.
+buffer larger than the last-level cache, or, where that cache is larger than CPU_FLUSH_CAP_BYTES,
+larger than the private caches (cpu_flush_bytes).
 """
 from __future__ import annotations
 
@@ -28,28 +29,52 @@ SPIN_CYCLES = 400_000
 
 
 # The CPU path stands in for a GPU in CI, on laptops and in the demo. A server part's shared L3
-# can be hundreds of MiB (480 MiB on the 2-vCPU CI VM: flushing 1.5x of it is ~0.1 s per timed
-# call, most of a trial); above this cap the flush evicts the private caches and this much of the
-# L3, which is what a CPU stand-in needs. PERFBISECT_CPU_FLUSH_CAP_BYTES raises it.
+# can be hundreds of MiB (480 MiB on a 2-vCPU Xeon VM: flushing 1.5x of it is ~0.1 s per timed
+# call, most of a trial). Above this cap the flush evicts the private caches only (cpu_flush_bytes).
+# PERFBISECT_CPU_FLUSH_CAP_BYTES raises it.
 CPU_FLUSH_CAP_BYTES = int(os.environ.get("PERFBISECT_CPU_FLUSH_CAP_BYTES", 64 << 20))
 
 
 def cpu_flush_bytes() -> int:
-    """The last-level cache size, capped at CPU_FLUSH_CAP_BYTES."""
-    return min(cpu_llc_bytes(), CPU_FLUSH_CAP_BYTES)
+    """The cache level the CPU flush evicts: the last level when it is within
+    CPU_FLUSH_CAP_BYTES, else the largest level that is (the per-core L2).
+
+    Where the last level is over the cap, a flush of 1.5x the cap (96 MiB, the rule before)
+    evicted a varying part of it: on a 480 MiB L3 it cost 6-7 ms a flush, two a sample, about 1 s
+    of a CPU demo trial's 1.46 s, and left each kernel's operands partly in the L3 and partly out
+    of it. Flushing the L2 only (3 MiB) leaves them in the L3 every time: over 10 alternated
+    fresh-process trials a side, the trial took 0.40 s, the demo's steps were the same (-43%
+    against -36% on the bf16 gemm, -71% against -60% on RMSNorm, -51%/-44% against -49%/-41% on
+    attention), and the trial-to-trial spread fell on 3 of 5 cases (the fp32 gemm's from 0.060 to
+    0.031, with its +7.5% step at the 96 MiB flush, where none is planted, at -0.8%)
+    (bench/RESULTS.md, seventeenth session)."""
+    levels = cpu_cache_bytes()
+    fitting = [size for size in levels if size <= CPU_FLUSH_CAP_BYTES]
+    return max(fitting) if fitting else min(min(levels), CPU_FLUSH_CAP_BYTES)
 
 
 def cpu_llc_bytes() -> int:
     """Largest cache size listed for cpu0 in sysfs, or 64 MiB when unreadable."""
-    sizes = []
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = entry.read_text().strip().upper()
+    return max(cpu_cache_bytes())
+
+
+CPU0_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def cpu_cache_bytes(root: Path = CPU0_CACHES) -> list[int]:
+    """The sizes of cpu0's data and unified caches (one per level) from sysfs, smallest first;
+    [64 MiB] when unreadable."""
+    sizes = set()
+    for index in root.glob("index*"):
         try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            text = (index / "size").read_text().strip().upper()
             mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
-            sizes.append(int(text.rstrip("KMG")) * mult)
-        except (ValueError, IndexError):
+            sizes.add(int(text.rstrip("KMG")) * mult)
+        except (OSError, ValueError, IndexError):
             continue
-    return max(sizes) if sizes else DEFAULT_LLC_BYTES
+    return sorted(sizes) or [DEFAULT_LLC_BYTES]
 
 
 def cpu_clock(threads: int | None) -> str:
@@ -63,7 +88,8 @@ def cpu_clock(threads: int | None) -> str:
 
 
 class CpuTimer:
-    """The clock of `cpu_clock` around the call; the flush touches 1.5x the LLC (read + write).
+    """The clock of `cpu_clock` around the call; the flush touches 1.5x the level of
+    `cpu_flush_bytes` (read + write): the LLC, or the private caches where the LLC is over the cap.
 
     A read-only flush was tried (2026-12-03): it did not make the CPU demo's RMSNorm quieter
     once the trial's allocator was fixed (steady_host_allocator), so it was reverted

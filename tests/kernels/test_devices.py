@@ -86,6 +86,17 @@ def test_nvidia_and_cpu_fingerprints_are_what_they_were():
     assert fingerprint("lib", {**info, "harness_version": "2"}) == fingerprint("lib", old_service_basis)
 
 
+def test_a_cpu_flush_of_the_private_caches_only_is_another_fingerprint():
+    """A CPU whose LLC is over the flush's cap flushes its L2 only (an L3-warm measurement): its
+    trials are not compared with full-flush ones; a CPU whose flush covers the LLC keeps its basis."""
+    cpu = {"kind": "cpu", "name": "Xeon", "torch": "2.13.0", "triton": None, "cuda": None, "threads": 1,
+           "clock": "thread"}
+    assert "flush_scope" not in fingerprint_basis(cpu, True)
+    private = {**cpu, "flush_scope": "private"}
+    assert fingerprint_basis(private, True)["flush_scope"] == "private"
+    assert fingerprint("lib", private) != fingerprint("lib", cpu)
+
+
 def test_amd_clock_reads_gfx_and_drops_samples_only_under_an_active_throttle():
     clock = AmdClock(amd_device(MI355X))
     assert clock.available and clock.max_mhz == 2400 and clock.read_mhz() == 2400.0

@@ -9,10 +9,13 @@ import threading
 
 import pytest
 
+from perfbisect.kernels.harness import timing
 from perfbisect.kernels.harness.timing import (
     CPU_FLUSH_CAP_BYTES,
     CpuTimer,
+    cpu_cache_bytes,
     cpu_clock,
+    cpu_flush_bytes,
     cpu_llc_bytes,
     relative_noise_of_median,
     should_stop,
@@ -50,15 +53,38 @@ def test_throttled_samples_are_those_under_the_fraction_of_the_max_clock():
     assert not clock.throttled(1480.0, fraction=0.7)
 
 
-def test_cpu_flush_buffer_is_larger_than_the_last_level_cache_up_to_the_cap():
+def test_cpu_flush_buffer_is_larger_than_the_level_it_flushes():
     llc = cpu_llc_bytes()
     assert llc >= 1 << 20
     timer = CpuTimer(cold=True)
-    assert timer.flush_buffer.numel() * 4 > min(llc, CPU_FLUSH_CAP_BYTES)
-    assert timer.flush_buffer.numel() * 4 <= 2 * CPU_FLUSH_CAP_BYTES
+    level = cpu_flush_bytes()
+    assert level in cpu_cache_bytes() and level <= CPU_FLUSH_CAP_BYTES
+    assert timer.flush_buffer.numel() * 4 == level * 3 // 2 // 4 * 4
     assert CpuTimer(cold=False).flush_buffer is None
     assert timer.time_ms(lambda: sum(range(1000))) > 0
 
+
+@pytest.mark.parametrize("levels, flushed", [
+    ([48 << 10, 2 << 20, 480 << 20], 2 << 20),   # a 480 MiB L3 over the 64 MiB cap: the L2 only
+    ([32 << 10, 1 << 20, 32 << 20], 32 << 20),   # a 32 MiB L3 under it: the whole LLC, as always
+    ([32 << 10, 1 << 20, 64 << 20], 64 << 20),   # at the cap exactly
+    ([512 << 20], 64 << 20),                     # no level under the cap: the cap
+])
+def test_the_cpu_flush_evicts_the_largest_level_under_the_cap(monkeypatch, levels, flushed):
+    monkeypatch.setattr(timing, "cpu_cache_bytes", lambda: levels)
+    monkeypatch.setattr(timing, "CPU_FLUSH_CAP_BYTES", 64 << 20)
+    assert timing.cpu_flush_bytes() == flushed and timing.cpu_llc_bytes() == max(levels)
+
+
+def test_cpu_cache_sizes_leave_out_instruction_caches(tmp_path):
+    for index, (kind, size) in enumerate([("Data", "48K"), ("Instruction", "64K"), ("Unified", "2048K"),
+                                          ("Unified", "491520K")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "type").write_text(kind + "\n")
+        (folder / "size").write_text(size + "\n")
+    assert cpu_cache_bytes(tmp_path) == [48 << 10, 2 << 20, 480 << 20]
+    assert cpu_cache_bytes(tmp_path / "absent") == [timing.DEFAULT_LLC_BYTES]
 
 
 def test_a_single_threaded_cpu_trial_times_the_thread_not_the_wait():
