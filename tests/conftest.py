@@ -8,6 +8,7 @@ PostgreSQL and Redis are the machine's own (127.0.0.1:5432 database `test`, 127.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ isolate_xdist_worker()
 TEST_DATABASE_URL = os.environ.get("PERFBISECT_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 TEST_REDIS_URL = os.environ.get("PERFBISECT_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 _HOME = Path(tempfile.mkdtemp(prefix="perfbisect-test-home-"))
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)  # what the tests' jobs left in it goes with it
 
 # Settings are read once per process: pin them before any service module is imported. The xdist
 # controller runs no test and keeps them out of its environment, so its workers start without

@@ -57,6 +57,7 @@ def shared_sandbox(monkeypatch, sandbox_home):
         pytest.skip("no sandbox user can run this interpreter (README: install where nobody can read it)")
     yield shared
     launch.stop_servers()
+    shutil.rmtree(shared, ignore_errors=True)
 
 
 @pytest.fixture

@@ -53,6 +53,12 @@ from perfbisect.kernels.harness.zygote import (MARKER_NAME, MARKER_PLACEHOLDER, 
 PER_TRIAL_KEYS = ("PYTHONPATH", *JIT_CACHE_KEYS, "HOME", "TMPDIR", MARKER_NAME)
 SERVER_START_TIMEOUT_S = 120
 LAUNCHERS = ("auto", "fork-server", "subprocess")
+# A fork server's private directory (socket, stderr, HOME) under the temporary directory, and the
+# file in it that names the process that made it. A process killed before it could stop its
+# servers (SIGKILL, os._exit) leaves the directory; the next process to start a server removes it.
+DIR_PREFIX = "perfbisect-zygote-"
+OWNER_FILE = "owner"
+STALE_UNOWNED_S = 3600  # a directory without an owner file this old was left by an older version
 
 
 @dataclass(frozen=True)
@@ -226,7 +232,9 @@ class ForkServer:
         self.preload = preload
         self.trial_pids: list[int] = []  # the trials it forked that may still run
         self.server_pid: int | None = None
-        self.dir = Path(tempfile.mkdtemp(prefix="perfbisect-zygote-"))
+        _sweep_once()
+        self.dir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
+        (self.dir / OWNER_FILE).write_text(f"{os.getpid()} {process_start(os.getpid())}\n")
         self.socket_path = str(self.dir / "socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -365,11 +373,53 @@ class ForkServer:
             _reap_adopted(self.server_pid)
         if self.proc.stdout:
             self.proc.stdout.close()
-        for path in (Path(self.socket_path), self.dir / "stderr", self.dir / "home", self.dir):
+        # what the server's user left in its HOME goes too (rmtree follows no symbolic link)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22), which
+    with the pid names one process: a pid is reused, the pair is not. None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return raw[raw.rindex(b")") + 2:].split()[19].decode()
+
+
+def sweep_stale_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the fork-server directories of this user under `root` (the temporary directory)
+    whose owner process is gone, and those without an owner file older than STALE_UNOWNED_S.
+    Returns what it removed."""
+    root = Path(root or tempfile.gettempdir())
+    removed = []
+    for path in root.glob(DIR_PREFIX + "*"):
+        try:
+            info = path.lstat()
+            if not path.is_dir() or path.is_symlink() or info.st_uid != os.geteuid():
+                continue
             try:
-                path.rmdir() if path.is_dir() else path.unlink()
-            except OSError:
-                pass
+                pid, started = (path / OWNER_FILE).read_text().split()
+                if process_start(int(pid)) == started:
+                    continue
+            except FileNotFoundError:  # being made right now, or by a version without owner files
+                if time.time() - info.st_mtime < STALE_UNOWNED_S:
+                    continue
+        except (OSError, ValueError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+_swept = threading.Event()
+
+
+def _sweep_once() -> None:
+    """sweep_stale_dirs, the first time this process starts a fork server."""
+    if not _swept.is_set():
+        _swept.set()
+        sweep_stale_dirs()
 
 
 def _child_of(pid: int) -> int | None:

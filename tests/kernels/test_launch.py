@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
+from perfbisect.kernels.harness import launch
 from perfbisect.kernels.harness.caches import revision_caches
 from perfbisect.kernels.harness.launch import fork_available, stop_servers
 from perfbisect.kernels.harness.phases import PHASES
@@ -116,3 +124,56 @@ def test_a_fork_server_that_cannot_start_says_why():
     wrapper = ("sh", "-c", "echo 'bwrap: Can not access /root/.perfbisect: Permission denied' >&2; exit 1", "sh")
     with pytest.raises(ForkServerUnavailable, match="Can not access /root/.perfbisect: Permission denied"):
         ForkServer(dict(os.environ), Containment(wrapper=wrapper))
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_sweep_removes_the_directories_of_dead_fork_servers_only(tmp_path):
+    def made(name: str, owner: str | None, age_s: float = 0) -> Path:
+        path = tmp_path / (launch.DIR_PREFIX + name)
+        (path / "home").mkdir(parents=True)
+        (path / "home" / "left-by-a-trial").write_text("x")
+        if owner is not None:
+            (path / launch.OWNER_FILE).write_text(owner)
+        if age_s:
+            old = time.time() - age_s
+            os.utime(path, (old, old))
+        return path
+
+    me = f"{os.getpid()} {launch.process_start(os.getpid())}"
+    live, reused, young, other = made("live", me), made("reused", f"{os.getpid()} 1"), made("young", None), tmp_path / "x"
+    dead, old = made("dead", f"{_dead_pid()} 12345"), made("old", None, age_s=launch.STALE_UNOWNED_S + 60)
+    other.mkdir()
+    removed = launch.sweep_stale_dirs(tmp_path)
+    # a pid reused by a live process whose start time differs is not the owner: its directory goes
+    assert sorted(removed) == sorted([dead, old, reused])
+    assert live.exists() and young.exists() and other.exists() and not dead.exists()
+
+
+def test_a_killed_process_leaves_its_fork_server_directory_and_the_next_one_removes_it(tmp_path):
+    """SIGKILL gives the process no chance to stop its servers (atexit does not run): its
+    directory stays until a later process starts a server."""
+    script = textwrap.dedent(f"""
+        import os, signal, sys, tempfile
+        tempfile.tempdir = {str(tmp_path)!r}
+        from perfbisect.kernels.harness import launch
+        server = launch.ForkServer(dict(os.environ))
+        print(server.dir, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    left = Path(out.stdout.strip())
+    assert out.returncode == -signal.SIGKILL and left.parent == tmp_path and (left / launch.OWNER_FILE).exists()
+    assert launch.sweep_stale_dirs(tmp_path) == [left] and not left.exists()
+
+
+def test_a_stopped_fork_server_leaves_no_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    server = launch.ForkServer(dict(os.environ))
+    (server.dir / "home" / "written-by-the-server").write_text("x")
+    server.stop()
+    assert list(tmp_path.iterdir()) == []
