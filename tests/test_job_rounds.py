@@ -97,6 +97,9 @@ def test_two_steps_one_shape_only_are_both_named(session, repo) -> None:
     assert first.pr_number == 105 and first.exact
     assert first.effects[CASE_BIG].rel == pytest.approx(-0.2, abs=0.03)
     assert first.effects[CASE_BIG].before_value == pytest.approx(100, rel=0.05)
+    # stored with the culprit and read back: the shape that moved is confirmed by its own verdict,
+    # the one that did not is shown with its interval but never named (model.step_moved)
+    assert first.effects[CASE_BIG].confirmed is True and first.effects[CASE_SMALL].confirmed is False
     assert job.progress["trials"] > 0 and job.progress["rounds"] == rounds
 
 
