@@ -234,7 +234,7 @@ class ForkServer:
         self.server_pid: int | None = None
         _sweep_once()
         self.dir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
-        (self.dir / OWNER_FILE).write_text(f"{os.getpid()} {process_start(os.getpid())}\n")
+        (self.dir / OWNER_FILE).write_text(f"{os.getpid()} {process_start(os.getpid())} {pid_namespace()}\n")
         self.socket_path = str(self.dir / "socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -387,10 +387,21 @@ def process_start(pid: int) -> str | None:
     return raw[raw.rindex(b")") + 2:].split()[19].decode()
 
 
+def pid_namespace() -> str:
+    """This process's PID namespace ("pid:[4026531836]"), in which an owner file's pid means
+    something; "" where /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def sweep_stale_dirs(root: Path | None = None) -> list[Path]:
     """Remove the fork-server directories of this user under `root` (the temporary directory)
-    whose owner process is gone, and those without an owner file older than STALE_UNOWNED_S.
-    Returns what it removed."""
+    whose owner process is gone, and those without a readable owner file older than
+    STALE_UNOWNED_S.
+    A directory made in another PID namespace (a container sharing the temporary directory) is
+    left alone: its pid cannot be looked up from here. Returns what it removed."""
     root = Path(root or tempfile.gettempdir())
     removed = []
     for path in root.glob(DIR_PREFIX + "*"):
@@ -399,13 +410,13 @@ def sweep_stale_dirs(root: Path | None = None) -> list[Path]:
             if not path.is_dir() or path.is_symlink() or info.st_uid != os.geteuid():
                 continue
             try:
-                pid, started = (path / OWNER_FILE).read_text().split()
-                if process_start(int(pid)) == started:
+                pid, started, namespace = (path / OWNER_FILE).read_text().split()
+                if namespace != pid_namespace() or process_start(int(pid)) == started:
                     continue
-            except FileNotFoundError:  # being made right now, or by a version without owner files
+            except (FileNotFoundError, ValueError):  # being made right now, or by an older version
                 if time.time() - info.st_mtime < STALE_UNOWNED_S:
                     continue
-        except (OSError, ValueError):
+        except OSError:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

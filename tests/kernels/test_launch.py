@@ -144,14 +144,17 @@ def test_a_sweep_removes_the_directories_of_dead_fork_servers_only(tmp_path):
             os.utime(path, (old, old))
         return path
 
-    me = f"{os.getpid()} {launch.process_start(os.getpid())}"
-    live, reused, young, other = made("live", me), made("reused", f"{os.getpid()} 1"), made("young", None), tmp_path / "x"
-    dead, old = made("dead", f"{_dead_pid()} 12345"), made("old", None, age_s=launch.STALE_UNOWNED_S + 60)
+    ns = launch.pid_namespace()
+    me = f"{os.getpid()} {launch.process_start(os.getpid())} {ns}"
+    live, reused, young, other = made("live", me), made("reused", f"{os.getpid()} 1 {ns}"), made("young", None), tmp_path / "x"
+    dead, old = made("dead", f"{_dead_pid()} 12345 {ns}"), made("old", None, age_s=launch.STALE_UNOWNED_S + 60)
+    elsewhere = made("elsewhere", f"{_dead_pid()} 12345 pid:[1]")  # another container's: not ours to judge
+    garbled = made("garbled", "12345", age_s=launch.STALE_UNOWNED_S + 60)
     other.mkdir()
     removed = launch.sweep_stale_dirs(tmp_path)
     # a pid reused by a live process whose start time differs is not the owner: its directory goes
-    assert sorted(removed) == sorted([dead, old, reused])
-    assert live.exists() and young.exists() and other.exists() and not dead.exists()
+    assert sorted(removed) == sorted([dead, old, reused, garbled])
+    assert live.exists() and young.exists() and other.exists() and elsewhere.exists() and not dead.exists()
 
 
 def test_a_killed_process_leaves_its_fork_server_directory_and_the_next_one_removes_it(tmp_path):
