@@ -403,7 +403,9 @@ def sweep_stale_dirs(root: Path | None = None) -> list[Path]:
     A directory made in another PID namespace (a container sharing the temporary directory) is
     left alone: its pid cannot be looked up from here. Returns what it removed."""
     root = Path(root or tempfile.gettempdir())
-    removed = []
+    removed: list[Path] = []
+    if process_start(os.getpid()) is None:  # no /proc: no owner can be told alive or gone
+        return removed
     for path in root.glob(DIR_PREFIX + "*"):
         try:
             info = path.lstat()

@@ -45,8 +45,8 @@ def cpu_flush_bytes() -> int:
     of it. Flushing the L2 only (3 MiB) leaves them in the L3 every time: over 10 alternated
     fresh-process trials a side, the trial took 0.40 s, the demo's steps were the same (-43%
     against -36% on the bf16 gemm, -71% against -60% on RMSNorm, -51%/-44% against -49%/-41% on
-    attention), and the trial-to-trial spread fell on 3 of 5 cases (the fp32 gemm's from 0.060 to
-    0.031, with its +7.5% step at the 96 MiB flush, where none is planted, at -0.8%)
+    attention), and the trial-to-trial spread fell on 3 of 5 cases (on the fp32 gemm, where no
+    step is planted, from 0.060 to 0.031, and its head step from -4.7% to -0.8%)
     (bench/RESULTS.md, seventeenth session)."""
     levels = cpu_cache_bytes()
     fitting = [size for size in levels if size <= CPU_FLUSH_CAP_BYTES]
