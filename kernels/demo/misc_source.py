@@ -53,7 +53,7 @@ def rms_norm(x, weight, eps=1e-6):
 # The planted interacting pair. `rms_blocks` walks the rows in blocks (CPU: 8 rows, six small
 # ops per block, 128 blocks for 1024 rows; GPU: grids of 1024 rows, a few more launches): -36% to
 # -44% of the ratio with cold caches on a 2-core Xeon VM. Blocks of 16 rows cost -50% on an EPYC
-# but only -5% to -14% on that Xeon, whose 480 MiB last-level cache the 48 MiB flush leaves warm:
+# but only -5% to -14% on that Xeon, whose 480 MiB last-level cache a 96 MiB flush left warm:
 # there the control's temporaries ride on pages the whole-tensor target had just touched, so the
 # control slowed with the blocked target and the ratio hid most of the step (bench/RESULTS.md).
 # `rms_weight_check` validates the weight where rows are normalized: two reductions and two host
