@@ -115,14 +115,21 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def process_gone(pid: int) -> bool:
-    """True when `pid` has exited (reaped, or a zombie)."""
+def stat_fields(pid: int | str) -> list[bytes] | None:
+    """/proc/PID/stat's fields after the command name (the first is the state, field 3 of
+    proc(5)); None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             raw = stat.read()
     except OSError:
-        return True
-    return raw[raw.rindex(b")") + 2:][:1] == b"Z"
+        return None
+    return raw[raw.rindex(b")") + 2:].split()
+
+
+def process_gone(pid: int) -> bool:
+    """True when `pid` has exited (reaped, or a zombie)."""
+    fields = stat_fields(pid)
+    return fields is None or fields[0] == b"Z"
 
 
 def wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
@@ -380,11 +387,8 @@ class ForkServer:
 def process_start(pid: int) -> str | None:
     """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22), which
     with the pid names one process: a pid is reused, the pair is not. None when it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2:].split()[19].decode()
+    fields = stat_fields(pid)
+    return fields[19].decode() if fields else None
 
 
 def pid_namespace() -> str:
@@ -439,12 +443,8 @@ def _child_of(pid: int) -> int | None:
     """The (first) child of `pid`, from /proc."""
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as stat:
-                    raw = stat.read()
-            except OSError:
-                continue
-            if int(raw[raw.rindex(b")") + 2:].split()[1]) == pid:
+            fields = stat_fields(entry)
+            if fields and int(fields[1]) == pid:
                 return int(entry)
     return None
 

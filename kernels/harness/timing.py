@@ -13,6 +13,7 @@ import math
 import os
 import statistics
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -63,7 +64,12 @@ CPU0_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 
 def cpu_cache_bytes(root: Path = CPU0_CACHES) -> list[int]:
     """The sizes of cpu0's data and unified caches (one per level) from sysfs, smallest first;
-    [64 MiB] when unreadable."""
+    [64 MiB] when unreadable. Read once per process: a trial asks for them several times."""
+    return list(_cache_sizes(root))
+
+
+@lru_cache(maxsize=4)
+def _cache_sizes(root: Path) -> tuple[int, ...]:
     sizes = set()
     for index in root.glob("index*"):
         try:
@@ -74,7 +80,7 @@ def cpu_cache_bytes(root: Path = CPU0_CACHES) -> list[int]:
             sizes.add(int(text.rstrip("KMG")) * mult)
         except (OSError, ValueError, IndexError):
             continue
-    return sorted(sizes) or [DEFAULT_LLC_BYTES]
+    return tuple(sorted(sizes)) or (DEFAULT_LLC_BYTES,)
 
 
 def cpu_clock(threads: int | None) -> str:
