@@ -3,7 +3,7 @@
 - `render_job`: a job's report (what a compare job posts on its PR): a verdict headline with the
   counts, the regressions and the improvements (each worded as such), the failed benchmarks with
   their error, the inconclusive ones with why, the unchanged cases collapsed, the noise warning,
-  then device, toolchain and threshold, and links to the job and history pages.
+  then device, toolchain and threshold, and a link to the job page.
 - `render_culprit_comment`: on a PR that a bisect named as an exact culprit, its steps.
 
 With a public URL, every case named links to its chart on the dashboard (the step in context),
