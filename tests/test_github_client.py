@@ -318,3 +318,16 @@ def test_each_push_starts_a_check_run_on_its_head_and_the_finished_job_updates_i
     assert start_check(session, pushed.id, "d" * 40, client=github.client())["posted"]
     assert start_check(session, opened.id, "b" * 40, client=github.client()) is None
     assert [(r["head_sha"][0], r["status"]) for r in github.runs] == [("b", "completed"), ("d", "in_progress")]
+
+
+def test_a_token_without_check_runs_marks_the_new_head_pending(session, github_settings) -> None:
+    job = _compare_job(session, JobStatus.queued)
+    script = Script(httpx.Response(403, json={"message": "Resource not accessible by personal access token"}),
+                    httpx.Response(201, json={"id": 3}))
+    result = start_check(session, job.id, "b" * 40, client=httpx.Client(transport=httpx.MockTransport(script)))
+    status = script.requests[1]
+    assert status.url.path == f"/api/v3/repos/acme/kern/statuses/{'b' * 40}"
+    assert json.loads(status.content) == {"state": "pending", "context": "perfbisect",
+                                          "description": "measuring this head",
+                                          "target_url": f"https://perf.example/dashboard/jobs/{job.id}"}
+    assert (result["via"], result["posted"]) == ("status", True)

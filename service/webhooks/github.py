@@ -101,34 +101,55 @@ def _job_page(job_id: int) -> str | None:
     return f"{public_url.rstrip('/')}/dashboard/jobs/{job_id}" if public_url else None
 
 
-def start_check(session: Session, job_id: int, head_sha: str, client: httpx.Client | None = None) -> dict[str, Any] | None:
-    """An in-progress 'perfbisect' check run on a PR's new head (opened, synchronize), set once
-    its compare job is queued, so the PR shows the gate measuring; `post_check` completes that
-    same run. None for a job that is not a compare, has finished already, or is off GitHub, and
-    without a token. Returns {head_sha, posted, error}; an HTTP failure is reported, not raised."""
+def _set_gate(session: Session, job_id: int, head_sha: str, client: httpx.Client | None, conclusion: str | None,
+              title: str, summary: str) -> dict[str, Any]:
+    """The 'perfbisect' check run on `head_sha` (in progress while `conclusion` is None), or, where
+    the token cannot create check runs (403/404: not a GitHub App), a commit status with the same
+    verdict ('pending' while measuring). Returns {via ("check_run" | "status" | None), posted,
+    error}; an HTTP failure is reported in `error`, not raised."""
     job = jobs.get(session, job_id)
-    slug = github_slug(job.repository.url)
-    if job.kind.value != "compare" or job.status.finished or slug is None or not get_settings().github_token:
-        return None
-    result: dict[str, Any] = {"head_sha": head_sha, "posted": False, "error": None}
-    with connect(slug, client) as github:
+    result: dict[str, Any] = {"via": None, "posted": False, "error": None}
+    with connect(github_slug(job.repository.url), client) as github:
         try:
-            github.check_run(head_sha, CHECK_NAME, None, "measuring this head against its base",
-                             f"Compare job {job_id} is measuring the pull request's head.", _job_page(job_id))
+            try:
+                github.check_run(head_sha, CHECK_NAME, conclusion, title, summary, _job_page(job_id))
+                result["via"] = "check_run"
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code not in (403, 404):
+                    raise
+                state = STATUS_STATE[conclusion] if conclusion else "pending"
+                description = ("inconclusive: " if conclusion == "neutral" else "") + title
+                github.commit_status(head_sha, CHECK_NAME, state, description, _job_page(job_id))
+                result["via"] = "status"
             result["posted"] = True
-        except httpx.HTTPError as exc:  # a token that cannot create check runs gets its status at the end
+        except httpx.HTTPError as exc:
             result["error"] = str(exc)
-            log.warning("starting the check of job %s on %s failed: %s", job_id, head_sha[:10], exc)
+            log.warning("setting the check of job %s on %s failed: %s", job_id, head_sha[:10], exc)
     return result
 
 
+def start_check(session: Session, job_id: int, head_sha: str,
+                client: httpx.Client | None = None) -> dict[str, Any] | None:
+    """The gate of a PR's new head (opened, synchronize) in progress, set once its compare job is
+    queued, so the PR shows it measuring; `post_check` completes that same check run. None for a
+    job that is not a compare, has finished already, or is off GitHub, and without a token.
+    Returns {head_sha, via, posted, error} (as _set_gate)."""
+    job = jobs.get(session, job_id)
+    if (job.kind.value != "compare" or job.status.finished or github_slug(job.repository.url) is None
+            or not get_settings().github_token):
+        return None
+    return {"head_sha": head_sha, **_set_gate(session, job_id, head_sha, client, None, "measuring this head",
+                                              f"Compare job {job_id} is measuring the pull request's head "
+                                              "against its base.")}
+
+
 def post_check(session: Session, job_id: int, client: httpx.Client | None = None) -> dict[str, Any] | None:
-    """Set the merge gate of a finished compare job on its head commit: a check run named
+    """Set the merge gate of a finished compare job on its head commit: the check run named
     'perfbisect' (service.webhooks.check: failure on a regression or wrong results, success only
-    when every case was decided, neutral or failure by the repository's pr_policy otherwise), or, where the token cannot create check runs (403/404: not a GitHub App), a
-    commit status with the same verdict. None for a bisect job or a repository off GitHub.
-    Returns {head_sha, conclusion, title, via ("check_run" | "status" | None), posted, error};
-    an HTTP failure is reported in `error`, not raised."""
+    when every case was decided, neutral or failure by the repository's pr_policy otherwise), or a
+    commit status with the same verdict (_set_gate). None for a bisect job or a repository off
+    GitHub. Returns {head_sha, conclusion, title, via ("check_run" | "status" | None), posted,
+    error}; an HTTP failure is reported in `error`, not raised."""
     job = jobs.get(session, job_id)
     if not job.status.finished:
         raise Conflict(f"job {job_id} is {job.status.value}: its check is set once it has finished")
@@ -138,27 +159,9 @@ def post_check(session: Session, job_id: int, client: httpx.Client | None = None
     policy = job.repository.pr_policy or {}
     gate = GatePolicy(**{k: policy[k] for k in ("inconclusive", "failed") if k in policy})
     verdict = check_verdict(views.job_read(session, job), gate)
-    settings = get_settings()
     result: dict[str, Any] = {"head_sha": job.revision_shas[-1], "conclusion": verdict.conclusion,
                               "title": verdict.title, "via": None, "posted": False, "error": None}
-    if not settings.github_token:
+    if not get_settings().github_token:
         return result
-    details = _job_page(job_id)
-    with connect(slug, client) as github:
-        try:
-            try:
-                github.check_run(result["head_sha"], CHECK_NAME, verdict.conclusion, verdict.title, verdict.summary,
-                                 details)
-                result["via"] = "check_run"
-            except httpx.HTTPStatusError as exc:
-                if exc.response.status_code not in (403, 404):
-                    raise
-                description = ("inconclusive: " if verdict.conclusion == "neutral" else "") + verdict.title
-                github.commit_status(result["head_sha"], CHECK_NAME, STATUS_STATE[verdict.conclusion], description,
-                                     details)
-                result["via"] = "status"
-            result["posted"] = True
-        except httpx.HTTPError as exc:
-            result["error"] = str(exc)
-            log.warning("setting the check of job %s on %s failed: %s", job_id, result["head_sha"][:10], exc)
-    return result
+    return {**result, **_set_gate(session, job_id, result["head_sha"], client, verdict.conclusion, verdict.title,
+                                  verdict.summary)}
