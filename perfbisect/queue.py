@@ -18,6 +18,7 @@ ADVANCE_JOB = "perfbisect.advance_job"
 RUN_TRIAL = "perfbisect.run_trial"
 RUN_BLOCK = "perfbisect.run_block"  # a side-by-side block's trials, in order, on one worker
 NOTIFY_JOB = "perfbisect.notify_job"
+START_CHECK = "perfbisect.start_check"  # a PR's in-progress check run, once its compare job is queued
 RECONCILE = "perfbisect.reconcile"
 TRACK_BRANCH = "perfbisect.track_branch"
 DETECT_ALERTS = "perfbisect.detect_alerts"
@@ -44,8 +45,8 @@ def make_celery() -> Celery:
         task_default_queue=CONTROL_QUEUE,
         # Planning and notifying run on the control queue; trials are sent to their job's
         # device-class queue explicitly (workers/tasks.py).
-        task_routes={name: {"queue": CONTROL_QUEUE} for name in (ADVANCE_JOB, NOTIFY_JOB, RECONCILE, PRUNE_SAMPLES,
-                                                                DELIVER_NOTIFICATION)},
+        task_routes={name: {"queue": CONTROL_QUEUE} for name in (ADVANCE_JOB, NOTIFY_JOB, START_CHECK, RECONCILE,
+                                                                PRUNE_SAMPLES, DELIVER_NOTIFICATION)},
         # The reconciler (service/trials/reconcile.py) re-sends what the broker lost; run by
         # `perfbisect worker --beat` (one per deployment) or `perfbisect beat`. A run that
         # waited longer than one interval is dropped: the next one does the same work.

@@ -174,7 +174,8 @@ def test_pushes_raise_an_alert_whose_bisect_names_the_culprit_and_tells_its_pr(d
             assert bisect["kind"] == "bisect" and bisect["status"] == "succeeded"
             [comment] = FakeGitHub.comments[912]
             assert "alert=" in comment["body"] and step["sha"][:10] in comment["body"]
-            assert ("GET", f"/repos/acme/minikern/commits/{step['sha']}/pulls") in FakeGitHub.seen
+            # every list is read page by page (per_page=100, then Link: rel="next"), the lookup too
+            assert ("GET", f"/repos/acme/minikern/commits/{step['sha']}/pulls?per_page=100") in FakeGitHub.seen
             jobs = httpx.get(f"{base}/api/jobs").json()
             # the backfill, six pushes and, before the alert, the re-measure of the step's two heads
             # side by side (confirm_trials is 3 by default)

@@ -1,7 +1,8 @@
-"""The PR bot's transport and merge gate, with GitHub's servers mocked at the edge
+"""The one GitHub client and the merge gate, with GitHub's servers mocked at the edge
 (httpx.MockTransport): rate-limit answers are waited out as GitHub asks, 5xx are retried,
 permission errors are not, the bot's comment is found on any page, and a compare job sets a
-check run (or a commit status where the token cannot) whose conclusion gates the merge."""
+check run (or a commit status where the token cannot) whose conclusion gates the merge, updating
+the run already on its head rather than adding a second."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from perfbisect.service.jobs.schemas import JobRead
 from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository
 from perfbisect.service.settings import get_settings
 from perfbisect.service.webhooks.check import GatePolicy, check_verdict
-from perfbisect.service.webhooks.github import post_check
-from perfbisect.service.webhooks.github_client import GitHubClient, rate_limit_wait
+from perfbisect.service.webhooks.github import post_check, start_check
+from perfbisect.service.integrations.github.client import GitHubClient, rate_limit_wait
 
 API = "https://github.test/api/v3"
 CASE = "gemm M=64,N=64,K=64,dtype=fp32"
@@ -195,24 +196,44 @@ def _compare_job(session, status=JobStatus.succeeded, outcome: dict[str, str] | 
     return job
 
 
+NO_RUNS = {"total_count": 0, "check_runs": []}
+
+
 def test_compare_job_sets_a_failing_check_run_on_its_head(session, github_settings) -> None:
     job = _compare_job(session)
-    script = Script(httpx.Response(201, json={"id": 1}))
+    script = Script(NO_RUNS, httpx.Response(201, json={"id": 1}))
     result = post_check(session, job.id, client=httpx.Client(transport=httpx.MockTransport(script)))
-    [request] = script.requests
+    listing, request = script.requests
+    assert listing.url.path == f"/api/v3/repos/acme/kern/commits/{'b' * 40}/check-runs"
+    assert listing.url.params["check_name"] == "perfbisect"
     body = json.loads(request.content)
-    assert request.url.path == "/api/v3/repos/acme/kern/check-runs"
+    assert (request.method, request.url.path) == ("POST", "/api/v3/repos/acme/kern/check-runs")
     assert (body["head_sha"], body["conclusion"], body["status"]) == ("b" * 40, "failure", "completed")
     assert body["details_url"] == f"https://perf.example/dashboard/jobs/{job.id}"
     assert result["via"] == "check_run" and result["posted"] and result["error"] is None
 
 
+def test_the_check_run_already_on_the_head_is_updated_not_doubled(session, github_settings) -> None:
+    job = _compare_job(session)
+    page2 = f"{API}/repos/acme/kern/commits/{'b' * 40}/check-runs?check_name=perfbisect&per_page=100&page=2"
+    first = httpx.Response(200, json={"total_count": 101, "check_runs": [{"id": 5, "name": "lint"}] * 100},
+                           headers={"Link": f'<{page2}>; rel="next"'})
+    ours = {"total_count": 101, "check_runs": [{"id": 42, "name": "perfbisect", "status": "in_progress"}]}
+    script = Script(first, ours, {"id": 42})
+    result = post_check(session, job.id, client=httpx.Client(transport=httpx.MockTransport(script)))
+    update = script.requests[2]
+    assert (update.method, update.url.path) == ("PATCH", "/api/v3/repos/acme/kern/check-runs/42")
+    body = json.loads(update.content)
+    assert (body["status"], body["conclusion"]) == ("completed", "failure") and "head_sha" not in body
+    assert result["via"] == "check_run" and result["posted"] and len(script.requests) == 3
+
+
 def test_without_check_permission_a_commit_status_is_set(session, github_settings) -> None:
     job = _compare_job(session)
-    script = Script(httpx.Response(403, json={"message": "Resource not accessible by personal access token"}),
+    script = Script(NO_RUNS, httpx.Response(403, json={"message": "Resource not accessible by personal access token"}),
                     httpx.Response(201, json={"id": 2}))
     result = post_check(session, job.id, client=httpx.Client(transport=httpx.MockTransport(script)))
-    status = script.requests[1]
+    status = script.requests[2]
     assert status.url.path == f"/api/v3/repos/acme/kern/statuses/{'b' * 40}"
     assert json.loads(status.content)["state"] == "failure" and result["via"] == "status"
 
@@ -228,9 +249,9 @@ def test_without_check_permission_a_commit_status_is_set(session, github_setting
 def test_each_outcome_reaches_github_as_its_check_run(session, github_settings, status, outcome, policy,
                                                       conclusion, title) -> None:
     job = _compare_job(session, status, outcome, policy, regressed=False)
-    script = Script(httpx.Response(201, json={"id": 1}))
+    script = Script(NO_RUNS, httpx.Response(201, json={"id": 1}))
     result = post_check(session, job.id, client=httpx.Client(transport=httpx.MockTransport(script)))
-    [request] = script.requests
+    _, request = script.requests
     body = json.loads(request.content)
     assert (body["conclusion"], result["conclusion"]) == (conclusion, conclusion)
     assert body["output"]["title"].startswith(title)
@@ -243,5 +264,70 @@ def test_an_inconclusive_compare_sets_an_inconclusive_commit_status(session, git
     script = Script(httpx.Response(403, json={"message": "Resource not accessible by personal access token"}),
                     httpx.Response(201, json={"id": 2}))
     post_check(session, job.id, client=httpx.Client(transport=httpx.MockTransport(script)))
-    status = json.loads(script.requests[1].content)
+    status = json.loads(script.requests[1].content)  # the listing refused: a commit status straight away
     assert status["description"].startswith("inconclusive: not decided: 1 case inconclusive")
+
+
+class CheckRuns:
+    """GitHub's check runs of one repository, in memory: listed by commit and name, created, updated."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict] = []
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        parts = request.url.path.split("/")
+        if request.method == "GET":
+            runs = [r for r in self.runs if r["head_sha"] == parts[-2] and r["name"] == request.url.params["check_name"]]
+            return httpx.Response(200, json={"total_count": len(runs), "check_runs": runs})
+        body = json.loads(request.content)
+        if request.method == "POST":
+            self.runs.append({"id": len(self.runs) + 1, **body})
+            return httpx.Response(201, json=self.runs[-1])
+        run = next(r for r in self.runs if r["id"] == int(parts[-1]))
+        run.update(body)
+        return httpx.Response(200, json=run)
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self))
+
+
+def test_each_push_starts_a_check_run_on_its_head_and_the_finished_job_updates_it(session, github_settings) -> None:
+    github = CheckRuns()
+    opened = _compare_job(session, JobStatus.running)
+    assert start_check(session, opened.id, "b" * 40, client=github.client())["posted"]
+    [run] = [dict(r) for r in github.runs]  # a copy: the fake updates its own in place
+    assert (run["head_sha"], run["status"], run["name"]) == ("b" * 40, "in_progress", "perfbisect")
+    assert "conclusion" not in run and run["details_url"] == f"https://perf.example/dashboard/jobs/{opened.id}"
+
+    opened.status = JobStatus.succeeded
+    session.flush()
+    assert post_check(session, opened.id, client=github.client())["posted"]
+    [done] = github.runs
+    assert (done["id"], done["status"], done["conclusion"]) == (run["id"], "completed", "failure")
+    assert done["output"]["title"] == "1 case regressed (threshold 2.0%)"
+    assert [r.method for r in github.requests] == ["GET", "POST", "GET", "PATCH"]
+
+    # synchronize: the next push's job starts the run of its own head, and a finished job never
+    # turns its completed run back to in progress
+    pushed = Job(kind=JobKind.compare, repository_id=opened.repository_id, status=JobStatus.queued,
+                 revision_shas=["a" * 40, "d" * 40], spec=dict(opened.spec), progress={})
+    session.add(pushed)
+    session.flush()
+    assert start_check(session, pushed.id, "d" * 40, client=github.client())["posted"]
+    assert start_check(session, opened.id, "b" * 40, client=github.client()) is None
+    assert [(r["head_sha"][0], r["status"]) for r in github.runs] == [("b", "completed"), ("d", "in_progress")]
+
+
+def test_a_token_without_check_runs_marks_the_new_head_pending(session, github_settings) -> None:
+    job = _compare_job(session, JobStatus.queued)
+    script = Script(httpx.Response(403, json={"message": "Resource not accessible by personal access token"}),
+                    httpx.Response(201, json={"id": 3}))
+    result = start_check(session, job.id, "b" * 40, client=httpx.Client(transport=httpx.MockTransport(script)))
+    status = script.requests[1]
+    assert status.url.path == f"/api/v3/repos/acme/kern/statuses/{'b' * 40}"
+    assert json.loads(status.content) == {"state": "pending", "context": "perfbisect",
+                                          "description": "measuring this head",
+                                          "target_url": f"https://perf.example/dashboard/jobs/{job.id}"}
+    assert (result["via"], result["posted"]) == ("status", True)

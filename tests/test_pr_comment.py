@@ -4,11 +4,13 @@ a regression, an improvement, a head that fails to import, and an unchanged comp
 from __future__ import annotations
 
 import random
+from urllib.parse import quote
 
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs import views
 from perfbisect.service.jobs.schemas import CompareCreate
+from perfbisect.service.reports.culprits import history_path
 from perfbisect.service.reports.pr_comment import render_culprit_comment, render_job
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result, repo, run_job  # noqa: F401
 
@@ -41,12 +43,16 @@ def test_a_regression(session, repo) -> None:
     assert md.startswith("### perfbisect: :red_circle: regression (1 regressed, 0 improved, 1 unchanged, 0 failed)")
     assert "**Regressions**" in md and "**Improvements**" not in md
     assert "| case | ratio to control before → after | metric before → after | step [95% CI] |" in md
-    row = next(line for line in md.splitlines() if line.startswith(f"| `{CASE_BIG}` |"))
+    row = next(line for line in md.splitlines() if line.startswith(f"| [`{CASE_BIG}`]("))
     assert "GFLOP/s" in row and "| -29." in row or "| -30." in row
-    assert "<details><summary>1 unchanged case(s)</summary>" in md and f"| `{CASE_SMALL}` |" in md
+    assert "<details><summary>1 unchanged case(s)</summary>" in md
     assert "device NVIDIA H200 (driver 550.54, CUDA 12.4) · torch 2.11.0 · triton 3.6.0" in md
     assert "threshold: minimum effect 2.0% of the ratio to control" in md
-    assert "[history](https://perf.example.com/dashboard/repositories/lib)" in md
+    # every case links to its own chart on the dashboard, not to the repository's page
+    assert row.startswith(f"| [`{CASE_BIG}`](https://perf.example.com/dashboard/repositories/lib?case="
+                          f"{quote(CASE_BIG)}) |"), row
+    assert f"| [`{CASE_SMALL}`](https://perf.example.com{history_path('lib', CASE_SMALL)}) |" in md
+    assert "(https://perf.example.com/dashboard/repositories/lib)" not in md
     assert "(https://perf.example.com/dashboard/jobs/" in md
 
 
@@ -61,7 +67,7 @@ def test_a_head_that_fails_to_import(session, repo) -> None:
     md = compare(session, None)
     assert md.startswith("### perfbisect: :x: could not measure (0 regressed, 0 improved, 0 unchanged, 2 failed)")
     assert "**Failed benchmarks** (2)" in md
-    assert f"- `{CASE_BIG}`: import failed at the bad end (`" in md
+    assert f"- [`{CASE_BIG}`](https://perf.example.com{history_path('lib', CASE_BIG)}): import failed at the bad end (`" in md
     assert "  ModuleNotFoundError: No module named 'lib.nope'" in md
     assert "no change" not in md.lower() and "unchanged case" not in md
 
@@ -101,7 +107,7 @@ def test_a_missing_device_and_a_noisy_run_say_so(session, repo) -> None:
     no_cuda = "device 'cuda' requested but torch sees no CUDA device"
     md = job_md(lambda i, rng: {**harness_result({}, rng, status="error"), "error": no_cuda}, device_class="cuda")
     assert md.startswith("### perfbisect: :x: could not measure (0 regressed, 0 improved, 0 unchanged, 1 failed)")
-    assert f"- `{CASE_BIG}`: CUDA missing at the good end" in md and f"  {no_cuda}" in md
+    assert f"- [`{CASE_BIG}`](https://perf.example.com{history_path('lib', CASE_BIG)}): CUDA missing at the good end" in md and f"  {no_cuda}" in md
     noisy = job_md(lambda i, rng: harness_result({CASE_BIG: rng.lognormvariate(0, 0.15)}, rng), max_trials=6)
     assert noisy.startswith("### perfbisect: :grey_question: inconclusive (0 regressed, 0 improved, 0 unchanged, 0 failed, 1 inconclusive)")
     assert "**Inconclusive** (1)" in noisy and "too noisy for the minimum effect" in noisy

@@ -19,7 +19,7 @@ from perfbisect.service.models import (
     BenchmarkSet, Culprit, CulpritKind, Job, JobKind, JobStatus, Repository, Revision, TrackedBranch,
 )
 from perfbisect.service.settings import get_settings
-from perfbisect.service.webhooks.github import marker, post_job_comments
+from perfbisect.service.webhooks.github import compare_marker, marker, post_job_comments
 from perfbisect.service.webhooks.repo_urls import github_slug, normalized_url
 from perfbisect.service.webhooks.signature import sign
 from tests.factories import create_repository
@@ -293,6 +293,16 @@ def test_a_new_head_supersedes_the_pull_requests_open_compare(client, settings, 
     assert sent_tasks == [("perfbisect.advance_job", (first,)), ("perfbisect.advance_job", (second,))]
 
 
+def test_with_a_token_each_new_head_first_starts_its_check_run(client, settings, lib, session, sent_tasks,
+                                                                monkeypatch) -> None:
+    monkeypatch.setattr(settings, "github_token", "tok")
+    first = deliver(client, pr_event(lib["base"], lib["head"], clone_url=str(lib["path"]))).json()["job_id"]
+    response = deliver(client, pr_event(lib["base"], "e" * 40, action="synchronize", clone_url=str(lib["path"])))
+    second = response.json()["job_id"]
+    assert sent_tasks == [("perfbisect.start_check", (first, lib["head"])), ("perfbisect.advance_job", (first,)),
+                          ("perfbisect.start_check", (second, "e" * 40)), ("perfbisect.advance_job", (second,))]
+
+
 def test_head_that_does_not_resolve_fails_the_job_with_the_reason(client, settings, lib, session, sent_tasks) -> None:
     response = deliver(client, pr_event(lib["base"], "d" * 40, clone_url=str(lib["path"])))
     assert response.status_code == 202, response.text
@@ -396,7 +406,7 @@ def test_compare_job_report_is_posted_on_its_pull_request(session, settings, ker
     assert post.headers["Authorization"] == "Bearer tok"
     assert post.headers["Accept"] == "application/vnd.github+json"
     body = json.loads(post.content)["body"]
-    assert body.startswith("### perfbisect: compare succeeded") and marker(job.id, 7) in body
+    assert body.startswith("### perfbisect: compare succeeded") and compare_marker(7) in body
     assert "Compared `v1`..`main` in **kern**" in body and "minimum effect 2.0%" in body
     assert result == {"repository": "acme/kern", "issue_number": 7, "body": body, "posted": True,
                       "action": "created", "url": "https://github.com/acme/kern/pull/7#issuecomment-99",
@@ -422,12 +432,35 @@ def test_bisect_culprit_pull_requests_are_told_with_their_table(session, setting
 
 def test_a_second_run_edits_the_earlier_comment(session, settings, kern, monkeypatch) -> None:
     monkeypatch.setattr(settings, "github_token", "tok")
-    job = finished_job(session, kern, JobKind.compare, pr_number=7)
-    github = FakeGitHub(existing=[{"id": 5, "body": "unrelated"}, {"id": 6, "body": f"old\n{marker(job.id, 7)}"}])
+    job = finished_job(session, kern, JobKind.bisect)
+    add_culprit(session, job, "2" * 40, "2" * 40, 41, "drop fastmath flag (#41)")
+    github = FakeGitHub(existing=[{"id": 5, "body": "unrelated"}, {"id": 6, "body": f"old\n{marker(job.id, 41)}"}])
     [result] = post_job_comments(session, job.id, client=github.client())
     [patch] = github.writes()
     assert patch.method == "PATCH" and patch.url.path == "/api/v3/repos/acme/kern/issues/comments/6"
     assert result["action"] == "updated"
+
+
+def test_every_push_to_a_pull_request_edits_its_first_report(session, settings, kern, monkeypatch) -> None:
+    # opened: the first compare job posts the report; synchronize: the next push's job edits it
+    monkeypatch.setattr(settings, "github_token", "tok")
+    monkeypatch.setattr(settings, "public_url", "https://perf.example")
+    opened = finished_job(session, kern, JobKind.compare, pr_number=7)
+    github = FakeGitHub(existing=[{"id": 5, "body": "a reviewer's comment"}])
+    post_job_comments(session, opened.id, client=github.client())
+    [post] = github.writes()
+    first = {"id": 6, "body": json.loads(post.content)["body"]}
+    for _ in range(2):
+        pushed = finished_job(session, kern, JobKind.compare, pr_number=7)
+        github = FakeGitHub(existing=[{"id": 5, "body": "a reviewer's comment"}, first,
+                                     {"id": 8, "body": "another comment"}])
+        [result] = post_job_comments(session, pushed.id, client=github.client())
+        [patch] = github.writes()
+        assert (patch.method, patch.url.path) == ("PATCH", "/api/v3/repos/acme/kern/issues/comments/6")
+        body = json.loads(patch.content)["body"]
+        assert f"[job {pushed.id}](https://perf.example/dashboard/jobs/{pushed.id})" in body
+        assert result["action"] == "updated"
+        first = {"id": 6, "body": body}
 
 
 def test_without_a_token_comments_are_rendered_not_sent(session, settings, kern) -> None:

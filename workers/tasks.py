@@ -14,7 +14,16 @@ from functools import partial
 from celery.signals import worker_init
 
 from perfbisect import dispatch
-from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, NOTIFY_JOB, PRUNE_SAMPLES, RUN_BLOCK, RUN_TRIAL, celery_app
+from perfbisect.queue import (
+    ADVANCE_JOB,
+    CONTROL_QUEUE,
+    NOTIFY_JOB,
+    PRUNE_SAMPLES,
+    RUN_BLOCK,
+    RUN_TRIAL,
+    START_CHECK,
+    celery_app,
+)
 from perfbisect.service.db import database_unreachable, session_scope
 from perfbisect.service.jobs import advance, resolution
 from perfbisect.service.notifications import service as notifications
@@ -99,6 +108,16 @@ def notify_job(job_id: int) -> int:
         posted = len(post_job_comments(session, job_id))
         post_check(session, job_id)
         return posted
+
+
+@celery_app.task(name=START_CHECK)
+def start_check(job_id: int, head_sha: str) -> bool:
+    """The in-progress check run of a PR's compare job on its new head (notify_job completes it)."""
+    from perfbisect.service.webhooks.github import start_check as start
+
+    with session_scope() as session:
+        result = start(session, job_id, head_sha)
+    return bool(result and result["posted"])
 
 
 def _tell_subscribers(job_id: int) -> None:

@@ -4,8 +4,9 @@ the alert is fixed by a later step with an exact culprit, say so there and on th
 
 Three steps so no transaction stays open over HTTP: `comment_work` reads (a session),
 `post` talks to GitHub (no session), `record` stores the PR numbers and comment URLs (a
-session). Each comment carries a marker, so a second run edits it instead of posting again.
-Without a GitHub token the comments are rendered, not sent.
+session). Each comment carries a marker, so a second run edits it instead of posting again
+(found on any page of the PR's comments). Without a GitHub token the comments are rendered, not
+sent. Every GitHub call goes through service.integrations.github.client.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from perfbisect.gitrepo import pr_number
 from perfbisect.service.alerts import repository
-from perfbisect.service.alerts.github import github_call
 from perfbisect.service.alerts.render import CaseStep, case_table, links
+from perfbisect.service.integrations.github.client import GitHubClient, connect
 from perfbisect.service.models import Alert, AlertStatus
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.settings import get_settings
@@ -47,6 +48,7 @@ class CommentWork:
     fix_alert_id: int | None = None
     known_prs: dict[str, int] = field(default_factory=dict)  # sha -> PR found earlier
     links: list[str] = field(default_factory=list)  # the alert, its bisect job, each case's chart
+    bisected: bool = True  # False: the range held one commit, so tracking named it without a bisect
 
 
 def _table(session: Session, alert: Alert, metric: str) -> list[str]:
@@ -85,11 +87,21 @@ def comment_work(session: Session, alert_id: int) -> CommentWork | None:
                 [c.case.name for c in alert.cases])
     return CommentWork(alert.id, slug, headline, _table(session, alert, tracked.metric),
                        _commit(session, tracked.repository_id, alert.culprit_last_sha), fix,
-                       fix_alert.id if fix_alert else None, known, see)
+                       fix_alert.id if fix_alert else None, known, see,
+                       bisected=alert.bisect_job_id is not None)
 
 
 def marker(alert_id: int, pr: int, role: str) -> str:
     return f"<!-- perfbisect:alert={alert_id}:{role}:pr={pr} -->"
+
+
+def _found(work: CommentWork) -> str:
+    """How the culprit was named: by a bisect, or by tracking alone (a one-commit range)."""
+    named = f"`{work.culprit.sha[:10]}` ({work.culprit.subject})"
+    if work.bisected:
+        return f"Tracking found the step and a bisect named {named}:"
+    return (f"Tracking measured {named} and the commit before it and found the step between them, "
+            "so no bisect was needed:")
 
 
 def render(work: CommentWork, culprit_pr: int, fix_pr: int | None) -> list[tuple[int, str, str]]:
@@ -100,8 +112,7 @@ def render(work: CommentWork, culprit_pr: int, fix_pr: int | None) -> list[tuple
         fixed = f"\n\n**Fixed**: the level came back at `{work.fix.sha[:10]}`" + (f" (#{fix_pr})." if fix_pr else ".")
     see = ["", " · ".join(work.links)] if work.links else []
     body = "\n".join([f"### perfbisect: {work.headline} traced to this pull request", "",
-                      f"Tracking found the step and a bisect named `{work.culprit.sha[:10]}` "
-                      f"({work.culprit.subject}):", "", *work.table, *see]) + fixed
+                      _found(work), "", *work.table, *see]) + fixed
     comments = [(culprit_pr, f"{body}\n{marker(work.alert_id, culprit_pr, 'culprit')}", "culprit")]
     if work.fix is not None and fix_pr:
         fix_body = "\n".join([f"### perfbisect: this pull request restored the level lost in alert #{work.alert_id}",
@@ -111,13 +122,12 @@ def render(work: CommentWork, culprit_pr: int, fix_pr: int | None) -> list[tuple
     return comments
 
 
-def pull_request_of(client: httpx.Client | None, slug: tuple[str, str], commit: Commit) -> int | None:
+def pull_request_of(github: GitHubClient | None, commit: Commit) -> int | None:
     """The PR that merged `commit`: GitHub's commit-to-PR lookup (the merged one first), else the
     `(#123)` at the end of its subject (without a client, only the subject)."""
-    if client is not None:
+    if github is not None:
         try:
-            pulls = github_call(client, "GET", f"/repos/{slug[0]}/{slug[1]}/commits/{commit.sha}/pulls")
-            pulls = sorted(pulls, key=lambda p: p.get("merged_at") is None)
+            pulls = sorted(github.pulls_of_commit(commit.sha), key=lambda p: p.get("merged_at") is None)
             if pulls:
                 return int(pulls[0]["number"])
         except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
@@ -125,41 +135,39 @@ def pull_request_of(client: httpx.Client | None, slug: tuple[str, str], commit: 
     return pr_number(commit.subject)
 
 
-def _upsert(client: httpx.Client, slug: tuple[str, str], pr: int, body: str, mark: str) -> str | None:
-    base = f"/repos/{slug[0]}/{slug[1]}/issues"
-    earlier = next((c for c in github_call(client, "GET", f"{base}/{pr}/comments", params={"per_page": 100})
-                    if mark in (c.get("body") or "")), None)
-    if earlier is not None:
-        return github_call(client, "PATCH", f"{base}/comments/{earlier['id']}", json={"body": body}).get("html_url")
-    return github_call(client, "POST", f"{base}/{pr}/comments", json={"body": body}).get("html_url")
+def _comment(github: GitHubClient | None, work: CommentWork, pr: int, body: str, role: str) -> dict[str, Any]:
+    """Post one comment (edit it, when its marker is on the PR already); without a client, only
+    render it."""
+    result: dict[str, Any] = {"pr": pr, "body": body, "posted": False, "url": None, "error": None}
+    if github is None:
+        return result
+    try:
+        _, result["url"] = github.upsert_comment(pr, body, marker(work.alert_id, pr, role))
+        result["posted"] = True
+    except httpx.HTTPError as exc:
+        result["error"] = str(exc)
+        log.warning("commenting alert %s on #%s failed: %s", work.alert_id, pr, exc)
+    return result
+
+
+def _post(github: GitHubClient | None, work: CommentWork) -> dict[str, Any]:
+    culprit_pr = work.known_prs.get(work.culprit.sha) or pull_request_of(github, work.culprit)
+    fix_pr = None
+    if work.fix is not None:
+        fix_pr = work.known_prs.get(work.fix.sha) or pull_request_of(github, work.fix)
+    comments = [_comment(github, work, pr, body, role) for pr, body, role in
+                (render(work, culprit_pr, fix_pr) if culprit_pr else [])]
+    return {"culprit_pr": culprit_pr, "fix_pr": fix_pr, "comments": comments}
 
 
 def post(work: CommentWork, client: httpx.Client | None = None) -> dict[str, Any]:
-    """Find the PRs and post (or, without a token, only render) the comments. Returns
-    {culprit_pr, comments: [{pr, body, posted, url, error}]}; an HTTP failure is reported, not raised."""
-    send = bool(get_settings().github_token)
-    owned = send and client is None
-    client = client or (httpx.Client(timeout=30) if send else None)
-    try:
-        culprit_pr = work.known_prs.get(work.culprit.sha) or pull_request_of(client if send else None, work.slug, work.culprit)
-        fix_pr = None
-        if work.fix is not None:
-            fix_pr = work.known_prs.get(work.fix.sha) or pull_request_of(client if send else None, work.slug, work.fix)
-        results = []
-        for pr, body, role in (render(work, culprit_pr, fix_pr) if culprit_pr else []):
-            result = {"pr": pr, "body": body, "posted": False, "url": None, "error": None}
-            if send:
-                try:
-                    result["url"] = _upsert(client, work.slug, pr, body, marker(work.alert_id, pr, role))
-                    result["posted"] = True
-                except httpx.HTTPError as exc:
-                    result["error"] = str(exc)
-                    log.warning("commenting alert %s on #%s failed: %s", work.alert_id, pr, exc)
-            results.append(result)
-        return {"culprit_pr": culprit_pr, "fix_pr": fix_pr, "comments": results}
-    finally:
-        if owned:
-            client.close()
+    """Find the PRs and post (or, without a token, only render) the comments. `client`: the
+    httpx.Client to talk through (a test's mock). Returns {culprit_pr, fix_pr, comments: [{pr,
+    body, posted, url, error}]}; an HTTP failure is reported, not raised."""
+    if not get_settings().github_token:
+        return _post(None, work)
+    with connect(work.slug, client) as github:
+        return _post(github, work)
 
 
 def record(session: Session, alert_id: int, outcome: dict[str, Any]) -> None:

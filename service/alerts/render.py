@@ -64,11 +64,12 @@ def case_table(steps: Sequence[CaseStep], metric: str, effects: Mapping[str, Map
 
 def links(public_url: str | None, repository: str, alert_id: int, job_id: int | None,
           cases: Sequence[str]) -> list[str]:
-    """Links to the alert, the bisect job and each case's chart ([] without a public URL)."""
+    """Links to the dashboard pages of the alert, the bisect job and each case's chart (never the
+    JSON API: a person follows them); [] without a public URL."""
     if not public_url:
         return []
     base = public_url.rstrip("/")
-    out = [f"[alert #{alert_id}]({base}/api/alerts/{alert_id})"]
+    out = [f"[alert #{alert_id}]({base}/dashboard/alerts/{alert_id})"]
     if job_id is not None:
         out.append(f"[bisect job {job_id}]({base}/dashboard/jobs/{job_id})")
     out += [f"[chart: {case}]({base}{history_path(repository, case)})" for case in cases]

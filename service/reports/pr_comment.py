@@ -3,8 +3,11 @@
 - `render_job`: a job's report (what a compare job posts on its PR): a verdict headline with the
   counts, the regressions and the improvements (each worded as such), the failed benchmarks with
   their error, the inconclusive ones with why, the unchanged cases collapsed, the noise warning,
-  then device, toolchain and threshold, and links to the job and history pages.
+  then device, toolchain and threshold, and a link to the job page.
 - `render_culprit_comment`: on a PR that a bisect named as an exact culprit, its steps.
+
+With a public URL, every case named links to its chart on the dashboard (the step in context),
+and the footer to the job's page.
 """
 
 from __future__ import annotations
@@ -36,9 +39,14 @@ def _cell(text: str) -> str:
 def _links(job: JobRead, public_url: str | None) -> str:
     if not public_url:
         return f"job {job.id}"
-    base = public_url.rstrip("/")
-    return (f"[job {job.id}]({base}/dashboard/jobs/{job.id}) · "
-            f"[history]({base}/dashboard/repositories/{job.repository})")
+    return f"[job {job.id}]({public_url.rstrip('/')}/dashboard/jobs/{job.id})"
+
+
+def _case(job: JobRead, case: str, public_url: str | None) -> str:
+    """The case's name, linked to its chart when there is a dashboard to link to."""
+    if not public_url:
+        return f"`{case}`"
+    return f"[`{case}`]({public_url.rstrip('/')}{history_path(job.repository, case)})"
 
 
 def _environment(job: JobRead) -> str:
@@ -57,7 +65,8 @@ def _footer(job: JobRead, public_url: str | None) -> str:
             f"control timed in the same process · {_links(job, public_url)}</sub>")
 
 
-def _step_tables(job: JobRead, culprits: list[CulpritRead], *, with_revision: bool) -> list[str]:
+def _step_tables(job: JobRead, culprits: list[CulpritRead], public_url: str | None, *,
+                 with_revision: bool) -> list[str]:
     """A Regressions table and an Improvements table, each only when it has rows."""
     head = ["revision", "PR"] if with_revision else []
     header = [*head, "case", f"{decided_on(job)} before → after", "metric before → after", "step [95% CI]"]
@@ -68,7 +77,7 @@ def _step_tables(job: JobRead, culprits: list[CulpritRead], *, with_revision: bo
         for case, e in moved_effects(job, c).items():
             decided, absolute = before_after(job, e)
             revision = [f"`{where(c)}`", f"#{c.pr_number}" if c.pr_number else ""] if with_revision else []
-            row = [*revision, f"`{case}`", decided.replace("->", "→"), absolute.replace("->", "→"), step_text(e)]
+            row = [*revision, _case(job, case, public_url), decided.replace("->", "→"), absolute.replace("->", "→"), step_text(e)]
             groups[is_regression(job, c, case, e)].append(row)
     out: list[str] = []
     for regression, title in ((True, "Regressions"), (False, "Improvements")):
@@ -93,13 +102,14 @@ def _case_lists(job: JobRead, public_url: str | None) -> list[str]:
         out += ["", f"**Failed benchmarks** ({len(failed)})", ""]
         for c in failed:
             at = f" (`{c.failed_at[:10]}`)" if c.failed_at else ""
-            out += [f"- `{c.case}`: {c.reason}{at}", *_error_block(c.error)]
+            out += [f"- {_case(job, c.case, public_url)}: {c.reason}{at}", *_error_block(c.error)]
     noted = [c for c in cases if c.steps and c.reason]  # a step found although an end failed
     if noted:
-        out += ["", "**Also**", ""] + [f"- `{c.case}`: {c.reason}" for c in noted]
+        out += ["", "**Also**", ""] + [f"- {_case(job, c.case, public_url)}: {c.reason}" for c in noted]
     inconclusive = [c for c in cases if c.outcome == "inconclusive"]
     if inconclusive:
-        out += ["", f"**Inconclusive** ({len(inconclusive)})", ""] + [f"- `{c.case}`: {c.reason}" for c in inconclusive]
+        out += ["", f"**Inconclusive** ({len(inconclusive)})", ""]
+        out += [f"- {_case(job, c.case, public_url)}: {c.reason}" for c in inconclusive]
     unchanged = [c for c in cases if c.outcome == "unchanged"]
     if unchanged:
         out += ["", f"<details><summary>{len(unchanged)} unchanged case(s)</summary>", "",
@@ -107,7 +117,7 @@ def _case_lists(job: JobRead, public_url: str | None) -> list[str]:
         for c in unchanged:
             ci = f"[{c.ci[0] * 100:+.1f}, {c.ci[1] * 100:+.1f}]" if c.ci else "-"
             bound = f"any step beyond ±{c.bound * 100:.1f}%" if c.bound is not None else "-"
-            out.append(f"| `{_cell(c.case)}` | {ci} | {bound} |")
+            out.append(f"| {_cell(_case(job, c.case, public_url))} | {ci} | {bound} |")
         out += ["", "</details>"]
     unseen = [c for c in unchanged if c.unseen]
     if unseen:
@@ -134,7 +144,7 @@ def render_job(job: JobRead, public_url: str | None = None) -> str:
     out = [_headline(job), "",
            f"{kind} `{ref(job.spec.get('good'))}`..`{ref(job.spec.get('bad'))}` in **{job.repository}** ({job.status}); "
            f"step = relative change of the {decided_on(job)}, 95% CI."]
-    out += _step_tables(job, job.culprits, with_revision=job.kind != "compare")
+    out += _step_tables(job, job.culprits, public_url, with_revision=job.kind != "compare")
     for c in job.culprits:
         if c.kind == "correctness":
             out += ["", f":warning: wrong results from `{c.first_sha[:10]}`"
@@ -166,7 +176,7 @@ def render_culprit_comment(job: JobRead, culprits: list[CulpritRead], public_url
     out = [f"### perfbisect: this pull request caused {_direction(job, culprits)}", "",
            f"Bisecting `{ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))}` in **{job.repository}** found the step at "
            f"{shas}, from this pull request. Step = relative change of the {decided_on(job)}, 95% CI:"]
-    out += _step_tables(job, culprits, with_revision=True)
+    out += _step_tables(job, culprits, public_url, with_revision=True)
     out += attribution_markdown(job)
     out += ["", _footer(job, public_url)]
     return "\n".join(out)

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, Header, Request, Response, status
 from pydantic import ValidationError
 
 from perfbisect import dispatch
-from perfbisect.queue import ADVANCE_JOB
+from perfbisect.queue import ADVANCE_JOB, CONTROL_QUEUE, START_CHECK
 from perfbisect.service.api.deps import SessionDep
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.errors import BadRequest, NotFound
@@ -95,9 +95,11 @@ def github_webhook(
     outcome = service.compare_pull_request(session, event)
     job = outcome.job
     delivery.job_id = job.id
-    if outcome.created:
-        dispatch.after_commit(session, ADVANCE_JOB, job.id)
     pr = event.pull_request
+    if outcome.created:
+        if get_settings().github_token:  # the PR's check shows the new head measuring; notify_job completes it
+            dispatch.after_commit(session, START_CHECK, job.id, pr.head.sha, queue=CONTROL_QUEUE)
+        dispatch.after_commit(session, ADVANCE_JOB, job.id)
     verb = "queued" if outcome.created else "already have"
     superseded = f"; cancelled superseded job(s) {', '.join(map(str, outcome.superseded))}" if outcome.superseded else ""
     return WebhookReply(

@@ -31,7 +31,8 @@ CULPRIT, FIX = "c" * 40, "f" * 40
 
 
 class FakeGitHub:
-    """Commit-to-PR lookups and issue comments, in memory; records every request."""
+    """Commit-to-PR lookups and issue comments, in memory, paged as GitHub pages them (per_page,
+    page, a Link header with rel="next"); records every request."""
 
     def __init__(self, pulls: dict[str, list[dict]] | None = None, lookup_status: int = 200) -> None:
         self.pulls = pulls or {}
@@ -45,13 +46,24 @@ class FakeGitHub:
         if parts[-1] == "pulls":
             return httpx.Response(self.lookup_status, json=self.pulls.get(parts[-2], []))
         if request.method == "GET":
-            return httpx.Response(200, json=self.comments.get(int(parts[-2]), []))
+            return self._page(request, self.comments.get(int(parts[-2]), []))
         text = json.loads(request.content)["body"]
         if request.method == "PATCH":
-            return httpx.Response(200, json={"id": int(parts[-1]), "html_url": "https://github.test/edited"})
+            comment = next(c for cs in self.comments.values() for c in cs if c["id"] == int(parts[-1]))
+            comment["body"] = text
+            return httpx.Response(200, json={"id": comment["id"], "html_url": f"https://github.test/c/{comment['id']}"})
         pr = int(parts[-2])
-        self.comments.setdefault(pr, []).append({"id": 1000 + pr, "body": text})
-        return httpx.Response(201, json={"id": 1000 + pr, "html_url": f"https://github.test/pull/{pr}#c"})
+        comment = {"id": 100_000 + len(self.comments.setdefault(pr, [])), "body": text}
+        self.comments[pr].append(comment)
+        return httpx.Response(201, json={"id": comment["id"], "html_url": f"https://github.test/pull/{pr}#c"})
+
+    @staticmethod
+    def _page(request: httpx.Request, items: list[dict]) -> httpx.Response:
+        per_page, page = int(request.url.params.get("per_page", 30)), int(request.url.params.get("page", 1))
+        headers = {}
+        if page * per_page < len(items):
+            headers["Link"] = f'<{request.url.copy_merge_params({"page": page + 1})}>; rel="next"'
+        return httpx.Response(200, json=items[(page - 1) * per_page:page * per_page], headers=headers)
 
     def client(self) -> httpx.Client:
         return httpx.Client(transport=httpx.MockTransport(self))
@@ -155,7 +167,7 @@ def test_the_alert_comment_has_units_interval_metric_and_links(session, token, a
     assert "| case | ratio to the control (higher is faster), before → after | measured, before → after " \
            "| step [95% CI] |" in body
     assert "| `gemm M=1` | 0.967 → 0.431 | 641 → 286 TFLOP/s | -55.4% [-58.0%, -52.0%] |" in body
-    assert f"[alert #{alert.id}](https://perf.example/api/alerts/{alert.id})" in body
+    assert f"[alert #{alert.id}](https://perf.example/dashboard/alerts/{alert.id})" in body
     assert f"[bisect job {alert.bisect_job_id}](https://perf.example/dashboard/jobs/{alert.bisect_job_id})" in body
     assert "[chart: gemm M=1](https://perf.example/dashboard/repositories/kern-bot?case=gemm%20M%3D1)" in body
 
@@ -171,3 +183,34 @@ def test_a_wrong_results_alert_comment_names_the_error_and_tolerance(session, to
 def test_an_unbisected_alert_says_it_has_no_interval(session, token, alert) -> None:
     body = bot.post(bot.comment_work(session, alert.id), client=FakeGitHub().client())["comments"][0]["body"]
     assert "| `gemm M=1` | 1 → 0.8 | – | -20.0% (p=1e-05, no interval: not bisected) |" in body
+
+
+def test_on_a_busy_pull_request_the_bot_edits_its_own_comment_on_page_three(session, token, alert) -> None:
+    github = FakeGitHub(pulls={CULPRIT: [{"number": 912}]})
+    first = bot.post(bot.comment_work(session, alert.id), client=github.client())["comments"][0]
+    assert first["posted"]
+    [ours] = github.comments[912]
+    ours["body"] = ours["body"].replace("-20.0%", "-19.0%")  # what the earlier run wrote
+    others = [{"id": 7_000 + i, "body": f"review comment {i}"} for i in range(249)]
+    github.comments[912] = others[:230] + [ours] + others[230:]  # 250 comments, ours the 231st: page 3
+    github.requests.clear()
+
+    again = bot.post(bot.comment_work(session, alert.id), client=github.client())["comments"][0]
+
+    pages = [r for r in github.requests if r.method == "GET" and r.url.path.endswith("/issues/912/comments")]
+    assert [r.url.params.get("page", "1") for r in pages] == ["1", "2", "3"]
+    assert all(r.headers["Authorization"] == "Bearer tok" for r in pages)
+    [edit] = [r for r in github.requests if r.method != "GET"]
+    assert (edit.method, edit.url.path) == ("PATCH", f"/api/v3/repos/acme/kern/issues/comments/{ours['id']}")
+    assert again["posted"] and again["url"] == f"https://github.test/c/{ours['id']}"
+    assert len(github.comments[912]) == 250 and "-20.0%" in github.comments[912][230]["body"]
+
+
+def test_a_one_commit_alert_says_no_bisect_ran(session, token, alert) -> None:
+    body = bot.post(bot.comment_work(session, alert.id), client=FakeGitHub().client())["comments"][0]["body"]
+    assert "a bisect named" not in body
+    assert ("Tracking measured `cccccccccc` (gemm: retune tiles (#912)) and the commit before it and found the step "
+            "between them, so no bisect was needed:") in body
+    _bisected(session, alert, CulpritKind.performance, {})
+    body = bot.post(bot.comment_work(session, alert.id), client=FakeGitHub().client())["comments"][0]["body"]
+    assert "Tracking found the step and a bisect named `cccccccccc` (gemm: retune tiles (#912)):" in body
