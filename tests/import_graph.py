@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The wheel's top-level folders (setup.py FOLDERS), plus the CLI's own package once it is one.
-FOLDERS = ("service", "workers", "kernels", "migrations", "dashboards", "cli")
+# The wheel's top-level folders (setup.py FOLDERS), the CLI's own package once it is one, and
+# perfbisect/ itself (the package root and the modules shared by the layers: queue, dispatch, gitrepo).
+FOLDERS = ("service", "workers", "kernels", "migrations", "dashboards", "cli", "perfbisect")
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(["perfbisect", *parts])
+    return ".".join(parts if parts[0] == "perfbisect" else ["perfbisect", *parts])
 
 
 def product_files() -> Iterator[Path]:

@@ -1,0 +1,142 @@
+"""The migrations: one chain, its files numbered in apply order, and a database deployed at any
+revision that was ever the head (every revision of the chain, each the head when it was written)
+upgrades to today's head with the schema the models declare. On a real PostgreSQL database of
+its own, created and dropped here, so the session's migrated database is left alone."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, pool, text
+
+from perfbisect.service.migrate import MIGRATIONS_DIR, alembic_config, upgrade
+from tests.isolation import PG_ADMIN
+
+# The ids databases were stamped with when they were deployed, in apply order: they must stay
+# (a renamed id strands every database stamped with it).
+DEPLOYED = ("0001", "0002_scale", "0002_gpu", "0002_security", "0002_dashboard", "0002_resilience",
+            "0002_loop", "0002_outcomes", "0003_suite_sources", "0004_build_inputs", "0005_history_index",
+            "0006_trials_fingerprint_id", "0007_samples_retention", "0011_gate", "0012_attribution",
+            "0015_triage", "0014_notifications", "0016_track_confirm", "0016_sbs_side_by_side",
+            "0017_scale6", "0018_track2")
+
+
+def _chain() -> list:
+    """The scripts base first; fails on a second head or a merge."""
+    script = ScriptDirectory.from_config(alembic_config())
+    assert len(script.get_heads()) == 1, f"more than one head: {script.get_heads()}"
+    return list(reversed(list(script.walk_revisions())))
+
+
+CHAIN = _chain()
+HEAD = CHAIN[-1].revision
+
+
+def test_the_files_are_numbered_in_apply_order_and_chained() -> None:
+    files = sorted(p.name for p in (MIGRATIONS_DIR / "versions").glob("*.py") if p.name != "__init__.py")
+    assert [Path(s.path).name for s in CHAIN] == files  # every file is in the one chain, and sorts in its order
+    assert [int(name[:4]) for name in files] == list(range(1, len(files) + 1)), files
+    assert all(re.fullmatch(r"\d{4}_[a-z0-9_]+\.py", name) for name in files), files
+    assert all(s.down_revision == (p.revision if p else None) for p, s in zip([None, *CHAIN], CHAIN))
+
+
+def test_the_deployed_revision_ids_are_kept_in_their_order() -> None:
+    assert tuple(s.revision for s in CHAIN[: len(DEPLOYED)]) == DEPLOYED
+
+
+@pytest.fixture(scope="module")
+def scratch_url() -> Iterator[str]:
+    """A database of this module's own, dropped at the end."""
+    base = os.environ.get("PERFBISECT_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    name = f"{base.rsplit('/', 1)[1]}_migrations"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = f"postgresql+psycopg://{base.split('://', 1)[1].rsplit('/', 1)[0]}/{name}"
+    try:
+        yield url
+    finally:
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def scratch(scratch_url: str) -> Iterator[Engine]:
+    """The scratch database with an empty schema."""
+    engine = create_engine(scratch_url, poolclass=pool.NullPool)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _version(engine: Engine) -> str:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+
+
+def _assert_at_head_with_the_declared_schema(engine: Engine) -> None:
+    from perfbisect.service.tables import metadata
+
+    assert _version(engine) == HEAD
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata) == []
+
+
+@pytest.mark.parametrize("deployed", [s.revision for s in CHAIN])
+def test_a_database_deployed_at_any_head_upgrades_to_head(scratch: Engine, deployed: str) -> None:
+    upgrade(url=str(scratch.url.render_as_string(hide_password=False)), revision=deployed)
+    assert _version(scratch) == deployed
+    upgrade(url=scratch.url.render_as_string(hide_password=False))
+    _assert_at_head_with_the_declared_schema(scratch)
+
+
+SEED = [
+    "INSERT INTO repositories (id, name, url, import_root, env, default_branch, created_at) "
+    "VALUES (1, 'r', '/tmp/r', '.', '{}', 'main', now())",
+    "INSERT INTO revisions (id, repository_id, sha, subject) VALUES (1, 1, 'a', 'a'), (2, 1, 'b', 'b'), "
+    "(3, 1, 'c', 'c'), (4, 1, 'x', 'x')",
+    "INSERT INTO cases (id, repository_id, suite, target, name, params) VALUES (1, 1, 'gemm', 'm:f', 'gemm N=1', '{}')",
+    # the second range orders b before c, which the first job saw first; a compare's range is its base alone
+    "INSERT INTO jobs (id, kind, status, repository_id, spec, revision_shas, progress, created_at) VALUES "
+    "(1, 'bisect', 'succeeded', 1, '{}', '[\"a\", \"c\"]', '{}', now()), "
+    "(2, 'bisect', 'succeeded', 1, '{}', '[\"a\", \"b\", \"c\"]', '{}', now()), "
+    "(3, 'compare', 'succeeded', 1, '{}', '[\"c\", \"x\"]', '{}', now())",
+    "INSERT INTO trials (id, job_id, revision_id, status, device_class, attempts, created_at) VALUES "
+    "(1, 2, 1, 'ok', 'cpu', 1, now()), (2, 2, 1, 'ok', 'cpu', 1, now()), (3, 2, 2, 'error', 'cpu', 1, now())",
+    "INSERT INTO measurements (trial_id, case_id, status, value, control_value, ratio, unit, higher_is_better, "
+    "samples) VALUES (1, 1, 'ok', 1.0, 2.0, 2.0, 'ms', false, '{\"target_ms\": [1.0]}'), "
+    "(2, 1, 'ok', 3.0, 2.0, 0.5, 'ms', false, '{\"target_ms\": [3.0]}'), "
+    "(3, 1, 'ok', 9.0, 2.0, 0.2, 'ms', false, '{}')",
+]
+
+
+def test_the_data_of_a_first_release_database_comes_through_every_migration(scratch: Engine) -> None:
+    url = scratch.url.render_as_string(hide_password=False)
+    upgrade(url=url, revision="0001")
+    with scratch.begin() as conn:
+        for statement in SEED:
+            conn.execute(text(statement))
+    upgrade(url=url)
+    _assert_at_head_with_the_declared_schema(scratch)
+    with scratch.connect() as conn:
+        positions = dict(conn.execute(text("SELECT sha, position FROM revisions")).all())
+        points = conn.execute(text("SELECT revision_id, trials, value, control_value, ratio FROM case_points")).all()
+        samples = conn.execute(text("SELECT count(*) FROM measurement_samples")).scalar_one()
+    # the ranges merged into one order (a, b, c), not the order they were first seen in (a, c, b);
+    # the compare job's head is no history point
+    assert positions == {"a": 0, "b": 1, "c": 2, "x": None}
+    # the median of revision a's two ok trials; the failed trial at b makes no point
+    assert [tuple(p) for p in points] == [(1, 2, 2.0, 2.0, 1.25)]
+    assert samples == 3
