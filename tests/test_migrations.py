@@ -15,7 +15,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, pool, text
+from sqlalchemy import Connection, Engine, create_engine, pool, text
 
 from perfbisect.service.migrate import MIGRATIONS_DIR, alembic_config, upgrade
 from tests.isolation import PG_ADMIN
@@ -72,34 +72,65 @@ def scratch_url() -> Iterator[str]:
 def scratch(scratch_url: str) -> Iterator[Engine]:
     """The scratch database with an empty schema."""
     engine = create_engine(scratch_url, poolclass=pool.NullPool)
-    with engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
+    _reset(engine)
     try:
         yield engine
     finally:
         engine.dispose()
 
 
-def _version(engine: Engine) -> str:
-    with engine.connect() as conn:
-        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+def _url(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
 
 
-def _assert_at_head_with_the_declared_schema(engine: Engine) -> None:
+def _version(conn: Connection) -> str:
+    return conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+
+
+def _shape(conn: Connection) -> dict[str, list]:
+    """The schema as PostgreSQL has it: columns, indexes, constraints."""
+    queries = {
+        "columns": "SELECT table_name, column_name, data_type, character_maximum_length, is_nullable, column_default "
+                   "FROM information_schema.columns WHERE table_schema = 'public' ORDER BY 1, 2",
+        "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1, 2",
+        "constraints": "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                       "WHERE connamespace = 'public'::regnamespace ORDER BY 1, 2",
+    }
+    return {name: [tuple(row) for row in conn.execute(text(sql))] for name, sql in queries.items()}
+
+
+def _assert_the_declared_schema(conn: Connection) -> None:
     from perfbisect.service.tables import metadata
 
-    assert _version(engine) == HEAD
-    with engine.connect() as conn:
-        assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata) == []
+    assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata) == []
 
 
-@pytest.mark.parametrize("deployed", [s.revision for s in CHAIN])
-def test_a_database_deployed_at_any_head_upgrades_to_head(scratch: Engine, deployed: str) -> None:
-    upgrade(url=str(scratch.url.render_as_string(hide_password=False)), revision=deployed)
-    assert _version(scratch) == deployed
-    upgrade(url=scratch.url.render_as_string(hide_password=False))
-    _assert_at_head_with_the_declared_schema(scratch)
+def _reset(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+
+
+def test_a_database_at_any_historical_head_upgrades_to_head(scratch: Engine) -> None:
+    """Each revision was the head once, and databases were deployed at it. The database stands
+    at that revision (committed), is upgraded to head in one transaction as Alembic does, and
+    must then have the schema of a database built at head in one go; the upgrade is rolled back
+    and the next revision is applied, so the chain is walked once."""
+    upgrade(url=_url(scratch))
+    with scratch.connect() as conn:
+        _assert_the_declared_schema(conn)
+        expected = _shape(conn)
+    _reset(scratch)
+    with scratch.connect() as conn:
+        for script in CHAIN:
+            upgrade(connection=conn, revision=script.revision)
+            conn.commit()
+            assert _version(conn) == script.revision
+            conn.rollback()
+            conn.begin()
+            upgrade(connection=conn)
+            assert (_version(conn), _shape(conn)) == (HEAD, expected), f"upgrading from {script.revision}"
+            conn.rollback()
 
 
 SEED = [
@@ -123,14 +154,14 @@ SEED = [
 
 
 def test_the_data_of_a_first_release_database_comes_through_every_migration(scratch: Engine) -> None:
-    url = scratch.url.render_as_string(hide_password=False)
-    upgrade(url=url, revision="0001")
+    upgrade(url=_url(scratch), revision="0001")
     with scratch.begin() as conn:
         for statement in SEED:
             conn.execute(text(statement))
-    upgrade(url=url)
-    _assert_at_head_with_the_declared_schema(scratch)
+    upgrade(url=_url(scratch))
     with scratch.connect() as conn:
+        assert _version(conn) == HEAD
+        _assert_the_declared_schema(conn)
         positions = dict(conn.execute(text("SELECT sha, position FROM revisions")).all())
         points = conn.execute(text("SELECT revision_id, trials, value, control_value, ratio FROM case_points")).all()
         samples = conn.execute(text("SELECT count(*) FROM measurement_samples")).scalar_one()
