@@ -18,6 +18,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, pool, text
 
 from perfbisect.service.migrate import MIGRATIONS_DIR, alembic_config, upgrade
+from tests.import_graph import imports_of
 from tests.isolation import PG_ADMIN
 
 # The ids databases were stamped with when they were deployed, in apply order: they must stay
@@ -50,6 +51,17 @@ def test_the_files_are_numbered_in_apply_order_and_chained() -> None:
 
 def test_the_deployed_revision_ids_are_kept_in_their_order() -> None:
     assert tuple(s.revision for s in CHAIN[: len(DEPLOYED)]) == DEPLOYED
+
+
+def test_no_migration_imports_the_application() -> None:
+    """A migration carries its own copy of what it needs, so it never changes when the
+    application's code does; only env.py reads the settings and the tables."""
+    versions = MIGRATIONS_DIR / "versions"
+    imported = {(imp.path.name, imp.target) for path in versions.glob("*.py") for imp in imports_of(path, frozenset())
+                if imp.target.split(".")[0] == "perfbisect"}
+    assert imported == set()
+    env = {imp.target for imp in imports_of(MIGRATIONS_DIR / "env.py", frozenset()) if imp.target.startswith("perfbisect")}
+    assert env == {"perfbisect.service.settings", "perfbisect.service.tables"}
 
 
 @pytest.fixture(scope="module")
