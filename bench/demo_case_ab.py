@@ -10,7 +10,7 @@ import sys, tempfile, statistics as st
 from collections import defaultdict
 from pathlib import Path
 from perfbisect.kernels import demo
-from perfbisect.service.jobs.schemas import Benchmark
+from perfbisect.service.suites.schemas import Benchmark
 from perfbisect.service.suites.service import resolve_cases
 from perfbisect.gitrepo import Mirror
 from perfbisect.workers.runner import harness_spec, run_in_slot

@@ -5,11 +5,11 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from perfbisect.service.models import Base
 from perfbisect.service.settings import get_settings
+from perfbisect.service.tables import metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def _url() -> str:

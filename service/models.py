@@ -486,7 +486,3 @@ class AlertCase(Base):
     alert: Mapped[Alert] = relationship(back_populates="cases", lazy="raise")
     case: Mapped[Case] = relationship(lazy="raise")
 
-
-# Tables kept beside their domain register on Base.metadata when this module is imported, so the
-# metadata (Alembic's comparison, tests/test_schema.py) always holds every table.
-from perfbisect.service.notifications import models as _notification_models  # noqa: E402,F401

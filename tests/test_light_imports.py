@@ -11,7 +11,7 @@ CODE = """
 import sys
 from perfbisect.service.api import create_app
 create_app()
-from perfbisect.service.jobs.schemas import Benchmark
+from perfbisect.service.suites.schemas import Benchmark
 from perfbisect.service.suites.service import resolve_cases
 cases = resolve_cases([
     Benchmark(suite="gemm", target="m:f", shapes=["M=64,N=64,K=64,dtype=bf16"]),

@@ -8,8 +8,8 @@ from alembic.migration import MigrationContext
 
 
 def test_the_migrations_build_the_schema_the_models_declare(migrated_engine) -> None:
-    from perfbisect.service.models import Base
+    from perfbisect.service.tables import metadata
 
     with migrated_engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert compare_metadata(context, Base.metadata) == []
+        assert compare_metadata(context, metadata) == []

@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from perfbisect.kernels.harness.launch import stop_servers
-from perfbisect.service.jobs.schemas import MAX_SUITE_SOURCE_BYTES
+from perfbisect.service.suites.schemas import MAX_SUITE_SOURCE_BYTES
 from perfbisect.service.models import Job, SuiteSource, Trial
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials import service as trials
@@ -142,7 +142,7 @@ def test_the_worker_applies_the_sent_suite_to_a_revision_without_it(tmp_path: Pa
 def test_stored_cases_resolve_again_to_the_same_cases(session) -> None:
     """Alert bisects and the PR bot rebuild benchmarks from stored cases: a suite file's text is
     read back by its hash, so the new job measures the very same cases."""
-    from perfbisect.service.jobs.schemas import Benchmark
+    from perfbisect.service.suites.schemas import Benchmark
     from perfbisect.service.suites import service as suites
 
     benchmarks = [Benchmark(**SOURCE_BENCH), Benchmark(suite="gemm", target="m.k:f", shapes=["M=64,N=64,K=64"])]

@@ -13,8 +13,11 @@ Revises: 0001
 
 from __future__ import annotations
 
+import heapq
+import json
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 from alembic import op
@@ -69,18 +72,14 @@ def upgrade() -> None:
 
 def _backfill() -> None:
     """Positions from the jobs' first-parent ranges, and case points from the stored trials."""
-    from perfbisect.dashboards.history import merge_commit_orders
-
     conn = op.get_bind()
     ranges: dict[int, list[list[str]]] = defaultdict(list)
     for repo_id, kind, shas in conn.execute(sa.text("SELECT repository_id, kind, revision_shas FROM jobs ORDER BY id")):
         if isinstance(shas, str):
-            import json
-
             shas = json.loads(shas)
         ranges[repo_id].append(list(shas) if kind != "compare" else list(shas)[:1])
     for repo_id, seqs in ranges.items():
-        for position, sha in enumerate(merge_commit_orders(seqs)):
+        for position, sha in enumerate(_merge_commit_orders(seqs)):
             conn.execute(sa.text("UPDATE revisions SET position = :p WHERE repository_id = :r AND sha = :s"),
                          {"p": position, "r": repo_id, "s": sha})
     groups: dict[tuple, list] = defaultdict(list)
@@ -97,6 +96,44 @@ def _backfill() -> None:
             {"c": case_id, "r": revision_id, "f": fingerprint, "p": members[0][5], "n": len(members),
              "v": _median(m[0] for m in members), "cv": _median(m[1] for m in members),
              "ratio": _median(m[2] for m in members), "u": members[0][3], "h": bool(members[0][4])})
+
+
+def _merge_commit_orders(sequences: Iterable[Sequence[str]]) -> list[str]:
+    """One commit order from several first-parent ranges (each oldest first): every range's order
+    is kept; commits the ranges do not order against each other are placed by when they were
+    first seen, and a cycle (ranges that disagree, e.g. after a force push) is broken by the same
+    rule. A frozen copy of dashboards/history.py's merge_commit_orders as it was when this
+    migration was written (without authored dates, which this backfill never had): a migration
+    must not change when the application's code does."""
+    seen: dict[str, int] = {}
+    after: dict[str, set[str]] = defaultdict(set)
+    for seq in sequences:
+        for sha in seq:
+            seen.setdefault(sha, len(seen))
+        for a, b in zip(seq, seq[1:]):
+            if a != b:
+                after[a].add(b)
+    indegree = {sha: 0 for sha in seen}
+    for successors in after.values():
+        for b in successors:
+            indegree[b] += 1
+    heap = [(seen[sha], sha) for sha, d in indegree.items() if d == 0]
+    heapq.heapify(heap)
+    order: list[str] = []
+    placed: set[str] = set()
+    while len(order) < len(seen):
+        if not heap:  # a cycle: release the earliest remaining commit
+            heap = [min((seen[sha], sha) for sha in seen if sha not in placed)]
+        sha = heapq.heappop(heap)[-1]
+        if sha in placed:
+            continue
+        placed.add(sha)
+        order.append(sha)
+        for nxt in after.get(sha, ()):
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0 and nxt not in placed:
+                heapq.heappush(heap, (seen[nxt], nxt))
+    return order
 
 
 def _median(values) -> float | None:

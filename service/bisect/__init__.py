@@ -1,6 +1,6 @@
 """The pure bisection engine: verdicts, planner, effect sizes, change points, simulator.
 
-No database, git, Celery or CUDA inside; see docs/architecture.md section 2 for the contract.
+No database, git, Celery or CUDA inside; see docs/architecture.md, contract C2.
 """
 
 from perfbisect.service.bisect.model import (

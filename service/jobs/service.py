@@ -23,11 +23,12 @@ from perfbisect.service.auth.principal import SYSTEM, Principal
 from perfbisect.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from perfbisect.service.jobs import repository, resolution
 from perfbisect.service.jobs.quotas import check_quota
-from perfbisect.service.jobs.schemas import Benchmark, BisectCreate, CompareCreate
+from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate
 from perfbisect.service.models import IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
 from perfbisect.service.suites import service as suites
+from perfbisect.service.suites.schemas import Benchmark
 from perfbisect.service.suites.targets import check_targets
 from perfbisect.gitrepo import GitError, validate_ref
 

@@ -18,11 +18,10 @@ from perfbisect.kernels.cases import case_name, normalise_params, parse_shape
 from perfbisect.kernels.suites import FILE_PREFIX, SOURCE_PREFIX, Suite, UnknownSuite, get_suite
 from perfbisect.service.db import insert_or_skip
 from perfbisect.service.errors import BadRequest, NotFound
-from perfbisect.service.jobs.schemas import Benchmark
 from perfbisect.service.models import BenchmarkSet, Repository, SuiteSource, utcnow
 from perfbisect.service.settings import get_settings
 from perfbisect.service.suites import repository
-from perfbisect.service.suites.schemas import BenchmarkSetCreate, BenchmarkSetRead, SuiteSourceRead
+from perfbisect.service.suites.schemas import Benchmark, BenchmarkSetCreate, BenchmarkSetRead, SuiteSourceRead
 
 MAX_CASES = 256
 CASE_NAME_LENGTH = 300  # cases.name

@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfbisect.service.jobs.schemas import Benchmark, DeviceClass, HarnessPolicy, RepositoryName, SetName
+from perfbisect.service.jobs.schemas import DeviceClass, HarnessPolicy, RepositoryName
+from perfbisect.service.suites.schemas import Benchmark, SetName
 
 
 class TrackedBranchCreate(BaseModel):

@@ -4,7 +4,7 @@ kept in alert_changes (who, when, which field, old and new value). The new statu
 'investigating' needs no change: alert statuses are a VARCHAR(20) without a CHECK.
 
 Revision ID: 0015_triage
-Revises: 0007_samples_retention
+Revises: 0012_attribution
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ or an email address; and the delivery log (one row per event and subscription, w
 attempts and last error).
 
 Revision ID: 0014_notifications
-Revises: 0007_samples_retention
+Revises: 0015_triage
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 a variant's measurements never enter a history (case_points, tracking, dashboards).
 
 Revision ID: 0012_attribution
-Revises: 0007_samples_retention
+Revises: 0011_gate
 """
 
 from __future__ import annotations
