@@ -89,15 +89,15 @@ def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int | None:
     libc = _libc()
     if libc is None or not hasattr(libc, "syscall"):
         return None
-    how = _OpenHow(flags | os.O_CLOEXEC, mode, _RESOLVE)
+    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)  # else EINVAL
     fd = libc.syscall(_SYS_OPENAT2, dir_fd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
     if fd >= 0:
         return fd
     err = ctypes.get_errno()
     if err == errno.ENOSYS:
         return None
-    if err in (errno.ELOOP, errno.EXDEV):
-        raise Unsafe(err, f"{path}: a symlink, '..' or another filesystem on the way")
+    if err == errno.EXDEV:
+        raise Unsafe(err, f"{path}: '..' or another filesystem on the way")
     raise OSError(err, os.strerror(err), path)
 
 
@@ -108,7 +108,11 @@ def openat2_available() -> bool:
     if libc is None or not hasattr(libc, "syscall"):
         return False
     how = _OpenHow(_DIR, 0, _RESOLVE)
-    fd = libc.syscall(_SYS_OPENAT2, -100, b"/", ctypes.byref(how), ctypes.sizeof(how))  # AT_FDCWD
+    root = os.open("/", _DIR)
+    try:
+        fd = libc.syscall(_SYS_OPENAT2, root, b".", ctypes.byref(how), ctypes.sizeof(how))
+    finally:
+        os.close(root)
     if fd < 0:
         return False
     os.close(fd)
@@ -135,24 +139,42 @@ def open_beneath(anchor: int, relative: str, flags: int = _DIR, mode: int = 0o60
     flags |= os.O_NOFOLLOW | os.O_CLOEXEC
     if not parts:
         return os.dup(anchor)
-    if openat2_available():
-        fd = _openat2(anchor, "/".join(parts), flags, mode)
-        if fd is not None:
-            return fd
-    return _open_by_components(anchor, parts, flags, mode)
+    try:
+        fd = _openat2(anchor, "/".join(parts), flags, mode) if openat2_available() else None
+        return fd if fd is not None else _open_by_components(anchor, parts, flags, mode)
+    except OSError as exc:
+        if isinstance(exc, Unsafe) or exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        if exc.errno == errno.ELOOP or _symlink_on_the_way(anchor, parts):
+            raise Unsafe(exc.errno, f"{relative}: a symlink on the way") from exc
+        raise
+
+
+def _symlink_on_the_way(anchor: int, parts: list[str]) -> bool:
+    """Whether a component of `parts` under `anchor` is a symlink (O_DIRECTORY|O_NOFOLLOW on
+    one says ENOTDIR, as on a file)."""
+    for depth in range(len(parts)):
+        try:
+            parent = open_beneath(anchor, "/".join(parts[:depth]))
+        except OSError:
+            return True
+        try:
+            mode = os.stat(parts[depth], dir_fd=parent, follow_symlinks=False).st_mode
+            if not stat.S_ISDIR(mode):
+                return stat.S_ISLNK(mode)
+        except OSError:
+            return False
+        finally:
+            os.close(parent)
+    return False
 
 
 def _open_by_components(anchor: int, parts: list[str], flags: int, mode: int) -> int:
     device = os.fstat(anchor).st_dev
     fd = os.dup(anchor)
-    try:
-        for part in parts[:-1]:
-            fd = _step(fd, part, _DIR, 0, device)
-        return _step(fd, parts[-1], flags, mode, device)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and not isinstance(exc, Unsafe):
-            raise Unsafe(exc.errno, f"{'/'.join(parts)}: a symlink on the way") from exc
-        raise
+    for part in parts[:-1]:
+        fd = _step(fd, part, _DIR, 0, device)
+    return _step(fd, parts[-1], flags, mode, device)
 
 
 def _step(parent: int, name: str, flags: int, mode: int, device: int) -> int:
