@@ -29,7 +29,8 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +100,23 @@ def read_tail(path: Path, limit: int = STDERR_TAIL) -> str:
     return safefs.read_tail(path, limit).decode(errors="replace")
 
 
+@contextmanager
+def _trial_dir(scratch_root: Path | None) -> Iterator[Path]:
+    """A fresh directory for one trial's spec, result and log, removed afterwards from the fd of
+    the directory above (the trial may have left symlinks or a tree deeper than rmtree goes)."""
+    path = Path(tempfile.mkdtemp(prefix="perfbisect-trial-", dir=scratch_root))
+    try:
+        yield path
+    finally:
+        anchor = safefs.open_anchor(path.parent)
+        try:
+            safefs.remove_tree(anchor, path.name)
+        except OSError:  # a mount point: the slot wipe logs it
+            pass
+        finally:
+            os.close(anchor)
+
+
 def read_result(trial_dir: Path) -> bytes | None:
     """The trial's result file in `trial_dir`, or None when it wrote none. The trial's code may
     have written there (a worker's sandbox gives the directory to the slot's user): the file is
@@ -151,8 +169,7 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
     worktree = Path(worktree).resolve()
     cold = spec.get("cold", True)
     try:
-        with tempfile.TemporaryDirectory(prefix="perfbisect-trial-", dir=scratch_root) as tmp:
-            tmp_path = Path(tmp)
+        with _trial_dir(scratch_root) as tmp_path:
             spec_path, out_path, log_path = (tmp_path / name for name in ("spec.json", RESULT_FILE, "log.txt"))
             if caches is not None:
                 cache_env = caches.env()
