@@ -160,10 +160,20 @@ def test_restore_replaces_a_planted_symlink_without_following_it(tmp_path, secre
     assert sorted(p.name for p in directory.iterdir()) == ["secret.json", "secret.txt"]
 
 
-def test_the_slot_give_and_wipe_never_cross_a_symlink(tmp_path, secret, sandbox_home, shared_sandbox):
+def test_the_slot_give_and_wipe_never_cross_a_symlink_and_reach_any_depth(secret, shared_sandbox):
     directory, _ = secret
     with sandbox.slot() as box:
         (box.scratch / "link").symlink_to(directory)
+        fd = os.open(box.home, os.O_RDONLY | os.O_DIRECTORY)
+        for _ in range(1500):  # what a trial can leave in its HOME, deeper than PATH_MAX by name
+            os.mkdir("d", dir_fd=fd)
+            os.symlink(str(directory), "up", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.close(fd)
         box.give(box.scratch)
         assert directory.stat().st_uid == 0 and (directory / "secret.txt").stat().st_uid == 0
+        path = box.path
     assert sorted(p.name for p in directory.iterdir()) == ["secret.json", "secret.txt"]
+    assert list(path.iterdir()) == []  # wiped on release, the deep HOME included
