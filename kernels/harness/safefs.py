@@ -36,6 +36,7 @@ import errno
 import os
 import stat
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -77,46 +78,44 @@ class _OpenHow(ctypes.Structure):
 
 
 @lru_cache(maxsize=1)
-def _libc() -> ctypes.CDLL | None:
+def _syscall() -> Callable[..., int] | None:
     try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
+        return ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):  # no libc (or no syscall()) to call it through
         return None
 
 
-def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int | None:
-    """openat2 with the stay-beneath, no-symlink resolution; None where the kernel lacks it."""
-    libc = _libc()
-    if libc is None or not hasattr(libc, "syscall"):
-        return None
+def _raw_openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
+    """openat2 with the stay-beneath, no-symlink resolution: an fd, or -errno."""
+    syscall = _syscall()
+    if syscall is None:
+        return -errno.ENOSYS
     how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, _RESOLVE)  # else EINVAL
-    fd = libc.syscall(_SYS_OPENAT2, dir_fd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+    fd = syscall(_SYS_OPENAT2, dir_fd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+    return fd if fd >= 0 else -ctypes.get_errno()
+
+
+def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
+    fd = _raw_openat2(dir_fd, path, flags, mode)
     if fd >= 0:
         return fd
-    err = ctypes.get_errno()
-    if err == errno.ENOSYS:
-        return None
-    if err == errno.EXDEV:
-        raise Unsafe(err, f"{path}: '..' or another filesystem on the way")
-    raise OSError(err, os.strerror(err), path)
+    if -fd == errno.EXDEV:
+        raise Unsafe(-fd, f"{path}: '..' or another filesystem on the way")
+    raise OSError(-fd, os.strerror(-fd), path)
 
 
 @lru_cache(maxsize=1)
 def openat2_available() -> bool:
-    """Whether this kernel has openat2 (Linux >= 5.6) and no filter refuses it."""
-    libc = _libc()
-    if libc is None or not hasattr(libc, "syscall"):
-        return False
-    how = _OpenHow(_DIR, 0, _RESOLVE)
+    """Whether this kernel has openat2 (Linux >= 5.6) and no filter refuses it (probed as it is
+    used: beneath a directory fd, where an absolute path would be EXDEV by design)."""
     root = os.open("/", _DIR)
     try:
-        fd = libc.syscall(_SYS_OPENAT2, root, b".", ctypes.byref(how), ctypes.sizeof(how))
+        fd = _raw_openat2(root, ".", _DIR, 0)
     finally:
         os.close(root)
-    if fd < 0:
-        return False
-    os.close(fd)
-    return True
+    if fd >= 0:
+        os.close(fd)
+    return fd >= 0
 
 
 def _parts(relative: str) -> list[str]:
@@ -140,8 +139,9 @@ def open_beneath(anchor: int, relative: str, flags: int = _DIR, mode: int = 0o60
     if not parts:
         return os.dup(anchor)
     try:
-        fd = _openat2(anchor, "/".join(parts), flags, mode) if openat2_available() else None
-        return fd if fd is not None else _open_by_components(anchor, parts, flags, mode)
+        if openat2_available():
+            return _openat2(anchor, "/".join(parts), flags, mode)
+        return _open_by_components(anchor, parts, flags, mode)
     except OSError as exc:
         if isinstance(exc, Unsafe) or exc.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise
