@@ -41,7 +41,6 @@ import logging
 import os
 import pwd
 import resource
-import shutil
 import socket
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from perfbisect.kernels.harness import safefs
 from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailable, LaunchRequest, forkable,
                                                start_contained, wait_exit)
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
@@ -245,14 +245,22 @@ class Slot:
         return slot_cache_root(get_settings(), self.path)
 
     def give(self, *paths: Path) -> None:
-        """Hand `paths` (recursively) to the slot's user, so its code can write there."""
+        """Hand the directories `paths` (recursively) to the slot's user, so its code can write
+        there: each reached from the slot's directory or its cache tree, whose own paths only
+        root can change, without following a symlink (safefs.chown_tree)."""
         if self.user is None:
             return
         for top in paths:
-            os.lchown(top, self.user.uid, self.user.gid)
-            for root, dirs, files in os.walk(top):
-                for name in dirs + files:
-                    os.lchown(Path(root, name), self.user.uid, self.user.gid)
+            anchor_path = self.cache_root if top.is_relative_to(self.cache_root) else self.path
+            anchor = safefs.open_anchor(anchor_path)
+            try:
+                fd = safefs.open_beneath(anchor, str(top.relative_to(anchor_path)))
+            finally:
+                os.close(anchor)
+            try:
+                safefs.chown_tree(fd, self.user.uid, self.user.gid)
+            finally:
+                os.close(fd)
 
     def own_caches(self) -> None:
         """Create the slot's cache tree, mode 0700 and the slot's uid's: no other slot's uid
@@ -361,11 +369,18 @@ def _wipe(path: Path) -> None:
     """Kill whatever still carries the slot's marker and remove its files. The slot's directory
     stays (emptied): the slot's fork servers have it mounted."""
     proctree.kill_marked(_marker_prefix(path))
-    for entry in path.iterdir() if path.is_dir() and not path.is_symlink() else []:
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+    try:
+        anchor = safefs.open_anchor(path)
+    except OSError:  # none yet
+        return
+    try:
+        for name in os.listdir(anchor):
+            try:
+                safefs.remove_tree(anchor, name)  # never through a symlink or a mount, at any depth
+            except OSError as exc:
+                log.warning("slot %s: %s left: %s", path, name, exc)
+    finally:
+        os.close(anchor)
 
 
 @contextmanager
