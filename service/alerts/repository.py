@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from perfbisect.service.models import (Alert, AlertCase, AlertChange, AlertKind, AlertStatus, Culprit, CulpritKind, Job,
-                                      JobStatus, Repository, TrackedBranch)
+from perfbisect.service.models import (Alert, AlertBranch, AlertCase, AlertChange, AlertKind, AlertStatus, Culprit,
+                                      CulpritKind, Job, JobKind, JobStatus, Repository, TrackedBranch)
 
-_LOAD = (selectinload(Alert.cases).selectinload(AlertCase.case),)
+_LOAD = (selectinload(Alert.cases).selectinload(AlertCase.case), selectinload(Alert.also_on))
 
 
 def get(session: Session, alert_id: int, *, lock: bool = False) -> Alert | None:
@@ -41,6 +41,25 @@ def listing(session: Session, *, status: AlertStatus | None = None, tracked_id: 
     return session.scalars(stmt.order_by(Alert.id.desc()).limit(limit)).all()
 
 
+def attached_to(session: Session, tracked_id: int) -> list[tuple[Alert, AlertBranch]]:
+    """The alerts of other branches that this branch attached to (service/alerts/same_change)."""
+    stmt = (select(Alert, AlertBranch).join(AlertBranch, AlertBranch.alert_id == Alert.id)
+            .where(AlertBranch.tracked_branch_id == tracked_id).options(*_LOAD).order_by(Alert.id))
+    return [(alert, row) for alert, row in session.execute(stmt)]
+
+
+def with_culprit(session: Session, repository_id: int, kind: AlertKind, tracked_id: int) -> Sequence[Alert]:
+    """Alerts of the repository's other tracked branches of this kind with an exact culprit, not
+    attached to `tracked_id` yet, oldest first."""
+    attached = exists().where(AlertBranch.alert_id == Alert.id, AlertBranch.tracked_branch_id == tracked_id)
+    stmt = (select(Alert).join(TrackedBranch, Alert.tracked_branch_id == TrackedBranch.id)
+            .where(TrackedBranch.repository_id == repository_id, Alert.tracked_branch_id != tracked_id,
+                   Alert.kind == kind, Alert.culprit_last_sha.is_not(None),
+                   Alert.culprit_first_sha == Alert.culprit_last_sha, ~attached)
+            .options(*_LOAD).order_by(Alert.id))
+    return session.scalars(stmt).all()
+
+
 def changes(session: Session, alert_id: int) -> Sequence[AlertChange]:
     stmt = select(AlertChange).where(AlertChange.alert_id == alert_id).order_by(AlertChange.id)
     return session.scalars(stmt).all()
@@ -68,12 +87,18 @@ def branches(session: Session, ids: Sequence[int]) -> dict[int, TrackedBranch]:
 
 
 def bisect_culprit(session: Session, alert: Alert) -> Culprit | None:
-    """The culprit row the alert's bisect stored for the alert's culprit commit (its per-case
-    effects with intervals and units), or None."""
-    if alert.bisect_job_id is None or alert.culprit_last_sha is None:
+    """The culprit row stored for the alert's culprit commit (its per-case effects with intervals
+    and units): by the alert's bisect, or, for a one-commit alert named without one, by the
+    tracking (service/alerts/one_commit.py) on a track job of the alert's branch. None without."""
+    if alert.culprit_last_sha is None:
         return None
-    stmt = select(Culprit).where(Culprit.job_id == alert.bisect_job_id, Culprit.first_sha == alert.culprit_first_sha,
+    stmt = select(Culprit).where(Culprit.first_sha == alert.culprit_first_sha,
                                  Culprit.last_sha == alert.culprit_last_sha).order_by(Culprit.id)
+    if alert.bisect_job_id is not None:
+        stmt = stmt.where(Culprit.job_id == alert.bisect_job_id)
+    else:
+        stmt = stmt.join(Job, Culprit.job_id == Job.id).where(
+            Job.kind == JobKind.track, Job.spec["tracked_branch_id"].as_integer() == alert.tracked_branch_id)
     found = session.scalars(stmt).all()
     wanted = CulpritKind.correctness if alert.kind == AlertKind.wrong_results else CulpritKind.performance
     return next((c for c in found if c.kind == wanted), found[0] if found else None)

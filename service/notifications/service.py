@@ -74,6 +74,21 @@ def alerts_raised(session: Session, alert_ids: Iterable[int]) -> list[int]:
     return [d for a in alerts if a is not None for d in notify(session, events.alert_raised(branches[a.tracked_branch_id], a))]
 
 
+def culprits_of_alerts(session: Session, alert_ids: Iterable[int]) -> list[int]:
+    """The culprit deliveries of alerts whose culprit was named without a bisect (a one-commit
+    range): the same event a bisect's culprit sends, about the culprit row the tracking stored."""
+    out = []
+    for alert_id in alert_ids:
+        alert = alerts_repo.get(session, alert_id)
+        culprit = alerts_repo.bisect_culprit(session, alert) if alert is not None else None
+        job = jobs_repo.get_job(session, culprit.job_id) if culprit is not None else None
+        if job is None:
+            continue
+        tracked = alerts_repo.branches(session, [alert.tracked_branch_id])[alert.tracked_branch_id]
+        out += notify(session, events.culprits_named(job, tracked, alert.id, culprits=[culprit]))
+    return out
+
+
 def job_finished(session: Session, job_id: int) -> list[int]:
     """The deliveries for a finished job: its culprits (a bisect that named any) or its failed
     merge gate (a compare job). None for other jobs."""
