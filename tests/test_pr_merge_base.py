@@ -10,16 +10,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from sqlalchemy import select
 
-from perfbisect.service.jobs import advance
 from perfbisect.service.jobs import repository as jobs_repo
 from perfbisect.service.jobs import views as job_views
 from perfbisect.service.models import Culprit, Job, TrackedBranch
 from perfbisect.service.reports.pr_comment import render_job
-from perfbisect.service.trials import service as trials
 from perfbisect.service.webhooks.check import check_verdict
+from tests.alerts.test_loop_service import measure
 from tests.factories import create_repository
 from tests.gitrepo import git, make_repo
 from tests.test_webhooks import CASE, deliver, pr_event, resolve, settings  # noqa: F401 - a fixture
@@ -27,21 +25,12 @@ from tests.test_webhooks import CASE, deliver, pr_event, resolve, settings  # no
 NAME = CASE["name"]
 
 
-def measure(session, job_id: int, ratio_of) -> None:
-    """Run the job's rounds, storing a harness result of ratio `ratio_of(sha)` for every trial
-    it plans, as a worker would."""
-    while True:
-        planned = advance.advance(session, job_id)
-        if planned.finished or not planned.trial_ids:
-            return
-        for trial in jobs_repo.trials_of(session, job_id):
-            if trial.id in planned.trial_ids:
-                ratio = ratio_of(trial.revision.sha)
-                trials.record(session, trial.id, {
-                    "status": "ok", "harness_version": "1", "device": {"name": "test-cpu"}, "wall_s": 1.0,
-                    "cases": [{"suite": "gemm", "target": CASE["target"], "name": NAME, "params": {}, "status": "ok",
-                               "median_ratio": ratio, "metric": {"name": "TFLOP/s", "higher_is_better": True,
-                                                                 "target": ratio, "control": 1.0}}]})
+def gemm_result(ratio: float) -> dict:
+    """A harness result of the PR bot's gemm case at `ratio`, as a worker stores it."""
+    return {"status": "ok", "harness_version": "1", "device": {"name": "test-cpu"}, "wall_s": 1.0,
+            "cases": [{"suite": "gemm", "target": CASE["target"], "name": NAME, "params": {}, "status": "ok",
+                       "median_ratio": ratio, "metric": {"name": "TFLOP/s", "higher_is_better": True,
+                                                         "target": ratio, "control": 1.0}}]}
 
 
 def resolved(session, job_id: int) -> Job:
@@ -86,7 +75,7 @@ def test_a_docs_only_pr_lagging_an_improved_base_passes_the_gate_and_is_no_regre
     assert job.revision_shas == [lagging["merge_base"], lagging["head"]]
     assert (job.spec["good_sha"], job.spec["base_tip_sha"]) == (lagging["merge_base"], lagging["tip"])
 
-    measure(session, job.id, lagging["value_of"])
+    measure(session, job.id, lagging["value_of"], gemm_result)
     session.expire_all()  # a fresh read, as the task that posts the gate does
     job = jobs_repo.get_job(session, job.id)
     read = job_views.job_read(session, job)

@@ -60,6 +60,18 @@ def with_culprit(session: Session, repository_id: int, kind: AlertKind, tracked_
     return session.scalars(stmt).all()
 
 
+def same_culprit(session: Session, alert: Alert, sha: str) -> Sequence[Alert]:
+    """Older alerts of the repository's other tracked branches, of the alert's kind, whose exact
+    culprit is `sha`, oldest first."""
+    repository_id = select(TrackedBranch.repository_id).where(TrackedBranch.id == alert.tracked_branch_id)
+    stmt = (select(Alert).join(TrackedBranch, Alert.tracked_branch_id == TrackedBranch.id)
+            .where(TrackedBranch.repository_id == repository_id.scalar_subquery(), Alert.id < alert.id,
+                   Alert.tracked_branch_id != alert.tracked_branch_id, Alert.kind == alert.kind,
+                   Alert.culprit_first_sha == sha, Alert.culprit_last_sha == sha)
+            .options(*_LOAD).order_by(Alert.id))
+    return session.scalars(stmt).all()
+
+
 def changes(session: Session, alert_id: int) -> Sequence[AlertChange]:
     stmt = select(AlertChange).where(AlertChange.alert_id == alert_id).order_by(AlertChange.id)
     return session.scalars(stmt).all()

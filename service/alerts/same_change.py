@@ -3,7 +3,9 @@ A step that a second tracked branch finds, in the same direction on a case of an
 exact culprit lies in the step's range on that branch (a commit the range's last head has and its
 head before lacks: it came by first parent or by a merge), is that alert's step: the branch
 attaches to the alert (alert_branches), which raises, notifies, comments and bisects nothing
-again. Later detections on that branch match the attachment, and only narrow its range.
+again. Later detections on that branch match the attachment, and only narrow its range. When
+both branches' alerts were raised before either culprit was known, the later one's bisect folds
+it into the earlier (`twin`, `fold`): no second culprit comment or notification.
 Flushes, never commits; the git work is local (the mirror)."""
 
 from __future__ import annotations
@@ -70,3 +72,25 @@ def narrow(row: AlertBranch, branch: history.BranchHistory, group: StepGroup) ->
     common = overlap(span, (group.before, group.after)) if span else (group.before, group.after)
     common = common or (group.before, group.after)
     row.before_sha, row.last_sha = branch.shas[common[0]], branch.shas[common[1]]
+
+
+def twin(session: Session, alert: Alert, culprit: tuple[str, str] | None) -> Alert | None:
+    """An older alert of another branch whose exact culprit is `culprit`, of the same kind and
+    sharing a case with `alert`: the same change. None for a culprit range."""
+    if culprit is None or culprit[0] != culprit[1]:
+        return None
+    names = {c.case.name for c in alert.cases}
+    return next((other for other in repository.same_culprit(session, alert, culprit[1])
+                 if alert.kind == AlertKind.broken or names & {c.case.name for c in other.cases}), None)
+
+
+def fold(session: Session, twin_alert: Alert, alert: Alert) -> None:
+    """`alert` is `twin_alert`'s change: its branch attaches to `twin_alert` with its range, and
+    `alert` is deleted (its raise was told already; nothing about it is told again)."""
+    if all(row.tracked_branch_id != alert.tracked_branch_id for row in twin_alert.also_on):
+        twin_alert.also_on.append(AlertBranch(tracked_branch_id=alert.tracked_branch_id, before_sha=alert.before_sha,
+                                              last_sha=alert.last_sha))
+    twin_alert.detections += 1
+    twin_alert.updated_at = utcnow()
+    session.delete(alert)
+    session.flush()

@@ -231,7 +231,7 @@ def _schedule(session: Session, tracked: TrackedBranch, branch: history.BranchHi
     session.flush()
 
 
-def _culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
+def culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
     """The bisect's culprit for the alert: the correctness one for wrong results, else the
     performance culprit with the largest step on the alert's cases."""
     if alert.kind == AlertKind.wrong_results:
@@ -248,6 +248,20 @@ def _culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
     return culprit.first_sha, culprit.last_sha
 
 
+def _name_culprit(session: Session, tracked: TrackedBranch, job: Job, alert: Alert, culprit: tuple[str, str] | None,
+                  out: Next) -> None:
+    """Store the culprit the alert's bisect named (its comment, and those of alerts it fixed, to
+    send), or say that it named none."""
+    if culprit is not None:
+        alert.culprit_first_sha, alert.culprit_last_sha = culprit
+        out.comment_alert_ids.append(alert.id)
+        out.comment_alert_ids += [a.id for a in repository.of_branch(session, tracked.id) if a.fixed_by_id == alert.id]
+    else:
+        alert.note = f"bisect job {job.id} {job.status.value} without naming a culprit for this alert"
+    alert.updated_at = utcnow()
+    session.flush()
+
+
 def job_finished(session: Session, job_id: int) -> Next | None:
     """An alert's bisect finished: attach its culprit, then start the next bisects of the branch.
     Returns None when the job is no alert's bisect."""
@@ -259,15 +273,13 @@ def job_finished(session: Session, job_id: int) -> Next | None:
     out = Next()
     # A culprit is stored only once confirmed: an inconclusive (or failed) bisect's culprits
     # stand although some other case or revision could not be decided.
-    culprit = _culprit_of(job, alert) if job.status != JobStatus.cancelled else None
-    if culprit is not None:
-        alert.culprit_first_sha, alert.culprit_last_sha = culprit
-        out.comment_alert_ids.append(alert.id)
-        out.comment_alert_ids += [a.id for a in repository.of_branch(session, tracked.id) if a.fixed_by_id == alert.id]
+    culprit = culprit_of(job, alert) if job.status != JobStatus.cancelled else None
+    twin = same_change.twin(session, alert, culprit)
+    if twin is not None:  # another branch's alert has this culprit: one alert per change, told there
+        same_change.fold(session, twin, alert)
     else:
-        alert.note = f"bisect job {job.id} {job.status.value} without naming a culprit for this alert"
-    alert.updated_at = utcnow()
-    session.flush()
+        _name_culprit(session, tracked, job, alert, culprit, out)
+    branch = history.load(session, tracked)
     branch = history.load(session, tracked)
     _schedule(session, tracked, branch, list(repository.of_branch(session, tracked.id)), out)
     return out

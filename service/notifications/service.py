@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from perfbisect.service.alerts import repository as alerts_repo
+from perfbisect.service.alerts import same_change
+from perfbisect.service.alerts import service as alerts
 from perfbisect.service.auth.principal import Principal
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
@@ -97,6 +99,8 @@ def job_finished(session: Session, job_id: int) -> list[int]:
         return []
     if job.kind == JobKind.bisect and job.culprits and job.status != JobStatus.cancelled:
         alert = alerts_repo.by_bisect_job(session, job_id)
+        if alert is not None and same_change.twin(session, alert, alerts.culprit_of(job, alert)) is not None:
+            return []  # another branch's alert is this change and was told already (one alert per change)
         tracked = alerts_repo.branches(session, [alert.tracked_branch_id])[alert.tracked_branch_id] if alert else None
         return notify(session, events.culprits_named(job, tracked, alert.id if alert else None))
     if job.kind == JobKind.compare:

@@ -48,3 +48,35 @@ def test_a_second_branch_reaching_an_acknowledged_culprit_attaches_and_sends_not
     body = client.get(f"/api/alerts/{alert_id}").json()
     assert (body["branches"], body["status"]) == (["main", "release"], AlertStatus.acknowledged.value)
     assert "main, release" in client.get(f"/dashboard/alerts/{alert_id}").text
+
+
+def test_two_branches_alerting_before_either_culprit_is_known_end_as_one_alert(session, lib) -> None:
+    """Both branches raise (neither culprit known yet) and bisect; the second bisect to name the
+    first's culprit folds its alert into the first: no second comment, no culprit notification."""
+    shas, name = lib["shas"], lib["repo"].name
+    subscribe(session, name, "webhook", "https://hooks.example/x", ["culprit"])
+    values = step_at(lib, 8)
+    git(lib["path"], "update-ref", "refs/heads/main", shas[13])
+    git(lib["path"], "branch", "release", shas[17])
+    main = track(session, lib, backfill_every=2, backfill_depth=12)  # heads 3, 5, ..., 13
+    release = track(session, lib, branch="release", device_class="cuda", backfill_every=2, backfill_depth=16)
+    raised = []
+    for tracked in (main, release):
+        measure(session, tracking.start_run(session, tracked.id).job.id, values)
+        raised += alerts.detect(session, tracked.id).raised
+    first, second = (alerts.get(session, alert_id) for alert_id in raised)
+    assert (first.tracked_branch_id, second.tracked_branch_id) == (main.id, release.id)
+    assert first.bisect_job_id and second.bisect_job_id
+
+    measure(session, first.bisect_job_id, values)
+    assert notifications.job_finished(session, first.bisect_job_id) != []
+    assert alerts.job_finished(session, first.bisect_job_id).comment_alert_ids == [first.id]
+    assert first.culprit_last_sha == shas[8]
+
+    second_id, second_job = second.id, second.bisect_job_id
+    measure(session, second_job, values)
+    assert notifications.job_finished(session, second_job) == []  # told on the first alert already
+    assert alerts.job_finished(session, second_job).comment_alert_ids == []
+    session.expire_all()
+    assert session.get(Alert, second_id) is None
+    assert alerts.get(session, first.id).also_on[0].tracked_branch_id == release.id
