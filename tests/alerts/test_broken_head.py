@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from perfbisect.service.alerts import bot
 from perfbisect.service.alerts import service as alerts
 from perfbisect.service.alerts.schemas import AlertUpdate
 from perfbisect.service.jobs import advance
@@ -59,6 +60,10 @@ def test_a_head_that_fails_to_import_raises_a_broken_alert_fixed_by_the_next_hea
         Delivery.id.in_(notifications.alerts_raised(session, found.raised)))).all()
     assert delivery.payload["title"] == (f"perfbisect: broken on {name}@main (cpu), the head {shas[8][:10]} fails to "
                                          f"build or import (the head {shas[8][:10]} failed: import_error)")
+    # what the culprit's PR would be told (a local repository has no GitHub slug: nothing is posted)
+    assert bot.comment_work(session, alert_id) is None
+    assert bot._table(session, alert, "ratio") == [
+        f"The head `{shas[8][:10]}` fails to build or import (the head {shas[8][:10]} failed: import_error)."]
     alerts.triage(session, alert_id, AlertUpdate(status="acknowledged"), "alice")
 
     run(session, lib, tracked, 9, {8, 9})  # still broken: the same alert, not a second one
