@@ -28,14 +28,18 @@ def of_branch(session: Session, tracked_id: int) -> Sequence[Alert]:
 def listing(session: Session, *, status: AlertStatus | None = None, tracked_id: int | None = None,
             repository: str | None = None, branch: str | None = None, kind: AlertKind | None = None,
             assignee: str | None = None, limit: int = 100) -> Sequence[Alert]:
-    """Alerts newest first, narrowed by each filter given (all of them must hold)."""
+    """Alerts newest first, narrowed by each filter given (all of them must hold). A tracked
+    branch or branch name matches an alert of that branch and one the branch attached to."""
     stmt = select(Alert).options(*_LOAD)
-    if repository is not None or branch is not None:
-        stmt = stmt.join(TrackedBranch, Alert.tracked_branch_id == TrackedBranch.id)
     if repository is not None:
-        stmt = stmt.join(Repository, TrackedBranch.repository_id == Repository.id).where(Repository.name == repository)
-    for column, wanted in ((Alert.status, status), (Alert.tracked_branch_id, tracked_id),
-                           (TrackedBranch.branch, branch), (Alert.kind, kind), (Alert.assignee, assignee)):
+        stmt = (stmt.join(TrackedBranch, Alert.tracked_branch_id == TrackedBranch.id)
+                .join(Repository, TrackedBranch.repository_id == Repository.id).where(Repository.name == repository))
+    if tracked_id is not None or branch is not None:
+        on = select(TrackedBranch.id).where(*([TrackedBranch.id == tracked_id] if tracked_id is not None else []),
+                                            *([TrackedBranch.branch == branch] if branch is not None else []))
+        stmt = stmt.where(Alert.tracked_branch_id.in_(on) | exists().where(
+            AlertBranch.alert_id == Alert.id, AlertBranch.tracked_branch_id.in_(on)))
+    for column, wanted in ((Alert.status, status), (Alert.kind, kind), (Alert.assignee, assignee)):
         if wanted is not None:
             stmt = stmt.where(column == wanted)
     return session.scalars(stmt.order_by(Alert.id.desc()).limit(limit)).all()

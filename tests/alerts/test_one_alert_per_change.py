@@ -45,6 +45,8 @@ def test_a_second_branch_reaching_an_acknowledged_culprit_attaches_and_sends_not
     assert (again.raised, again.bisect_job_ids) == ([], [])
     assert session.scalars(select(Alert).where(Alert.tracked_branch_id == release.id)).all() == []
 
+    listed = client.get("/api/alerts", params={"branch": "release"}).json()
+    assert [a["id"] for a in listed] == [alert_id]  # the release branch's alerts hold the change it reached
     body = client.get(f"/api/alerts/{alert_id}").json()
     assert (body["branches"], body["status"]) == (["main", "release"], AlertStatus.acknowledged.value)
     assert "main, release" in client.get(f"/dashboard/alerts/{alert_id}").text
