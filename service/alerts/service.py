@@ -1,7 +1,10 @@
 """The loop after each measurement: change points on every case's history become alerts
 (grouped, matched with earlier detections, fixed when the level comes back), an alert whose
 range hides unmeasured commits gets a bisect job (at most `max_bisects` per branch at once,
-largest first), and a finished bisect names the alert's culprit. Triage through the API.
+largest first), and a finished bisect names the alert's culprit; a one-commit range names it at
+once (service/alerts/one_commit). A head that fails to build or import is a `broken` alert, fixed
+by the next head that works. A step whose culprit another branch's alert has is that alert's
+(service/alerts/same_change: one alert per change). Triage through the API.
 
 Flushes, never commits: the task or request owns the transaction and, after its commit, sends
 what the returned `Next` lists (bisect jobs to advance, alerts to comment on).
