@@ -331,7 +331,8 @@ def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = N
     """The culprits of the repository's jobs (or of one job), with the targets each job measured
     per case name and the culprit commit's subject and PR."""
     # Rows of columns, not ORM entities: each ETag of the history and the overview reads these.
-    stmt = (select(Culprit.job_id, Culprit.kind, Culprit.first_sha, Culprit.last_sha, Culprit.effects, Job.spec)
+    stmt = (select(Culprit.job_id, Culprit.kind, Culprit.first_sha, Culprit.last_sha, Culprit.effects, Culprit.fixed_sha,
+                   Job.spec)
             .join(Job, Culprit.job_id == Job.id).where(Job.repository_id == repository_id).order_by(Culprit.id))
     if job_id is not None:
         stmt = stmt.where(Job.id == job_id)
@@ -347,7 +348,7 @@ def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = N
             job_id=culprit.job_id, kind=culprit.kind.value, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
             effects=culprit.effects or {}, targets_by_case=_targets_by_case(spec),
             subject=rev.subject if rev else None, pr_number=rev.pr_number if rev else None,
-            min_effect=float((spec or {}).get("min_effect") or 0.0)))
+            min_effect=float((spec or {}).get("min_effect") or 0.0), fixed_sha=culprit.fixed_sha))
     return rows
 
 

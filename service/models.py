@@ -378,6 +378,7 @@ class AlertKind(str, enum.Enum):
     regression = "regression"
     improvement = "improvement"
     wrong_results = "wrong_results"
+    broken = "broken"  # a tracked head failed to build or import (an alert without cases)
 
 
 class AlertStatus(str, enum.Enum):
@@ -452,6 +453,23 @@ class Alert(Base):
 
     cases: Mapped[list[AlertCase]] = relationship(
         back_populates="alert", lazy="raise", cascade="all, delete-orphan", order_by="AlertCase.id")
+    also_on: Mapped[list[AlertBranch]] = relationship(
+        lazy="raise", cascade="all, delete-orphan", order_by="AlertBranch.id")
+
+
+class AlertBranch(Base):
+    """Another tracked branch that reached the alert's culprit (one alert per change): that
+    branch's measured heads around the step. The alert's own branch is `tracked_branch_id`."""
+
+    __tablename__ = "alert_branches"
+    __table_args__ = (UniqueConstraint("alert_id", "tracked_branch_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"))
+    tracked_branch_id: Mapped[int] = mapped_column(ForeignKey("tracked_branches.id", ondelete="CASCADE"), index=True)
+    before_sha: Mapped[str] = mapped_column(String(64))
+    last_sha: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class AlertChange(Base):

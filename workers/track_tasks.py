@@ -46,14 +46,15 @@ def track_branch(tracked_id: int, head: str | None = None, only_if_moved: bool =
     return run.message
 
 
-def _alert_deliveries(session, alert_ids: list[int]) -> list[int]:
-    """The deliveries of newly raised alerts, in a savepoint: a failure is logged and loses no
-    alert (the detection's own work commits)."""
+def _alert_deliveries(session, next_: alerts.Next) -> list[int]:
+    """The deliveries of newly raised alerts and of culprits named without a bisect, in a
+    savepoint: a failure is logged and loses no alert (the detection's own work commits)."""
     try:
         with session.begin_nested():
-            return notifications.alerts_raised(session, alert_ids)
+            return (notifications.alerts_raised(session, next_.raised)
+                    + notifications.culprits_of_alerts(session, next_.named))
     except Exception:
-        log.exception("notifying the subscribers of alerts %s failed", alert_ids)
+        log.exception("notifying the subscribers of alerts %s failed", next_.raised + next_.named)
         return []
 
 
@@ -61,7 +62,7 @@ def _alert_deliveries(session, alert_ids: list[int]) -> list[int]:
 def detect_alerts(tracked_id: int) -> int:
     with session_scope() as session:
         next_ = alerts.detect(session, tracked_id)
-        deliveries = _alert_deliveries(session, next_.raised)
+        deliveries = _alert_deliveries(session, next_)
     send_next(next_)
     send_deliveries(deliveries)
     return len(next_.raised)

@@ -29,6 +29,8 @@ class AlertRead(BaseModel):
     tracked_branch_id: int
     repository: str
     branch: str
+    branches: list[str] = Field(default_factory=list, description=(
+        "every tracked branch that reached this change: its own first, then those that attached to it"))
     kind: str
     status: str
     magnitude: float

@@ -194,6 +194,8 @@ def alert_lines(alerts: list) -> list[str]:
         subject = f"{pr} {a.culprit_subject or ''}".strip()
         if subject:  # a line of its own: beside the shas a subject would keep only a few characters
             lines.append(_clip(f"      {subject}", LINE_WIDTH))
+        if a.kind == "broken" and a.note:  # no case of its own: what failed
+            lines.append(_clip(f"      {a.note}", LINE_WIDTH))
         for c in a.cases:
             step = "wrong results" if c.rel is None else f"{c.before:.4g} -> {c.after:.4g} ({c.rel:+.1%})"
             name_width = max(LINE_WIDTH - 6 - 1 - len(step), 20)

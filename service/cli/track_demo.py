@@ -95,9 +95,13 @@ def _alerts(tracked_id: int) -> list:
 
 def _covers(alert: Any, event: dict, pos: dict[str, int], device: str) -> bool:
     """Whether the alert is over the planted event: its range holds the event's commit and it
-    names a case the event changes (an alert on other cases in the same range is not its alert)."""
-    return (pos[alert.before_sha] < event["index"] <= pos[alert.last_sha]
-            and not {c.case for c in alert.cases}.isdisjoint(event["cases"][device]))
+    names a case the event changes (an alert on other cases in the same range is not its alert);
+    a broken alert (a head that failed to import) is over a planted import break."""
+    if not pos[alert.before_sha] < event["index"] <= pos[alert.last_sha]:
+        return False
+    if getattr(alert, "kind", None) == "broken" or event["kind"] == "import_error":
+        return getattr(alert, "kind", None) == "broken" and event["kind"] == "import_error"
+    return not {c.case for c in alert.cases}.isdisjoint(event["cases"][device])
 
 
 def _broken(events: list[dict]) -> list[range]:
@@ -156,7 +160,8 @@ def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int]
             "delay_heads": None if seen is None else sum(event["index"] <= h <= seen for h in heads),
             "culprit_exact": any(a.culprit_exact and a.culprit_last_sha == event["sha"] for a in covering),
         })
-    false = [a.id for a in alerts if not any(_covers(a, e, pos, device) for e in planted)]
+    breaks = [e for e in truth["events"] if e["kind"] == "import_error"]  # a broken alert over one is no false alert
+    false = [a.id for a in alerts if not any(_covers(a, e, pos, device) for e in planted + breaks)]
     return {"steps": rows, "untracked": untracked, "false_alerts": false, "heads": len(heads)}
 
 

@@ -44,6 +44,12 @@ class Resolved:
     good_sha: str
     bad_sha: str
     commits: list[CommitInfo]
+    base_tip_sha: str | None = None  # a merge-base compare: the base as given, when not the merge base
+
+    def spec_fields(self) -> dict[str, str]:
+        """What the job's spec records of the resolution (the report says which base it used)."""
+        tip = {"base_tip_sha": self.base_tip_sha} if self.base_tip_sha else {}
+        return {"good_sha": self.good_sha, "bad_sha": self.bad_sha, **tip}
 
 
 def request_hash(kind: JobKind, repo: Repository, spec: dict[str, Any]) -> str:
@@ -74,17 +80,24 @@ def bisect_range(mirror: Mirror, good: str, bad: str) -> Resolved:
     return Resolved(good_sha, bad_sha, mirror.first_parent_range(good_sha, bad_sha))
 
 
-def compare_pair(mirror: Mirror, base: str, head: str) -> Resolved:
-    """The base (on the branch: it orders the history) and the head (a PR commit off it)."""
-    base_sha, head_sha = mirror.resolve(base), mirror.resolve(head)
+def compare_pair(mirror: Mirror, base: str, head: str, merge_base: bool = False) -> Resolved:
+    """The base (on the branch: it orders the history) and the head (a PR commit off it). With
+    `merge_base` (a pull request), the base measured is the merge base of the two: what the PR
+    changes, never the steps its base branch made since the PR branched off."""
+    tip_sha, head_sha = mirror.resolve(base), mirror.resolve(head)
+    base_sha = mirror.merge_base(tip_sha, head_sha) if merge_base else tip_sha
     if base_sha == head_sha:
-        raise GitError("base and head are the same commit: nothing to compare")
+        raise GitError("base and head are the same commit: nothing to compare" if base_sha == tip_sha else
+                       f"the head {head_sha[:12]} is already in the base {tip_sha[:12]}: nothing to compare")
     based = replace(mirror.commit_info(base_sha), position=mirror.first_parent_depth(base_sha))
-    return Resolved(base_sha, head_sha, [based, mirror.commit_info(head_sha)])
+    return Resolved(base_sha, head_sha, [based, mirror.commit_info(head_sha)],
+                    base_tip_sha=tip_sha if tip_sha != base_sha else None)
 
 
-def resolve(kind: JobKind, mirror: Mirror, good: str, bad: str) -> Resolved:
-    return compare_pair(mirror, good, bad) if kind == JobKind.compare else bisect_range(mirror, good, bad)
+def resolve(kind: JobKind, mirror: Mirror, good: str, bad: str, *, merge_base: bool = False) -> Resolved:
+    if kind == JobKind.compare:
+        return compare_pair(mirror, good, bad, merge_base)
+    return bisect_range(mirror, good, bad)
 
 
 def exact_now(mirror: Mirror, refs: Sequence[str]) -> bool:
@@ -140,7 +153,8 @@ def finish(session: Session, job_id: int, stamp: FetchStamp) -> list[int]:
     try:
         if stamp.error:
             raise GitError(stamp.error)
-        resolved = resolve(job.kind, repos.mirror_of(job.repository), spec["good"], spec["bad"])
+        resolved = resolve(job.kind, repos.mirror_of(job.repository), spec["good"], spec["bad"],
+                           merge_base=bool(spec.get("merge_base")))
     except GitError as exc:
         job.status, job.finished_at = JobStatus.failed, utcnow()
         job.error = f"could not resolve the revisions: {exc}"
@@ -152,7 +166,7 @@ def finish(session: Session, job_id: int, stamp: FetchStamp) -> list[int]:
         spec["cases"] = with_touched_cases(session, job.repository, spec["cases"], resolved.good_sha,
                                            resolved.bad_sha) or spec["cases"]
         repository.store_cases(session, job.repository_id, spec["cases"])
-    job.spec = {**spec, "good_sha": resolved.good_sha, "bad_sha": resolved.bad_sha}
+    job.spec = {**spec, **resolved.spec_fields()}
     job.revision_shas = [c.sha for c in resolved.commits]
     job.progress = {"revisions": len(resolved.commits), "measured": 0, "trials": 0}
     _rehash(session, job)

@@ -99,6 +99,9 @@ class CompareCreate(BaseModel):
     min_effect: float = Field(default=0.02, gt=0, lt=1)
     metric: Literal["ratio", "raw"] = "ratio"
     pr_number: Id | None = None
+    merge_base: bool = Field(default=False, description=(
+        "measure the head against the merge base of head and base (what a pull request changes), not the base "
+        "itself: steps the base branch made since the head branched off are not the head's"))
     side_by_side: bool = Field(default=True, description=(
         "measure base and head side by side (A B B A blocks on one worker) and decide on the within-block "
         "differences, so drift the control does not cancel cannot fail or pass the gate; false: separate trials"))

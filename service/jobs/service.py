@@ -77,7 +77,8 @@ def _cases(session: Session, repo: Repository, data: BisectCreate | CompareCreat
     return cases
 
 
-def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool) -> resolution.Resolved | None:
+def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool,
+              merge_base: bool = False) -> resolution.Resolved | None:
     """The job's revisions: with `fetch`, from a mirror fetched now (CLI, tasks); else from the
     mirror as it is when that is exact, or None: a task resolves them (service/jobs/resolution.py).
     Raises BadRequest for a ref or range that cannot be."""
@@ -89,7 +90,7 @@ def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool)
             mirror.ensure(fetch=True)
         elif not resolution.exact_now(mirror, [good, bad]):
             return None
-        return resolution.resolve(kind, mirror, good, bad)
+        return resolution.resolve(kind, mirror, good, bad, merge_base=merge_base)
     except GitError as exc:
         raise BadRequest(str(exc)) from exc
 
@@ -99,7 +100,7 @@ def _create(session: Session, kind: JobKind, repo: Repository, spec: dict[str, A
     """`resolved`: the range, the heads of a track job (a list), or None: resolved by a task."""
     commits = resolved.commits if isinstance(resolved, resolution.Resolved) else resolved or []
     if isinstance(resolved, resolution.Resolved):
-        spec = {**spec, "good_sha": resolved.good_sha, "bad_sha": resolved.bad_sha}
+        spec = {**spec, **resolved.spec_fields()}
     request_hash = resolution.request_hash(kind, repo, spec)
     existing = repository.open_job_by_request(session, request_hash)
     if existing is not None:
@@ -200,12 +201,13 @@ def _compare(session: Session, data: CompareCreate, submitter: Principal, fetch:
     repo = repos.get(session, data.repository)
     cases = _cases(session, repo, data, submitter)
     check_device_class(data.device_class, cases)
-    resolved = _resolved(JobKind.compare, repo, data.base, data.head, fetch)
+    resolved = _resolved(JobKind.compare, repo, data.base, data.head, fetch, merge_base=data.merge_base)
     spec = {
         "good": data.base, "bad": data.head, "cases": cases,
         "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
         "workers": 2, "max_trials": get_settings().max_trials_per_revision, "pr_number": data.pr_number,
         "policy": None, "side_by_side": data.side_by_side,
+        **({"merge_base": True} if data.merge_base else {}),
     }
     return _create(session, JobKind.compare, repo, spec, resolved, submitter)
 

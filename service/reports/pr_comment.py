@@ -128,6 +128,18 @@ def _case_lists(job: JobRead, public_url: str | None) -> list[str]:
     return out
 
 
+def base_note(spec: dict) -> str | None:
+    """Which base a compare measured the head against, when it asked for the merge base (a pull
+    request's compare): None for a compare of two given revisions."""
+    if not spec.get("merge_base") or not spec.get("good_sha"):
+        return None
+    merge_base, tip = str(spec["good_sha"])[:10], spec.get("base_tip_sha")
+    if not tip:
+        return f"Base: the merge base `{merge_base}` of the head and its base branch (the branch's tip)."
+    return (f"Base: the merge base `{merge_base}` of the head and its base branch, not the branch's tip "
+            f"`{str(tip)[:10]}`: the steps the base made since the head branched off are not the head's.")
+
+
 def _headline(job: JobRead) -> str:
     if job.outcome is None:
         return f"### perfbisect: {job.kind} {job.status}"
@@ -141,9 +153,12 @@ def _headline(job: JobRead) -> str:
 def render_job(job: JobRead, public_url: str | None = None) -> str:
     """The job's report as Markdown: headline, step tables, failed/inconclusive/unchanged cases."""
     kind = "Compared" if job.kind == "compare" else "Bisected"
+    good = job.spec.get("good_sha") if job.spec.get("merge_base") else job.spec.get("good")  # the base measured
     out = [_headline(job), "",
-           f"{kind} `{ref(job.spec.get('good'))}`..`{ref(job.spec.get('bad'))}` in **{job.repository}** ({job.status}); "
+           f"{kind} `{ref(good)}`..`{ref(job.spec.get('bad'))}` in **{job.repository}** ({job.status}); "
            f"step = relative change of the {decided_on(job)}, 95% CI."]
+    if (note := base_note(job.spec)) is not None:
+        out += ["", note]
     out += _step_tables(job, job.culprits, public_url, with_revision=job.kind != "compare")
     for c in job.culprits:
         if c.kind == "correctness":

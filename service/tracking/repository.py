@@ -100,6 +100,19 @@ def history_rows(session: Session, repository_id: int, device_class: str, finger
     return [(sha, case_id, m) for sha, case_id, m in session.execute(stmt)]
 
 
+BROKEN_HEAD = (TrialStatus.build_error, TrialStatus.import_error)
+
+
+def broken_heads(session: Session, tracked_id: int, shas: Sequence[str]) -> dict[str, str]:
+    """sha -> failure kind (build_error, import_error) of the heads among `shas` where a trial of
+    the branch's track jobs failed to build or import."""
+    stmt = (select(Revision.sha, Trial.status).join(Trial, Trial.revision_id == Revision.id)
+            .join(Job, Trial.job_id == Job.id)
+            .where(Job.kind == JobKind.track, Job.spec["tracked_branch_id"].as_integer() == tracked_id,
+                   Trial.status.in_(BROKEN_HEAD), Revision.sha.in_(list(shas))).order_by(Trial.id))
+    return {sha: status.value for sha, status in session.execute(stmt)}
+
+
 def cases_of(session: Session, repository_id: int, cases: Sequence[dict]) -> dict[str, Case]:
     """The Case rows of a tracked branch's cases, by name."""
     names = [c["name"] for c in cases]

@@ -19,6 +19,7 @@ from typing import Literal
 
 from perfbisect.service.jobs.schemas import CaseOutcomeRead, JobRead
 from perfbisect.service.reports.culprits import moved
+from perfbisect.service.reports.pr_comment import base_note
 
 CHECK_NAME = "perfbisect"
 # A commit status has no "neutral": an inconclusive job must not block a merge, so it reads success
@@ -106,6 +107,8 @@ def check_verdict(job: JobRead, policy: GatePolicy = GatePolicy()) -> CheckVerdi
     if job.status in ("failed", "cancelled") and job.error:
         lines.append(f"\nJob {job.id} {job.status}: {job.error}")
     summary = "\n".join(lines) or f"No case moved by more than the {threshold}."
+    if (note := base_note(job.spec)) is not None:
+        summary += f"\n\n{note}"
     if wrong or regressed:
         parts = [f"{_plural(len(regressed), 'case')} regressed"] if regressed else []
         parts += ["wrong results"] if wrong else []

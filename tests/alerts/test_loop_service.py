@@ -45,15 +45,16 @@ def result(case_values: dict[str, float | str]) -> dict:
             "cases": cases, "wall_s": 1.0}
 
 
-def measure(session, job_id: int, value_of) -> None:
-    """Run a job's rounds, storing `value_of(sha)` ({case: ratio}) for every trial it plans."""
+def measure(session, job_id: int, value_of, as_result=result) -> None:
+    """Run a job's rounds, storing `as_result(value_of(sha))` (by default: {case: ratio} of this
+    module's cases) for every trial it plans."""
     while True:
         planned = advance.advance(session, job_id)
         if planned.finished or not planned.trial_ids:
             break
         for trial in jobs_repo.trials_of(session, job_id):
             if trial.id in planned.trial_ids:
-                trials.record(session, trial.id, result(value_of(trial.revision.sha)))
+                trials.record(session, trial.id, as_result(value_of(trial.revision.sha)))
 
 
 @pytest.fixture
