@@ -66,13 +66,14 @@ def test_a_repository_env_value_printed_by_a_failing_build_is_shown_nowhere(
     job_id = submitted.json()["id"]
     run_to_the_end(session, job_id)
 
-    job = anonymous_client.get(f"/api/jobs/{job_id}")
+    job = client.get(f"/api/jobs/{job_id}")  # an admin sees the build's output, not the value
     assert job.json()["status"] == "failed", job.text
     failures = job.json()["outcome"]["failures"]
     assert failures and all("build command exited 7" in f["error"] for f in failures), failures
-    assert "deploying with [redacted]" in job.text  # the build's output is shown, the value is not
+    assert "deploying with [redacted]" in job.text
     shown = {
         "job": job.text,
+        "public job": anonymous_client.get(f"/api/jobs/{job_id}").text,
         "report": anonymous_client.get(f"/api/jobs/{job_id}/report").text,
         "markdown": anonymous_client.get(f"/api/jobs/{job_id}/report?format=markdown").text,
         "page": anonymous_client.get(f"/dashboard/jobs/{job_id}").text,
@@ -81,7 +82,7 @@ def test_a_repository_env_value_printed_by_a_failing_build_is_shown_nowhere(
     }
     for name, text in shown.items():
         assert SECRET not in text and SECRET[::-1] not in text, name
-    assert REDACTED in shown["trials"] and "build command exited 7" in shown["report"]
+    assert REDACTED in shown["trials"] and "build failed: exit 7" in shown["report"]
     stored = session.query(Trial).filter_by(job_id=job_id).all()
     assert stored and all(SECRET not in (t.failure_reason or "") for t in stored)
 
