@@ -466,6 +466,7 @@ class AlertChange(Base):
     field: Mapped[str] = mapped_column(String(20))  # status | assignee | bug | note
     old: Mapped[str | None] = mapped_column(Text)
     new: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text, doc="why, as the person said (required for a bulk change)")
 
 
 class AlertCase(Base):

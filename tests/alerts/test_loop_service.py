@@ -377,10 +377,11 @@ def test_bulk_triage_is_all_or_none(client, session, lib, sent_tasks) -> None:
     tracked = track(session, lib, backfill_every=1, backfill_depth=8)
     measure(session, tracking.start_run(session, tracked.id).job.id, values)
     [alert_id] = alerts.detect(session, tracked.id).raised
-    missing = client.patch("/api/alerts", json={"ids": [alert_id, 999999], "status": "expected"})
+    missing = client.patch("/api/alerts", json={"ids": [alert_id, 999999], "status": "expected", "reason": "known"})
     assert missing.status_code == 404
     assert client.get(f"/api/alerts/{alert_id}").json()["status"] == "new"
-    done = client.patch("/api/alerts", json={"ids": [alert_id], "status": "acknowledged", "assignee": "ana"})
+    done = client.patch("/api/alerts", json={"ids": [alert_id], "status": "acknowledged", "assignee": "ana",
+                                             "reason": "looking"})
     assert done.status_code == 200 and [(a["status"], a["assignee"]) for a in done.json()] == [("acknowledged", "ana")]
     assert client.patch("/api/alerts", json={"ids": []}).status_code == 422
 
