@@ -11,7 +11,7 @@ import base64
 import pytest
 
 from perfbisect.service.repos.redaction import REDACTED
-from tests.test_redaction import leaky_repo, run_to_the_end  # noqa: F401  (leaky_repo is a fixture)
+from tests.test_redaction import failed_compare, leaky_repo  # noqa: F401  (leaky_repo is a fixture)
 
 SECRET = "s3cr3t-deploy-key-7f3a9c"
 ENCODED = base64.b64encode(SECRET.encode()).decode()
@@ -35,17 +35,7 @@ def _shown(client, job_id: int) -> dict[str, str]:
 
 @pytest.fixture
 def failed_job(session, client, submit_client, leaky_repo) -> int:
-    root, shas = leaky_repo
-    created = client.post("/api/repositories", json={"name": "leaky", "url": str(root), "build_command": HOSTILE_BUILD,
-                                                      "env": {"DEPLOY_KEY": SECRET}})
-    assert created.status_code == 201, created.text
-    submitted = submit_client.post("/api/jobs/compare", json={
-        "repository": "leaky", "base": shas[0], "head": shas[1],
-        "benchmarks": [{"suite": "gemm", "target": "lib:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}]})
-    assert submitted.status_code == 202, submitted.text
-    job_id = submitted.json()["id"]
-    run_to_the_end(session, job_id)
-    return job_id
+    return failed_compare(session, client, submit_client, *leaky_repo, HOSTILE_BUILD, {"DEPLOY_KEY": SECRET})
 
 
 def test_anonymous_and_other_readers_get_the_kind_and_exit_code_only(failed_job, anonymous_client, make_client) -> None:

@@ -1,7 +1,7 @@
 """alert_changes.reason: why a person changed an alert (issue 40: triage needs a scope, and a bulk
 change is recorded on every alert it touched with who and why).
 
-Revision ID: 0019_triage
+Revision ID: 0022_triage
 Revises: 0018_track2
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0019_triage"
+revision = "0022_triage"
 down_revision = "0018_track2"
 branch_labels = None
 depends_on = None
