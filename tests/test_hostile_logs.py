@@ -63,3 +63,17 @@ def test_the_submitter_and_admins_see_the_redacted_tail(failed_job, client, subm
         assert all("root:" in t["failure_reason"] and f"clear {REDACTED}" in t["failure_reason"] for t in trials)
         for name, text in _shown(owner, failed_job).items():
             assert SECRET not in text, name  # redaction by value stays as a second line
+
+
+def test_a_correctness_culprits_harness_message_is_the_submitters(session, failed_job, anonymous_client, client,
+                                                                   submit_client) -> None:
+    from perfbisect.service.models import Culprit, CulpritKind
+
+    session.add(Culprit(job_id=failed_job, kind=CulpritKind.correctness, first_sha="a" * 40, last_sha="a" * 40,
+                        effects={"gemm": {"error": 0.5, "tolerance": 0.01, "message": "MARKER-IN-THE-LOG root:x:0:0"}}))
+    session.flush()
+    public = anonymous_client.get(f"/api/jobs/{failed_job}").json()["culprits"][0]["wrong_cases"]["gemm"]
+    assert public == {"error": 0.5, "tolerance": 0.01, "message": None}
+    for owner in (submit_client, client):
+        shown = owner.get(f"/api/jobs/{failed_job}").json()["culprits"][0]["wrong_cases"]["gemm"]
+        assert shown["message"] == "MARKER-IN-THE-LOG root:x:0:0"

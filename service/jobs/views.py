@@ -42,11 +42,13 @@ def job_reads(session: Session, jobs: Sequence[Job]) -> list[JobRead]:
     return [job_read(session, job, revisions[job.repository_id]) for job in jobs]
 
 
-def culprit_effects(culprit: Culprit) -> dict[str, Any]:
+def culprit_effects(culprit: Culprit, logs: bool = True) -> dict[str, Any]:
     """CulpritRead's per-case fields: timing effects of a performance culprit, the wrong cases
-    (error vs tolerance) of a correctness one."""
+    (error vs tolerance) of a correctness one, with the harness's message only with `logs` (it is
+    written from inside the trial, where the repository's code runs)."""
     if culprit.kind == CulpritKind.correctness:
-        return {"wrong_cases": {name: WrongCaseRead(**e) for name, e in (culprit.effects or {}).items()}}
+        return {"wrong_cases": {name: WrongCaseRead(**{**e, "message": e.get("message") if logs else None})
+                                for name, e in (culprit.effects or {}).items()}}
     return {"effects": {name: CaseEffectRead(**e) for name, e in (culprit.effects or {}).items()}}
 
 
@@ -64,7 +66,7 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
             kind=c.kind.value, first_sha=c.first_sha, last_sha=c.last_sha, fixed_sha=c.fixed_sha,
             exact=c.first_sha == c.last_sha, subject=rev.subject if rev else None,
             pr_number=rev.pr_number if rev else None,
-            **culprit_effects(c),
+            **culprit_effects(c, logs),
         ))
     secrets = env_secrets(job.repository.env)  # rows stored before values were scrubbed at the source
     stored = (job.result or {}).get("outcome")
