@@ -339,7 +339,7 @@ class ApiToken(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16), doc="the token's first characters, to recognise it")
-    scopes: Mapped[list[Any]] = mapped_column(doc="read, submit, admin")
+    scopes: Mapped[list[Any]] = mapped_column(doc="read, submit, triage, admin")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]

@@ -84,3 +84,11 @@ def test_reopening_through_the_api_queues_the_detection_that_restarts_it(make_cl
     reopened = triager.patch(f"/api/alerts/{alert_id}", json={"status": "new", "reason": "reproduced"})
     assert reopened.status_code == 200 and reopened.json()["bisect_job_id"] is None
     assert [task for task, _ in sent_tasks] == [DETECT_ALERTS]
+
+
+def test_triage_and_submit_each_include_read_and_not_each_other(make_client, alert_id) -> None:
+    triager, submitter = make_client("triage"), make_client("submit")
+    assert triager.post("/api/jobs/bisect", json={}).status_code == 403  # a triager submits nothing
+    assert submitter.patch(f"/api/alerts/{alert_id}", json={"note": "x"}).status_code == 403
+    for reader in (triager, submitter):
+        assert reader.get(f"/api/alerts/{alert_id}").status_code == 200
