@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ import pytest
 from perfbisect.service import outbound
 from perfbisect.service.notifications.models import DeliveryStatus
 from perfbisect.service.settings import get_settings
-from tests.test_notifications import deliver_an_alert, embedded, settled  # noqa: F401  (embedded is a fixture)
+from tests.test_notifications import deliver_an_alert, embedded, receiver_of, settled  # noqa: F401  (fixtures)
 
 INTERNAL = ["http://127.0.0.1:9/hook", "http://localhost:9/hook", "http://169.254.169.254/latest/meta-data",
             "http://10.1.2.3/hook", "http://192.168.0.1/hook", "http://[::1]:9/hook", "http://0.0.0.0:9/hook",
@@ -81,47 +79,9 @@ def test_the_cli_refuses_an_internal_repository_url_with_exit_2(migrated_engine)
     assert "127.0.0.1, a loopback address" in done.stdout + done.stderr and "Traceback" not in done.stderr
 
 
-class _Answering:
-    """An HTTP server on 127.0.0.1 that answers every POST `status` with an internal-looking body."""
-
-    BODY = b"internal admin page: db password hunter2"
-
-    def __init__(self, status: int) -> None:
-        self.hits: list[str] = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                self.rfile.read(int(self.headers["Content-Length"]))
-                owner.hits.append(self.headers["Host"])
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(owner.BODY)))
-                self.end_headers()
-                self.wfile.write(owner.BODY)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_port
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def answering():
-    made = []
-    yield lambda status: made.append(_Answering(status)) or made[-1]
-    for server in made:
-        server.close()
-
-
-def test_the_delivery_log_keeps_the_status_not_the_body(embedded, tmp_path, answering) -> None:
-    server = answering(403)
-    delivery = settled(deliver_an_alert(tmp_path, "webhook", f"http://127.0.0.1:{server.port}/hook", secret="x" * 16))
+def test_the_delivery_log_keeps_the_status_not_the_body(embedded, tmp_path, receiver_of) -> None:
+    server = receiver_of([403], body=b"internal admin page: db password hunter2")
+    delivery = settled(deliver_an_alert(tmp_path, "webhook", server.url, secret="x" * 16))
     assert (delivery.status, delivery.response_status) == (DeliveryStatus.failed, 403)
     assert delivery.last_error == "HTTP 403" and "hunter2" not in str(delivery.last_error)
 
@@ -139,19 +99,21 @@ class _Rebinding:
         return ["93.184.216.34"] if self.asked == 1 else ["127.0.0.1"]
 
 
-def test_a_name_re_pointed_at_the_service_s_network_after_subscribing_is_refused(embedded, tmp_path, answering,
+def test_a_name_re_pointed_at_the_service_s_network_after_subscribing_is_refused(embedded, tmp_path, receiver_of,
                                                                                   monkeypatch) -> None:
-    server = answering(204)
-    target = f"http://hooks.example.com:{server.port}/hook"
+    server = receiver_of([204])
+    port = server.server.server_port
+    target = f"http://hooks.example.com:{port}/hook"
     monkeypatch.setattr(get_settings(), "outbound_allow", "")
     monkeypatch.setattr(outbound, "resolve", _Rebinding())
     delivery = settled(deliver_an_alert(tmp_path, "webhook", target, secret="y" * 16))
     assert delivery.status == DeliveryStatus.failed and delivery.attempts == 1  # refused for good, not retried
     assert "resolves to 127.0.0.1, a loopback address" in delivery.last_error
-    assert server.hits == []  # nothing reached the internal address
+    assert server.requests == []  # nothing reached the internal address
 
     # allowed, the delivery connects to the address it checked, with the name as the Host
     monkeypatch.setattr(get_settings(), "outbound_allow", "127.0.0.1")
     monkeypatch.setattr(outbound, "resolve", _Rebinding())
     delivered = settled(deliver_an_alert(tmp_path, "webhook", target, secret="z" * 16, name="kern3"))
-    assert delivered.status == DeliveryStatus.delivered and server.hits == [f"hooks.example.com:{server.port}"]
+    assert delivered.status == DeliveryStatus.delivered
+    assert [r["headers"]["Host"] for r in server.requests] == [f"hooks.example.com:{port}"]
