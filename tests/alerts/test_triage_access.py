@@ -10,19 +10,12 @@ from perfbisect.queue import DETECT_ALERTS
 from perfbisect.service.alerts import service as alerts
 from perfbisect.service.alerts.schemas import AlertUpdate
 from perfbisect.service.models import Alert, AlertChange, Job, JobStatus
-from perfbisect.service.tracking import service as tracking
-from tests.alerts.test_loop_service import lib, measure, push, step_at, track  # noqa: F401  (lib is a fixture)
+from tests.alerts.test_loop_service import lib, raised_alert, step_at  # noqa: F401  (lib is a fixture)
 
 
 @pytest.fixture
 def alert_id(session, lib) -> int:  # noqa: F811
-    values = step_at(lib, 10)
-    tracked = track(session, lib)
-    measure(session, tracking.start_run(session, tracked.id).job.id, values)
-    for index in (11, 13, 15):
-        push(session, lib, tracked, index, values)
-    [found] = alerts.detect(session, tracked.id).raised
-    return found
+    return raised_alert(session, lib, step_at(lib, 10))[1]
 
 
 def _twin(session, alert_id: int) -> int:
