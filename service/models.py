@@ -339,7 +339,7 @@ class ApiToken(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16), doc="the token's first characters, to recognise it")
-    scopes: Mapped[list[Any]] = mapped_column(doc="read, submit, admin")
+    scopes: Mapped[list[Any]] = mapped_column(doc="read, submit, triage, admin")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
@@ -484,6 +484,7 @@ class AlertChange(Base):
     field: Mapped[str] = mapped_column(String(20))  # status | assignee | bug | note
     old: Mapped[str | None] = mapped_column(Text)
     new: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text, doc="why, as the person said (required for a bulk change)")
 
 
 class AlertCase(Base):

@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     public_reads: bool = Field(default=True, description="anonymous GETs of jobs, reports and history")
     local_repo_roots: str = Field(default="", description="os.pathsep-separated directories under which "
                                   "local-path repositories may be registered; empty: none")
+    outbound_allow: str = Field(default="", description="comma-separated host names, addresses or networks "
+                                "(10.0.0.0/8) that notification targets and repository URLs may reach although "
+                                "they resolve to loopback, link-local or private addresses; empty: none "
+                                "(service/outbound.py)")
     # Limits on callers (README "Deployment", "Limits"): bodies are refused past these sizes before
     # they are read (413); requests per token and bad-token attempts per client address are rate
     # limited (429 + Retry-After; `limits` syntax such as "600/minute", "" = none); a token may have

@@ -300,8 +300,8 @@ TRIAGED_FIELDS = ("status", "assignee", "bug", "note")
 
 def triage(session: Session, alert_id: int, update: AlertUpdate, by: str) -> Alert:
     """Set the fields `update` carries (an empty assignee, bug or note clears it) and record each
-    change in alert_changes under `by` (the token's name). Invalid or expected cancels the
-    alert's running bisect. Raises NotFound."""
+    change in alert_changes under `by` (the token's name) with the update's reason. Invalid or
+    expected cancels the alert's running bisect; reopening it restarts the bisect. Raises NotFound."""
     alert = repository.get(session, alert_id, lock=True)
     if alert is None:
         raise NotFound(f"no alert {alert_id}")
@@ -314,7 +314,7 @@ def triage(session: Session, alert_id: int, update: AlertUpdate, by: str) -> Ale
         new = wanted or None
         if new == old:
             continue
-        session.add(AlertChange(alert_id=alert.id, at=now, by=by, field=name, old=old, new=new))
+        session.add(AlertChange(alert_id=alert.id, at=now, by=by, field=name, old=old, new=new, reason=update.reason))
         if name == "status":
             _set_status(session, alert, AlertStatus(new), now)
         else:
@@ -326,11 +326,18 @@ def triage(session: Session, alert_id: int, update: AlertUpdate, by: str) -> Ale
 
 
 def _set_status(session: Session, alert: Alert, status: AlertStatus, now) -> None:
+    """Dismissing (invalid, expected) cancels the running bisect; reopening an alert whose bisect
+    was cancelled forgets that job, so the branch's next detection (which the triage request
+    queues) starts a new one when a bisect slot is free."""
+    reopened = alert.status in CLOSED and status not in CLOSED
     alert.status, alert.triaged_at = status, now
-    if alert.status in CLOSED and alert.bisect_job_id is not None:
-        job = jobs.get(session, alert.bisect_job_id)
-        if not job.status.finished:
-            jobs.cancel(session, job.id, SYSTEM)
+    if alert.bisect_job_id is None or alert.culprit_last_sha:
+        return
+    job = jobs.get(session, alert.bisect_job_id)
+    if alert.status in CLOSED and not job.status.finished:
+        jobs.cancel(session, job.id, SYSTEM)
+    elif reopened and job.status == JobStatus.cancelled:
+        alert.bisect_job_id = None
 
 
 def triage_many(session: Session, ids: list[int], update: AlertUpdate, by: str) -> list[Alert]:

@@ -12,6 +12,7 @@ from typing import Any
 from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, CaseAttribution, CleanSet, Estimate,
                                                    Variant, attribute_case, parse_variant, variant_key)
 from perfbisect.service.bisect.model import Observation, RevisionState
+from perfbisect.service.jobs.logs import exit_code
 from perfbisect.service.models import JobStatus
 
 
@@ -19,7 +20,8 @@ def failure_words(status: str, reason: str | None) -> str:
     if status == "revert_conflict":
         return reason or "does not revert cleanly at the head"
     what = "does not build" if status == "build_error" else "does not import"
-    return f"{what} with the revert: {(reason or '').strip().splitlines()[-1][:200] if reason else status}"
+    code = exit_code(reason)  # never the log's text: the report is public (service/jobs/logs.py)
+    return f"{what} with the revert" + (f": exit {code}" if code is not None else "")
 
 
 def pct(rel: float) -> str:

@@ -71,8 +71,9 @@ def cancel_local(job_id: int, wait_s: float = 600) -> JobRead:
 
 
 def read_local(job_id: int) -> JobRead:
+    """The job as its local admin sees it: with its failures' logs."""
     with session_scope() as session:
-        return views.job_read(session, jobs.get(session, job_id))
+        return views.job_read(session, jobs.get(session, job_id), logs=True)
 
 
 def _auth_headers() -> dict[str, str]:

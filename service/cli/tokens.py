@@ -45,7 +45,7 @@ def _fail(message: str) -> None:
 @app.command("create")
 def create(
     name: Annotated[str, typer.Argument(help="a name to recognise the token by (unique)")],
-    scope: Annotated[list[str], typer.Option(help="read, submit or admin (admin includes submit, submit read)")] = ["read"],  # noqa: B006
+    scope: Annotated[list[str], typer.Option(help="read, submit, triage or admin (admin includes all; submit and triage include read)")] = ["read"],  # noqa: B006
 ) -> None:
     """Create a token and print it on stdout (only its hash is stored: it is shown this once)."""
     if not NAME_RE.match(name):

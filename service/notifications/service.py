@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from perfbisect.service import outbound
 from perfbisect.service.alerts import repository as alerts_repo
 from perfbisect.service.alerts import same_change
 from perfbisect.service.alerts import service as alerts
@@ -32,8 +33,12 @@ from perfbisect.service.webhooks.check import check_verdict
 
 
 def subscribe(session: Session, data: SubscriptionCreate, actor: Principal) -> Subscription:
-    """Raises NotFound for an unknown repository. A webhook without a secret gets a generated one."""
+    """Raises NotFound for an unknown repository, OutboundRefused (422) for a URL whose host
+    resolves to a non-public address not allowed (service/outbound.py). A webhook without a
+    secret gets a generated one."""
     repo = repos.get(session, data.repository)
+    if data.channel != Channel.email.value:
+        outbound.check_url(data.target)
     secret = data.secret
     if data.channel == Channel.webhook.value and secret is None:
         secret = secrets.token_hex(32)

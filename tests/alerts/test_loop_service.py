@@ -168,13 +168,20 @@ def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(sess
     assert (alert.before_sha, alert.last_sha) == (shas[7], shas[8])
 
 
-def test_triaged_alerts_are_not_raised_again_and_invalid_cancels_the_bisect(session, lib) -> None:
-    values = step_at(lib, 10)
+def raised_alert(session, lib, values):
+    """(tracked branch, alert id): a branch measured, pushed three heads past a step at 10, and
+    the alert its detection raised (with a bisect started)."""
     tracked = track(session, lib)
     measure(session, tracking.start_run(session, tracked.id).job.id, values)
     for index in (11, 13, 15):
         push(session, lib, tracked, index, values)
     [alert_id] = alerts.detect(session, tracked.id).raised
+    return tracked, alert_id
+
+
+def test_triaged_alerts_are_not_raised_again_and_invalid_cancels_the_bisect(session, lib) -> None:
+    values = step_at(lib, 10)
+    tracked, alert_id = raised_alert(session, lib, values)
     alert = alerts.triage(session, alert_id, AlertUpdate(status="invalid", note="noisy runner"), "tester")
     assert alert.triaged_at is not None and alert.note == "noisy runner"
     assert session.get(Job, alert.bisect_job_id).status == JobStatus.cancelled
@@ -378,10 +385,11 @@ def test_bulk_triage_is_all_or_none(client, session, lib, sent_tasks) -> None:
     tracked = track(session, lib, backfill_every=1, backfill_depth=8)
     measure(session, tracking.start_run(session, tracked.id).job.id, values)
     [alert_id] = alerts.detect(session, tracked.id).raised
-    missing = client.patch("/api/alerts", json={"ids": [alert_id, 999999], "status": "expected"})
+    missing = client.patch("/api/alerts", json={"ids": [alert_id, 999999], "status": "expected", "reason": "known"})
     assert missing.status_code == 404
     assert client.get(f"/api/alerts/{alert_id}").json()["status"] == "new"
-    done = client.patch("/api/alerts", json={"ids": [alert_id], "status": "acknowledged", "assignee": "ana"})
+    done = client.patch("/api/alerts", json={"ids": [alert_id], "status": "acknowledged", "assignee": "ana",
+                                             "reason": "looking"})
     assert done.status_code == 200 and [(a["status"], a["assignee"]) for a in done.json()] == [("acknowledged", "ana")]
     assert client.patch("/api/alerts", json={"ids": []}).status_code == 422
 
