@@ -12,8 +12,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from perfbisect.service.cli.errors import CLIError
-from perfbisect.service.cli.submit import (
+from perfbisect.cli.errors import CLIError
+from perfbisect.cli.submit import (
     BuildOpt,
     EnvOpt,
     ImportRootOpt,
@@ -48,7 +48,7 @@ def run_loop(tracked_id: int, head: str | None = None) -> None:
 
 
 def _prepare() -> None:
-    from perfbisect.service.cli.main import prepare_database
+    from perfbisect.cli.main import prepare_database
 
     prepare_database()
 
@@ -81,7 +81,7 @@ def add(
     """Track a branch with one benchmark (--suite or --suite-file, --target, --shape) or a benchmark
     set of the repository, on one device class."""
     from perfbisect.service.db import session_scope
-    from perfbisect.service.cli.runs import register_path
+    from perfbisect.cli.runs import register_path
     from perfbisect.service.tracking import service
     from perfbisect.service.tracking.schemas import TrackedBranchCreate
 

@@ -32,7 +32,7 @@ console = Console(stderr=True)
 
 
 def _prepare() -> None:
-    from perfbisect.service.cli.main import prepare_database
+    from perfbisect.cli.main import prepare_database
 
     prepare_database()
 

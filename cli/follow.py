@@ -2,7 +2,7 @@
 
 Without --api the CLI talks to the configured database itself (the embedded default, or
 PostgreSQL + Celery workers when DATABASE_URL/REDIS_URL are set), as its local admin token
-(service.cli.tokens); with --api it uses the REST API with PERFBISECT_TOKEN. Both paths poll a
+(cli.tokens); with --api it uses the REST API with PERFBISECT_TOKEN. Both paths poll a
 JobRead and render the same progress and culprit table."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from perfbisect import dispatch
 from perfbisect.queue import ADVANCE_JOB
-from perfbisect.service.cli.errors import CLIError, Interrupted  # noqa: F401  (re-exported: runs.py imports them from here)
+from perfbisect.cli.errors import CLIError, Interrupted  # noqa: F401  (re-exported: runs.py imports them from here)
 from perfbisect.service.db import session_scope
 from perfbisect.service.errors import PerfbisectError
 from perfbisect.service.jobs import advance, views
@@ -31,7 +31,7 @@ def submit_local(request: BisectCreate | CompareCreate) -> int:
     """Create the job in one transaction, then (after commit) queue its first planning round.
     Embedded, an identical open job can only be one left by a CLI process that ended (tasks run
     in the process that submitted them): it is cancelled and replaced."""
-    from perfbisect.service.cli.tokens import local_principal
+    from perfbisect.cli.tokens import local_principal
 
     principal = local_principal()
     submit = jobs.submit_compare if isinstance(request, CompareCreate) else jobs.submit_bisect
@@ -59,7 +59,7 @@ def submit_local(request: BisectCreate | CompareCreate) -> int:
 def cancel_local(job_id: int, wait_s: float = 600) -> JobRead:
     """Cancel an embedded job (Ctrl-C): pending trials are dropped; a running one finishes and is
     ignored. Waits for the in-process queue to empty, so no task is cut off at interpreter exit."""
-    from perfbisect.service.cli.tokens import local_principal
+    from perfbisect.cli.tokens import local_principal
 
     try:
         with session_scope() as session:
@@ -76,7 +76,7 @@ def read_local(job_id: int) -> JobRead:
 
 
 def _auth_headers() -> dict[str, str]:
-    from perfbisect.service.cli.tokens import api_token
+    from perfbisect.cli.tokens import api_token
 
     token = api_token()
     return {"Authorization": f"Bearer {token}"} if token else {}
@@ -110,7 +110,7 @@ def attribute_remote(api: str, job_id: int) -> int:
 def attribute_local(job_id: int) -> int:
     """The attribution job of bisect `job_id` (created, or the open one), queued after commit."""
     from perfbisect.service.attribution import service as attribution
-    from perfbisect.service.cli.tokens import local_principal
+    from perfbisect.cli.tokens import local_principal
 
     try:
         with session_scope() as session:

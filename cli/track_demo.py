@@ -22,8 +22,8 @@ from typing import Any
 
 from rich.console import Console
 
-from perfbisect.service.cli.follow import CLIError
-from perfbisect.service.cli.runs import DEMO_MIN_EFFECT, demo_repo_truth, register_path
+from perfbisect.cli.follow import CLIError
+from perfbisect.cli.runs import DEMO_MIN_EFFECT, demo_repo_truth, register_path
 from perfbisect.service.db import session_scope
 from perfbisect.service.settings import get_settings
 
@@ -163,8 +163,8 @@ def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int]
 def run_track_demo(path: Path, device: str, workers: int, console: Console) -> tuple[list, dict]:
     """Replay the history; returns the alerts and the score against the planted ground truth."""
     from perfbisect.kernels import demo
-    from perfbisect.service.cli.main import prepare_database
-    from perfbisect.service.cli.track import run_loop
+    from perfbisect.cli.main import prepare_database
+    from perfbisect.cli.track import run_loop
 
     if not get_settings().embedded:
         raise CLIError("demo --track runs embedded: unset REDIS_URL")
@@ -209,7 +209,7 @@ def demo_track(path: Path, device: str, workers: int | None, as_json: bool, cons
     """The CLI entry: run, print the alerts (or JSON), exit 1 unless every step was named exactly."""
     import typer
 
-    from perfbisect.service.cli.track import alert_lines
+    from perfbisect.cli.track import alert_lines
 
     if device == "auto":
         import torch

@@ -11,8 +11,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from perfbisect.service.cli.errors import CLIError, validation_message
-from perfbisect.service.cli.exit_codes import FailOn, exit_code
+from perfbisect.cli.errors import CLIError, validation_message
+from perfbisect.cli.exit_codes import FailOn, exit_code
 
 SuiteOpt = Annotated[Optional[str], typer.Option(help="gemm, attention, rmsnorm or file:path/in/repo.py")]
 SuiteFileOpt = Annotated[Optional[Path], typer.Option(
@@ -99,8 +99,8 @@ def validated(model: type, **fields: Any):
 
 
 def _finish(job, as_json: bool, wide: bool, fail_on: FailOn) -> None:
-    from perfbisect.service.cli import runs
-    from perfbisect.service.cli.main import exit_with
+    from perfbisect.cli import runs
+    from perfbisect.cli.main import exit_with
 
     runs.print_job(job, as_json, wide=wide)
     exit_with(exit_code(job, fail_on))
@@ -136,7 +136,7 @@ def bisect(
 
     Exit codes: 0 a verdict for every case, 1 --fail-on matched, 2 bad input or unreachable
     service, 3 a case could not be measured, 4 inconclusive, 5 cancelled, 130 Ctrl-C."""
-    from perfbisect.service.cli.main import console, user_errors
+    from perfbisect.cli.main import console, user_errors
     from perfbisect.service.jobs.schemas import BisectCreate
 
     with user_errors():
@@ -170,7 +170,7 @@ def compare(
     api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
 ) -> None:
     """Compare head against base on every case (a two-revision job), with bisect's report and exit codes."""
-    from perfbisect.service.cli.main import console, user_errors
+    from perfbisect.cli.main import console, user_errors
     from perfbisect.service.jobs.schemas import CompareCreate
 
     with user_errors():
@@ -184,7 +184,7 @@ def compare(
 
 def _submit(request, api: str | None, build: str | None, import_root: str | None, env_items: list[str] | None,
             *, show_progress: bool, console):
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     env = parse_env(env_items)
     if api and (build is not None or import_root is not None or env is not None):

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from perfbisect.service.cli.follow import (CLIError, Interrupted, cancel_local, embedded_stalled, follow, read_local,
+from perfbisect.cli.follow import (CLIError, Interrupted, cancel_local, embedded_stalled, follow, read_local,
                                 read_remote, submit_local, submit_remote)
 from perfbisect.service.db import session_scope
 from perfbisect.service.errors import PerfbisectError
@@ -27,7 +27,7 @@ DEMO_MIN_EFFECT = {"cpu": 0.15, "cuda": 0.02}
 
 
 def prepare_database() -> None:
-    from perfbisect.service.cli.main import prepare_database as prepare
+    from perfbisect.cli.main import prepare_database as prepare
 
     prepare()
 
@@ -48,7 +48,7 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
     given is an allowed root. Raises CLIError with the API's validation message."""
     from pydantic import ValidationError
 
-    from perfbisect.service.cli.errors import validation_message
+    from perfbisect.cli.errors import validation_message
     from perfbisect.service.repos import repository, service
     from perfbisect.service.repos.schemas import RepositoryCreate
 
@@ -141,7 +141,7 @@ def follow_attribution(job: JobRead, *, api: str | None, show_progress: bool, co
 def attribute_job(job_id: int, api: str | None, *, show_progress: bool, console: Console) -> JobRead:
     """`perfbisect attribute ID`: start (or find) the attribution of bisect `job_id`, follow it,
     return the bisect's read with it."""
-    from perfbisect.service.cli.follow import attribute_local, attribute_remote
+    from perfbisect.cli.follow import attribute_local, attribute_remote
 
     if api:
         api = api.rstrip("/")
@@ -321,7 +321,7 @@ def run_measure(repo: Path, rev: str, bench: dict[str, Any], device: str, build:
     """One trial of `bench` (a request's benchmark: suite or suite_source, target, shapes) at `rev`."""
     from pydantic import ValidationError
 
-    from perfbisect.service.cli.errors import validation_message
+    from perfbisect.cli.errors import validation_message
     from perfbisect.service.jobs.schemas import Benchmark
     from perfbisect.service.suites.service import resolve_cases, source_sha256
     from perfbisect.gitrepo import GitError, Mirror
@@ -406,7 +406,7 @@ def watch_job(job_id: int, api: str | None, console: Console) -> JobRead:
 
 
 def cancel_job(job_id: int, api: str | None = None) -> JobRead:
-    from perfbisect.service.cli.follow import cancel_remote
+    from perfbisect.cli.follow import cancel_remote
     from perfbisect.service.jobs import service as jobs
 
     if api:

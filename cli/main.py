@@ -13,14 +13,14 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from perfbisect.service.cli.changepoints import changepoints
-from perfbisect.service.cli.errors import CLIError, Interrupted
-from perfbisect.service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
-from perfbisect.service.cli.repo import repo_app
-from perfbisect.service.cli.submit import BISECT_EXAMPLES, COMPARE_EXAMPLES, SuiteFileOpt, bisect, compare
-from perfbisect.service.cli.suite_check import suite_app
-from perfbisect.service.cli.tokens import app as token_app
-from perfbisect.service.cli.track import track_app
+from perfbisect.cli.changepoints import changepoints
+from perfbisect.cli.errors import CLIError, Interrupted
+from perfbisect.cli.exit_codes import INTERRUPTED, FailOn, exit_code
+from perfbisect.cli.repo import repo_app
+from perfbisect.cli.submit import BISECT_EXAMPLES, COMPARE_EXAMPLES, SuiteFileOpt, bisect, compare
+from perfbisect.cli.suite_check import suite_app
+from perfbisect.cli.tokens import app as token_app
+from perfbisect.cli.track import track_app
 
 # Plain click help, wrapped at 100 columns: rich's option tables squeezed each description into
 # ~25 columns beside the type column and cut the example shapes.
@@ -276,11 +276,11 @@ def demo(
 
     Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s.
     With --track: pushes to a tracked branch raise alerts, whose bisects name the culprits."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     demo_pauses()
     if track:
-        from perfbisect.service.cli.track_demo import demo_track
+        from perfbisect.cli.track_demo import demo_track
 
         demo_track(path, device, workers, as_json, console)
         return
@@ -331,8 +331,8 @@ def measure(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run one trial (a fresh process, cold caches, control interleaved) and print it."""
-    from perfbisect.service.cli import runs
-    from perfbisect.service.cli.submit import benchmarks_of
+    from perfbisect.cli import runs
+    from perfbisect.cli.submit import benchmarks_of
 
     with user_errors():
         if suite is None and suite_file is None:
@@ -357,7 +357,7 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run the real planner against a noise model (HISTORY.json, format in the README)."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     try:
         result, text = runs.run_simulation(history, workers, seed)
@@ -403,7 +403,7 @@ def show(
                                          "(a bar on a terminal, a line per round in a log)")] = False,
 ) -> None:
     """Show one job's report; the exit code is the job's (see `bisect`; 6 while it is still running)."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     with user_errors():
         job = runs.watch_job(job_id, api, console) if follow else runs.read_job(job_id, api)
@@ -419,7 +419,7 @@ def attribute(
 ) -> None:
     """Attribute a finished bisect's culprits at its bad end (each reverted, alone and together),
     follow it, and print the bisect's report with the attribution."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     with user_errors():
         job = runs.attribute_job(job_id, api, show_progress=not as_json, console=console)
@@ -433,7 +433,7 @@ def cancel(
     api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="cancel it on this API server")] = None,
 ) -> None:
     """Cancel a queued or running job: pending trials are dropped."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     with user_errors():
         job = runs.cancel_job(job_id, api)
