@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from perfbisect.cli.errors import CLIError
+from perfbisect.cli.common import CLIError
 
 console = Console(stderr=True)
 

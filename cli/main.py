@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from perfbisect.cli.changepoints import changepoints
-from perfbisect.cli.errors import CLIError, Interrupted
-from perfbisect.cli.exit_codes import INTERRUPTED, FailOn, exit_code
+from perfbisect.cli.common import (
+    CLIError, FailOn, SuiteFileOpt, benchmarks_of, console, exit_code, exit_with, fail, prepare_database, user_errors,
+)
 from perfbisect.cli.repo import repo_app
-from perfbisect.cli.submit import BISECT_EXAMPLES, COMPARE_EXAMPLES, SuiteFileOpt, bisect, compare
+from perfbisect.cli.submit import BISECT_EXAMPLES, COMPARE_EXAMPLES, bisect, compare
 from perfbisect.cli.suite_check import suite_app
 from perfbisect.cli.tokens import app as token_app
 from perfbisect.cli.track import track_app
@@ -43,60 +42,6 @@ app.add_typer(repo_app, name="repo")
 app.add_typer(suite_app, name="suite")
 app.command(epilog=BISECT_EXAMPLES)(bisect)
 app.command(epilog=COMPARE_EXAMPLES)(compare)
-console = Console(stderr=True, soft_wrap=True)  # one message, one line: no wrapping at 80 columns
-
-
-# How long a CLI that exits waits for the work its process queued (embedded).
-SETTLE_S = 30.0
-
-
-def exit_with(code: int) -> None:
-    """Exit with `code` once the in-process queue has run what this process queued (an attribution
-    just enqueued, its trials, a finished job's notifications): exiting under a running task cut
-    it off and dropped its follow-ups. Bounded by SETTLE_S, after which what is left is said."""
-    dispatch = sys.modules.get("perfbisect.dispatch")  # not imported: nothing was queued (and Celery stays unloaded)
-    if dispatch is not None and not dispatch.settle(SETTLE_S):
-        console.print(f"[yellow]note:[/yellow] the work queued in this process was not done after "
-                      f"{SETTLE_S:g} s; what is left resumes with the next perfbisect command")
-    raise typer.Exit(code)
-
-
-def fail(message: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {message}")
-    exit_with(code)
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """One clear line and a non-zero exit for what the user can fix, never a traceback: bad
-    input, an unreachable API, broker or database (2), Ctrl-C (130, after cancelling or detaching)."""
-    from sqlalchemy.exc import OperationalError
-
-    try:
-        yield
-    except CLIError as exc:
-        fail(str(exc))
-    except Interrupted as exc:
-        console.print(f"[yellow]interrupted:[/yellow] {exc.message}")
-        raise typer.Exit(INTERRUPTED) from None
-    except OperationalError as exc:
-        from perfbisect.service.settings import get_settings
-
-        where = get_settings().sqlalchemy_url.split("@")[-1]
-        fail(f"cannot open the database at {where}: {str(exc.orig).strip().splitlines()[0]}")
-
-
-def prepare_database() -> None:
-    """The embedded SQLite database migrates itself; PostgreSQL is migrated by `db upgrade`."""
-    from sqlalchemy.engine import make_url
-
-    from perfbisect.service.migrate import sqlite_at_head, upgrade
-    from perfbisect.service.settings import get_settings
-
-    url = get_settings().sqlalchemy_url
-    if url.startswith("sqlite") and not sqlite_at_head(Path(make_url(url).database or "")):
-        get_settings().home.mkdir(parents=True, exist_ok=True)
-        upgrade()
 
 
 @db_app.command("upgrade")
@@ -153,7 +98,6 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
 
     if migrate:
         from perfbisect.service.migrate import upgrade
-        from perfbisect.service.settings import get_settings
 
         get_settings().home.mkdir(parents=True, exist_ok=True)  # the embedded SQLite file lives there
         with user_errors():
@@ -234,9 +178,6 @@ def worker(
 def doctor_run(device_class: str | None, device: str = "auto", flush: bool = True) -> tuple[bool, str]:
     """The device report in a fresh interpreter (a CUDA context must not live in a process that
     forks Celery's pool); (ok, text)."""
-    import subprocess
-    import sys
-
     args = [sys.executable, "-m", "perfbisect.kernels.harness.doctor", "--device", device]
     args += ["--device-class", device_class] if device_class else []
     args += [] if flush else ["--no-flush-check"]
@@ -276,7 +217,7 @@ def demo(
 
     Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s.
     With --track: pushes to a tracked branch raise alerts, whose bisects name the culprits."""
-    from perfbisect.cli import runs
+    from perfbisect.cli import runs  # the job machinery: each command imports it when it runs (start-up time)
 
     demo_pauses()
     if track:
@@ -297,8 +238,6 @@ def demo_pauses() -> None:
     is set. A shared CPU's memory bandwidth drifts within seconds (bench/RESULTS.md: the in-demo
     RMSNorm control), so a minute's pause would not steady it; the demo shows the waiting and its
     report line without adding seven minutes."""
-    import os
-
     from perfbisect.service.settings import get_settings
 
     if "PERFBISECT_UNSTEADY_PAUSE_S" not in os.environ:
@@ -332,7 +271,6 @@ def measure(
 ) -> None:
     """Run one trial (a fresh process, cold caches, control interleaved) and print it."""
     from perfbisect.cli import runs
-    from perfbisect.cli.submit import benchmarks_of
 
     with user_errors():
         if suite is None and suite_file is None:

@@ -20,10 +20,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 
-from perfbisect.cli.follow import CLIError
-from perfbisect.cli.runs import DEMO_MIN_EFFECT, demo_repo_truth, register_path
+from perfbisect.cli.common import CLIError, fail, prepare_database
+from perfbisect.cli.runs import DEMO_MIN_EFFECT, demo_device, demo_repo_truth, register_path
+from perfbisect.cli.track import alert_lines, run_loop
 from perfbisect.service.db import session_scope
 from perfbisect.service.settings import get_settings
 
@@ -163,8 +165,6 @@ def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int]
 def run_track_demo(path: Path, device: str, workers: int, console: Console) -> tuple[list, dict]:
     """Replay the history; returns the alerts and the score against the planted ground truth."""
     from perfbisect.kernels import demo
-    from perfbisect.cli.main import prepare_database
-    from perfbisect.cli.track import run_loop
 
     if not get_settings().embedded:
         raise CLIError("demo --track runs embedded: unset REDIS_URL")
@@ -207,19 +207,11 @@ def print_score(result: dict) -> None:
 
 def demo_track(path: Path, device: str, workers: int | None, as_json: bool, console: Console) -> None:
     """The CLI entry: run, print the alerts (or JSON), exit 1 unless every step was named exactly."""
-    import typer
-
-    from perfbisect.cli.track import alert_lines
-
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = demo_device(device)
     try:
         alerts, result = run_track_demo(path, device, workers or 1, console)  # one trial at a time: see run_demo
     except CLIError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(str(exc))
     if as_json:
         print(json.dumps({"alerts": [a.model_dump(mode="json") for a in alerts], "score": result}, indent=2))
     else:

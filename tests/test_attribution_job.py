@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 
 from perfbisect.service.attribution import service as attribution
-from perfbisect.cli.exit_codes import exit_code
+from perfbisect.cli.common import exit_code
 from perfbisect.cli.follow import progress_line
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.jobs.schemas import CompareCreate

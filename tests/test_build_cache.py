@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perfbisect.gitrepo import Mirror, TreeEntry
-from perfbisect.cli.exit_codes import USAGE
+from perfbisect.cli.common import USAGE
 from perfbisect.cli.main import app
 from perfbisect.service.jobs import advance
 from perfbisect.service.settings import get_settings

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perfbisect.service.auth.principal import SYSTEM
-from perfbisect.cli.exit_codes import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
+from perfbisect.cli.common import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
 from perfbisect.cli.main import app
 from tests.gitrepo import make_repo
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result
@@ -37,7 +37,7 @@ def embedded(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.delenv("DATABASE_URL")
     monkeypatch.setenv("PERFBISECT_HOME", str(home))
     clear()
-    from perfbisect.cli.main import prepare_database
+    from perfbisect.cli.common import prepare_database
 
     prepare_database()
     yield home

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfbisect.cli.exit_codes import OK, USAGE
+from perfbisect.cli.common import OK, USAGE
 from perfbisect.cli.main import app
 from tests.e2e_support import BIN, service_env
 from tests.gitrepo import git

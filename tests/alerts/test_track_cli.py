@@ -11,7 +11,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from perfbisect.cli.exit_codes import USAGE
+from perfbisect.cli.common import USAGE
 from perfbisect.cli.main import app
 from tests.e2e_support import BIN, service_env
 from tests.gitrepo import make_repo
