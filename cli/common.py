@@ -7,6 +7,7 @@ command module can import it and `perfbisect --help` stays fast (bench/cli_start
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Iterator
@@ -16,12 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
-from rich.console import Console
 
 if TYPE_CHECKING:
-    from perfbisect.service.jobs.schemas import JobRead
+    from rich.console import Console
 
-console = Console(stderr=True, soft_wrap=True)  # one message, one line: no wrapping at 80 columns
+    from perfbisect.service.jobs.schemas import JobRead
 
 # How long a CLI that exits waits for the work its process queued (embedded).
 SETTLE_S = 30.0
@@ -36,6 +36,15 @@ INCONCLUSIVE = 4  # every case measured, some not decided (too noisy, trial cap)
 CANCELLED = 5
 RUNNING = 6  # `show` of a job that has not finished: no verdict yet
 INTERRUPTED = 130  # Ctrl-C (the shell's convention: 128 + SIGINT)
+
+
+@functools.cache
+def console() -> Console:
+    """Where the CLI's messages go: stderr, one message one line (no wrapping at 80 columns).
+    Made on first use, so that `perfbisect --help` does not import rich."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
 
 
 class CLIError(Exception):
@@ -94,13 +103,13 @@ def exit_with(code: int) -> NoReturn:
     it off and dropped its follow-ups. Bounded by SETTLE_S, after which what is left is said."""
     dispatch = sys.modules.get("perfbisect.dispatch")  # not imported: nothing was queued (and Celery stays unloaded)
     if dispatch is not None and not dispatch.settle(SETTLE_S):
-        console.print(f"[yellow]note:[/yellow] the work queued in this process was not done after "
+        console().print(f"[yellow]note:[/yellow] the work queued in this process was not done after "
                       f"{SETTLE_S:g} s; what is left resumes with the next perfbisect command")
     raise typer.Exit(code)
 
 
 def fail(message: str, code: int = USAGE) -> NoReturn:
-    console.print(f"[red]error:[/red] {message}")
+    console().print(f"[red]error:[/red] {message}")
     exit_with(code)
 
 
@@ -115,7 +124,7 @@ def user_errors() -> Iterator[None]:
     except CLIError as exc:
         fail(str(exc))
     except Interrupted as exc:
-        console.print(f"[yellow]interrupted:[/yellow] {exc.message}")
+        console().print(f"[yellow]interrupted:[/yellow] {exc.message}")
         raise typer.Exit(INTERRUPTED) from None
     except OperationalError as exc:
         from perfbisect.service.settings import get_settings

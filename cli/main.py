@@ -52,7 +52,7 @@ def db_upgrade(revision: str = "head") -> None:
 
     get_settings().home.mkdir(parents=True, exist_ok=True)
     upgrade(revision=revision)
-    console.print(f"database at {get_settings().sqlalchemy_url.split('@')[-1]} is at {revision}")
+    console().print(f"database at {get_settings().sqlalchemy_url.split('@')[-1]} is at {revision}")
 
 
 @db_app.command("prune-samples")
@@ -74,16 +74,16 @@ def db_prune_samples(
         if dry_run:
             with session_scope() as session:
                 due = retention.due(session, retention.cutoff(days))
-            console.print(f"would delete the raw samples of {due.trials} trial(s) ({due.samples} rows) "
+            console().print(f"would delete the raw samples of {due.trials} trial(s) ({due.samples} rows) "
                           f"finished over {days} days ago")
             return
         from perfbisect.workers.tasks import prune_expired_samples
 
         def progress(total: retention.Pruned) -> None:
-            console.print(f"  {total.trials} trial(s), {total.samples} rows so far", highlight=False)
+            console().print(f"  {total.trials} trial(s), {total.samples} rows so far", highlight=False)
 
-        pruned = prune_expired_samples(days, progress if console.is_terminal else None)
-    console.print(f"deleted the raw samples of {pruned.trials} trial(s) ({pruned.samples} rows) finished over "
+        pruned = prune_expired_samples(days, progress if console().is_terminal else None)
+    console().print(f"deleted the raw samples of {pruned.trials} trial(s) ({pruned.samples} rows) finished over "
                   f"{days} days ago; measurements, case points and outcomes are kept")
 
 
@@ -156,7 +156,7 @@ def worker(
             fail(str(exc))
         if flush_check and device_class != "cpu":
             ok, text = doctor_run(device_class)
-            console.print(text)
+            console().print(text)
             if not ok:
                 fail(f"this worker cannot serve device class {device_class!r} (perfbisect doctor; --no-flush-check "
                      "skips this)")
@@ -223,10 +223,10 @@ def demo(
     if track:
         from perfbisect.cli.track_demo import demo_track
 
-        demo_track(path, device, workers, as_json, console)
+        demo_track(path, device, workers, as_json, console())
         return
     with user_errors():
-        job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console)
+        job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console())
     runs.print_job(job, as_json)
     if not as_json:
         runs.print_truth_check(job, truth)
@@ -344,7 +344,7 @@ def show(
     from perfbisect.cli import runs
 
     with user_errors():
-        job = runs.watch_job(job_id, api, console) if follow else runs.read_job(job_id, api)
+        job = runs.watch_job(job_id, api, console()) if follow else runs.read_job(job_id, api)
     runs.print_job(job, as_json, wide=wide)
     raise typer.Exit(exit_code(job, fail_on))
 
@@ -360,7 +360,7 @@ def attribute(
     from perfbisect.cli import runs
 
     with user_errors():
-        job = runs.attribute_job(job_id, api, show_progress=not as_json, console=console)
+        job = runs.attribute_job(job_id, api, show_progress=not as_json, console=console())
     runs.print_job(job, as_json)
     exit_with(exit_code(job))
 
@@ -375,7 +375,7 @@ def cancel(
 
     with user_errors():
         job = runs.cancel_job(job_id, api)
-    console.print(f"job {job.id} {job.status}")
+    console().print(f"job {job.id} {job.status}")
 
 
 def main() -> None:  # pragma: no cover

@@ -81,7 +81,7 @@ def bisect(
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
                             policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, attribute=attribute,
                             side_by_side=side_by_side)
-        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
+        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console())
     _finish(job, as_json, wide, fail_on)
 
 
@@ -109,7 +109,7 @@ def compare(
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, pr_number=pr,
                             side_by_side=side_by_side)
-        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
+        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console())
     _finish(job, as_json, wide, fail_on)
 
 

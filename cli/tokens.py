@@ -48,7 +48,7 @@ def create(
             summary = f"token {row.id} {row.name!r} with scope(s) {', '.join(row.scopes)}"
     except PerfbisectError as exc:
         fail(exc.message)
-    console.print(f"created {summary}; send it as 'Authorization: Bearer <token>' or set PERFBISECT_TOKEN")
+    console().print(f"created {summary}; send it as 'Authorization: Bearer <token>' or set PERFBISECT_TOKEN")
     print(token)
 
 
@@ -84,7 +84,7 @@ def revoke(name_or_id: Annotated[str, typer.Argument(help="the token's name or i
             message = f"token {row.id} {row.name!r} is revoked"
     except PerfbisectError as exc:
         fail(exc.message)
-    console.print(message)
+    console().print(message)
 
 
 def local_token_path() -> Path:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from pydantic import ValidationError
 
 from perfbisect.cli.common import (BuildOpt, CLIError, EnvOpt, ImportRootOpt, SetOpt, ShapeOpt, SuiteFileOpt, SuiteOpt,
                                    TargetOpt, benchmarks_of, fail, parse_env, prepare_database)
@@ -54,7 +53,9 @@ def add(
 ) -> None:
     """Track a branch with one benchmark (--suite or --suite-file, --target, --shape) or a benchmark
     set of the repository, on one device class."""
-    from perfbisect.cli.runs import register_path  # the job machinery: not at start-up
+    from pydantic import ValidationError  # pydantic and the service: not at start-up
+
+    from perfbisect.cli.runs import register_path  # the job machinery
     from perfbisect.service.db import session_scope
     from perfbisect.service.tracking import service
     from perfbisect.service.tracking.schemas import TrackedBranchCreate
