@@ -18,6 +18,7 @@ from perfbisect import dispatch
 from perfbisect.cli.common import CLIError
 from perfbisect.cli.tokens import api_token, local_principal
 from perfbisect.queue import ADVANCE_JOB
+from perfbisect.service.attribution import service as attribution
 from perfbisect.service.db import session_scope
 from perfbisect.service.errors import PerfbisectError
 from perfbisect.service.jobs import advance, views
@@ -104,8 +105,6 @@ def attribute_remote(api: str, job_id: int) -> int:
 
 def attribute_local(job_id: int) -> int:
     """The attribution job of bisect `job_id` (created, or the open one), queued after commit."""
-    from perfbisect.service.attribution import service as attribution
-
     try:
         with session_scope() as session:
             made = attribution.request(session, job_id, local_principal())
