@@ -10,8 +10,8 @@ import random
 from pathlib import Path
 
 from perfbisect.service.attribution import service as attribution
-from perfbisect.service.cli.exit_codes import exit_code
-from perfbisect.service.cli.follow import progress_line
+from perfbisect.cli.common import exit_code
+from perfbisect.cli.follow import progress_line
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.jobs.schemas import CompareCreate
 from perfbisect.service.jobs import advance, views

@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from perfbisect.gitrepo import Mirror, TreeEntry
-from perfbisect.service.cli.exit_codes import USAGE
-from perfbisect.service.cli.main import app
+from perfbisect.cli.common import USAGE
+from perfbisect.cli.main import app
 from perfbisect.service.jobs import advance
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials import service as trials

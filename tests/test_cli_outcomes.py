@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from perfbisect.service.auth.principal import SYSTEM
-from perfbisect.service.cli.exit_codes import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
-from perfbisect.service.cli.main import app
+from perfbisect.cli.common import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
+from perfbisect.cli.main import app
 from tests.gitrepo import make_repo
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result
 
@@ -37,7 +37,7 @@ def embedded(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.delenv("DATABASE_URL")
     monkeypatch.setenv("PERFBISECT_HOME", str(home))
     clear()
-    from perfbisect.service.cli.main import prepare_database
+    from perfbisect.cli.common import prepare_database
 
     prepare_database()
     yield home
@@ -156,7 +156,7 @@ def test_the_demo_report_counts_the_cases_with_nothing_planted_that_ended_unchan
     from perfbisect.kernels import demo
     from perfbisect.kernels.cases import case_name
     from perfbisect.kernels.demo.writer import load_ground_truth
-    from perfbisect.service.cli.runs import print_truth_check, unchanged_check
+    from perfbisect.cli.runs import print_truth_check, unchanged_check
 
     truth = load_ground_truth(demo_repo)
     stepped = {c for e in truth["events"] if e["kind"] == "perf" for c in e["cases"]["cpu"]}
@@ -182,7 +182,7 @@ def test_the_demo_truth_check_scores_each_culprit_per_case(demo_repo, capsys) ->
     from types import SimpleNamespace
 
     from perfbisect.kernels.demo.writer import load_ground_truth
-    from perfbisect.service.cli.runs import print_truth_check, truth_check
+    from perfbisect.cli.runs import print_truth_check, truth_check
     from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, WrongCaseRead
 
     truth = load_ground_truth(demo_repo)

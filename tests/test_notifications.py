@@ -145,7 +145,7 @@ def test_culprits_and_failed_gates_are_delivered_and_passing_gates_are_not(sessi
 @pytest.fixture
 def embedded(tmp_path: Path, monkeypatch) -> Iterator[None]:
     """SQLite under its own PERFBISECT_HOME, the tasks run in-process, retries 50 ms apart."""
-    from perfbisect.service.cli.main import prepare_database
+    from perfbisect.cli.common import prepare_database
     from perfbisect.service.db import get_engine, get_read_sessionmaker, get_sessionmaker
     from perfbisect.service.settings import get_settings
 

@@ -295,8 +295,8 @@ def test_the_embedded_server_runs_blocks_in_order_on_one_thread(tmp_path: Path, 
 def test_the_cli_sends_side_by_side_unless_told_not_to(monkeypatch, flag, expected) -> None:
     from typer.testing import CliRunner
 
-    from perfbisect.service.cli import submit as cli_submit
-    from perfbisect.service.cli.main import app
+    from perfbisect.cli import submit as cli_submit
+    from perfbisect.cli.main import app
 
     sent = []
     monkeypatch.setattr(cli_submit, "_submit", lambda request, *args, **kw: sent.append(request))
@@ -377,8 +377,8 @@ def test_a_compare_without_side_by_side_measures_no_blocks(session, lib) -> None
 def test_the_cli_sends_a_compare_side_by_side_unless_told_not_to(monkeypatch, flag, expected) -> None:
     from typer.testing import CliRunner
 
-    from perfbisect.service.cli import submit as cli_submit
-    from perfbisect.service.cli.main import app
+    from perfbisect.cli import submit as cli_submit
+    from perfbisect.cli.main import app
 
     sent = []
     monkeypatch.setattr(cli_submit, "_submit", lambda request, *args, **kw: sent.append(request))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from perfbisect.service.cli.track_demo import score, untrackable
+from perfbisect.cli.track_demo import score, untrackable
 
 RMS, GEMM, ATTN = ["rmsnorm"], ["gemm bf16"], ["attention"]
 
