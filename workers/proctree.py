@@ -159,21 +159,6 @@ def _sigkill(processes) -> int:
     return killed
 
 
-def kill_descendants(pid: int, rounds: int = 50) -> int:
-    """SIGKILL every descendant of `pid` (not `pid` itself) until none is left: after a trial,
-    whatever runs under its slot's own fork server (a double-fork that dropped the marker and
-    left the session, adopted by the server as its namespace's init) is that trial's."""
-    killed = 0
-    for _ in range(rounds):
-        live = [p for p in descendants(pid, all_processes()) if not p.zombie]
-        if not live:
-            return killed
-        killed += _sigkill(live)
-        time.sleep(0.02)
-    log.warning("descendants of %d survived %d kill rounds", pid, rounds)
-    return killed
-
-
 def kill_marked(marker: str) -> int:
     """SIGKILL every process on this host that carries `marker` (the janitor's sweep after a
     worker died: its orphans were re-parented to init and only the marker finds them)."""

@@ -43,7 +43,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfbisect.kernels.harness.devices import JIT_CACHE_KEYS
-from perfbisect.kernels.harness.zygote import (MARKER_NAME, MARKER_PLACEHOLDER, PR_SET_PDEATHSIG,
+from perfbisect.kernels.harness.teardown import TEARDOWN_S
+from perfbisect.kernels.harness.zygote import (END, MARKER_NAME, MARKER_PLACEHOLDER, PR_SET_PDEATHSIG,
                                                preloaded_roots, prctl)
 
 # Keys that differ between trials of one server and are only read after the import of torch
@@ -180,9 +181,10 @@ class ForkedTrial:
 
     launcher = "fork-server"
 
-    def __init__(self, conn: socket.socket, pid: int, pending: bytes, server_pid: int | None = None,
+    def __init__(self, conn: socket.socket, pid: int, pending: bytes, server: ForkServer | None = None,
                  preloaded: tuple[str, ...] = ()):
-        self.conn, self.pid, self.buffer, self.server_pid = conn, pid, pending, server_pid
+        self.conn, self.pid, self.buffer, self.server = conn, pid, pending, server
+        self.server_pid = server.server_pid if server else None
         self.preloaded = preloaded  # the revision's modules it started with, imported by the server
         self.returncode: int | None = None
 
@@ -223,6 +225,12 @@ class ForkedTrial:
     def kill(self) -> None:
         _kill_group(self.pid)
         self.close()
+
+    def end(self) -> None:
+        """Once the trial is over: nothing it started lives on, nothing it wrote in /tmp or
+        /dev/shm stays (ForkServer.end_trials)."""
+        if self.server is not None:
+            self.server.end_trials()
 
 
 class ForkServerUnavailable(RuntimeError):
@@ -367,7 +375,27 @@ class ForkServer:
         _, _, pending = buffer.partition(b"\n")  # the child's "started" line; its exit may follow
         self.trial_pids = [p for p in self.trial_pids if not process_gone(p)] + [pid]
         preloaded = tuple(name for name in self.preload if name in self.hello.get("preloaded", ()))
-        return ForkedTrial(conn, pid, pending, self.server_pid, preloaded)
+        return ForkedTrial(conn, pid, pending, self, preloaded)
+
+    def end_trials(self) -> None:
+        """Have a server that is its namespace's init (under a wrapper) kill every other process
+        there and empty its /tmp and /dev/shm (teardown.py), and wait until it has. A server
+        that could not, or did not answer, is stopped: its namespace dies with it."""
+        if not self.containment.wrapper or not self.alive():
+            return
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(TEARDOWN_S + 10)
+                conn.connect(self.socket_path)
+                conn.sendall(END)
+                answer = b""
+                while not answer.endswith(b"\n") and (chunk := conn.recv(4096)):
+                    answer += chunk
+            ended = json.loads(answer).get("ended") if answer else False
+        except (OSError, ValueError):
+            ended = False
+        if ended is not True:
+            self.stop()
 
     def busy(self) -> bool:
         """True while a trial it forked runs (it dies with its server)."""
@@ -377,7 +405,8 @@ class ForkServer:
         _kill_group(self.proc.pid)
         self.proc.wait()
         if self.containment.wrapper and self.server_pid:
-            _reap_adopted(self.server_pid)
+            # the namespace's init: a zombie only once the kernel has killed all else in there
+            _reap_adopted(self.server_pid, wait_s=TEARDOWN_S)
         if self.proc.stdout:
             self.proc.stdout.close()
         # what the server's user left in its HOME goes too (rmtree follows no symbolic link)
