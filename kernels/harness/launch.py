@@ -248,6 +248,7 @@ class ForkServer:
         self.trial_pids: list[int] = []  # the trials it forked that may still run
         self.server_pid: int | None = None
         _sweep_once()
+        _stop_on_sigterm()
         self.dir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
         (self.dir / OWNER_FILE).write_text(f"{os.getpid()} {process_start(os.getpid())} {pid_namespace()}\n")
         self.socket_path = str(self.dir / "socket")
@@ -588,15 +589,37 @@ def _server_of(request: LaunchRequest, containment: Containment | None = None) -
     return server_for(env, containment)
 
 
-def stop_servers() -> None:
-    with _servers_lock:
+def stop_servers(wait_s: float = -1) -> None:
+    """Stop every fork server of this process and remove their directories; `wait_s`: how long
+    to wait for another thread using them (-1: as long as it takes)."""
+    if not _servers_lock.acquire(timeout=wait_s):
+        return
+    try:
         for server in _servers.values():
             server.stop()
         _servers.clear()
         _failed_revision_servers.clear()
+    finally:
+        _servers_lock.release()
 
 
 atexit.register(stop_servers)
+
+
+def _stop_then_die(signum: int, _frame) -> None:
+    """SIGTERM in a process nobody else handles it for: stop the fork servers (their
+    directories go), then die of the signal as before."""
+    stop_servers(wait_s=5)  # the signal may have interrupted this very thread holding the lock
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _stop_on_sigterm() -> None:
+    """A process killed by SIGTERM runs no atexit function: where SIGTERM has its default action
+    (a Celery pool process, a plain script), stop the servers first. A process that handles
+    SIGTERM itself (uvicorn, Celery's main process) exits normally and atexit stops them."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _stop_then_die)
 
 
 def _stop_at_fork_in_child() -> None:
