@@ -271,7 +271,7 @@ class Slot:
         if not self.contained:
             return ()
         view = namespaces.View(writable=(str(self.path), str(self.cache_root)), network=network,
-                               devices=namespaces.gpu_nodes())
+                               devices=namespaces.gpu_nodes(), tmpfs_bytes=hostshare.tmpfs_mb(get_settings()) << 20)
         return (*namespaces.argv(view, chdir=str(cwd), as_pid_1=as_pid_1),)
 
     def run(self, cmd: list[str] | str, *, cwd: Path, env: dict[str, str], timeout_s: float,

@@ -91,8 +91,23 @@ def mine(pid):
 report(tmp=found("/tmp"), shm=found("/dev/shm"), checkout=found("."),
        processes=[pid for pid in os.listdir("/proc") if pid.isdigit() and mine(pid)])"""
 
+# /tmp and /dev/shm are RAM: what a trial writes there must stop within the slot's budget
+_FILL = """\
+written, stopped = {}, {}
+for directory in ("/tmp", "/dev/shm"):
+    written[directory], stopped[directory] = 0, None
+    with open(os.path.join(directory, "fill"), "wb") as out:
+        try:
+            while written[directory] < int(os.environ["HOSTILE_BYTES"]):
+                written[directory] += out.write(b"x" * (1 << 20))
+                out.flush()
+        except OSError as exc:
+            stopped[directory] = type(exc).__name__
+    os.unlink(os.path.join(directory, "fill"))
+report(written_mib={d: n >> 20 for d, n in written.items()}, stopped=stopped)"""
+
 ATTACKER = {"benign": ESCAPES["benign"], "reforker_trial": ("exit 0", _START_REFORKER),
-            "reforker_build": (_BUILD_REFORKER, ""), "plant_tmp": ("exit 0", _PLANT)}
+            "reforker_build": (_BUILD_REFORKER, ""), "plant_tmp": ("exit 0", _PLANT), "fill_tmpfs": ("exit 0", _FILL)}
 VICTIM = {"peek": ("exit 0", _PEEK)}
 
 
@@ -110,10 +125,10 @@ def forked(monkeypatch):
     monkeypatch.setattr(get_settings(), "trial_launcher", "fork-server")
 
 
-def run(repos, repo: str, escape: str, **work) -> dict:
+def run(repos, repo: str, escape: str, env: dict[str, str] | None = None, **work) -> dict:
     path, shas = repos[repo]
     trial = TrialWork(trial_id=1, job_id=1, repo_name=repo, repo_url=str(path), build_command=BUILD_COMMAND,
-                      import_root=".", env={}, sha=shas[escape], device_class="cpu",
+                      import_root=".", env=env or {}, sha=shas[escape], device_class="cpu",
                       policy=POLICY, cases=[{"suite": SUITE, "target": TARGET, "params": {"N": 1024}}])
     return execute(replace(trial, **work))[0]
 
@@ -178,3 +193,14 @@ def test_the_next_trial_of_the_same_server_still_starts_at_once(repos, namespace
     result = run(repos, "attacker", "benign")
     assert result["status"] == "ok" and result.get("launcher") == "sandbox-fork-server", result
     assert time.monotonic() - started < 20, json.dumps(result)[:2000]
+
+
+def test_what_a_trial_holds_in_tmp_and_dev_shm_stops_within_the_slots_budget(repos, namespaced, monkeypatch):
+    """Without a delegated cgroup (this host's case) no bound counts a trial's processes
+    together; what it can hold besides them, its /tmp and /dev/shm, is carved out of the slot's
+    budget: a 4 GiB slot gets 512 MiB of each (and 3 GiB per process), not the 1 GiB of before."""
+    monkeypatch.setattr(get_settings(), "trial_memory_mb", 4096)
+    seen = reported(run(repos, "attacker", "fill_tmpfs", env={"HOSTILE_BYTES": str(640 << 20)}))
+    assert seen is not None, seen
+    assert seen["stopped"] == {"/tmp": "OSError", "/dev/shm": "OSError"}, seen
+    assert all(written <= 512 for written in seen["written_mib"].values()), seen
