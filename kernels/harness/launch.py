@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfbisect.kernels.harness.devices import JIT_CACHE_KEYS
+from perfbisect.kernels.harness.procfs import child_of, process_gone, process_start
 from perfbisect.kernels.harness.teardown import TEARDOWN_S
 from perfbisect.kernels.harness.zygote import (END, MARKER_NAME, MARKER_PLACEHOLDER, PR_SET_PDEATHSIG,
                                                preloaded_roots, prctl)
@@ -114,23 +115,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except OSError:  # the group is already gone
         pass
-
-
-def stat_fields(pid: int | str) -> list[bytes] | None:
-    """/proc/PID/stat's fields after the command name (the first is the state, field 3 of
-    proc(5)); None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            raw = stat.read()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2:].split()
-
-
-def process_gone(pid: int) -> bool:
-    """True when `pid` has exited (reaped, or a zombie)."""
-    fields = stat_fields(pid)
-    return fields is None or fields[0] == b"Z"
 
 
 def wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
@@ -274,7 +258,7 @@ class ForkServer:
             self.stop()
             raise ForkServerUnavailable(f"the fork server did not start: {said or 'it said nothing (torch not importable?)'}")
         # the server's pid as this process sees it: under a wrapper, the wrapper's child
-        self.server_pid = _child_of(self.proc.pid) if self.containment.wrapper else self.proc.pid
+        self.server_pid = child_of(self.proc.pid) if self.containment.wrapper else self.proc.pid
 
     def _server_env(self, env: dict[str, str]) -> dict[str, str]:
         """The server's own HOME and TMPDIR (a directory of its user inside this server's; in
@@ -414,13 +398,6 @@ class ForkServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def process_start(pid: int) -> str | None:
-    """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22), which
-    with the pid names one process: a pid is reused, the pair is not. None when it is gone."""
-    fields = stat_fields(pid)
-    return fields[19].decode() if fields else None
-
-
 def pid_namespace() -> str:
     """This process's PID namespace ("pid:[4026531836]"), in which an owner file's pid means
     something; "" where /proc does not say."""
@@ -467,16 +444,6 @@ def _sweep_once() -> None:
     if not _swept.is_set():
         _swept.set()
         sweep_stale_dirs()
-
-
-def _child_of(pid: int) -> int | None:
-    """The (first) child of `pid`, from /proc."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = stat_fields(entry)
-            if fields and int(fields[1]) == pid:
-                return int(entry)
-    return None
 
 
 def _reap_adopted(pid: int, wait_s: float = 1.0) -> None:

@@ -30,6 +30,8 @@ import signal
 import stat
 import time
 
+from perfbisect.kernels.harness import procfs
+
 TEARDOWN_S = 30.0
 MAX_DEPTH = 256
 EMPTIED = ("/tmp", "/dev/shm")
@@ -45,8 +47,7 @@ def is_init() -> bool:
 
 def others_alive() -> bool:
     """Whether /proc (this namespace's) lists a process besides this one."""
-    me = str(os.getpid())
-    return any(entry.isdigit() and entry != me for entry in os.listdir("/proc"))
+    return any(pid != os.getpid() for pid in procfs.pids())
 
 
 def end_processes(deadline: float) -> bool:

@@ -55,6 +55,7 @@ import traceback
 
 from perfbisect.kernels.harness import teardown
 from perfbisect.kernels.harness.preload import import_preloaded
+from perfbisect.kernels.harness.procfs import stat_fields
 
 # What the server imports before forking: the frameworks and the harness itself, never the
 # measured repository. Names that are not installed (triton on a CPU box) are skipped.
@@ -107,12 +108,10 @@ def _preload(revision_modules: list[str]) -> tuple[list[str], dict[str, str]]:
 def marker_room() -> tuple[int, int] | None:
     """(address, size) of the placeholder's value inside this process's environment block, the
     memory /proc/<pid>/environ shows; None when the block holds no placeholder."""
+    fields = stat_fields("self")
     try:
-        with open("/proc/self/stat", "rb") as stat:
-            raw = stat.read()
-        fields = raw[raw.rindex(b")") + 2:].split()
         env_start, env_end = int(fields[47]), int(fields[48])  # fields 50 and 51 of proc(5)
-    except (OSError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError):
         return None
     if not 0 < env_start < env_end:
         return None
