@@ -66,13 +66,25 @@ _BUILD_REFORKER = ("cat > reforker.py <<'PY'\n" + REFORKER + "PY\n"
                    "sleep 0.5\nexit 0")
 
 _PLANT = """\
-for directory in ("/tmp", "/dev/shm", *(entry.path for entry in os.scandir("/tmp") if entry.is_dir())):
-    try:
-        os.makedirs(os.path.join(directory, "planted-dir-{sleep_s}"), exist_ok=True)
-        with open(os.path.join(directory, "planted-{sleep_s}"), "w") as planted:
-            planted.write("#!/bin/sh\\necho planted\\n")
-    except OSError:
-        pass"""
+def plant():
+    for directory in ("/tmp", "/dev/shm", *(e.path for e in os.scandir("/tmp") if e.is_dir(follow_symlinks=False))):
+        try:
+            os.makedirs(os.path.join(directory, "planted-dir-{sleep_s}"), exist_ok=True)
+            with open(os.path.join(directory, "planted-{sleep_s}"), "w") as planted:
+                planted.write("#!/bin/sh\\necho planted\\n")
+        except OSError:
+            pass
+    # what a naive emptying would trip on: an unreadable directory, a FIFO, and a link to a
+    # directory that must survive (the revision's JIT cache, kept for its later trials)
+    os.makedirs("/tmp/locked-{sleep_s}/inner")
+    open("/tmp/locked-{sleep_s}/inner/file", "w").close()
+    os.chmod("/tmp/locked-{sleep_s}/inner", 0)
+    os.chmod("/tmp/locked-{sleep_s}", 0)
+    os.mkfifo("/tmp/fifo-{sleep_s}")
+    open(os.path.join(os.environ["TRITON_CACHE_DIR"], "kept-{sleep_s}"), "w").close()
+    os.symlink(os.environ["TRITON_CACHE_DIR"], "/tmp/link-{sleep_s}")
+if not os.path.lexists("/tmp/link-{sleep_s}"):  # the probe runs once per sample: plant once
+    plant()"""
 
 # what the next trial (another repository) finds: in /tmp, /dev/shm, its checkout, /proc
 _PEEK = """\
@@ -80,8 +92,12 @@ import time
 time.sleep(0.5)  # a survivor writes every 20 ms
 token = "{sleep_s}"
 def found(top):
-    return sorted(os.path.join(root, name) for root, dirs, files in os.walk(top) for name in dirs + files
-                  if token in name)
+    # on its own filesystem: not in the binds of host paths under /tmp in a test (slot, caches)
+    device, names = os.stat(top).st_dev, []
+    for root, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if os.stat(os.path.join(root, d)).st_dev == device]
+        names += [os.path.join(root, name) for name in dirs + files if token in name]
+    return sorted(names)
 def mine(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
@@ -184,6 +200,8 @@ def test_files_planted_in_tmp_and_dev_shm_are_gone_for_the_next_trial(repos, nam
     seen = peek(repos)
     assert (seen["tmp"], seen["shm"]) == ([], []), seen
     assert survivors() == []
+    # the emptying removed the link, not what it pointed to
+    assert [p.name for p in (get_settings().home / "trial-cache").rglob(f"kept-{TOKEN}")] == [f"kept-{TOKEN}"]
 
 
 def test_the_next_trial_of_the_same_server_still_starts_at_once(repos, namespaced):
