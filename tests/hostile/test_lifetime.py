@@ -83,6 +83,8 @@ def plant():
     os.mkfifo("/tmp/fifo-{sleep_s}")
     open(os.path.join(os.environ["TRITON_CACHE_DIR"], "kept-{sleep_s}"), "w").close()
     os.symlink(os.environ["TRITON_CACHE_DIR"], "/tmp/link-{sleep_s}")
+    import ctypes  # and a System V shared memory segment of the slot's IPC namespace
+    assert ctypes.CDLL(None).shmget({sleep_s}, 1 << 20, 0o1000 | 0o600) >= 0  # IPC_CREAT
 if not os.path.lexists("/tmp/link-{sleep_s}"):  # the probe runs once per sample: plant once
     plant()"""
 
@@ -104,7 +106,9 @@ def mine(pid):
             return token.encode() in cmdline.read()
     except OSError:
         return False
-report(tmp=found("/tmp"), shm=found("/dev/shm"), checkout=found("."),
+with open("/proc/sysvipc/shm") as table:
+    segments = [line.split()[0] for line in table.readlines()[1:]]
+report(tmp=found("/tmp"), shm=found("/dev/shm"), checkout=found("."), ipc=segments,
        processes=[pid for pid in os.listdir("/proc") if pid.isdigit() and mine(pid)])"""
 
 # /tmp and /dev/shm are RAM: what a trial writes there must stop within the slot's budget
@@ -190,15 +194,15 @@ def test_a_reforking_survivor_dies_with_its_trial_or_build(repos, escape, namesp
     assert result["status"] == "ok", result
     assert survivors() == []
     seen = peek(repos)
-    assert seen == {"tmp": [], "shm": [], "checkout": [], "processes": []}, seen
+    assert seen == {"tmp": [], "shm": [], "checkout": [], "processes": [], "ipc": []}, seen
     assert survivors() == []
 
 
-def test_files_planted_in_tmp_and_dev_shm_are_gone_for_the_next_trial(repos, namespaced):
+def test_files_planted_in_tmp_and_dev_shm_and_shared_memory_are_gone_for_the_next_trial(repos, namespaced):
     result = run(repos, "attacker", "plant_tmp")
     assert result["status"] == "ok", result
     seen = peek(repos)
-    assert (seen["tmp"], seen["shm"]) == ([], []), seen
+    assert (seen["tmp"], seen["shm"], seen["ipc"]) == ([], [], []), seen
     assert survivors() == []
     # the emptying removed the link, not what it pointed to
     assert [p.name for p in (get_settings().home / "trial-cache").rglob(f"kept-{TOKEN}")] == [f"kept-{TOKEN}"]
