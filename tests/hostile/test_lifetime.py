@@ -126,8 +126,16 @@ for directory in ("/tmp", "/dev/shm"):
     os.unlink(os.path.join(directory, "fill"))
 report(written_mib={d: n >> 20 for d, n in written.items()}, stopped=stopped)"""
 
+# a tree deeper than the emptying goes (teardown.MAX_DEPTH): the server quits instead, and the
+# next trial gets a new one, with a new /tmp
+_DEEP = """\
+path = "/tmp/deep-{sleep_s}"
+if not os.path.exists(path):
+    os.makedirs(path + "/d" * 300)
+    open(path + "/d" * 300 + "/bottom-{sleep_s}", "w").close()"""
+
 ATTACKER = {"benign": ESCAPES["benign"], "reforker_trial": ("exit 0", _START_REFORKER),
-            "reforker_build": (_BUILD_REFORKER, ""), "plant_tmp": ("exit 0", _PLANT), "fill_tmpfs": ("exit 0", _FILL)}
+            "reforker_build": (_BUILD_REFORKER, ""), "plant_tmp": ("exit 0", _PLANT), "fill_tmpfs": ("exit 0", _FILL), "deep_tmp": ("exit 0", _DEEP)}
 VICTIM = {"peek": ("exit 0", _PEEK)}
 
 
@@ -226,3 +234,20 @@ def test_what_a_trial_holds_in_tmp_and_dev_shm_stops_within_the_slots_budget(rep
     assert seen is not None, seen
     assert seen["stopped"] == {"/tmp": "OSError", "/dev/shm": "OSError"}, seen
     assert all(written <= 512 for written in seen["written_mib"].values()), seen
+
+
+def fork_servers() -> set[int]:
+    """This process's fork servers (and their bwraps), not those of other tests on this host."""
+    mine = proctree.descendants(os.getpid(), proctree.all_processes())
+    return {p.pid for p in mine if not p.zombie
+            and b"perfbisect.kernels.harness.zygote" in Path(f"/proc/{p.pid}/cmdline").read_bytes()}
+
+
+def test_a_tmp_too_deep_to_empty_ends_its_fork_server_and_the_next_trial_gets_a_new_one(repos, namespaced):
+    run(repos, "attacker", "benign")  # the slot's server is up
+    before = fork_servers()
+    result = run(repos, "attacker", "deep_tmp")
+    assert result["status"] == "ok", result
+    seen = peek(repos)
+    assert seen["tmp"] == [], seen
+    assert before and not before & fork_servers()  # the server that could not empty /tmp is gone
