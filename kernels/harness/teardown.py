@@ -102,11 +102,14 @@ def _empty(directory: int, dev: int, depth: int, deadline: float) -> bool:
 
 
 def empty(path: str, deadline: float) -> bool:
-    """Empty the tmpfs at `path` (mount points under it stay); True when done, or it is absent."""
+    """Empty the tmpfs at `path` (mount points under it stay); True when done, or it is absent;
+    False when it cannot be (a trial made /tmp itself unreadable, say: then the server quits)."""
     try:
         top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return True
+    except OSError:
+        return False
     try:
         return _empty(top, os.fstat(top).st_dev, 0, deadline)
     except OSError:
