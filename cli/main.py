@@ -154,6 +154,7 @@ def worker(
             sandbox_user()  # refuse to start rather than fail every trial (production), or warn
         except SandboxError as exc:
             fail(str(exc))
+        console.print(containment_line())
         if flush_check and device_class != "cpu":
             ok, text = doctor_run(device_class)
             console().print(text)
@@ -188,6 +189,14 @@ def doctor_run(device_class: str | None, device: str = "auto", flush: bool = Tru
     return done.returncode == 0, (done.stdout + done.stderr[-2000:]).strip()
 
 
+def containment_line() -> str:
+    """How this host bounds the memory of a trial's sandbox slot (workers/cgroups.py)."""
+    from perfbisect.service.settings import get_settings
+    from perfbisect.workers.cgroups import memory_report
+
+    return memory_report(get_settings())
+
+
 @app.command()
 def doctor(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda (ROCm's torch device is cuda too)")] = "auto",
@@ -200,6 +209,7 @@ def doctor(
         fail(f"--device must be auto, cpu or cuda, not {device!r}")
     ok, text = doctor_run(device_class, device, flush_check)
     print(text)
+    print(containment_line())
     raise typer.Exit(0 if ok else 1)
 
 

@@ -67,8 +67,9 @@ class Settings(BaseSettings):
     sandbox_user: str = "nobody"
     sandbox_dir: Path | None = Field(default=None, description="slots for trials; default HOME/sandbox, must be "
                                      "traversable by the sandbox user")
-    trial_memory_mb: int | None = Field(default=None, ge=0, description="address space (CPU) or data (GPU) cap; "
-                                        "0 = none; default: 85% of the host's memory / sandbox_slots")
+    trial_memory_mb: int | None = Field(default=None, ge=0, description="a slot's memory budget: /tmp and "
+                                        "/dev/shm an eighth each (at most 1 GiB), the rest each process's address space "
+                                        "(CPU) or data (GPU) cap; 0 = none; default: 85% of the host's memory / sandbox_slots")
     sandbox_slots: int | None = Field(default=None, ge=1, description="trials this host runs at once (the memory "
                                       "cap's divisor); default: its GPUs, else its cores")
     # Namespaces (workers/namespaces.py): auto uses bubblewrap where the host allows it and says

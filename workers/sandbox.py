@@ -279,7 +279,7 @@ class Slot:
         if not self.contained:
             return ()
         view = namespaces.View(writable=(str(self.path), str(self.cache_root)), network=network,
-                               devices=namespaces.gpu_nodes())
+                               devices=namespaces.gpu_nodes(), tmpfs_bytes=hostshare.tmpfs_mb(get_settings()) << 20)
         return (*namespaces.argv(view, chdir=str(cwd), as_pid_1=as_pid_1),)
 
     def run(self, cmd: list[str] | str, *, cwd: Path, env: dict[str, str], timeout_s: float,
@@ -317,8 +317,9 @@ class Slot:
             stopped = _wait(trial.poll, time.monotonic() + timeout_s, should_stop)
         finally:
             proctree.kill_tree(trial.pid, self.marker, reap_root=True)  # also after a clean exit
-            if wrapper and trial.server_pid:  # the server serves this slot only: all else there is the trial's
-                proctree.kill_descendants(trial.server_pid)
+            # the server serves this slot only: all else in its namespace is the trial's, and so
+            # is what its /tmp and /dev/shm hold; it kills and empties them (kernels/harness/teardown.py)
+            trial.end()
             trial.close()
         return Launched(None if stopped else trial.returncode, read_tail(self.log_path), stopped,
                         how="sandbox-fork-server", preloaded=trial.preloaded)
