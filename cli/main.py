@@ -154,7 +154,7 @@ def worker(
             sandbox_user()  # refuse to start rather than fail every trial (production), or warn
         except SandboxError as exc:
             fail(str(exc))
-        console.print(containment_line())
+        console().print(containment_line())
         if flush_check and device_class != "cpu":
             ok, text = doctor_run(device_class)
             console().print(text)

@@ -144,7 +144,7 @@ def test_without_one_the_report_says_memory_is_bounded_per_process_only(monkeypa
 def test_doctor_says_which_memory_bound_applies(monkeypatch) -> None:
     from typer.testing import CliRunner
 
-    from perfbisect.service.cli.main import app
+    from perfbisect.cli.main import app
 
     monkeypatch.setattr(get_settings(), "sandbox_cgroup_dir", None)
     result = CliRunner().invoke(app, ["doctor", "--device", "cpu", "--no-flush-check"])
