@@ -83,8 +83,8 @@ def remeasures(session: Session, tracked: TrackedBranch,
     case once the job has finished."""
     out = {}
     for job, trials in tracking_repo.remeasures(session, tracked.id):
-        pair = job.spec["remeasure"]
-        before, after = branch.position(pair["before"]), branch.position(pair["after"])
+        pair = job.spec.remeasure
+        before, after = branch.position(pair.before), branch.position(pair.after)
         if before is None or after is None:
             continue
         values = None

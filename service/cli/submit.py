@@ -32,8 +32,9 @@ WideOpt = Annotated[bool, typer.Option(help="one table row per case, wider than 
 DeviceClassOpt = Annotated[str, typer.Option(
     help="the queue whose workers measure it: cpu, cuda, or a GPU model such as h200 (one of "
          "PERFBISECT_DEVICE_CLASSES)")]
-MinEffectOpt = Annotated[float, typer.Option(
-    help="the smallest relative step worth naming, e.g. 0.02 for 2%: smaller steps read as unchanged")]
+MinEffectOpt = Annotated[Optional[float], typer.Option(
+    help="the smallest relative step worth naming, e.g. 0.02 for 2%: smaller steps read as unchanged "
+         "(default: the service's PERFBISECT_DEFAULT_MIN_EFFECT, 0.02)", show_default=False)]
 MetricOpt = Annotated[str, typer.Option(
     help="ratio: each revision's time over a control kernel's in the same process (steady under drifting "
          "clocks); raw: the case's own metric")]
@@ -89,11 +90,12 @@ def parse_env(items: list[str] | None) -> dict[str, str] | None:
 
 
 def validated(model: type, **fields: Any):
-    """The request model, or a CLIError with the API's own validation messages."""
+    """The request model, or a CLIError with the API's own validation messages. An option left
+    out (None) takes the request's default, from Settings (PERFBISECT_DEFAULT_MIN_EFFECT)."""
     from pydantic import ValidationError
 
     try:
-        return model(**fields)
+        return model(**{name: value for name, value in fields.items() if value is not None})
     except ValidationError as exc:
         raise CLIError(validation_message(exc)) from None
 
@@ -113,7 +115,7 @@ def bisect(
     suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
     target: TargetOpt = None, shape: ShapeOpt = None,
     device_class: DeviceClassOpt = "cpu",
-    min_effect: MinEffectOpt = 0.02,
+    min_effect: MinEffectOpt = None,
     metric: MetricOpt = "ratio",
     workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
     build: BuildOpt = None, import_root: ImportRootOpt = None, env: EnvOpt = None,
@@ -160,7 +162,7 @@ def compare(
     suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
     target: TargetOpt = None, shape: ShapeOpt = None,
     device_class: DeviceClassOpt = "cpu",
-    min_effect: MinEffectOpt = 0.02,
+    min_effect: MinEffectOpt = None,
     metric: MetricOpt = "ratio",
     pr: Annotated[Optional[int], typer.Option(help="the pull request's number, shown in the report")] = None,
     side_by_side: Annotated[bool, typer.Option(

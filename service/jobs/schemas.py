@@ -4,10 +4,14 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
+                      model_validator)
 
 from perfbisect.service.attribution.schemas import AttributionRead, FixCheckRead
 from perfbisect.service.bounds import Id, ShapeKey, ShapeValue, text
+from perfbisect.service.jobs.spec import SpecField
+from perfbisect.service.settings import get_settings
+from perfbisect.service.jobs.spec import load as load_spec
 
 # A shape: 'M=512,N=512,K=512,dtype=fp32' or the same as an object; sizes fit the case columns.
 ShapeText = text(500, min_length=1)
@@ -35,6 +39,14 @@ SetName = text(100, min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_SUITE_SOURCE_BYTES = 256 * 1024
 SOURCE_LABEL = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}"
 
+
+
+def _from_settings(name: str) -> dict[str, Any]:
+    """A request field's default, read from Settings (PERFBISECT_<NAME>) when a request is parsed,
+    not when this module is imported; the OpenAPI document shows the deployment's value."""
+    def schema(field: dict[str, Any]) -> None:
+        field["default"] = getattr(get_settings(), name)
+    return {"default_factory": lambda: getattr(get_settings(), name), "json_schema_extra": schema}
 
 
 # A range over AUTO_SCAN_ABOVE commits has AUTO_SCAN interior revisions measured with its ends
@@ -109,9 +121,10 @@ class BisectCreate(BaseModel):
                                                description="several suites in one job")
     device_class: DeviceClass = Field(default="cpu", examples=["cpu", "cuda"],
                                       description="one of the classes workers serve (PERFBISECT_DEVICE_CLASSES)")
-    min_effect: float = Field(default=0.02, gt=0, lt=1, description="smallest relative step that counts")
+    min_effect: float = Field(gt=0, lt=1, description="smallest relative step that counts",
+                              **_from_settings("default_min_effect"))
     metric: Literal["ratio", "raw"] = Field(default="ratio", description="control ratio (default) or raw metric")
-    workers: int = Field(default=1, ge=1, le=64, description="revisions measured per round")
+    workers: int = Field(ge=1, le=64, description="revisions measured per round", **_from_settings("default_workers"))
     max_trials: int | None = Field(default=None, ge=5, le=100, description="5 is the fewest that can reach p < 0.01")
     policy: HarnessPolicy | None = Field(default=None, description="harness sample policy override")
     benchmark_set: SetName | None = Field(default=None, description="a benchmark set registered on the repository: "
@@ -153,7 +166,7 @@ class CompareCreate(BaseModel):
     benchmarks: list[Benchmark] | None = Field(default=None, min_length=1, max_length=32)
     benchmark_set: SetName | None = Field(default=None, description="instead of benchmarks: a set registered on the repository")
     device_class: DeviceClass = "cpu"
-    min_effect: float = Field(default=0.02, gt=0, lt=1)
+    min_effect: float = Field(gt=0, lt=1, **_from_settings("default_min_effect"))
     metric: Literal["ratio", "raw"] = "ratio"
     pr_number: Id | None = None
     side_by_side: bool = Field(default=True, description=(
@@ -266,7 +279,7 @@ class JobRead(BaseModel):
     kind: str
     status: str
     repository: str
-    spec: dict[str, Any]
+    spec: SpecField
     progress: dict[str, Any]
     revision_shas: list[str] = Field(description="the range, good first, first-parent order")
     error: str | None
@@ -280,6 +293,12 @@ class JobRead(BaseModel):
     attribution_job_id: int | None = Field(default=None, description="a bisect's latest attribution job")
     fix_check: list[FixCheckRead] = Field(default=[], description="a compare over culprits named earlier: per case "
                                           "what the pull request recovers and what is left")
+
+    @field_validator("spec", mode="before")
+    @classmethod
+    def _spec_of_kind(cls, value: Any, info: ValidationInfo) -> Any:
+        """The JSON's spec carries no kind: the job's says which model it is."""
+        return load_spec(value, info.data.get("kind"))
 
 
 class JobSummary(BaseModel):

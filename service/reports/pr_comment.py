@@ -43,7 +43,7 @@ def _links(job: JobRead, public_url: str | None) -> str:
 
 def _environment(job: JobRead) -> str:
     env = (job.outcome.environment if job.outcome else None) or {}
-    device = env.get("name") or job.spec.get("device_class", "?")
+    device = env.get("name") or job.spec.device_class
     extras = [f"driver {env['driver']}" if env.get("driver") else "", f"CUDA {env['cuda']}" if env.get("cuda") else ""]
     device += f" ({', '.join(e for e in extras if e)})" if any(extras) else ""
     tools = [f"{k} {env[k]}" for k in ("torch", "triton", "python") if env.get(k)]
@@ -52,7 +52,7 @@ def _environment(job: JobRead) -> str:
 
 def _footer(job: JobRead, public_url: str | None) -> str:
     p = job.progress
-    return (f"<sub>{_environment(job)} · threshold: minimum effect {job.spec.get('min_effect', 0) * 100:.1f}% of the "
+    return (f"<sub>{_environment(job)} · threshold: minimum effect {job.spec.min_effect * 100:.1f}% of the "
             f"{decided_on(job)} · {p.get('trials', 0)} trials over {p.get('measured', 0)} revisions, cold caches, "
             f"control timed in the same process · {_links(job, public_url)}</sub>")
 
@@ -132,7 +132,7 @@ def render_job(job: JobRead, public_url: str | None = None) -> str:
     """The job's report as Markdown: headline, step tables, failed/inconclusive/unchanged cases."""
     kind = "Compared" if job.kind == "compare" else "Bisected"
     out = [_headline(job), "",
-           f"{kind} `{ref(job.spec.get('good'))}`..`{ref(job.spec.get('bad'))}` in **{job.repository}** ({job.status}); "
+           f"{kind} `{ref(job.spec.good)}`..`{ref(job.spec.bad)}` in **{job.repository}** ({job.status}); "
            f"step = relative change of the {decided_on(job)}, 95% CI."]
     out += _step_tables(job, job.culprits, with_revision=job.kind != "compare")
     for c in job.culprits:
@@ -164,7 +164,7 @@ def render_culprit_comment(job: JobRead, culprits: list[CulpritRead], public_url
     """On a PR a bisect named as an exact culprit: what moved, worded by direction."""
     shas = ", ".join(f"`{c.last_sha[:10]}`" for c in culprits)
     out = [f"### perfbisect: this pull request caused {_direction(job, culprits)}", "",
-           f"Bisecting `{ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))}` in **{job.repository}** found the step at "
+           f"Bisecting `{ref(job.spec.good)}..{ref(job.spec.bad)}` in **{job.repository}** found the step at "
            f"{shas}, from this pull request. Step = relative change of the {decided_on(job)}, 95% CI:"]
     out += _step_tables(job, culprits, with_revision=True)
     out += attribution_markdown(job)
