@@ -94,6 +94,6 @@ def remeasures(session: Session, tracked: TrackedBranch,
                 for m in trial.measurements:
                     value = _value(tracked, m)
                     if m.status == "ok" and value is not None and m.case.name in values:
-                        values[m.case.name][trial.revision.sha == pair["after"]].append(value)
+                        values[m.case.name][trial.revision.sha == pair.after].append(value)
         out[before, after] = Remeasure(before, after, values)
     return out
