@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Discriminator, PlainSerializer, Tag, TypeAdapter, WithJsonSchema
+from pydantic import (BaseModel, ConfigDict, Discriminator, PlainSerializer, PlainValidator, Tag, TypeAdapter,
+                      WithJsonSchema)
 from sqlalchemy import JSON
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
@@ -186,9 +187,14 @@ def _json_of(spec: JobSpec) -> dict[str, Any]:
 
 
 # A spec in an API schema (JobRead.spec): the stored JSON, an object in the OpenAPI document as
-# it was when specs were dicts. Its validator needs the job's kind: see JobRead.
-SpecField = Annotated[_Tagged, PlainSerializer(_json_of, return_type=dict[str, Any]),
-                      WithJsonSchema({"type": "object", "additionalProperties": True})]
+# it was when specs were dicts (validated by `load` alone, so the models add no schema of their
+# own to the document). A dict without a kind needs the job's: see JobRead.
+if TYPE_CHECKING:
+    SpecField = JobSpec
+else:
+    SpecField = Annotated[Any, PlainValidator(lambda value: load(value)),
+                          PlainSerializer(_json_of, return_type=dict[str, Any]),
+                          WithJsonSchema({"type": "object", "additionalProperties": True})]
 
 
 def load(value: dict[str, Any] | JobSpec, kind: str | None = None) -> JobSpec:
