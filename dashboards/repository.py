@@ -24,7 +24,7 @@ from perfbisect.dashboards.history import (
     RevisionPoint,
     Series,
 )
-from perfbisect.service.jobs.spec import JobSpec
+from perfbisect.service.job_spec import JobSpec
 from perfbisect.service.models import (
     Case,
     CasePoint,

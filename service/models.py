@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 
-from perfbisect.service.jobs import spec as job_spec
+from perfbisect.service import job_spec
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 

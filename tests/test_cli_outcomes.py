@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.cli.exit_codes import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
 from perfbisect.service.cli.main import app
-from perfbisect.service.jobs.spec import load as load_spec
+from perfbisect.service.job_spec import load as load_spec
 from tests.gitrepo import make_repo
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result
 

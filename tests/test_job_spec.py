@@ -1,4 +1,4 @@
-"""The typed job spec (service/jobs/spec.py): every spec shape ever stored still loads, a new
+"""The typed job spec (service/job_spec.py): every spec shape ever stored still loads, a new
 job's defaults come from Settings, the API shows the spec as before, and no product code reads a
 spec by string key."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text
 
-from perfbisect.service.jobs import spec as job_spec
+from perfbisect.service import job_spec
 from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate, JobRead
-from perfbisect.service.jobs.spec import AttributeSpec, BisectSpec, CompareSpec, SpecType, TrackSpec
+from perfbisect.service.job_spec import MODELS, CompareSpec, SpecType
 from perfbisect.service.models import Job, JobKind
 from perfbisect.service.settings import Settings, get_settings
 from tests.gitrepo import make_repo
@@ -73,7 +73,6 @@ HISTORICAL = [
     ("compare", {"good": SHA_A, "bad": SHA_B, "cases": [], "min_effect": 0.02, "pr_number": 7}),
     ("bisect", {"min_effect": 0.02, "cases": [{"name": CASE["name"]}]}),
 ]
-MODELS = {"bisect": BisectSpec, "compare": CompareSpec, "track": TrackSpec, "attribute": AttributeSpec}
 
 
 @pytest.mark.parametrize(("kind", "stored"), HISTORICAL)
@@ -126,7 +125,7 @@ def test_a_bad_value_in_a_spec_is_refused_with_its_field() -> None:
 
 
 def test_every_job_kind_has_a_spec_model_and_sql_paths_name_real_fields() -> None:
-    assert {k.value for k in JobKind} == set(job_spec.KINDS) == set(MODELS)
+    assert {k.value for k in JobKind} == set(MODELS)
     with pytest.raises(KeyError, match="tracked_branch"):
         job_spec.field(Job.spec, "tracked_branch")
 
@@ -198,7 +197,7 @@ PRODUCT = ("service", "workers", "dashboards", "perfbisect", "cli")
 
 
 def test_no_product_code_reads_a_spec_by_string_key() -> None:
-    allowed = ROOT / "service" / "jobs" / "spec.py"
+    allowed = ROOT / "service" / "job_spec.py"
     found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
              for folder in PRODUCT if (ROOT / folder).is_dir()
              for path in sorted((ROOT / folder).rglob("*")) if path.suffix in (".py", ".html") and path != allowed

@@ -17,7 +17,7 @@ from perfbisect.service.alerts import bot
 from perfbisect.service.alerts import service as alerts
 from perfbisect.service.db import session_scope
 from perfbisect.service.jobs import repository as jobs_repo
-from perfbisect.service.jobs.spec import BisectSpec
+from perfbisect.service.job_spec import BisectSpec
 from perfbisect.service.notifications import service as notifications
 from perfbisect.service.models import JobKind, utcnow
 from perfbisect.service.tracking import service as tracking

@@ -12,7 +12,7 @@ from typing import Any
 from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, CaseAttribution, CleanSet, Estimate,
                                                    Variant, attribute_case, parse_variant, variant_key)
 from perfbisect.service.bisect.model import Observation, RevisionState
-from perfbisect.service.jobs.spec import AttributeSpec
+from perfbisect.service.job_spec import AttributeSpec
 from perfbisect.service.models import JobStatus
 
 

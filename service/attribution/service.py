@@ -29,8 +29,8 @@ from perfbisect.service.auth.principal import Principal
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.jobs.service import Submission
 from perfbisect.service.jobs import repository
-from perfbisect.service.jobs.spec import AttributeSpec, RevertedCulprit
-from perfbisect.service.jobs.spec import field as spec_field
+from perfbisect.service.job_spec import AttributeSpec, RevertedCulprit
+from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
 from perfbisect.service.repos.repository import revisions_by_sha
 

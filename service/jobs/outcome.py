@@ -20,7 +20,7 @@ from perfbisect.service.bisect import BisectConfig, Observation, Plan
 from perfbisect.service.bisect.model import CorrectnessFinding
 from perfbisect.service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
 from perfbisect.service.bisect.steadiness import Wait, check_steadiness, report, set_aside
-from perfbisect.service.jobs.spec import JobSpec
+from perfbisect.service.job_spec import JobSpec
 from perfbisect.service.models import JobStatus, Trial, TrialStatus
 from perfbisect.service.settings import get_settings
 

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, joinedload, selectinload
 
 from perfbisect.service.db import insert_or_skip
 
-from perfbisect.service.jobs.spec import field as spec_field
+from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import (
     Case,
     Culprit,

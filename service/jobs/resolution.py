@@ -33,7 +33,7 @@ from perfbisect.service.jobs import repository
 from perfbisect.service.models import Job, JobKind, JobStatus, Repository, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
-from perfbisect.service.jobs.spec import CompareSpec, JobSpec
+from perfbisect.service.job_spec import CompareSpec, JobSpec
 from perfbisect.service.webhooks.pr_cases import with_touched_cases
 
 RESOLVING = "resolving revisions"

@@ -9,9 +9,9 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
 
 from perfbisect.service.attribution.schemas import AttributionRead, FixCheckRead
 from perfbisect.service.bounds import Id, ShapeKey, ShapeValue, text
-from perfbisect.service.jobs.spec import SpecField
+from perfbisect.service.job_spec import BisectSpec, CompareSpec, SpecField, shared_fields
 from perfbisect.service.settings import get_settings
-from perfbisect.service.jobs.spec import load as load_spec
+from perfbisect.service.job_spec import load as load_spec
 
 # A shape: 'M=512,N=512,K=512,dtype=fp32' or the same as an object; sizes fit the case columns.
 ShapeText = text(500, min_length=1)
@@ -156,6 +156,14 @@ class BisectCreate(BaseModel):
             raise ValueError("suite, target and shapes are required (or give benchmarks or benchmark_set)")
         return self
 
+    def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> BisectSpec:
+        """The job's spec: this request's fields of the same names, the resolved `cases`, and
+        `max_trials` when the request gave none (Settings)."""
+        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials"})
+        policy = self.policy.model_dump(exclude_none=True) if self.policy else None
+        extra = {"attribute": self.attribute} if self.attribute is not None else {}  # None: unset, as before
+        return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
+
 
 class CompareCreate(BaseModel):
     """A pull request: its base against its head."""
@@ -178,6 +186,11 @@ class CompareCreate(BaseModel):
         if (self.benchmarks is None) == (self.benchmark_set is None):
             raise ValueError("give benchmarks or benchmark_set, not both or neither")
         return self
+
+    def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> CompareSpec:
+        """The job's spec: the base is its good end, the head its bad one; two revisions a round."""
+        return CompareSpec(**shared_fields(self, CompareSpec), good=self.base, bad=self.head, cases=cases,
+                           workers=2, max_trials=max_trials, policy=None)
 
 
 class CaseEffectRead(BaseModel):

@@ -22,8 +22,7 @@ from perfbisect.kernels.suites import suite_vendor
 from perfbisect.service.auth.principal import SYSTEM, Principal
 from perfbisect.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from perfbisect.service.jobs import repository, resolution
-from perfbisect.service.jobs import spec as job_spec
-from perfbisect.service.jobs.spec import JobSpec, TrackSpec
+from perfbisect.service.job_spec import JobSpec, TrackSpec
 from perfbisect.service.jobs.quotas import check_quota
 from perfbisect.service.jobs.schemas import Benchmark, BisectCreate, CompareCreate
 from perfbisect.service.models import IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
@@ -184,7 +183,7 @@ def _bisect(session: Session, data: BisectCreate, submitter: Principal, fetch: b
     cases = _cases(session, repo, data, submitter)
     check_device_class(data.device_class, cases)
     resolved = _resolved(JobKind.bisect, repo, data.good, data.bad, fetch)
-    spec = job_spec.bisect_spec(data, cases, get_settings().max_trials_per_revision)
+    spec = data.to_spec(cases, get_settings().max_trials_per_revision)
     return _create(session, JobKind.bisect, repo, spec, resolved, submitter)
 
 
@@ -195,7 +194,7 @@ def _compare(session: Session, data: CompareCreate, submitter: Principal, fetch:
     cases = _cases(session, repo, data, submitter)
     check_device_class(data.device_class, cases)
     resolved = _resolved(JobKind.compare, repo, data.base, data.head, fetch)
-    spec = job_spec.compare_spec(data, cases, get_settings().max_trials_per_revision)
+    spec = data.to_spec(cases, get_settings().max_trials_per_revision)
     return _create(session, JobKind.compare, repo, spec, resolved, submitter)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from perfbisect.service.jobs.spec import field as spec_field
+from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import (
     Case,
     Job,

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.jobs import service as jobs
-from perfbisect.service.jobs.spec import Remeasure, TrackSpec
+from perfbisect.service.job_spec import Remeasure, TrackSpec
 from perfbisect.service.models import Job, Repository, TrackedBranch, TrackTrigger, Trial, TrialStatus, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.suites import service as suites

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from perfbisect.kernels.harness.result import vendor_identity
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
-from perfbisect.service.jobs.spec import AttributeSpec, JobSpec
+from perfbisect.service.job_spec import AttributeSpec, JobSpec
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
 from perfbisect.service.repos.redaction import env_secrets, scrub

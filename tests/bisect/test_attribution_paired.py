@@ -151,7 +151,7 @@ def test_the_report_says_which_estimates_are_paired():
     """The report's rows carry `paired` and the blocks; each case's line says the estimates are
     paired, pooled, or which fell back (the fallback arms above: #908 alone has no complete block)."""
     from perfbisect.service.attribution.report import build
-    from perfbisect.service.jobs.spec import load
+    from perfbisect.service.job_spec import load
     from perfbisect.service.attribution.schemas import AttributionRead
     from perfbisect.service.reports.attribution import basis
 

@@ -3,10 +3,12 @@
 `AddressType`). The rest of the code reads a spec by attribute, never by string key (a test
 greps for it).
 
-Built from the request, never by hand: `bisect_spec` and `compare_spec` copy the request's
-fields that the spec shares by name, `AttributeSpec.of_bisect` the bisect's, and every default
-of a new job comes from the request schema, which takes it from Settings once
-(`PERFBISECT_DEFAULT_MIN_EFFECT`, `PERFBISECT_MAX_TRIALS_PER_REVISION`).
+Built from the request, never by hand: `BisectCreate.to_spec` and `CompareCreate.to_spec`
+(service/jobs/schemas.py) copy the request's fields that the spec shares by name
+(`shared_fields`), `AttributeSpec.of_bisect` the bisect's, and every default of a new job comes
+from the request schema, which takes it from Settings once (`PERFBISECT_DEFAULT_MIN_EFFECT`,
+`PERFBISECT_DEFAULT_WORKERS`, `PERFBISECT_MAX_TRIALS_PER_REVISION`). This module imports nothing
+of the service, so the tables (service/models.py) and every domain may import it.
 
 Stored rows keep loading. A field's default here is what the code read for a row that lacks it
 (the rows written before the field existed), never a setting: a stored job's parameters do not
@@ -14,9 +16,9 @@ move when the deployment's settings do. Only the fields that were set are writte
 (`exclude_unset`), so a row holds what it was given, as before this module.
 
 To add a field (say a compare's `merge_base`): declare it on the kind's model with the default
-an old row must read as; when the request schema has a field of the same name, `compare_spec`
-(or `bisect_spec`) copies it; otherwise pass it where the spec is built or updated
-(`spec.updated(...)`). Then add one literal to tests/test_job_spec.py.
+an old row must read as; when the request schema has a field of the same name,
+`CompareCreate.to_spec` (or `BisectCreate.to_spec`) copies it; otherwise pass it where the spec is
+built or updated (`spec.updated(...)`). Then add one literal to tests/test_job_spec.py.
 """
 
 from __future__ import annotations
@@ -29,9 +31,6 @@ from pydantic import (BaseModel, ConfigDict, Discriminator, PlainSerializer, Pla
 from sqlalchemy import JSON
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
-
-if TYPE_CHECKING:
-    from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate
 
 Metric = Literal["ratio", "raw"]
 # The trial cap read for a stored bisect or attribution that never wrote one (before it was
@@ -157,7 +156,8 @@ class AttributeSpec(_Spec):
 
 
 JobSpec = BisectSpec | CompareSpec | TrackSpec | AttributeSpec
-KINDS = ("bisect", "compare", "track", "attribute")
+MODELS: dict[str, type[_Spec]] = {"bisect": BisectSpec, "compare": CompareSpec, "track": TrackSpec,
+                                  "attribute": AttributeSpec}  # by JobKind value
 
 
 def _legacy_kind(value: dict[str, Any]) -> str:
@@ -232,29 +232,13 @@ def field(column: Any, name: str) -> Any:
     """`column[name]`, a JSON path for SQL filters on the spec (`.as_integer()`, `.as_string()`):
     `name` must be a field of some kind's model, so a misspelt key fails at once, not as an
     always-NULL filter."""
-    if not any(name in model.model_fields for model in (BisectSpec, CompareSpec, TrackSpec, AttributeSpec)):
+    if not any(name in model.model_fields for model in MODELS.values()):
         raise KeyError(f"no job spec has a field {name!r}")
     return column[name]
 
 
-# Building new specs from requests. Each copies the request's fields of the same name, so a field
-# added to both travels without an edit here.
-
-def _shared(data: BaseModel, model: type[_Spec], *, exclude: set[str] = frozenset()) -> dict[str, Any]:
-    names = (set(type(data).model_fields) & set(model.model_fields)) - exclude - {"kind"}
-    return data.model_dump(include=names)
-
-
-def bisect_spec(data: BisectCreate, cases: list[dict[str, Any]], max_trials: int) -> BisectSpec:
-    """A bisect's spec from its request; `max_trials` when the request gave none (Settings)."""
-    fields = _shared(data, BisectSpec, exclude={"policy", "attribute", "max_trials"})
-    policy = data.policy.model_dump(exclude_none=True) if data.policy else None
-    extra = {"attribute": data.attribute} if data.attribute is not None else {}
-    return BisectSpec(**fields, cases=cases, max_trials=data.max_trials or max_trials, policy=policy, **extra)
-
-
-def compare_spec(data: CompareCreate, cases: list[dict[str, Any]], max_trials: int) -> CompareSpec:
-    """A compare's spec from its request (its base is the good end, its head the bad one)."""
-    fields = _shared(data, CompareSpec)
-    return CompareSpec(**fields, good=data.base, bad=data.head, cases=cases, workers=2, max_trials=max_trials,
-                       policy=None)
+def shared_fields(request: BaseModel, model: type[_Spec], *, exclude: set[str] = frozenset()) -> dict[str, Any]:
+    """The request's values of the fields `model` has too (by name): what a new spec copies from
+    its request, so a field added to both travels without an edit (BisectCreate.to_spec)."""
+    names = (set(type(request).model_fields) & set(model.model_fields)) - exclude - {"kind"}
+    return request.model_dump(include=names)
