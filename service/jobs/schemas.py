@@ -10,8 +10,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Fiel
 from perfbisect.service.attribution.schemas import AttributionRead, FixCheckRead
 from perfbisect.service.bounds import Id, ShapeKey, ShapeValue, text
 from perfbisect.service.job_spec import BisectSpec, CompareSpec, SpecField, shared_fields
-from perfbisect.service.settings import get_settings
 from perfbisect.service.job_spec import load as load_spec
+from perfbisect.service.settings import get_settings
 
 # A shape: 'M=512,N=512,K=512,dtype=fp32' or the same as an object; sizes fit the case columns.
 ShapeText = text(500, min_length=1)
