@@ -147,11 +147,12 @@ def prepare_database() -> None:
 
 
 def validated(model: type, **fields: Any):
-    """The request model, or a CLIError with the API's own validation messages."""
+    """The request model, or a CLIError with the API's own validation messages. An option left
+    out (None) takes the request's default, from Settings (PERFBISECT_DEFAULT_MIN_EFFECT)."""
     from pydantic import ValidationError
 
     try:
-        return model(**fields)
+        return model(**{name: value for name, value in fields.items() if value is not None})
     except ValidationError as exc:
         raise CLIError(validation_message(exc)) from None
 
@@ -175,8 +176,9 @@ WideOpt = Annotated[bool, typer.Option(help="one table row per case, wider than 
 DeviceClassOpt = Annotated[str, typer.Option(
     help="the queue whose workers measure it: cpu, cuda, or a GPU model such as h200 (one of "
          "PERFBISECT_DEVICE_CLASSES)")]
-MinEffectOpt = Annotated[float, typer.Option(
-    help="the smallest relative step worth naming, e.g. 0.02 for 2%: smaller steps read as unchanged")]
+MinEffectOpt = Annotated[Optional[float], typer.Option(
+    help="the smallest relative step worth naming, e.g. 0.02 for 2%: smaller steps read as unchanged "
+         "(default: the service's PERFBISECT_DEFAULT_MIN_EFFECT, 0.02)", show_default=False)]
 MetricOpt = Annotated[str, typer.Option(
     help="ratio: each revision's time over a control kernel's in the same process (steady under drifting "
          "clocks); raw: the case's own metric")]

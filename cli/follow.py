@@ -97,7 +97,8 @@ def call(method: str, url: str, **kw) -> httpx.Response:
 
 def submit_remote(api: str, request: BisectCreate | CompareCreate) -> int:
     kind = "compare" if isinstance(request, CompareCreate) else "bisect"
-    return call("POST", f"{api}/api/jobs/{kind}", json=request.model_dump(exclude_none=True), timeout=120).json()["id"]
+    return call("POST", f"{api}/api/jobs/{kind}", json=request.model_dump(exclude_none=True, exclude_unset=True),
+                timeout=120).json()["id"]
 
 
 def attribute_remote(api: str, job_id: int) -> int:

@@ -240,7 +240,7 @@ def false_culprits(job: JobRead, truth: dict) -> list[str]:
     the culprit's kind in its range changes that case on the job's device ("#945 on rmsnorm
     M=1024,N=1024"). A performance culprit names the cases the report shows for it (those that
     moved), a correctness culprit the cases that failed the accuracy check."""
-    device = job.spec.get("device_class", "cpu")
+    device = job.spec.device_class
     pos = {sha: i for i, sha in enumerate(job.revision_shas)}
     out = []
     for c in job.culprits:
@@ -255,7 +255,7 @@ def false_culprits(job: JobRead, truth: dict) -> list[str]:
 def unchanged_check(job: JobRead, truth: dict) -> dict[str, list[str]]:
     """The cases no planted performance step touches on the job's device, which should end
     unchanged: those that did, and the others with their outcome ("case: inconclusive")."""
-    device = job.spec.get("device_class", "cpu")
+    device = job.spec.device_class
     stepped = {case for e in truth["events"] if e["kind"] == "perf" for case in e["cases"].get(device, [])}
     quiet = [c for c in (job.outcome.cases if job.outcome else []) if c.case not in stepped]
     return {"unchanged": [c.case for c in quiet if c.outcome == "unchanged"],
@@ -331,7 +331,7 @@ def run_measure(repo: Path, rev: str, bench: dict[str, Any], device: str, build:
         spec = harness_spec(resolved, device, None, suite_sources={source_sha256(source): source} if source else None)
         try:
             with slot() as box:
-                result, _ = run_in_slot(box, mirror, sha, build_command=build, env={}, spec=spec,
+                result, _ = run_in_slot(box, mirror, sha, build_command=build, env={}, trial_spec=spec,
                                         import_root=import_root)
         except SandboxError as exc:
             raise CLIError(str(exc)) from exc

@@ -46,7 +46,7 @@ def bisect(
     suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
     target: TargetOpt = None, shape: ShapeOpt = None,
     device_class: DeviceClassOpt = "cpu",
-    min_effect: MinEffectOpt = 0.02,
+    min_effect: MinEffectOpt = None,
     metric: MetricOpt = "ratio",
     workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
     build: BuildOpt = None, import_root: ImportRootOpt = None, env: EnvOpt = None,
@@ -92,7 +92,7 @@ def compare(
     suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
     target: TargetOpt = None, shape: ShapeOpt = None,
     device_class: DeviceClassOpt = "cpu",
-    min_effect: MinEffectOpt = 0.02,
+    min_effect: MinEffectOpt = None,
     metric: MetricOpt = "ratio",
     pr: Annotated[Optional[int], typer.Option(help="the pull request's number, shown in the report")] = None,
     side_by_side: Annotated[bool, typer.Option(

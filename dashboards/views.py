@@ -318,8 +318,8 @@ class ComparePage:
     rows: list[CompareRow]
     choices: list[RevisionMeta]
     links: RepoLinks
+    min_effect: float  # the newest job's at the head, else PERFBISECT_DEFAULT_MIN_EFFECT
     devices: dict[str, str] = field(default_factory=dict)
-    min_effect: float = 0.02
 
 
 def _with_verdicts(session: Session, repo_id: int, rows: list[CompareRow], base: str, head: str,

@@ -16,7 +16,9 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
+
+from perfbisect.service import job_spec
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -185,7 +187,7 @@ class Job(Base):
     kind: Mapped[JobKind] = mapped_column(_enum(JobKind))
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus), default=JobStatus.queued, index=True)
     repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
-    spec: Mapped[dict[str, Any]] = mapped_column(doc="the validated request: refs, suite, target, cases, ...")
+    spec: Mapped[job_spec.JobSpec] = mapped_column(job_spec.SpecType(), doc="what the job was asked: refs, cases, ...")
     revision_shas: Mapped[list[Any]] = mapped_column(doc="the range, good first, first-parent order")
     progress: Mapped[dict[str, Any]] = mapped_column(default=dict)
     result: Mapped[dict[str, Any] | None] = mapped_column(doc='{"outcome": ...}: per-case outcomes, noise, failures')
@@ -201,6 +203,11 @@ class Job(Base):
     culprits: Mapped[list[Culprit]] = relationship(
         back_populates="job", lazy="raise", cascade="all, delete-orphan", order_by="Culprit.id"
     )
+
+    @validates("spec")
+    def _typed_spec(self, _key: str, value: job_spec.JobSpec | dict[str, Any]) -> job_spec.JobSpec:
+        """The spec as the model of the job's kind (a dict given is validated here, not at flush)."""
+        return job_spec.load(value, JobKind(self.kind).value if self.kind is not None else None)
 
 
 class Trial(Base):

@@ -375,7 +375,7 @@ def alerted(session, measured) -> dict:
                              mean_after=0.79)]
     session.add(alert)
     session.flush()
-    measured["job"].spec = {**measured["job"].spec, "alert_id": alert.id}
+    measured["job"].spec = measured["job"].spec.updated(alert_id=alert.id)
     session.flush()
     return {**measured, "tracked": tracked, "alert": alert}
 

@@ -149,15 +149,15 @@ def test_dtype_aliases_are_stored_under_the_harness_name(session, repo, alias) -
     body = BisectCreate(repository="lib", good="HEAD~2", bad="main", suite="gemm",
                         target="minikern.gemm:matmul", shapes=[shape, {"K": 32, "dtype": alias or "bf16", "M": 8, "N": 16}])
     job = jobs.create_bisect(session, body, SYSTEM)
-    assert [c["name"] for c in job.spec["cases"]] == ["gemm M=64,N=64,K=64,dtype=bf16", "gemm M=8,N=16,K=32,dtype=bf16"]
-    assert job.spec["cases"][0]["params"] == {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}
+    assert [c["name"] for c in job.spec.cases] == ["gemm M=64,N=64,K=64,dtype=bf16", "gemm M=8,N=16,K=32,dtype=bf16"]
+    assert job.spec.cases[0]["params"] == {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}
 
 
 def test_attention_defaults_are_part_of_the_stored_name(session, repo) -> None:
     body = BisectCreate(repository="lib", good="HEAD~2", bad="main", suite="attention",
                         target="minikern.attention:attention", shapes=["S=128,D=64,H=1,B=1,dtype=Float16"])
     job = jobs.create_bisect(session, body, SYSTEM)
-    assert job.spec["cases"][0]["name"] == "attention B=1,H=1,S=128,D=64,causal=false,dtype=fp16"
+    assert job.spec.cases[0]["name"] == "attention B=1,H=1,S=128,D=64,causal=false,dtype=fp16"
 
 
 def test_the_accuracy_sweep_finds_wrong_results_the_search_never_builds(session, repo) -> None:

@@ -17,6 +17,7 @@ from perfbisect.service.alerts import bot
 from perfbisect.service.alerts import service as alerts
 from perfbisect.service.db import session_scope
 from perfbisect.service.jobs import repository as jobs_repo
+from perfbisect.service.job_spec import BisectSpec
 from perfbisect.service.notifications import service as notifications
 from perfbisect.service.models import JobKind, utcnow
 from perfbisect.service.tracking import service as tracking
@@ -98,11 +99,11 @@ def continue_loop(job_id: int) -> bool:
         if job is None:
             return False
         if job.kind == JobKind.track:
-            tracked_id = job.spec.get("tracked_branch_id")
+            tracked_id = job.spec.tracked_branch_id
             next_ = None
         else:
             tracked_id = None
-            next_ = alerts.job_finished(session, job_id) if job.spec.get("alert_id") else None
+            next_ = alerts.job_finished(session, job_id) if isinstance(job.spec, BisectSpec) and job.spec.alert_id else None
     if tracked_id is not None:
         dispatch.send(DETECT_ALERTS, tracked_id, queue=CONTROL_QUEUE)
         return True

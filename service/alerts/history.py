@@ -91,8 +91,8 @@ def remeasures(session: Session, tracked: TrackedBranch,
     case once the job has finished."""
     out = {}
     for job, trials in tracking_repo.remeasures(session, tracked.id):
-        pair = job.spec["remeasure"]
-        before, after = branch.position(pair["before"]), branch.position(pair["after"])
+        pair = job.spec.remeasure
+        before, after = branch.position(pair.before), branch.position(pair.after)
         if before is None or after is None:
             continue
         values = None
@@ -102,6 +102,6 @@ def remeasures(session: Session, tracked: TrackedBranch,
                 for m in trial.measurements:
                     value = _value(tracked, m)
                     if m.status == "ok" and value is not None and m.case.name in values:
-                        values[m.case.name][trial.revision.sha == pair["after"]].append(value)
+                        values[m.case.name][trial.revision.sha == pair.after].append(value)
         out[before, after] = Remeasure(before, after, values)
     return out

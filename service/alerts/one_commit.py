@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from perfbisect.service.bisect.effect import bootstrap_effect
 from perfbisect.service.jobs.advance import wrong_effects
+from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import (Alert, AlertKind, Culprit, CulpritKind, Job, JobKind, Measurement, Revision,
                                       TrackedBranch, Trial, TrialStatus)
 from perfbisect.service.tracking import repository as tracking_repo
@@ -22,7 +23,7 @@ def _measuring_job(session: Session, tracked: TrackedBranch, trials: Sequence[Tr
     """The newest track job of the branch with a trial at `sha`."""
     ids = {t.job_id for t in trials if t.revision.sha == sha}
     stmt = (select(Job).where(Job.id.in_(ids), Job.kind == JobKind.track,
-                              Job.spec["tracked_branch_id"].as_integer() == tracked.id).order_by(Job.id.desc()))
+                              spec_field(Job.spec, "tracked_branch_id").as_integer() == tracked.id).order_by(Job.id.desc()))
     return session.scalars(stmt).first()
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session, selectinload
 
+from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import (Alert, AlertBranch, AlertCase, AlertChange, AlertKind, AlertStatus, Culprit,
                                       CulpritKind, Job, JobKind, JobStatus, Repository, TrackedBranch)
 
@@ -114,7 +115,7 @@ def bisect_culprit(session: Session, alert: Alert) -> Culprit | None:
         stmt = stmt.where(Culprit.job_id == alert.bisect_job_id)
     else:
         stmt = stmt.join(Job, Culprit.job_id == Job.id).where(
-            Job.kind == JobKind.track, Job.spec["tracked_branch_id"].as_integer() == alert.tracked_branch_id)
+            Job.kind == JobKind.track, spec_field(Job.spec, "tracked_branch_id").as_integer() == alert.tracked_branch_id)
     found = session.scalars(stmt).all()
     wanted = CulpritKind.correctness if alert.kind == AlertKind.wrong_results else CulpritKind.performance
     return next((c for c in found if c.kind == wanted), found[0] if found else None)

@@ -228,7 +228,7 @@ def _schedule(session: Session, tracked: TrackedBranch, branch: history.BranchHi
         except BadRequest as exc:
             alert.note = f"could not bisect: {exc.message}"
             continue
-        job.spec = {**job.spec, "alert_id": alert.id}
+        job.spec = job.spec.updated(alert_id=alert.id)
         alert.bisect_job_id = job.id
         out.bisect_job_ids.append(job.id)
     session.flush()
@@ -240,7 +240,7 @@ def culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
     if alert.kind == AlertKind.wrong_results:
         found = [c for c in job.culprits if c.kind == CulpritKind.correctness]
         return (found[0].first_sha, found[0].last_sha) if found else None
-    names, min_effect = {c.case.name for c in alert.cases}, float(job.spec.get("min_effect") or 0.0)
+    names, min_effect = {c.case.name for c in alert.cases}, job.spec.min_effect
     scored = [(max((abs(e["rel"]) for n, e in c.effects.items() if n in names and stored_step_moved(e, min_effect)),
                    default=0.0), c)
               for c in job.culprits if c.kind == CulpritKind.performance]

@@ -14,7 +14,7 @@ from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.bounds import MAX_ID
 from perfbisect.service.attribution import service as attribution
 from perfbisect.service.auth.principal import Principal
-from perfbisect.service.jobs import logs, repository, service, views
+from perfbisect.service.jobs import logs, service, views
 from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, JobSummary, TrialRead
 from perfbisect.service.models import JobStatus
 from perfbisect.service.reports.culprits import culprit_table

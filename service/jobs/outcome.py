@@ -21,6 +21,7 @@ from perfbisect.service.bisect.model import CorrectnessFinding
 from perfbisect.service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
 from perfbisect.service.bisect.steadiness import Wait, check_steadiness, report, set_aside
 from perfbisect.service.jobs.logs import exit_code
+from perfbisect.service.job_spec import JobSpec
 from perfbisect.service.models import JobStatus, Trial, TrialStatus
 from perfbisect.service.settings import get_settings
 
@@ -191,7 +192,7 @@ def summary(outcome: JobOutcome) -> str | None:
     return f"{len(bad)} of {len(outcome.cases)} case(s) {words}; {detail}"
 
 
-def conclude(shas: Sequence[str], spec: dict[str, Any], trials: Sequence[Trial],
+def conclude(shas: Sequence[str], spec: JobSpec, trials: Sequence[Trial],
              observations: dict[int, Observation], plan: Plan, config: BisectConfig,
              raw: Mapping[int, dict], findings: Sequence[CorrectnessFinding] | None = None,
              ) -> tuple[JobStatus, str | None, dict]:
@@ -199,7 +200,7 @@ def conclude(shas: Sequence[str], spec: dict[str, Any], trials: Sequence[Trial],
     the measurements' raw samples (for the noise report), `findings` the wrong-results runs
     (default: the plan's)."""
     failures = failures_from(trials, shas)
-    cases = [c["name"] for c in spec["cases"]]
+    cases = spec.case_names()
     outcome = decide(len(shas), observations, plan, config, cases, failures, noise_inputs(trials, raw), findings)
     status = STATUS_OF.get(outcome.verdict, JobStatus.succeeded)
     error = summary(outcome)

@@ -92,7 +92,7 @@ def culprits_named(job: Job, tracked: TrackedBranch | None, alert_id: int | None
 
 def gate_failed(job: Job, verdict: CheckVerdict) -> Notice:
     """A compare job whose merge gate (service/webhooks/check.py) is a failure."""
-    pr = job.spec.get("pr_number")
+    pr = job.spec.pr_number
     title = f"perfbisect: gate failed{f' on PR #{pr}' if pr else ''} of {job.repository.name}: {verdict.title}"
     body = {**_job_body(job), "pr_number": pr, "head_sha": job.revision_shas[-1] if job.revision_shas else None,
             "conclusion": verdict.conclusion, "summary": verdict.summary}

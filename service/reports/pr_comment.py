@@ -12,6 +12,7 @@ and the footer to the job's page.
 
 from __future__ import annotations
 
+from perfbisect.service.job_spec import CompareSpec, JobSpec
 from perfbisect.service.jobs.schemas import CulpritRead, JobRead
 from perfbisect.service.reports.attribution import markdown_lines as attribution_markdown
 from perfbisect.service.reports.culprits import (
@@ -51,7 +52,7 @@ def _case(job: JobRead, case: str, public_url: str | None) -> str:
 
 def _environment(job: JobRead) -> str:
     env = (job.outcome.environment if job.outcome else None) or {}
-    device = env.get("name") or job.spec.get("device_class", "?")
+    device = env.get("name") or job.spec.device_class
     extras = [f"driver {env['driver']}" if env.get("driver") else "", f"CUDA {env['cuda']}" if env.get("cuda") else ""]
     device += f" ({', '.join(e for e in extras if e)})" if any(extras) else ""
     tools = [f"{k} {env[k]}" for k in ("torch", "triton", "python") if env.get(k)]
@@ -60,7 +61,7 @@ def _environment(job: JobRead) -> str:
 
 def _footer(job: JobRead, public_url: str | None) -> str:
     p = job.progress
-    return (f"<sub>{_environment(job)} · threshold: minimum effect {job.spec.get('min_effect', 0) * 100:.1f}% of the "
+    return (f"<sub>{_environment(job)} · threshold: minimum effect {job.spec.min_effect * 100:.1f}% of the "
             f"{decided_on(job)} · {p.get('trials', 0)} trials over {p.get('measured', 0)} revisions, cold caches, "
             f"control timed in the same process · {_links(job, public_url)}</sub>")
 
@@ -128,12 +129,12 @@ def _case_lists(job: JobRead, public_url: str | None) -> list[str]:
     return out
 
 
-def base_note(spec: dict) -> str | None:
+def base_note(spec: JobSpec) -> str | None:
     """Which base a compare measured the head against, when it asked for the merge base (a pull
     request's compare): None for a compare of two given revisions."""
-    if not spec.get("merge_base") or not spec.get("good_sha"):
+    if not isinstance(spec, CompareSpec) or not spec.merge_base or not spec.good_sha:
         return None
-    merge_base, tip = str(spec["good_sha"])[:10], spec.get("base_tip_sha")
+    merge_base, tip = spec.good_sha[:10], spec.base_tip_sha
     if not tip:
         return f"Base: the merge base `{merge_base}` of the head and its base branch (the branch's tip)."
     return (f"Base: the merge base `{merge_base}` of the head and its base branch, not the branch's tip "
@@ -153,9 +154,10 @@ def _headline(job: JobRead) -> str:
 def render_job(job: JobRead, public_url: str | None = None) -> str:
     """The job's report as Markdown: headline, step tables, failed/inconclusive/unchanged cases."""
     kind = "Compared" if job.kind == "compare" else "Bisected"
-    good = job.spec.get("good_sha") if job.spec.get("merge_base") else job.spec.get("good")  # the base measured
+    merge_base = isinstance(job.spec, CompareSpec) and job.spec.merge_base
+    good = job.spec.good_sha if merge_base else job.spec.good  # the base measured
     out = [_headline(job), "",
-           f"{kind} `{ref(good)}`..`{ref(job.spec.get('bad'))}` in **{job.repository}** ({job.status}); "
+           f"{kind} `{ref(good)}`..`{ref(job.spec.bad)}` in **{job.repository}** ({job.status}); "
            f"step = relative change of the {decided_on(job)}, 95% CI."]
     if (note := base_note(job.spec)) is not None:
         out += ["", note]
@@ -189,7 +191,7 @@ def render_culprit_comment(job: JobRead, culprits: list[CulpritRead], public_url
     """On a PR a bisect named as an exact culprit: what moved, worded by direction."""
     shas = ", ".join(f"`{c.last_sha[:10]}`" for c in culprits)
     out = [f"### perfbisect: this pull request caused {_direction(job, culprits)}", "",
-           f"Bisecting `{ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))}` in **{job.repository}** found the step at "
+           f"Bisecting `{ref(job.spec.good)}..{ref(job.spec.bad)}` in **{job.repository}** found the step at "
            f"{shas}, from this pull request. Step = relative change of the {decided_on(job)}, 95% CI:"]
     out += _step_tables(job, culprits, public_url, with_revision=True)
     out += attribution_markdown(job)

@@ -23,7 +23,7 @@ from perfbisect.service.models import Job, Repository, WebhookDelivery
 from perfbisect.service.suites import service as suites
 from perfbisect.service.webhooks import repository
 from perfbisect.service.webhooks.repo_urls import event_urls, normalized_url
-from perfbisect.service.webhooks.pr_cases import PATHS_PENDING, pr_benchmarks
+from perfbisect.service.webhooks.pr_cases import pr_benchmarks
 from perfbisect.service.webhooks.schemas import PullRequestEvent
 
 def record_delivery(session: Session, delivery_id: str, body: bytes, event: str) -> WebhookDelivery | None:
@@ -92,7 +92,7 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
     if not submission.created:  # an identical delivery's job, created meanwhile
         return CompareOutcome(job=job, created=False)
     if chosen.paths_pending:
-        job.spec = {**job.spec, PATHS_PENDING: True}
+        job.spec = job.spec.updated(kernel_paths_pending=True)  # the resolving task adds the touched cases
     stale = [j.id for j in repository.open_compares_of_pr(session, repo.id, pr.number) if j.id != job.id]
     for job_id in stale:
         jobs.cancel(session, job_id, SYSTEM)

@@ -95,7 +95,7 @@ def test_backfill_measures_every_kth_commit_and_nothing_twice(session, lib) -> N
     tracked = track(session, lib)
     run = tracking.start_run(session, tracked.id)
     assert list(run.heads) == [shas[1], shas[3], shas[5], shas[7]]
-    assert run.job.kind == JobKind.track and run.job.spec["tracked_branch_id"] == tracked.id
+    assert run.job.kind == JobKind.track and run.job.spec.tracked_branch_id == tracked.id
     assert tracking.start_run(session, tracked.id).job is None  # the open track job measures them
     measure(session, run.job.id, lambda sha: {CASE_NAME: 1.0})
     assert session.get(Job, run.job.id).status == JobStatus.succeeded
@@ -137,7 +137,7 @@ def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(sess
     assert (alert.kind.value, alert.status) == ("regression", AlertStatus.new)
     assert (alert.before_sha, alert.first_sha, alert.last_sha) == (shas[7], shas[8], shas[11])
     bisect = session.get(Job, alert.bisect_job_id)
-    assert (bisect.spec["good_sha"], bisect.spec["bad_sha"], bisect.spec["alert_id"]) == (shas[7], shas[11], alert.id)
+    assert (bisect.spec.good_sha, bisect.spec.bad_sha, bisect.spec.alert_id) == (shas[7], shas[11], alert.id)
 
     again = alerts.detect(session, tracked.id)  # a re-detection is the same alert, and no second bisect
     assert again.raised == [alert.id] and again.bisect_job_ids == []
@@ -408,7 +408,7 @@ def test_a_suspected_step_is_re_measured_side_by_side_before_it_alerts(session, 
     suspected = alerts.detect(session, tracked.id)
     assert suspected.raised == [] and len(suspected.measure_job_ids) == 1
     job = session.get(Job, suspected.measure_job_ids[0])
-    assert (job.kind, job.spec["remeasure"], job.revision_shas) == (
+    assert (job.kind, job.spec.remeasure.model_dump(), job.revision_shas) == (
         JobKind.track, {"before": shas[7], "after": shas[11]}, [shas[7], shas[11]])
     assert alerts.detect(session, tracked.id).measure_job_ids == []  # one re-measure, while it runs too
     measure(session, job.id, values)
