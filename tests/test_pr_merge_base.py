@@ -73,7 +73,7 @@ def test_a_docs_only_pr_lagging_an_improved_base_passes_the_gate_and_is_no_regre
     assert response.status_code == 202, response.text
     job = resolved(session, response.json()["job_id"])
     assert job.revision_shas == [lagging["merge_base"], lagging["head"]]
-    assert (job.spec["good_sha"], job.spec["base_tip_sha"]) == (lagging["merge_base"], lagging["tip"])
+    assert (job.spec.good_sha, job.spec.base_tip_sha) == (lagging["merge_base"], lagging["tip"])
 
     measure(session, job.id, lagging["value_of"], gemm_result)
     session.expire_all()  # a fresh read, as the task that posts the gate does

@@ -29,7 +29,7 @@ def test_a_one_commit_alert_is_on_the_chart_the_regressions_page_and_in_a_culpri
 
     [culprit] = session.scalars(select(Culprit).where(Culprit.last_sha == shas[5])).all()
     job = session.get(Job, culprit.job_id)
-    assert job.kind == JobKind.track and job.spec["tracked_branch_id"] == tracked.id
+    assert job.kind == JobKind.track and job.spec.tracked_branch_id == tracked.id
     assert (culprit.kind, culprit.first_sha, list(culprit.effects)) == (CulpritKind.performance, shas[5], [CASE_NAME])
     effect = culprit.effects[CASE_NAME]
     assert round(effect["rel"], 2) == -0.4 and effect["ci"][1] < 0  # 0.995 -> 0.6 between the two heads
