@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
+from perfbisect.service.bisect.coverage import DEFAULT_MAX_GAP
 from perfbisect.service.bisect.model import SIDE_BY_SIDE, PairBlock
 from perfbisect.service.bisect.progress import expected_trials
 from perfbisect.service.bisect.probes import nothing_built
@@ -106,9 +107,10 @@ def config_of(job: Job, trials: Sequence[Trial]) -> BisectConfig:
     scan = spec.get("scan")
     if scan is None:
         scan = AUTO_SCAN if len(job.revision_shas) > AUTO_SCAN_ABOVE else 0
+    max_gap = (spec.get("max_gap") or DEFAULT_MAX_GAP) if scan == "auto" else 0  # --scan auto: sized by max_gap
     return BisectConfig(
         min_effect=spec["min_effect"], higher_is_better=higher, workers=spec.get("workers", 1),
-        max_trials=spec.get("max_trials", 12), scan=scan,
+        max_trials=spec.get("max_trials", 12), scan=0 if max_gap else scan, max_gap=max_gap,
         paired_blocks=SIDE_BY_SIDE if spec.get("side_by_side") else 0,  # jobs from before issue 23: off
     )
 

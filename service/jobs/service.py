@@ -189,6 +189,7 @@ def _bisect(session: Session, data: BisectCreate, submitter: Principal, fetch: b
         "workers": data.workers, "max_trials": data.max_trials or get_settings().max_trials_per_revision,
         "policy": data.policy.model_dump(exclude_none=True) if data.policy else None,
         "check_accuracy": data.check_accuracy, "scan": data.scan, "side_by_side": data.side_by_side,
+        **({"max_gap": data.max_gap} if data.max_gap is not None else {}),
         **({"attribute": data.attribute} if data.attribute is not None else {}),
     }
     return _create(session, JobKind.bisect, repo, spec, resolved, submitter)
