@@ -193,8 +193,8 @@ def test_equal_ends_with_nothing_measured_between_say_a_hidden_step_would_not_be
     scanned = outcome_of({**observations, 5: ok(CALM)}, n=10, config=CONFIG)
     assert "only the ends" not in scanned.cases[0].reason
     # issue 46: one scan point halves the blind stretch but never makes "no step" unqualified
-    assert scanned.cases[0].unseen == 3 and scanned.cases[0].gap == (5, 9)
-    assert "a step undone within 4 consecutive commits would not be seen" in scanned.cases[0].reason
+    assert scanned.cases[0].unseen == 4 and scanned.cases[0].gap == (0, 5)  # 1..4; 6..8 is narrower
+    assert "a step undone within 5 consecutive commits would not be seen" in scanned.cases[0].reason
     every = outcome_of({i: ok(CALM) for i in range(10)}, n=10, config=CONFIG)
     assert every.cases[0].gap is None and every.gap is None and "would not be seen" not in every.cases[0].reason
 
