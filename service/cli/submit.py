@@ -141,18 +141,20 @@ def bisect(
     Exit codes: 0 a verdict for every case, 1 --fail-on matched, 2 bad input or unreachable
     service, 3 a case could not be measured, 4 inconclusive, 5 cancelled, 130 Ctrl-C."""
     from perfbisect.service.cli.main import console, user_errors
-    from perfbisect.service.jobs.schemas import BisectCreate
+    from perfbisect.service.jobs.schemas import MAX_SCAN, BisectCreate
 
     with user_errors():
         try:
             parsed_policy = json.loads(policy) if policy else None
         except json.JSONDecodeError as exc:
             raise CLIError(f"--policy is not JSON: {exc}") from None
+        if scan is not None and scan != "auto" and not scan.isdigit():
+            raise CLIError(f"--scan is a number of interior revisions (0 to {MAX_SCAN}) or auto, not {scan!r}")
         request = validated(BisectCreate, repository=repo, good=good, bad=bad,
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
-                            policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, max_gap=max_gap, attribute=attribute,
-                            side_by_side=side_by_side)
+                            policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, max_gap=max_gap,
+                            attribute=attribute, side_by_side=side_by_side)
         job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
     _finish(job, as_json, wide, fail_on)
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -63,7 +63,7 @@ class BisectCreate(BaseModel):
                                           "its suites, targets and shape presets")
     check_accuracy: bool = Field(default=False, description="also check accuracy at every revision of the range "
                                  "(accuracy-only trials, no timing loop, run side by side with the search)")
-    scan: int | Literal["auto"] | None = Field(default=None, description=(
+    scan: Annotated[int, Field(ge=0, le=MAX_SCAN)] | Literal["auto"] | None = Field(default=None, description=(
         "interior revisions measured, evenly spaced, with the ends in the first round, so that a step undone "
         f"inside the range is seen (0 to {MAX_SCAN}); \"auto\": as many as leave no stretch between measured revisions "
         f"wider than max_gap commits, and finer ones beside a step seen; default {AUTO_SCAN} for ranges over "
@@ -91,8 +91,6 @@ class BisectCreate(BaseModel):
             self.suite = self.target = self.shapes = None
         elif not any(given):
             raise ValueError("suite, target and shapes are required (or give benchmarks or benchmark_set)")
-        if isinstance(self.scan, int) and not 0 <= self.scan <= MAX_SCAN:
-            raise ValueError(f"scan is a number of revisions from 0 to {MAX_SCAN}, or \"auto\"")
         if self.max_gap is not None and self.scan != "auto":
             raise ValueError("max_gap goes with scan \"auto\" (--scan auto --max-gap N)")
         return self
