@@ -291,6 +291,24 @@ def test_a_step_undone_inside_the_range_is_found_with_scan_and_said_without(sess
     assert f"[{CASE_BIG}](https://perf.example.com/dashboard/repositories/lib?case=" in md
 
 
+def test_scan_auto_scans_where_a_tracked_history_of_the_range_moved(session, repo) -> None:
+    """Issue 46: an earlier job measured every revision of HEAD~16..main (as a tracked history
+    does) and saw CASE_BIG slow at 6 and 7 only. --scan auto --max-gap 8 alone would measure 8
+    (fast) and miss it; with the history's edges (6, 8) among its points it names both edges."""
+
+    def truth(i: int, rng: random.Random) -> dict:
+        return harness_result({CASE_BIG: 0.5 if 6 <= i < 8 else 1.0, CASE_SMALL: 1.0}, rng)
+
+    run_job(session, submit(session, scan=15, min_effect=0.05), truth)  # every revision has a case point
+    auto = submit(session, scan="auto", max_gap=8, min_effect=0.05)
+    job = jobs.get(session, auto)
+    assert advance.scan_hints(session, job) == (6, 8)
+    run_job(session, auto, truth)
+    session.expire_all()  # the job was read before its culprits were written
+    job = views.job_read(session, jobs.get(session, auto))
+    assert sorted(job.revision_shas.index(c.last_sha) for c in job.culprits) == [6, 8]
+
+
 @pytest.fixture
 def pauses(monkeypatch):
     """The production pauses for a steadier machine (the test session turns them off)."""

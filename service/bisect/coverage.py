@@ -8,13 +8,14 @@ and its revert six commits later sat between two of `--scan 4`'s points in a 68-
 
 `--scan auto` measures enough evenly spaced points with the ends that no stretch is wider than
 `max_gap` commits, and (`refine_points`) cuts the stretches beside a step it saw finer: where a
-scan point already differs from its neighbours, more steps nearby are likelier.
+scan point already differs from its neighbours, more steps nearby are likelier. Where a tracked
+history already measured revisions of the range, the revisions where it moved are scanned too.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 # The default widest stretch for `--scan auto`: a step that lasts this many commits or more is
@@ -74,10 +75,25 @@ def points_within(lo: int, hi: int, max_gap: int) -> list[int]:
     return sorted({lo + round(i * (hi - lo) / parts) for i in range(1, parts)})
 
 
-def auto_scan_points(n: int, max_gap: int) -> list[int]:
+def auto_scan_points(n: int, max_gap: int, hints: Collection[int] = ()) -> list[int]:
     """`--scan auto`: interior revisions of 0..n-1 such that no stretch between measured ones is
-    wider than `max_gap` commits."""
-    return points_within(0, n - 1, max_gap)
+    wider than `max_gap` commits; the interior `hints` (where a tracked history moved,
+    `history_edges`) are among them, and the even points fill the stretches between them."""
+    anchors = sorted({0, n - 1, *(h for h in hints if 0 < h < n - 1)})
+    points = set(anchors[1:-1])
+    for a, b in zip(anchors, anchors[1:]):
+        points.update(points_within(a, b, max_gap))
+    return sorted(points)
+
+
+def history_edges(series: Mapping[int, float], min_effect: float) -> list[int]:
+    """Where a tracked history of the range moved: each revision it measured (index -> the case's
+    value there, one fingerprint) whose value differs from the one measured before it by at least
+    `min_effect` (relative, either way). Only a hint of where to scan: the history's values come
+    from other rounds and machines, and never enter a verdict."""
+    points = sorted((i, v) for i, v in series.items() if v and v > 0)
+    return [i for (_, before), (i, after) in zip(points, points[1:])
+            if abs(math.log(after / before)) >= math.log1p(min_effect)]
 
 
 def refine_points(alike: Collection[tuple[int, int]], different: Collection[tuple[int, int]], max_gap: int,

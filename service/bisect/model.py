@@ -123,7 +123,7 @@ class BisectConfig:
       step that was undone inside the range (equal ends) can still be seen (`probes.scan_points`).
     - `max_gap` (`--scan auto`, 0: off): instead of `scan`, as many evenly spaced points as leave
       no stretch between measured revisions wider than this many commits, and finer points beside
-      a pair judged DIFFERENT (`coverage`).
+      a pair judged DIFFERENT (`coverage`); `hints` (where a tracked history moved) are among them.
     """
 
     min_effect: float = 0.02
@@ -144,6 +144,7 @@ class BisectConfig:
     seed: int = 0
     scan: int = 0
     max_gap: int = 0
+    hints: tuple[int, ...] = ()
     paired_blocks: int = 0
 
 

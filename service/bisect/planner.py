@@ -328,7 +328,8 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     for end in sorted(set(ends)):
         requests.new(end, config.endpoint_trials)
     if 0 not in observations and n - 1 not in observations:  # the first round: scan with the ends
-        for revision in auto_scan_points(n, config.max_gap) if config.max_gap else scan_points(n, config.scan):
+        scanned = auto_scan_points(n, config.max_gap, config.hints) if config.max_gap else scan_points(n, config.scan)
+        for revision in scanned:
             requests.new(revision, config.replicates)
     for revision in fix_probes:
         requests.new(revision, config.initial_trials)

@@ -6,7 +6,7 @@ import pytest
 
 from perfbisect.service.bisect import BisectConfig
 from perfbisect.service.bisect.coverage import (
-    DEFAULT_MAX_GAP, Gap, auto_scan_points, gap_note, points_within, refine_points, widest_gap,
+    DEFAULT_MAX_GAP, Gap, auto_scan_points, gap_note, history_edges, points_within, refine_points, widest_gap,
 )
 from perfbisect.service.bisect.history import CaseModel, History
 from perfbisect.service.bisect.outcomes import Outcome, decide
@@ -58,6 +58,21 @@ def test_refinement_cuts_the_alike_pairs_beside_a_step_finer() -> None:
     assert refine_points(alike, different, 6, measured={11, 17, 18, 23, 40, 46}) == [14, 20]
     assert refine_points(alike, [], 6, measured=set()) == []
     assert refine_points([(0, 6)], [(6, 7)], 6, measured={0, 3, 6, 7}) == []  # already tried
+
+
+def test_a_tracked_history_puts_scan_points_where_it_moved() -> None:
+    # measured every commit around a 2-commit excursion (6, 7 slow), then sparsely; noise under 15%
+    history = {0: 1.0, 4: 1.02, 5: 0.99, 6: 0.55, 7: 0.56, 8: 1.0, 12: 1.1, 16: 0.97}
+    assert history_edges(history, 0.15) == [6, 8]
+    assert history_edges({0: 1.0, 9: 1.0}, 0.15) == [] and history_edges({}, 0.15) == []
+    assert auto_scan_points(17, 8) == [8]  # the even grid alone: 6 and 7 fall between 0 and 8
+    assert auto_scan_points(17, 8, hints=[6, 8]) == [6, 8]  # 0..6 and 8..16 are within 8 commits already
+    assert auto_scan_points(17, 8, hints=[2]) == [2, 9]  # 2..16 is not: cut in two
+    assert auto_scan_points(17, 8, hints=[0, 16, 40]) == [8]  # the ends and outside points add nothing
+    history = History(n_revisions=17, cases={"k": CaseModel(cv=0.01, levels=((0, 1.0), (6, 0.55), (8, 1.0)))})
+    blind, _, _ = run(history, BisectConfig(min_effect=0.15, max_gap=8), seed=1)
+    hinted, _, _ = run(history, BisectConfig(min_effect=0.15, max_gap=8, hints=(6, 8)), seed=1)
+    assert blind.culprits == () and sorted(c.first for c in hinted.culprits) == [6, 8]
 
 
 def excursion(first_slow: int, undone_at: int, slow: float = 0.55) -> History:
