@@ -110,7 +110,8 @@ def test_bisect_refuses_a_bad_scan_before_submitting() -> None:
     base = ["bisect", "--repo", "lib", "--good", "v1", "--bad", "main", "--suite", "gemm", "--target", "m:f",
             "--shape", "M=64,N=64,K=64,dtype=fp32"]
     word = runner.invoke(app, [*base, "--scan", "most"])
-    assert word.exit_code == 2 and "--scan is a number of interior revisions (0 to 32) or auto" in word.output, word.output
+    assert word.exit_code == 2, word.output
+    assert "--scan is a number of interior revisions (0 to 32) or auto" in word.output
     many = runner.invoke(app, [*base, "--scan", "40"])
     assert many.exit_code == 2 and "less than or equal to 32" in many.output, many.output
     loose = runner.invoke(app, [*base, "--scan", "4", "--max-gap", "3"])

@@ -184,8 +184,9 @@ class CaseOutcomeRead(BaseModel):
     bound: float | None = Field(default=None, description="unchanged: no step beyond this relative size")
     ci: tuple[float, float] | None = Field(default=None, description="95% CI of the end-to-end step")
     steps: list[StepRead] = []
-    unseen: int = Field(default=0, description="unchanged: the most consecutive revisions not measured between two "
-                        "measured ones (a step undone among them would not be seen; --scan auto, or the tracked history)")
+    unseen: int = Field(default=0, description="unchanged: the most consecutive revisions not measured between "
+                        "two measured ones (a step undone among them would not be seen; --scan auto, or the tracked "
+                        "history)")
     gap: GapRead | None = Field(default=None, description="unchanged: the widest unmeasured stretch (None: every "
                                 "revision of the range was measured)")
 
