@@ -13,6 +13,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends git build-essen
 WORKDIR /app
 COPY pyproject.toml setup.py constraints.txt README.md alembic.ini ./
 COPY perfbisect ./perfbisect
+COPY cli ./cli
 COPY service ./service
 COPY workers ./workers
 COPY kernels ./kernels

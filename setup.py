@@ -5,7 +5,7 @@ package: they are listed as such, with their files as package data, so no build 
 "packages absent from the packages configuration"."""
 from setuptools import find_namespace_packages, find_packages, setup
 
-FOLDERS = ("service", "workers", "kernels", "migrations", "dashboards")
+FOLDERS = ("cli", "service", "workers", "kernels", "migrations", "dashboards")
 ASSETS = [f"dashboards.{name}" for name in find_namespace_packages("dashboards", include=["static", "static.*"])]
 
 setup(

@@ -29,7 +29,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for i in range(n):
         for rev, sha in zip(revs, shas):
             with slot() as box:
-                result, _ = run_in_slot(box, mirror, sha, build_command=None, env={}, spec=spec, import_root=".")
+                result, _ = run_in_slot(box, mirror, sha, build_command=None, env={}, trial_spec=spec, import_root=".")
             for c in result["cases"]:
                 if c["suite"] == "rmsnorm":
                     print(rev, "control %.3f ms" % st.median(c["control_ms"]), "ratio %.3f" % st.median(c["ratio"]), flush=True)

@@ -39,7 +39,7 @@ def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool 
     env = {**os.environ, "PERFBISECT_HOME": str(home / "home"), "PYTHONUNBUFFERED": "1"}
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
-    cmd = [sys.executable, "-m", "perfbisect.service.cli.main", "demo", "--device", device, "--path", str(home / "minikern")]
+    cmd = [sys.executable, "-m", "perfbisect.cli.main", "demo", "--device", device, "--path", str(home / "minikern")]
     cmd += ["--track"] if track else []
     if cpus:
         cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]

@@ -10,18 +10,18 @@ set -euo pipefail
 out=${1:-/tmp/perfbisect-gpu-attribution}
 mkdir -p "$out"
 export PERFBISECT_HOME="$out/home" PYTHONPATH="$PWD:${PYTHONPATH:-}"
-python3 -m perfbisect.service.cli.main demo-repo "$out/minikern" >/dev/null
+python3 -m perfbisect.cli.main demo-repo "$out/minikern" >/dev/null
 shas=($(git -C "$out/minikern" rev-list --first-parent --reverse HEAD))
 policy=$(python3 -c "import json; from perfbisect.kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
 start=$(date +%s)
-python3 -m perfbisect.service.cli.main bisect --repo "$out/minikern" --good "${shas[2]}" --bad "${shas[7]}" \
+python3 -m perfbisect.cli.main bisect --repo "$out/minikern" --good "${shas[2]}" --bad "${shas[7]}" \
   --suite rmsnorm --target minikern.rmsnorm:rms_norm \
   --shape M=16384,N=8192,dtype=bf16 --shape M=4096,N=8192,dtype=bf16 \
   --device-class cuda --min-effect 0.02 --build "{python} -m compileall -q minikern" --policy "$policy" \
   --attribute --json > "$out/gpu_attribution.json" || true
 echo "wall_s=$(( $(date +%s) - start ))"
-python3 -m perfbisect.service.cli.main show 1 2>/dev/null || true   # the bisect, with the attribution section
-python3 -m perfbisect.service.cli.main show 2 2>/dev/null || true   # the attribution job itself
+python3 -m perfbisect.cli.main show 1 2>/dev/null || true   # the bisect, with the attribution section
+python3 -m perfbisect.cli.main show 2 2>/dev/null || true   # the attribution job itself
 python3 - "$out/gpu_attribution.json" <<'PY'
 import json, sys
 job = json.load(open(sys.argv[1]))

@@ -8,15 +8,15 @@ set -euo pipefail
 out=${1:-/tmp/perfbisect-gpu-bisect}
 mkdir -p "$out"
 export PERFBISECT_HOME="$out/home" PYTHONPATH="$PWD:${PYTHONPATH:-}"
-python3 -m perfbisect.service.cli.main demo-repo "$out/minikern" >/dev/null
+python3 -m perfbisect.cli.main demo-repo "$out/minikern" >/dev/null
 shas=($(git -C "$out/minikern" rev-list --first-parent --reverse HEAD))
 policy=$(python3 -c "import json; from perfbisect.kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
 start=$(date +%s)
-python3 -m perfbisect.service.cli.main bisect --repo "$out/minikern" --good "${shas[14]}" --bad "${shas[25]}" \
+python3 -m perfbisect.cli.main bisect --repo "$out/minikern" --good "${shas[14]}" --bad "${shas[25]}" \
   --suite attention --target minikern.attention:attention \
   --shape B=2,H=32,S=1024,D=128,causal=false,dtype=bf16 --shape B=2,H=32,S=4096,D=128,causal=false,dtype=bf16 \
   --device-class cuda --min-effect 0.02 --build "{python} -m compileall -q minikern" --policy "$policy" \
   --json > "$out/gpu_bisect.json" || true
 echo "wall_s=$(( $(date +%s) - start ))"
-python3 -m perfbisect.service.cli.main show 1 2>/dev/null || true
+python3 -m perfbisect.cli.main show 1 2>/dev/null || true
 python3 bench/job_phases.py 1 || true

@@ -31,12 +31,12 @@ elif [ "$part" = shared ]; then
   run timeout 400 bash bench/gpu_bisect.sh $work/shared
   wait
   tr '\n' ' ' < $work/cotenant-shared.log; echo
-  PERFBISECT_HOME=$work/shared/home python3 -m perfbisect.service.cli.main show 1 --wide
+  PERFBISECT_HOME=$work/shared/home python3 -m perfbisect.cli.main show 1 --wide
   cp $work/shared/gpu_*.json "$out/shared.json" 2>/dev/null
 elif [ "$part" = final ]; then
   cotenant 200 final
   run timeout 230 bash bench/gpu_bisect.sh $work/final
-  PERFBISECT_HOME=$work/final/home python3 -m perfbisect.service.cli.main show 1 --wide
+  PERFBISECT_HOME=$work/final/home python3 -m perfbisect.cli.main show 1 --wide
   wait
   tr '\n' ' ' < $work/cotenant-final.log; echo
   shas=($(git -C .real/liger rev-list --first-parent --reverse HEAD))

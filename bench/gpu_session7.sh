@@ -10,7 +10,7 @@ source bench/gpu_node_setup.sh
 run() { echo "== $*"; local s=$(date +%s); "$@"; echo "== rc=$? in $(( $(date +%s) - s )) s"; }
 run python3 -m pytest -q -p no:cacheprovider -s --confcutdir=tests/kernels tests/kernels/test_gpu.py
 run python3 bench/flush_check.py --device cuda --repeats 3
-run python3 -m perfbisect.service.cli.main doctor
+run python3 -m perfbisect.cli.main doctor
 run python3 bench/trial_phases.py --device cuda --cases attention --trials 6 --sandbox slot
 run python3 bench/trial_phases.py --device cuda --cases attention --trials 6 --sandbox namespaces
 run bash bench/gpu_bisect.sh "$out/bisect"

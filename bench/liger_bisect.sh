@@ -19,7 +19,7 @@ export PERFBISECT_TRIAL_LAUNCHER=fork-server PYTHONUNBUFFERED=1
 good=${GOOD:-$(git -C "$repo" rev-list --max-parents=0 HEAD)}
 bad=${BAD:-$(git -C "$repo" rev-parse HEAD)}
 policy=$(python3 -c "import json; from perfbisect.kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
-pb="python3 -m perfbisect.service.cli.main"
+pb="python3 -m perfbisect.cli.main"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 echo "good=$good bad=$bad policy=$policy"

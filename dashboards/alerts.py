@@ -38,7 +38,7 @@ def culprit_alerts(culprit, job, repo, meta, links) -> list[AlertRow]:
     """The rows of one culprit: a performance culprit gives one per case whose step passed the
     job's threshold, a correctness culprit a 'wrong results' row per case that failed accuracy. `meta` is the culprit
     commit's RevisionMeta (or None), `links` the repository's RepoLinks."""
-    min_effect = float((job.spec or {}).get("min_effect") or 0.0)
+    min_effect = job.spec.min_effect
     common = dict(repository=repo.name, job_id=job.id, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
                   subject=meta.subject if meta else None, pr_number=meta.pr_number if meta else None,
                   commit_url=links.commit(culprit.last_sha),

@@ -13,7 +13,7 @@ import heapq
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import NamedTuple
 
@@ -76,6 +76,7 @@ class CulpritRow:
     subject: str | None = None
     pr_number: int | None = None
     min_effect: float = 0.0
+    fixed_sha: str | None = None  # correctness: where its bisect saw the case pass again
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class StepMark:
     job_id: int
     subject: str | None = None
     pr_number: int | None = None
+    fixed_sha: str | None = None  # correctness: the first commit seen passing again after it
 
     @property
     def exact(self) -> bool:
@@ -147,7 +149,7 @@ class StepMark:
     @property
     def label(self) -> str:
         if self.kind == "correctness":
-            return "wrong results"
+            return f"wrong results (fixed at {self.fixed_sha[:10]})" if self.fixed_sha else "wrong results"
         return "step" if self.rel is None else f"{self.rel * 100:+.1f}%"
 
 
@@ -298,7 +300,7 @@ def steps_of(culprits: Iterable[CulpritRow], order: Order) -> dict[tuple[str, st
                 kind=c.kind, first_index=index[c.first_sha], last_index=index[c.last_sha],
                 first_sha=c.first_sha, last_sha=c.last_sha, job_id=c.job_id,
                 rel=effect.get("rel"), ci=(float(ci[0]), float(ci[1])) if ci else None,
-                subject=c.subject, pr_number=c.pr_number)
+                subject=c.subject, pr_number=c.pr_number, fixed_sha=c.fixed_sha)
             for target in c.targets_by_case.get(name, frozenset()):
                 marks[(target, name)].append(mark)
     return dict(marks)
@@ -326,17 +328,31 @@ def build_histories(rows: Iterable[MeasurementRow], culprits: Iterable[CulpritRo
     return assemble_histories(series_of(rows, order), culprits, order, failed)
 
 
+def _point_indexes(line: Series) -> list[int]:
+    return [p.index for p in line.points] if line.points else list((line.columns or {}).get("index", []))
+
+
+def _with_fix(mark: StepMark, lines: Sequence[Series], sha_at: Mapping[int, str]) -> StepMark:
+    """A wrong-results mark fixed later: a point after it (points are heads measured with right
+    results) says where the case passes again, when its bisect did not see the fix."""
+    if mark.kind != "correctness" or mark.fixed_sha:
+        return mark
+    later = [i for line in lines for i in _point_indexes(line) if i > mark.last_index and i in sha_at]
+    return replace(mark, fixed_sha=sha_at[min(later)]) if later else mark
+
+
 def assemble_histories(series: Mapping[tuple[str, str, str], list[Series]], culprits: Iterable[CulpritRow],
                        order: Order, failed: Iterable[FailedTrialRow] = ()) -> list[CaseHistory]:
     """CaseHistory per case of `series`, with the culprit marks and failed commits in `order`."""
     steps = steps_of(culprits, order)
     failures = failures_of(failed, order)
+    sha_at = {i: sha for sha, i in index_of(order).items()}
     histories = []
     for (suite, target, case), lines in sorted(series.items()):
         latest: dict[tuple[str, str, str], StepMark] = {}
         for mark in sorted(steps.get((target, case), []), key=lambda m: m.job_id):
             latest[(mark.kind, mark.first_sha, mark.last_sha)] = mark  # re-found by a later job: keep its numbers
-        marks = sorted(latest.values(), key=lambda m: (m.first_index, m.job_id))
+        marks = sorted((_with_fix(m, lines, sha_at) for m in latest.values()), key=lambda m: (m.first_index, m.job_id))
         histories.append(CaseHistory(suite=suite, target=target, case=case, series=lines, steps=marks,
                                      failed=failures.get((target, case), [])))
     return histories

@@ -75,7 +75,7 @@ def step_json(m) -> dict[str, Any]:
     return {"kind": m.kind, "first_sha": m.first_sha, "last_sha": m.last_sha, "exact": m.exact,
             "first_index": m.first_index, "last_index": m.last_index,
             "rel": m.rel, "ci": list(m.ci) if m.ci else None, "job_id": m.job_id,
-            "pr_number": m.pr_number, "subject": m.subject}
+            "pr_number": m.pr_number, "subject": m.subject, "fixed_sha": m.fixed_sha}
 
 
 def commit_columns(view: Any, shas: set[str]) -> dict[str, list]:

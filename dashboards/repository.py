@@ -24,6 +24,7 @@ from perfbisect.dashboards.history import (
     RevisionPoint,
     Series,
 )
+from perfbisect.service.job_spec import JobSpec
 from perfbisect.service.models import (
     Case,
     CasePoint,
@@ -303,9 +304,9 @@ def measurement_rows(session: Session, repository_id: int, *, job_id: int | None
             for r in session.execute(stmt)]
 
 
-def _targets_by_case(spec: dict | None) -> dict[str, frozenset[str]]:
+def _targets_by_case(spec: JobSpec) -> dict[str, frozenset[str]]:
     targets: dict[str, set[str]] = defaultdict(set)
-    for case in (spec or {}).get("cases", []):
+    for case in spec.cases:
         targets[case["name"]].add(case["target"])
     return {name: frozenset(t) for name, t in targets.items()}
 
@@ -331,7 +332,8 @@ def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = N
     """The culprits of the repository's jobs (or of one job), with the targets each job measured
     per case name and the culprit commit's subject and PR."""
     # Rows of columns, not ORM entities: each ETag of the history and the overview reads these.
-    stmt = (select(Culprit.job_id, Culprit.kind, Culprit.first_sha, Culprit.last_sha, Culprit.effects, Job.spec)
+    stmt = (select(Culprit.job_id, Culprit.kind, Culprit.first_sha, Culprit.last_sha, Culprit.effects, Culprit.fixed_sha,
+                   Job.spec)
             .join(Job, Culprit.job_id == Job.id).where(Job.repository_id == repository_id).order_by(Culprit.id))
     if job_id is not None:
         stmt = stmt.where(Job.id == job_id)
@@ -347,7 +349,7 @@ def culprit_rows(session: Session, repository_id: int, *, job_id: int | None = N
             job_id=culprit.job_id, kind=culprit.kind.value, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
             effects=culprit.effects or {}, targets_by_case=_targets_by_case(spec),
             subject=rev.subject if rev else None, pr_number=rev.pr_number if rev else None,
-            min_effect=float((spec or {}).get("min_effect") or 0.0)))
+            min_effect=spec.min_effect, fixed_sha=culprit.fixed_sha))
     return rows
 
 
@@ -419,7 +421,7 @@ def job_min_effect(session: Session, revision_id: int) -> float | None:
     stmt = (select(Job.spec).join(Trial, Trial.job_id == Job.id).where(Trial.revision_id == revision_id)
             .order_by(Job.id.desc()).limit(1))
     spec = session.scalar(stmt)
-    return float(spec["min_effect"]) if spec and spec.get("min_effect") else None
+    return spec.min_effect if spec is not None and spec.min_effect else None
 
 
 def measured_revisions(session: Session, repository_id: int, limit: int = 200) -> list[Revision]:

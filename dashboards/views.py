@@ -221,7 +221,7 @@ def history_json(view: RepositoryHistory) -> dict[str, Any]:
                        for s in h.series],
             "steps": [{"kind": m.kind, "first_sha": m.first_sha, "last_sha": m.last_sha, "exact": m.exact,
                        "rel": m.rel, "ci": list(m.ci) if m.ci else None, "job_id": m.job_id,
-                       "pr_number": m.pr_number, "subject": m.subject} for m in h.steps],
+                       "pr_number": m.pr_number, "subject": m.subject, "fixed_sha": m.fixed_sha} for m in h.steps],
             "failed": [{"sha": f.sha, "index": f.index, "statuses": list(f.statuses)} for f in h.failed],
         })
     return {"repository": view.repository.name, "commits": commits, "cases": cases}
@@ -318,8 +318,8 @@ class ComparePage:
     rows: list[CompareRow]
     choices: list[RevisionMeta]
     links: RepoLinks
+    min_effect: float  # the newest job's at the head, else PERFBISECT_DEFAULT_MIN_EFFECT
     devices: dict[str, str] = field(default_factory=dict)
-    min_effect: float = 0.02
 
 
 def _with_verdicts(session: Session, repo_id: int, rows: list[CompareRow], base: str, head: str,

@@ -279,6 +279,14 @@ class Mirror:
         """How many first-parent ancestors `sha` has: its position on its branch's history."""
         return int(self.ensure(fetch=False).git.rev_list("--first-parent", "--count", sha)) - 1
 
+    def merge_base(self, a: str, b: str) -> str:
+        """The best common ancestor of two commits (`git merge-base`, local). Raises GitError
+        when they share none."""
+        try:
+            return self.ensure(fetch=False).git.merge_base("--end-of-options", a, b).strip()
+        except git.GitCommandError as exc:
+            raise GitError(f"{a[:12]} and {b[:12]} have no common ancestor") from exc
+
     def count_first_parent(self, good_sha: str, bad_sha: str) -> int:
         repo = self.ensure(fetch=False)
         return int(repo.git.rev_list("--first-parent", "--count", f"{good_sha}..{bad_sha}"))

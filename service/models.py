@@ -16,7 +16,9 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
+
+from perfbisect.service import job_spec
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -185,7 +187,7 @@ class Job(Base):
     kind: Mapped[JobKind] = mapped_column(_enum(JobKind))
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus), default=JobStatus.queued, index=True)
     repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
-    spec: Mapped[dict[str, Any]] = mapped_column(doc="the validated request: refs, suite, target, cases, ...")
+    spec: Mapped[job_spec.JobSpec] = mapped_column(job_spec.SpecType(), doc="what the job was asked: refs, cases, ...")
     revision_shas: Mapped[list[Any]] = mapped_column(doc="the range, good first, first-parent order")
     progress: Mapped[dict[str, Any]] = mapped_column(default=dict)
     result: Mapped[dict[str, Any] | None] = mapped_column(doc='{"outcome": ...}: per-case outcomes, noise, failures')
@@ -201,6 +203,11 @@ class Job(Base):
     culprits: Mapped[list[Culprit]] = relationship(
         back_populates="job", lazy="raise", cascade="all, delete-orphan", order_by="Culprit.id"
     )
+
+    @validates("spec")
+    def _typed_spec(self, _key: str, value: job_spec.JobSpec | dict[str, Any]) -> job_spec.JobSpec:
+        """The spec as the model of the job's kind (a dict given is validated here, not at flush)."""
+        return job_spec.load(value, JobKind(self.kind).value if self.kind is not None else None)
 
 
 class Trial(Base):
@@ -339,7 +346,7 @@ class ApiToken(Base):
     name: Mapped[str] = mapped_column(String(100), unique=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16), doc="the token's first characters, to recognise it")
-    scopes: Mapped[list[Any]] = mapped_column(doc="read, submit, admin")
+    scopes: Mapped[list[Any]] = mapped_column(doc="read, submit, triage, admin")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
@@ -378,6 +385,7 @@ class AlertKind(str, enum.Enum):
     regression = "regression"
     improvement = "improvement"
     wrong_results = "wrong_results"
+    broken = "broken"  # a tracked head failed to build or import (an alert without cases)
 
 
 class AlertStatus(str, enum.Enum):
@@ -452,6 +460,23 @@ class Alert(Base):
 
     cases: Mapped[list[AlertCase]] = relationship(
         back_populates="alert", lazy="raise", cascade="all, delete-orphan", order_by="AlertCase.id")
+    also_on: Mapped[list[AlertBranch]] = relationship(
+        lazy="raise", cascade="all, delete-orphan", order_by="AlertBranch.id")
+
+
+class AlertBranch(Base):
+    """Another tracked branch that reached the alert's culprit (one alert per change): that
+    branch's measured heads around the step. The alert's own branch is `tracked_branch_id`."""
+
+    __tablename__ = "alert_branches"
+    __table_args__ = (UniqueConstraint("alert_id", "tracked_branch_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"))
+    tracked_branch_id: Mapped[int] = mapped_column(ForeignKey("tracked_branches.id", ondelete="CASCADE"), index=True)
+    before_sha: Mapped[str] = mapped_column(String(64))
+    last_sha: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class AlertChange(Base):
@@ -466,6 +491,7 @@ class AlertChange(Base):
     field: Mapped[str] = mapped_column(String(20))  # status | assignee | bug | note
     old: Mapped[str | None] = mapped_column(Text)
     new: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(Text, doc="why, as the person said (required for a bulk change)")
 
 
 class AlertCase(Base):

@@ -67,8 +67,9 @@ class Settings(BaseSettings):
     sandbox_user: str = "nobody"
     sandbox_dir: Path | None = Field(default=None, description="slots for trials; default HOME/sandbox, must be "
                                      "traversable by the sandbox user")
-    trial_memory_mb: int | None = Field(default=None, ge=0, description="address space (CPU) or data (GPU) cap; "
-                                        "0 = none; default: 85% of the host's memory / sandbox_slots")
+    trial_memory_mb: int | None = Field(default=None, ge=0, description="a slot's memory budget: /tmp and "
+                                        "/dev/shm an eighth each (at most 1 GiB), the rest each process's address space "
+                                        "(CPU) or data (GPU) cap; 0 = none; default: 85% of the host's memory / sandbox_slots")
     sandbox_slots: int | None = Field(default=None, ge=1, description="trials this host runs at once (the memory "
                                       "cap's divisor); default: its GPUs, else its cores")
     # Namespaces (workers/namespaces.py): auto uses bubblewrap where the host allows it and says
@@ -111,6 +112,10 @@ class Settings(BaseSettings):
     public_reads: bool = Field(default=True, description="anonymous GETs of jobs, reports and history")
     local_repo_roots: str = Field(default="", description="os.pathsep-separated directories under which "
                                   "local-path repositories may be registered; empty: none")
+    outbound_allow: str = Field(default="", description="comma-separated host names, addresses or networks "
+                                "(10.0.0.0/8) that notification targets and repository URLs may reach although "
+                                "they resolve to loopback, link-local or private addresses; empty: none "
+                                "(service/outbound.py)")
     # Limits on callers (README "Deployment", "Limits"): bodies are refused past these sizes before
     # they are read (413); requests per token and bad-token attempts per client address are rate
     # limited (429 + Retry-After; `limits` syntax such as "600/minute", "" = none); a token may have

@@ -39,6 +39,8 @@ if not xdist_controller():
 os.environ.setdefault("PERFBISECT_UNSTEADY_PAUSE_S", "0")
 # Tests register repositories from temporary directories (tmp_path, the demo repository).
 os.environ["PERFBISECT_LOCAL_REPO_ROOTS"] = tempfile.gettempdir()
+# ... and send notifications to receivers on this host (tests/test_outbound.py refuses them).
+os.environ["PERFBISECT_OUTBOUND_ALLOW"] = "127.0.0.1,::1,localhost"
 
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402

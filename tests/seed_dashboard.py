@@ -121,7 +121,7 @@ def _alerts(session: Session, repo: Repository, cases: dict, revs: list, bisect:
     wrong.cases = [AlertCase(case=cases[NORM_CASE], kind=AlertKind.wrong_results)]
     session.add_all([step, wrong])
     session.flush()
-    bisect.spec = {**bisect.spec, "alert_id": step.id}
+    bisect.spec = bisect.spec.updated(alert_id=step.id)
     session.flush()
     return [step, wrong]
 

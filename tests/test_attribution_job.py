@@ -10,8 +10,8 @@ import random
 from pathlib import Path
 
 from perfbisect.service.attribution import service as attribution
-from perfbisect.service.cli.exit_codes import exit_code
-from perfbisect.service.cli.follow import progress_line
+from perfbisect.cli.common import exit_code
+from perfbisect.cli.follow import progress_line
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.jobs.schemas import CompareCreate
 from perfbisect.service.jobs import advance, views
@@ -81,16 +81,16 @@ def bisect_then_attribute(session, conflict: int | None = None, alone: dict[int,
 def test_two_interacting_culprits_are_attributed(session, repo) -> None:
     read, job = bisect_then_attribute(session)
     assert job.kind == JobKind.attribute and job.status.value == "succeeded"
-    assert [c["label"] for c in job.spec["culprits"]] == ["#105", "#111"]
-    assert job.spec["case_culprits"] == {CASE_BIG: [0, 1]}  # CASE_SMALL never moved
-    assert job.spec["variants"] == ["0", "1", "0+1"]
+    assert [c.label for c in job.spec.culprits] == ["#105", "#111"]
+    assert job.spec.case_culprits == {CASE_BIG: [0, 1]}  # CASE_SMALL never moved
+    assert job.spec.variants == ["0", "1", "0+1"]
     trials_of = session.query(Trial).filter(Trial.job_id == job.id).all()
     per_arm = {}
     for t in trials_of:
         per_arm[t.variant] = per_arm.get(t.variant, 0) + 1
     assert set(per_arm) == {None, "0", "1", "0+1"}
     assert len({n for arm, n in per_arm.items() if arm is not None}) == 1  # same count per variant
-    assert job.spec["side_by_side"] is True  # as its bisect: each variant in blocks with the bad end
+    assert job.spec.side_by_side is True  # as its bisect: each variant in blocks with the bad end
     by_block: dict[int, list[Trial]] = {}
     for t in sorted(trials_of, key=lambda t: (t.block or 0, t.block_slot or 0)):
         by_block.setdefault(t.block, []).append(t)

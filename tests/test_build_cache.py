@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from perfbisect.gitrepo import Mirror, TreeEntry
-from perfbisect.service.cli.exit_codes import USAGE
-from perfbisect.service.cli.main import app
+from perfbisect.cli.common import USAGE
+from perfbisect.cli.main import app
 from perfbisect.service.jobs import advance
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials import service as trials
@@ -260,10 +260,9 @@ def test_copies_keep_no_special_bit_and_never_follow_links(tmp_path: Path) -> No
     os.mkfifo(out / "fifo")
     os.utime(out / "data", (1_000_000, 1_000_000))
     root = tmp_path / "cache"
-    assert buildcache.store(root, "k", out, {})
-    restored = tmp_path / "restored"
-    buildcache.restore(root, "k", restored)
-    for copy in (root / "k" / "build", restored):
+    assert buildcache.store(root, "k", tmp_path, "out", {}, owner=os.geteuid()) is None
+    buildcache.restore(root, "k", tmp_path, "restored")
+    for copy in (root / "k" / "build", tmp_path / "restored"):
         assert special_or_shared_write(copy) == [], copy
         assert stat.S_IMODE((copy / "prog").stat().st_mode) == 0o755
         assert stat.S_IMODE((copy / "data").stat().st_mode) == 0o444
@@ -290,12 +289,14 @@ def test_store_is_first_writer_wins_and_prune_keeps_the_most_recent(tmp_path: Pa
     root, out = tmp_path / "cache", tmp_path / "out"
     out.mkdir()
     (out / "lib.so").write_text("one")
-    assert buildcache.store(root, "k1", out, {"built_for": "a"})
+    me = os.geteuid()
+    assert buildcache.store(root, "k1", tmp_path, "out", {"built_for": "a"}, owner=me) is None
     (out / "lib.so").write_text("two")
-    assert not buildcache.store(root, "k1", out, {"built_for": "b"})  # a concurrent worker lost the race
+    lost = buildcache.store(root, "k1", tmp_path, "out", {"built_for": "b"}, owner=me)
+    assert lost == "another worker cached this key first"
     assert (root / "k1" / "build" / "lib.so").read_text() == "one" and buildcache.lookup(root, "k1")["built_for"] == "a"
     for i, key in enumerate(("k2", "k3")):
-        buildcache.store(root, key, out, {})
+        buildcache.store(root, key, tmp_path, "out", {}, owner=me)
         os.utime(root / key, (time.time() + i + 1,) * 2)
     stale = root / f"{buildcache.TMP_PREFIX}k9-old"
     fresh = root / f"{buildcache.TMP_PREFIX}k9-copying"

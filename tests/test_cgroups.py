@@ -14,7 +14,7 @@ import pytest
 
 from perfbisect.kernels.harness.launch import Containment
 from perfbisect.service.settings import get_settings
-from perfbisect.workers import cgroups, sandbox
+from perfbisect.workers import cgroups, hostshare, namespaces, sandbox
 
 
 @pytest.fixture
@@ -104,3 +104,48 @@ def test_a_slots_commands_enter_its_cgroup_then_run_as_its_uid(delegated, monkey
         done = box.run("id -u", cwd=box.worktree, env=box.env({}), timeout_s=30, memory=None)
     assert done.returncode == 0 and done.output_tail.strip() == str(box.user.uid)
     assert procs.read_text() == "0"
+
+
+def _budget_fits(settings) -> None:
+    """A process at its cap plus full /tmp and /dev/shm fit the slot's budget, and all slots
+    together fit the host's memory."""
+    budget, tmpfs, cap = (hostshare.slot_budget_mb(settings), hostshare.tmpfs_mb(settings),
+                          hostshare.memory_cap_mb(settings))
+    assert 0 < tmpfs <= hostshare.TMPFS_MAX_MB and 0 < cap and cap + 2 * tmpfs <= budget
+    assert hostshare.host_slots(settings) * budget <= hostshare.host_memory_mb()
+
+
+def test_with_a_delegated_cgroup_the_report_says_the_trial_is_bounded_tmpfs_included(delegated) -> None:
+    settings = get_settings()
+    _budget_fits(settings)
+    said = cgroups.memory_report(settings)
+    budget = hostshare.slot_budget_mb(settings)
+    assert said.startswith(f"memory: bounded per trial by cgroup v2 ({delegated}): memory.max {budget} MiB"), said
+    assert "pids.max 512" in said and f"/tmp and /dev/shm {hostshare.tmpfs_mb(settings)} MiB each" in said
+    assert not (delegated / "worker").exists()  # reporting moves no process
+
+
+def test_without_one_the_report_says_memory_is_bounded_per_process_only(monkeypatch) -> None:
+    """The honest fallback: rlimits per process and a process limit; the slot's tmpfs is carved
+    out of its budget (a small budget: small /tmp and /dev/shm), the slots stay within the host."""
+    settings = get_settings()
+    monkeypatch.setattr(settings, "sandbox_cgroup_dir", None)
+    monkeypatch.setattr(settings, "trial_memory_mb", None)
+    _budget_fits(settings)
+    said = cgroups.memory_report(settings)
+    cap = hostshare.memory_cap_mb(settings)
+    assert said.startswith("memory: bounded per process only (PERFBISECT_SANDBOX_CGROUP_DIR is unset)"), said
+    assert f"{cap} MiB per process" in said and f"hold N x {cap} MiB" in said
+    monkeypatch.setattr(settings, "trial_memory_mb", 2048)
+    assert (hostshare.tmpfs_mb(settings), hostshare.memory_cap_mb(settings)) == (256, 1536)
+    assert namespaces.argv(namespaces.View((), tmpfs_bytes=256 << 20)).count(str(256 << 20)) == 2
+
+
+def test_doctor_says_which_memory_bound_applies(monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from perfbisect.cli.main import app
+
+    monkeypatch.setattr(get_settings(), "sandbox_cgroup_dir", None)
+    result = CliRunner().invoke(app, ["doctor", "--device", "cpu", "--no-flush-check"])
+    assert "memory: bounded per process only (PERFBISECT_SANDBOX_CGROUP_DIR is unset)" in result.output, result.output

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from perfbisect.kernels import demo
-from perfbisect.service.cli.main import app
+from perfbisect.cli.main import app
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfbisect.service.cli.main import app
+from perfbisect.cli.main import app
 
 runner = CliRunner()
 NOISE = [0.17, 1.17, -1.69, 1.32, -0.18, -0.84, -0.84, -1.08, -0.34, 0.58, 0.36, 0.41]
@@ -76,5 +76,5 @@ def test_missing_file_and_bad_option(tmp_path: Path) -> None:
 
 
 def test_the_cli_starts_without_torch() -> None:
-    code = "import sys, service.cli.main; sys.exit('torch' in sys.modules)"
+    code = "import sys, perfbisect.cli.main; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

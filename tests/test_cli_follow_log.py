@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from rich.console import Console
 
-from perfbisect.service.cli.follow import follow, progress_line
+from perfbisect.cli.follow import follow, progress_line
 from perfbisect.service.jobs.schemas import JobRead
 
 

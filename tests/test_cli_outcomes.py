@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from perfbisect.service.auth.principal import SYSTEM
-from perfbisect.service.cli.exit_codes import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
-from perfbisect.service.cli.main import app
+from perfbisect.cli.common import FAILED, INCONCLUSIVE, OK, REGRESSION, USAGE
+from perfbisect.cli.main import app
+from perfbisect.service.job_spec import load as load_spec
 from tests.gitrepo import make_repo
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result
 
@@ -37,7 +38,7 @@ def embedded(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.delenv("DATABASE_URL")
     monkeypatch.setenv("PERFBISECT_HOME", str(home))
     clear()
-    from perfbisect.service.cli.main import prepare_database
+    from perfbisect.cli.common import prepare_database
 
     prepare_database()
     yield home
@@ -156,7 +157,7 @@ def test_the_demo_report_counts_the_cases_with_nothing_planted_that_ended_unchan
     from perfbisect.kernels import demo
     from perfbisect.kernels.cases import case_name
     from perfbisect.kernels.demo.writer import load_ground_truth
-    from perfbisect.service.cli.runs import print_truth_check, unchanged_check
+    from perfbisect.cli.runs import print_truth_check, unchanged_check
 
     truth = load_ground_truth(demo_repo)
     stepped = {c for e in truth["events"] if e["kind"] == "perf" for c in e["cases"]["cpu"]}
@@ -165,7 +166,7 @@ def test_the_demo_report_counts_the_cases_with_nothing_planted_that_ended_unchan
     assert null and len(null) < len(names)
     outcomes = [SimpleNamespace(case=n, outcome="inconclusive" if n == null[0] else "unchanged" if n in null
                                 else "regressed") for n in names]
-    job = SimpleNamespace(spec={"device_class": "cpu"}, outcome=SimpleNamespace(cases=outcomes), revision_shas=[],
+    job = SimpleNamespace(spec=load_spec({"device_class": "cpu"}, "bisect"), outcome=SimpleNamespace(cases=outcomes), revision_shas=[],
                           culprits=[], attribution=None)
     check = unchanged_check(job, truth)
     assert check == {"unchanged": null[1:], "not_unchanged": [f"{null[0]}: inconclusive"]}
@@ -182,7 +183,7 @@ def test_the_demo_truth_check_scores_each_culprit_per_case(demo_repo, capsys) ->
     from types import SimpleNamespace
 
     from perfbisect.kernels.demo.writer import load_ground_truth
-    from perfbisect.service.cli.runs import print_truth_check, truth_check
+    from perfbisect.cli.runs import print_truth_check, truth_check
     from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, WrongCaseRead
 
     truth = load_ground_truth(demo_repo)
@@ -204,7 +205,7 @@ def test_the_demo_truth_check_scores_each_culprit_per_case(demo_repo, capsys) ->
         at(events["rms_weight_check"]["index"], first=blocks["index"], effects={rms: step}),
         at(k_tail["index"], "correctness", pr_number=935, wrong_cases={k_wrong: WrongCaseRead(), k_right: WrongCaseRead()}),
     ]
-    job = SimpleNamespace(spec={"device_class": "cpu", "min_effect": 0.15}, revision_shas=shas, culprits=culprits,
+    job = SimpleNamespace(spec=load_spec({"device_class": "cpu", "min_effect": 0.15}, "bisect"), revision_shas=shas, culprits=culprits,
                           outcome=None, attribution=None)
     check = truth_check(job, truth)
     assert check["false"] == [f"#945 on {rms}", f"#935 on {k_right}"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.kernels import demo
-from perfbisect.service.cli.exit_codes import CANCELLED, INTERRUPTED
+from perfbisect.cli.common import CANCELLED, INTERRUPTED
 from tests.e2e_support import BIN, service_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.untimed]  # they wait for events, they time nothing

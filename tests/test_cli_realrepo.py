@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfbisect.service.cli.exit_codes import OK, USAGE
-from perfbisect.service.cli.main import app
+from perfbisect.cli.common import OK, USAGE
+from perfbisect.cli.main import app
 from tests.e2e_support import BIN, service_env
 from tests.gitrepo import git
 from tests.test_cli_outcomes import embedded  # noqa: F401  (fixture)

@@ -41,7 +41,7 @@ def home(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_create_list_and_revoke(tag) -> None:
-    from perfbisect.service.cli.main import app
+    from perfbisect.cli.main import app
 
     created = runner.invoke(app, ["token", "create", f"{tag}-ci", "--scope", "submit"])
     assert created.exit_code == 0, created.output
@@ -61,7 +61,7 @@ def test_create_list_and_revoke(tag) -> None:
 
 
 def test_local_token_is_an_owner_only_admin_file_reused_until_revoked(tag, home) -> None:
-    from perfbisect.service.cli.tokens import LOCAL_TOKEN_FILE, local_principal
+    from perfbisect.cli.tokens import LOCAL_TOKEN_FILE, local_principal
 
     first = local_principal()
     path = home / LOCAL_TOKEN_FILE
@@ -79,8 +79,8 @@ def test_local_token_is_an_owner_only_admin_file_reused_until_revoked(tag, home)
 
 
 def test_api_calls_send_perfbisect_token_else_the_local_one(tag, home, monkeypatch) -> None:
-    from perfbisect.service.cli.follow import _auth_headers
-    from perfbisect.service.cli.tokens import local_principal, read_local_token
+    from perfbisect.cli.follow import _auth_headers
+    from perfbisect.cli.tokens import local_principal, read_local_token
 
     monkeypatch.delenv("PERFBISECT_TOKEN", raising=False)
     assert _auth_headers() == {}
@@ -93,8 +93,8 @@ def test_api_calls_send_perfbisect_token_else_the_local_one(tag, home, monkeypat
 def test_local_bisect_registers_its_path_and_submits_as_the_local_admin(tag, home, tmp_path, monkeypatch) -> None:
     """The CLI's own path needs no PERFBISECT_LOCAL_REPO_ROOTS; an identical open job left by an
     ended embedded process is replaced, not followed forever."""
-    from perfbisect.service.cli.follow import submit_local
-    from perfbisect.service.cli.runs import register_path
+    from perfbisect.cli.follow import submit_local
+    from perfbisect.cli.runs import register_path
     from perfbisect.service.jobs import service as jobs
     from perfbisect.service.jobs.schemas import BisectCreate
 

@@ -176,7 +176,8 @@ def test_a_forked_trial_inherits_the_slot_limits_from_its_server(shared_sandbox,
     seen = _cpu_and_gpu_trials(None, monkeypatch)
     for memory, trial in seen.items():
         capped, other = ("RLIMIT_AS", "RLIMIT_DATA") if memory == "as" else ("RLIMIT_DATA", "RLIMIT_AS")
-        assert trial["limits"][capped] == 24576 * 2**20 and trial["limits"][other] == resource.RLIM_INFINITY
+        # the slot's 24 GiB budget less its /tmp and /dev/shm (1 GiB each)
+        assert trial["limits"][capped] == (24576 - 2 * 1024) * 2**20 and trial["limits"][other] == resource.RLIM_INFINITY
         assert trial["limits"]["RLIMIT_FSIZE"] == 512 * 2**20 and trial["limits"]["RLIMIT_CORE"] == 0
         assert trial["pdeathsig"] == signal.SIGKILL  # dies with its server, which dies with the worker
         assert trial["marker"] == trial["slot_marker"] and trial["home"] == trial["slot_home"]

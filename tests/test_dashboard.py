@@ -375,7 +375,7 @@ def alerted(session, measured) -> dict:
                              mean_after=0.79)]
     session.add(alert)
     session.flush()
-    measured["job"].spec = {**measured["job"].spec, "alert_id": alert.id}
+    measured["job"].spec = measured["job"].spec.updated(alert_id=alert.id)
     session.flush()
     return {**measured, "tracked": tracked, "alert": alert}
 
@@ -433,6 +433,32 @@ def test_a_correctness_mark_lands_only_on_the_cases_that_were_wrong() -> None:
     marks = steps_of([wrong, legacy], SHAS)
     assert [m.job_id for m in marks[(TARGET, GEMM)]] == [1, 2]
     assert [m.job_id for m in marks[("minikern.norm:rmsnorm", other)]] == [2]  # stored without cases: every case
+
+
+def test_wrong_results_read_as_fixed_once_a_later_head_passes_or_the_bisect_saw_the_fix() -> None:
+    targets = {GEMM: frozenset({TARGET})}
+    later = CulpritRow(job_id=1, kind="correctness", first_sha=SHAS[2], last_sha=SHAS[2],
+                       effects={GEMM: {"error": 0.5, "tolerance": 0.01}}, targets_by_case=targets)
+    bisected = CulpritRow(job_id=2, kind="correctness", first_sha=SHAS[1], last_sha=SHAS[1], effects={GEMM: {}},
+                          targets_by_case=targets, fixed_sha=SHAS[2])
+    # heads with right results at 0 and 3 (1 and 2 were wrong: no point)
+    [history] = build_histories([row(SHAS[0], 10.0), row(SHAS[3], 10.0)], [later, bisected], SHAS[:4])
+    assert [(m.last_sha, m.label) for m in history.steps] == [
+        (SHAS[1], f"wrong results (fixed at {SHAS[2][:10]})"), (SHAS[2], f"wrong results (fixed at {SHAS[3][:10]})")]
+    [still] = build_histories([row(SHAS[0], 10.0)], [later], SHAS[:4])
+    assert [m.label for m in still.steps] == ["wrong results"]  # nothing passed since
+
+
+def test_fixed_wrong_results_read_as_fixed_on_the_overview_and_the_case_page(client, measured, session) -> None:
+    session.add(Culprit(job_id=measured["job"].id, kind=CulpritKind.correctness, first_sha=SHAS[3], last_sha=SHAS[3],
+                        effects={GEMM: {"error": 0.5, "tolerance": 0.01}}))
+    session.flush()
+    fixed = f"wrong results (fixed at {SHAS[4][:10]})"  # commit 4 measured right results again
+    assert f"{fixed} at" in client.get("/dashboard/repositories/kern").text
+    [spec] = _chart_specs(client.get("/dashboard/repositories/kern", params={"case": GEMM}).text)
+    assert [m["label"] for m in spec["steps"]] == ["-8.0%", fixed]
+    [case] = client.get("/api/history/kern").json()["cases"]
+    assert case["steps"][-1]["fixed_sha"] == SHAS[4]
 
 
 def test_compare_view_reads_two_stored_revisions(client, measured) -> None:

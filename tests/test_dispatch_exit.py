@@ -30,8 +30,8 @@ SCRIPT = textwrap.dedent("""
 
     from perfbisect import dispatch
     from perfbisect.queue import celery_app
-    from perfbisect.service.cli import main as cli
-    from perfbisect.service.cli.errors import CLIError
+    from perfbisect.cli import common as cli
+    from perfbisect.cli.common import CLIError
 
     mode, out = sys.argv[1], Path(sys.argv[2])
     release = dispatch._closed if mode == "gives-up" else threading.Event()

@@ -22,7 +22,7 @@ import pytest
 
 from perfbisect.kernels import demo
 from perfbisect.kernels.cases import case_name
-from perfbisect.service.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE
+from perfbisect.cli.runs import DEMO_MIN_EFFECT, GROUND_TRUTH_FILE
 from tests.e2e_support import (
     BIN,
     ROOT_FALLBACK,

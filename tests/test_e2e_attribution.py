@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from perfbisect.kernels import demo
-from perfbisect.service.cli.runs import DEMO_MIN_EFFECT
+from perfbisect.cli.runs import DEMO_MIN_EFFECT
 from tests.e2e_support import (
     admin_headers,
     api_server,

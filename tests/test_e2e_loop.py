@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from perfbisect.kernels import demo
-from perfbisect.service.cli.runs import GROUND_TRUTH_FILE
+from perfbisect.cli.runs import GROUND_TRUTH_FILE
 from perfbisect.service.webhooks.signature import SIGNATURE_HEADER, sign
 from tests.e2e_support import BIN, admin_headers, api_server, fresh_redis, migrated_database, perfbisect, service_env, stop
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.kernels import demo
-from perfbisect.service.cli.runs import DEMO_MIN_EFFECT
+from perfbisect.cli.runs import DEMO_MIN_EFFECT
 from tests.e2e_support import BIN, service_env, traversable_home
 from tests.gitrepo import git
 

@@ -18,8 +18,8 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from perfbisect.service.cli.main import app, job_line, served_urls
-from perfbisect.service.cli.track import alert_lines
+from perfbisect.cli.main import app, job_line, served_urls
+from perfbisect.cli.track import alert_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -157,7 +157,7 @@ def test_a_failed_case_or_job_is_neutral_or_failure_by_policy_and_named() -> Non
     assert check_verdict(failed, GatePolicy(inconclusive="failure")).conclusion == "neutral"
     # a case of the request without any outcome (the job stopped before deciding it) is not decided
     job = _job("compare", "succeeded", outcome={CASE: "unchanged"})
-    job.spec["cases"].append({"name": OTHER})
+    job.spec.cases.append({"name": OTHER})
     missing = check_verdict(job)
     assert missing.conclusion == "neutral" and f"`{OTHER}`: not measured" in missing.summary
 

@@ -33,8 +33,7 @@ def test_a_target_that_does_not_import_fails_the_job_with_its_error(session, rep
     job = client.get(f"/api/jobs/{job_id}").json()
     assert job["status"] == "failed"
     assert job["error"] == (f"2 of 2 case(s) could not be measured; {CASE_BIG}: import failed at the good end; "
-                            f"nothing built at any of the 6 revisions tried: check the target and the import root "
-                            f"({IMPORT})")
+                            f"nothing built at any of the 6 revisions tried: check the target and the import root")
     # both ends and their two nearest neighbours, then the job stops: not every revision of the range
     assert rounds == 3 and job["progress"]["measured"] == job["progress"]["unbuildable"] == 6
     outcome = job["outcome"]
@@ -60,7 +59,7 @@ def test_a_build_broken_everywhere_ends_the_job_without_waiting_for_the_sweep(se
         for trial_id in timed:
             if trials.start(session, trial_id, worker_host="test") is not None:
                 trials.record(session, trial_id, broken(0, random.Random(0)), build_s=0.0)
-    job = views.job_read(session, jobs.get(session, job_id))
+    job = views.job_read(session, jobs.get(session, job_id), logs=True)
     assert job.status == "failed" and "check the build command" in job.error
     sweep = session.query(Trial).filter_by(job_id=job_id, accuracy_only=True).all()
     assert len(sweep) == 17 - 2 and {t.status.value for t in sweep} == {"cancelled"}
@@ -69,7 +68,7 @@ def test_a_build_broken_everywhere_ends_the_job_without_waiting_for_the_sweep(se
 def test_cuda_missing_is_named(session, repo) -> None:
     job_id = submit(session, device_class="cuda")
     rounds = run_job(session, job_id, failing("error", NO_CUDA))
-    job = views.job_read(session, jobs.get(session, job_id))
+    job = views.job_read(session, jobs.get(session, job_id), logs=True)
     assert job.status == "failed" and job.outcome.verdict == "failed"
     assert job.outcome.cases[0].reason == "CUDA missing at the good end" and job.outcome.cases[0].error == NO_CUDA
     # The worker's fault, the same at every revision: the job stops at its ends instead of
@@ -87,7 +86,7 @@ def test_cuda_missing_after_trials_ran_does_not_stop_the_job(session, repo) -> N
         return failing("error", NO_CUDA)(i, rng) if i == 8 else harness_result({CASE_BIG: 1.0, CASE_SMALL: 1.0}, rng)
 
     run_job(session, job_id, truth)
-    job = views.job_read(session, jobs.get(session, job_id))
+    job = views.job_read(session, jobs.get(session, job_id), logs=True)
     assert job.status == "succeeded" and job.outcome.verdict == "unchanged"
 
 
@@ -100,7 +99,7 @@ def test_a_compare_whose_head_fails_to_import_is_failed(session, repo) -> None:
         return harness_result({CASE_SMALL: 1.0}, rng) if i == 0 else failing("import_error", IMPORT)(i, rng)
 
     run_job(session, job_id, truth)
-    job = views.job_read(session, jobs.get(session, job_id))
+    job = views.job_read(session, jobs.get(session, job_id), logs=True)
     assert job.status == "failed"
     [case] = job.outcome.cases
     assert case.outcome == "failed" and case.reason == "import failed at the bad end"
@@ -110,7 +109,7 @@ def test_a_compare_whose_head_fails_to_import_is_failed(session, repo) -> None:
 def test_unchanged_says_the_bound_it_ruled_out(session, repo, client) -> None:
     job_id = submit(session)
     run_job(session, job_id, lambda i, rng: harness_result({CASE_BIG: 1.0, CASE_SMALL: 1.0}, rng))
-    job = views.job_read(session, jobs.get(session, job_id))
+    job = views.job_read(session, jobs.get(session, job_id), logs=True)
     assert job.status == "succeeded" and job.outcome.verdict == "unchanged"
     assert all(c.outcome == "unchanged" and 0 < c.bound < 0.02 for c in job.outcome.cases)
     # issue 46: and what it covers, the widest stretch between measured revisions, in the API,
@@ -130,7 +129,7 @@ def test_a_noisy_run_is_inconclusive_with_the_smallest_step_it_could_see(session
         return harness_result({CASE_BIG: rng.lognormvariate(0, 0.15), CASE_SMALL: rng.lognormvariate(0, 0.15)}, rng)
 
     run_job(session, job_id, truth)
-    job = views.job_read(session, jobs.get(session, job_id))
+    job = views.job_read(session, jobs.get(session, job_id), logs=True)
     assert job.status == "inconclusive" and job.outcome.verdict == "inconclusive"
     assert "could not be decided" in job.error
     assert job.outcome.warning.startswith("noisy run: the smallest step it could detect is")
@@ -145,7 +144,7 @@ def test_an_ok_trial_without_the_requested_case_fails_loudly(session, repo) -> N
         return result
 
     run_job(session, job_id, truth)
-    job = views.job_read(session, jobs.get(session, job_id))
+    job = views.job_read(session, jobs.get(session, job_id), logs=True)
     assert job.status == "failed"
     [failure] = {f.reason for f in job.outcome.failures}
     assert failure == "no_measurement"
@@ -158,15 +157,15 @@ def test_dtype_aliases_are_stored_under_the_harness_name(session, repo, alias) -
     body = BisectCreate(repository="lib", good="HEAD~2", bad="main", suite="gemm",
                         target="minikern.gemm:matmul", shapes=[shape, {"K": 32, "dtype": alias or "bf16", "M": 8, "N": 16}])
     job = jobs.create_bisect(session, body, SYSTEM)
-    assert [c["name"] for c in job.spec["cases"]] == ["gemm M=64,N=64,K=64,dtype=bf16", "gemm M=8,N=16,K=32,dtype=bf16"]
-    assert job.spec["cases"][0]["params"] == {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}
+    assert [c["name"] for c in job.spec.cases] == ["gemm M=64,N=64,K=64,dtype=bf16", "gemm M=8,N=16,K=32,dtype=bf16"]
+    assert job.spec.cases[0]["params"] == {"M": 64, "N": 64, "K": 64, "dtype": "bf16"}
 
 
 def test_attention_defaults_are_part_of_the_stored_name(session, repo) -> None:
     body = BisectCreate(repository="lib", good="HEAD~2", bad="main", suite="attention",
                         target="minikern.attention:attention", shapes=["S=128,D=64,H=1,B=1,dtype=Float16"])
     job = jobs.create_bisect(session, body, SYSTEM)
-    assert job.spec["cases"][0]["name"] == "attention B=1,H=1,S=128,D=64,causal=false,dtype=fp16"
+    assert job.spec.cases[0]["name"] == "attention B=1,H=1,S=128,D=64,causal=false,dtype=fp16"
 
 
 def test_the_accuracy_sweep_finds_wrong_results_the_search_never_builds(session, repo) -> None:
@@ -175,11 +174,11 @@ def test_the_accuracy_sweep_finds_wrong_results_the_search_never_builds(session,
 
     plain = submit(session)
     run_job(session, plain, truth)
-    assert [c.kind for c in views.job_read(session, jobs.get(session, plain)).culprits] == []  # ends agree: done
+    assert [c.kind for c in views.job_read(session, jobs.get(session, plain), logs=True).culprits] == []  # ends agree: done
 
     swept = submit(session, check_accuracy=True)
     run_job(session, swept, truth)
-    job = views.job_read(session, jobs.get(session, swept))
+    job = views.job_read(session, jobs.get(session, swept), logs=True)
     [wrong] = job.culprits
     assert wrong.kind == "correctness"
     assert (job.revision_shas.index(wrong.first_sha), job.revision_shas.index(wrong.fixed_sha)) == (9, 12)
@@ -189,12 +188,12 @@ def test_the_accuracy_sweep_finds_wrong_results_the_search_never_builds(session,
     assert {t.revision_id for t in timed} == {t.revision_id for t in session.query(Trial).filter_by(job_id=plain)}
 
 
-def test_the_job_page_shows_each_case_outcome_and_the_error(session, repo, client) -> None:
+def test_the_job_page_shows_each_case_outcome_and_the_failure_kind(session, repo, client) -> None:
     job_id = submit(session)
     run_job(session, job_id, failing("import_error", IMPORT))
     html = client.get(f"/dashboard/jobs/{job_id}").text
     assert "<h2>Outcome: failed</h2>" in html and "import failed at the good end" in html
-    assert "ModuleNotFoundError: No module named &#39;minikern.nope&#39;" in html
+    assert "ModuleNotFoundError" not in html  # the page is public: the failure's kind, not the log's text
     assert "No performance step" not in html
 
 
@@ -213,6 +212,6 @@ def test_a_target_far_slower_than_its_control_is_warned_about_from_the_stored_tr
     """Issue 28: the call times come from each stored measurement's control/target ratio."""
     job_id = submit(session)
     run_job(session, job_id, lambda i, rng: harness_result({CASE_BIG: 0.04, CASE_SMALL: 1.0}, rng))
-    outcome = views.job_read(session, jobs.get(session, job_id)).outcome
+    outcome = views.job_read(session, jobs.get(session, job_id), logs=True).outcome
     assert outcome.verdict == "unchanged"
     assert outcome.warning.startswith(f"a target call takes 25x a control call on {CASE_BIG}: the control cancels")

@@ -181,7 +181,7 @@ def test_a_worker_failing_every_trial_mid_job_ends_the_job_at_the_cap(session, r
     per_revision: dict[int, int] = {}
     for trial in session.scalars(select(Trial).where(Trial.job_id == job_id)):
         per_revision[trial.revision_id] = per_revision.get(trial.revision_id, 0) + 1
-    assert max(per_revision.values()) <= job.spec["max_trials"]
+    assert max(per_revision.values()) <= job.spec.max_trials
     assert job.error.startswith("2 of 2 case(s) could not be decided"), job.error
     for case in job.result["outcome"]["cases"]:  # the failures, not the noise, named first
         assert case["outcome"] == "inconclusive" and "trials at revision" in case["reason"], case
@@ -263,7 +263,7 @@ def test_a_step_undone_inside_the_range_is_found_with_scan_and_said_without(sess
     run_job(session, scanned, truth)
     job = views.job_read(session, jobs.get(session, scanned))
     assert sorted(job.revision_shas.index(c.last_sha) for c in job.culprits) == [6, 11]
-    assert job.spec["scan"] == 3
+    assert job.spec.scan == 3
 
     blind = submit(session, scan=0, min_effect=0.05)
     run_job(session, blind, truth)

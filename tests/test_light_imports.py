@@ -21,7 +21,7 @@ cases = resolve_cases([
 ])
 assert len(cases) == 4, cases
 from typer.testing import CliRunner
-from perfbisect.service.cli.main import app
+from perfbisect.cli.main import app
 for args in (["--help"], ["bisect", "--help"], ["repo", "--help"], ["compare", "--help"]):
     assert CliRunner().invoke(app, args).exit_code == 0, args
 print(",".join(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "triton"))))

@@ -144,8 +144,18 @@ def test_bad_tokens_from_one_address_get_429(make_client, anonymous_client, limi
     refused = anonymous_client.get("/api/jobs", headers=guess)
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
     assert "too many requests with a bad token" in refused.json()["detail"]
-    assert make_client("read").get("/api/jobs").status_code == 429  # any token from there, until the window ends
+    assert anonymous_client.get("/api/jobs", headers={"Authorization": "Bearer pbt_other"}).status_code == 429
+    assert make_client("read").get("/api/jobs").status_code == 200  # a valid token from there is not locked out
+    assert make_client("submit").post("/api/jobs/bisect", json={}).status_code == 422  # past auth, to validation
     assert anonymous_client.get("/api/jobs").status_code == 200  # a public read needs no token
+
+
+def test_429_is_in_the_schema_with_retry_after(anonymous_client) -> None:
+    schema = anonymous_client.get("/openapi.json").json()
+    for path in ("/api/jobs/bisect", "/api/jobs/{job_id}", "/api/alerts/{alert_id}"):
+        for operation in schema["paths"][path].values():
+            declared = operation["responses"].get("429")
+            assert declared and "Retry-After" in declared["headers"], (path, operation.get("operationId"))
 
 
 def test_with_redis_every_process_counts_together(limited) -> None:

@@ -145,7 +145,7 @@ def test_culprits_and_failed_gates_are_delivered_and_passing_gates_are_not(sessi
 @pytest.fixture
 def embedded(tmp_path: Path, monkeypatch) -> Iterator[None]:
     """SQLite under its own PERFBISECT_HOME, the tasks run in-process, retries 50 ms apart."""
-    from perfbisect.service.cli.main import prepare_database
+    from perfbisect.cli.common import prepare_database
     from perfbisect.service.db import get_engine, get_read_sessionmaker, get_sessionmaker
     from perfbisect.service.settings import get_settings
 
@@ -164,10 +164,10 @@ def embedded(tmp_path: Path, monkeypatch) -> Iterator[None]:
 
 
 class Receiver:
-    """An HTTP server on 127.0.0.1 that answers the statuses of `answers` in turn (then 204) and
-    keeps each request's body and whether its signature was right."""
+    """An HTTP server on 127.0.0.1 that answers the statuses of `answers` in turn (then 204), each
+    with `body`, and keeps each request's body, headers and whether its signature was right."""
 
-    def __init__(self, answers: list[int]) -> None:
+    def __init__(self, answers: list[int], body: bytes = b"") -> None:
         self.answers, self.requests = list(answers), []
         receiver = self
 
@@ -178,7 +178,9 @@ class Receiver:
                 signed = hmac.compare_digest(self.headers.get("X-Perfbisect-Signature-256", ""), expected)
                 receiver.requests.append({"body": json.loads(body), "signed": signed, "headers": dict(self.headers)})
                 self.send_response(receiver.answers.pop(0) if receiver.answers else (204 if signed else 401))
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
+                self.wfile.write(body)
 
             def log_message(self, *args) -> None:
                 pass
@@ -196,8 +198,8 @@ class Receiver:
 def receiver_of():
     made = []
 
-    def make(answers: list[int]) -> Receiver:
-        made.append(Receiver(answers))
+    def make(answers: list[int], body: bytes = b"") -> Receiver:
+        made.append(Receiver(answers, body))
         return made[-1]
 
     yield make

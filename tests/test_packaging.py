@@ -50,6 +50,10 @@ def test_the_wheel_installs_one_top_level_package(wheel: Path) -> None:
     assert any(n.startswith("perfbisect/migrations/versions/0001_") for n in names)
     assert "perfbisect/migrations/script.py.mako" in names
     assert any(n.startswith("perfbisect/dashboards/static/vendor/") for n in names)
+    # the console script runs the top-level cli/ package, shipped as perfbisect.cli
+    assert "perfbisect/cli/main.py" in names and "perfbisect/cli/common.py" in names
+    [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert "perfbisect = perfbisect.cli.main:app" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_the_installed_package_imports_from_its_own_tree(wheel: Path, tmp_path: Path) -> None:
@@ -57,7 +61,7 @@ def test_the_installed_package_imports_from_its_own_tree(wheel: Path, tmp_path: 
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                    check=True, capture_output=True)
     probe = ("import perfbisect, perfbisect.kernels.harness.runner as r, perfbisect.service.migrate as m, "
-             "perfbisect.workers.tasks, perfbisect.service.api; "
+             "perfbisect.workers.tasks, perfbisect.service.api, perfbisect.cli.main; "
              "print(perfbisect.__file__); print(r.HARNESS_ROOT); print(len(list(m.MIGRATIONS_DIR.glob('versions/0*.py'))))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(target), "HOME": str(tmp_path)})

@@ -68,7 +68,8 @@ def test_a_head_that_fails_to_import(session, repo) -> None:
     assert md.startswith("### perfbisect: :x: could not measure (0 regressed, 0 improved, 0 unchanged, 2 failed)")
     assert "**Failed benchmarks** (2)" in md
     assert f"- [`{CASE_BIG}`](https://perf.example.com{history_path('lib', CASE_BIG)}): import failed at the bad end (`" in md
-    assert "  ModuleNotFoundError: No module named 'lib.nope'" in md
+    # a PR comment is public: the failure's kind, never the log's text (service/jobs/logs.py)
+    assert "  import failed" in md and "ModuleNotFoundError" not in md
     assert "no change" not in md.lower() and "unchanged case" not in md
 
 
@@ -107,7 +108,7 @@ def test_a_missing_device_and_a_noisy_run_say_so(session, repo) -> None:
     no_cuda = "device 'cuda' requested but torch sees no CUDA device"
     md = job_md(lambda i, rng: {**harness_result({}, rng, status="error"), "error": no_cuda}, device_class="cuda")
     assert md.startswith("### perfbisect: :x: could not measure (0 regressed, 0 improved, 0 unchanged, 1 failed)")
-    assert f"- [`{CASE_BIG}`](https://perf.example.com{history_path('lib', CASE_BIG)}): CUDA missing at the good end" in md and f"  {no_cuda}" in md
+    assert f"- [`{CASE_BIG}`](https://perf.example.com{history_path('lib', CASE_BIG)}): CUDA missing at the good end" in md and no_cuda not in md
     noisy = job_md(lambda i, rng: harness_result({CASE_BIG: rng.lognormvariate(0, 0.15)}, rng), max_trials=6)
     assert noisy.startswith("### perfbisect: :grey_question: inconclusive (0 regressed, 0 improved, 0 unchanged, 0 failed, 1 inconclusive)")
     assert "**Inconclusive** (1)" in noisy and "too noisy for the minimum effect" in noisy

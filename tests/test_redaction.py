@@ -37,6 +37,20 @@ def leaky_repo(tmp_path: Path) -> tuple[Path, list[str]]:
     return root, shas
 
 
+def failed_compare(session, registrar, submitter, root: Path, shas: list[str], build: str, env: dict) -> int:
+    """Register `root` as "leaky" with `build` and `env` (`registrar`: an admin's client), have
+    `submitter` compare its two commits, run the job to its end; returns the job's id."""
+    created = registrar.post("/api/repositories", json={"name": "leaky", "url": str(root), "build_command": build,
+                                                        "env": env})
+    assert created.status_code == 201, created.text
+    submitted = submitter.post("/api/jobs/compare", json={
+        "repository": "leaky", "base": shas[0], "head": shas[1],
+        "benchmarks": [{"suite": "gemm", "target": "lib:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}]})
+    assert submitted.status_code == 202, submitted.text
+    run_to_the_end(session, submitted.json()["id"])
+    return submitted.json()["id"]
+
+
 def run_to_the_end(session, job_id: int) -> None:
     """The job's rounds with every trial run by the worker's own code (execute) and stored."""
     for _ in range(10):
@@ -54,25 +68,17 @@ def run_to_the_end(session, job_id: int) -> None:
 
 def test_a_repository_env_value_printed_by_a_failing_build_is_shown_nowhere(
         session, client, anonymous_client, leaky_repo) -> None:
-    root, shas = leaky_repo
-    created = client.post("/api/repositories", json={"name": "leaky", "url": str(root), "build_command": LEAKY_BUILD,
-                                                      "env": {"DEPLOY_KEY": SECRET, "SHORT": "1"}})
-    assert created.status_code == 201, created.text
+    job_id = failed_compare(session, client, client, *leaky_repo, LEAKY_BUILD, {"DEPLOY_KEY": SECRET, "SHORT": "1"})
     assert anonymous_client.get("/api/repositories/leaky").json()["env"] == {"DEPLOY_KEY": "***", "SHORT": "***"}
-    submitted = client.post("/api/jobs/compare", json={
-        "repository": "leaky", "base": shas[0], "head": shas[1],
-        "benchmarks": [{"suite": "gemm", "target": "lib:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}]})
-    assert submitted.status_code == 202, submitted.text
-    job_id = submitted.json()["id"]
-    run_to_the_end(session, job_id)
 
-    job = anonymous_client.get(f"/api/jobs/{job_id}")
+    job = client.get(f"/api/jobs/{job_id}")  # an admin sees the build's output, not the value
     assert job.json()["status"] == "failed", job.text
     failures = job.json()["outcome"]["failures"]
     assert failures and all("build command exited 7" in f["error"] for f in failures), failures
-    assert "deploying with [redacted]" in job.text  # the build's output is shown, the value is not
+    assert "deploying with [redacted]" in job.text
     shown = {
         "job": job.text,
+        "public job": anonymous_client.get(f"/api/jobs/{job_id}").text,
         "report": anonymous_client.get(f"/api/jobs/{job_id}/report").text,
         "markdown": anonymous_client.get(f"/api/jobs/{job_id}/report?format=markdown").text,
         "page": anonymous_client.get(f"/dashboard/jobs/{job_id}").text,
@@ -81,19 +87,13 @@ def test_a_repository_env_value_printed_by_a_failing_build_is_shown_nowhere(
     }
     for name, text in shown.items():
         assert SECRET not in text and SECRET[::-1] not in text, name
-    assert REDACTED in shown["trials"] and "build command exited 7" in shown["report"]
+    assert REDACTED in shown["trials"] and "build failed: exit 7" in shown["report"]
     stored = session.query(Trial).filter_by(job_id=job_id).all()
     assert stored and all(SECRET not in (t.failure_reason or "") for t in stored)
 
 
 def test_rows_stored_before_redaction_are_scrubbed_when_shown(session, client, anonymous_client, leaky_repo) -> None:
-    root, shas = leaky_repo
-    client.post("/api/repositories", json={"name": "leaky", "url": str(root), "build_command": "exit 1",
-                                           "env": {"DEPLOY_KEY": SECRET}})
-    job_id = client.post("/api/jobs/compare", json={
-        "repository": "leaky", "base": shas[0], "head": shas[1],
-        "benchmarks": [{"suite": "gemm", "target": "lib:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}]}).json()["id"]
-    run_to_the_end(session, job_id)
+    job_id = failed_compare(session, client, client, *leaky_repo, "exit 1", {"DEPLOY_KEY": SECRET})
     for trial in session.query(Trial).filter_by(job_id=job_id):  # as an older worker stored it
         trial.failure_reason = f"build command exited 1\nkey={SECRET}"
     session.flush()

@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
-from perfbisect.service.cli.main import app
+from perfbisect.cli.main import app
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.models import CasePoint, JobStatus, Measurement, MeasurementSamples, Trial, utcnow
 from perfbisect.service.trials import retention

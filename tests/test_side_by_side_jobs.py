@@ -159,7 +159,7 @@ def test_round_drift_makes_a_false_culprit_only_without_side_by_side(session, li
 
 def test_no_side_by_side_measures_no_blocks(session, lib) -> None:
     job = submit(session, lib, side_by_side=False)
-    assert job.spec["side_by_side"] is False and advance.config_of(job, []).paired_blocks == 0
+    assert job.spec.side_by_side is False and advance.config_of(job, []).paired_blocks == 0
     run_job(session, job)
     read = job_read(session, job.id)
     assert [c.first_sha for c in read.culprits] == [job.revision_shas[STEP_AT]]
@@ -295,8 +295,8 @@ def test_the_embedded_server_runs_blocks_in_order_on_one_thread(tmp_path: Path, 
 def test_the_cli_sends_side_by_side_unless_told_not_to(monkeypatch, flag, expected) -> None:
     from typer.testing import CliRunner
 
-    from perfbisect.service.cli import submit as cli_submit
-    from perfbisect.service.cli.main import app
+    from perfbisect.cli import submit as cli_submit
+    from perfbisect.cli.main import app
 
     sent = []
     monkeypatch.setattr(cli_submit, "_submit", lambda request, *args, **kw: sent.append(request))
@@ -348,7 +348,7 @@ def run_compare(session, job: Job) -> None:
 
 def test_a_compare_measures_base_and_head_in_abba_blocks_and_its_verdict_is_the_paired_step(session, lib) -> None:
     job = submit_compare(session, lib)
-    assert job.spec["side_by_side"] is True
+    assert job.spec.side_by_side is True
     run_compare(session, job)
     timed = jobs_repo.trials_of(session, job.id)
     assert timed and all(t.block is not None for t in timed)  # every trial in a block: none measured apart
@@ -377,8 +377,8 @@ def test_a_compare_without_side_by_side_measures_no_blocks(session, lib) -> None
 def test_the_cli_sends_a_compare_side_by_side_unless_told_not_to(monkeypatch, flag, expected) -> None:
     from typer.testing import CliRunner
 
-    from perfbisect.service.cli import submit as cli_submit
-    from perfbisect.service.cli.main import app
+    from perfbisect.cli import submit as cli_submit
+    from perfbisect.cli.main import app
 
     sent = []
     monkeypatch.setattr(cli_submit, "_submit", lambda request, *args, **kw: sent.append(request))

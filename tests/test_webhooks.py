@@ -222,9 +222,9 @@ def test_pull_request_creates_a_compare_job_of_base_and_head(client, settings, l
     assert job.revision_shas == [] and job.progress["phase"] == "resolving revisions"
     job = resolve(session, job.id)
     assert job.revision_shas == [lib["base"], lib["head"]]
-    assert (job.spec["good_sha"], job.spec["bad_sha"], job.spec["pr_number"]) == (lib["base"], lib["head"], 7)
-    assert [c["name"] for c in job.spec["cases"]] == [CASE["name"]]
-    assert (job.spec["device_class"], job.spec["min_effect"]) == ("cuda", 0.03)
+    assert (job.spec.good_sha, job.spec.bad_sha, job.spec.pr_number) == (lib["base"], lib["head"], 7)
+    assert [c["name"] for c in job.spec.cases] == [CASE["name"]]
+    assert (job.spec.device_class, job.spec.min_effect) == ("cuda", 0.03)
     assert sent_tasks == [("perfbisect.advance_job", (job.id,))]
     assert body["url"] == f"/api/jobs/{job.id}"
     head_subject = session.scalars(select(Revision.subject).where(Revision.sha == lib["head"])).one()
@@ -238,7 +238,7 @@ def test_pull_request_creates_a_compare_job_of_base_and_head(client, settings, l
 def _compared_cases(client, lib, session, **event) -> list[str]:
     response = deliver(client, pr_event(lib["base"], lib["head"], clone_url=str(lib["path"]), **event))
     assert response.status_code == 202, response.text
-    return sorted(c["name"] for c in resolve(session, response.json()["job_id"]).spec["cases"])
+    return sorted(c["name"] for c in resolve(session, response.json()["job_id"]).spec.cases)
 
 
 def test_without_a_tracked_base_every_configured_case_is_compared(client, settings, lib, session, sent_tasks) -> None:
@@ -248,7 +248,7 @@ def test_without_a_tracked_base_every_configured_case_is_compared(client, settin
     payload["pull_request"]["base"]["ref"] = "release"  # not tracked: the sets and tracked branches, all of them
     response = deliver(client, payload)
     assert response.status_code == 202, response.text
-    assert sorted(c["name"] for c in session.get(Job, response.json()["job_id"]).spec["cases"]) == \
+    assert sorted(c["name"] for c in session.get(Job, response.json()["job_id"]).spec.cases) == \
         sorted([CASE["name"], NORM["name"]])
 
 
@@ -289,7 +289,7 @@ def test_a_new_head_supersedes_the_pull_requests_open_compare(client, settings, 
     assert second != first and response.json()["superseded"] == [first]
     session.expire_all()
     assert session.get(Job, first).status == JobStatus.cancelled
-    assert resolve(session, second).spec["bad_sha"] == new_head
+    assert resolve(session, second).spec.bad_sha == new_head
     assert sent_tasks == [("perfbisect.advance_job", (first,)), ("perfbisect.advance_job", (second,))]
 
 

@@ -10,8 +10,8 @@ interpreter as `{python}`, e.g. `{python} -m pip install --no-deps --no-build-is
 
 from __future__ import annotations
 
+import os
 import shlex
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -108,37 +108,41 @@ def build_revision(command: str | None, inputs: Sequence[str], slot: Slot, mirro
         return replace(built, cache={"cached": False, "stored": False, "note": f"not cached: {exc}"})
     declared = buildcache.declared_files(entries, inputs)
     key = buildcache.build_key(command, build_toolchain(slot.env(env), device), inputs, declared)
-    root, build_dir = build_cache_root(settings), slot.worktree / BUILD_DIR
-    hit = _restored(root, key, build_dir, slot)
+    root = build_cache_root(settings)
+    hit = _restored(root, key, slot)
     if hit is not None:
         return hit
     built = run_build(command, slot, env, settings.build_timeout_s, should_stop, network)
     if not built.ok:
         return replace(built, cache={"key": key, "cached": False, "stored": False, "note": "build failed: not cached"})
-    refused = _uncacheable(build_dir, slot.worktree, entries, declared)
-    stored = refused is None and buildcache.store(
-        root, key, build_dir, {"key": key, "built_for": sha, "seconds": round(built.seconds, 3), "at": time.time()})
+    meta = {"key": key, "built_for": sha, "seconds": round(built.seconds, 3), "at": time.time()}
+    refused = buildcache.store(root, key, slot.worktree, BUILD_DIR, meta, owner=_uid(slot),
+                               refuse=lambda copy: _uncacheable(copy, slot.worktree, entries, declared))
     buildcache.prune(root, settings.build_cache_keep, protect=key)
-    if stored:
+    if refused is None:
         note = f"built in {built.seconds:.1f} s, cached as key {key[:12]}"
     else:
-        note = f"built in {built.seconds:.1f} s, not cached: {refused or 'another worker cached this key first'}"
-    return replace(built, cache={"key": key, "cached": False, "stored": stored, "note": note})
+        note = f"built in {built.seconds:.1f} s, not cached: {refused}"
+    return replace(built, cache={"key": key, "cached": False, "stored": refused is None, "note": note})
 
 
-def _restored(root: Path, key: str, build_dir: Path, slot: Slot) -> BuildResult | None:
-    """The cache hit for `key`, copied into `build_dir` and handed to the sandbox user; None on a
+def _uid(slot: Slot) -> int:
+    """Whose files a build output of `slot` holds: its user's (the worker's where it has none)."""
+    return slot.user.uid if slot.user else os.geteuid()
+
+
+def _restored(root: Path, key: str, slot: Slot) -> BuildResult | None:
+    """The cache hit for `key`, copied into the slot's build directory as its user's; None on a
     miss (or an entry pruned under the copy)."""
     started = time.perf_counter()
     meta = buildcache.lookup(root, key)
     if meta is None:
         return None
+    give = (slot.user.uid, slot.user.gid) if slot.user else None
     try:
-        buildcache.restore(root, key, build_dir)
-    except OSError:
-        shutil.rmtree(build_dir, ignore_errors=True)
+        buildcache.restore(root, key, slot.worktree, BUILD_DIR, give)
+    except OSError:  # the partial copy is gone too
         return None
-    slot.give(build_dir)
     seconds = time.perf_counter() - started
     note = (f"cached (key {key[:12]}, built for {str(meta.get('built_for'))[:10]} "
             f"in {float(meta.get('seconds') or 0):.1f} s)")
@@ -147,13 +151,14 @@ def _restored(root: Path, key: str, build_dir: Path, slot: Slot) -> BuildResult 
 
 
 def _uncacheable(build_dir: Path, worktree: Path, entries: Sequence, declared: Sequence) -> str | None:
-    """Why this build's output must not be served to another revision, or None."""
-    copied = buildcache.undeclared_copies(build_dir, entries, declared) if build_dir.is_dir() else []
+    """Why this build's output (the worker's copy of it, `build_dir`) must not be served to
+    another revision, or None."""
+    copied = buildcache.undeclared_copies(build_dir, entries, declared)
     if copied:
         more = f" (+{len(copied) - 3} more)" if len(copied) > 3 else ""
         return (f"the output holds copies of files that are not declared build inputs: "
                 f"{', '.join(copied[:3])}{more}; declare them")
-    pinned = buildcache.names_worktree(build_dir, worktree) if build_dir.is_dir() else []
+    pinned = buildcache.names_worktree(build_dir, worktree)
     if pinned:
         return f"{', '.join(pinned[:3])} names the worktree's path: the output is not relocatable"
     return None

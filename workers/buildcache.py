@@ -4,8 +4,8 @@ build directory, instead of running the command again.
 
     inputs = declared_files(mirror.tree_entries(sha), patterns)   # pure
     key = build_key(command, toolchain, patterns, inputs)          # pure
-    meta = lookup(root, key); restore(root, key, build_dir)        # a hit
-    store(root, key, build_dir, meta)                              # after a successful build
+    meta = lookup(root, key); restore(root, key, worktree, BUILD_DIR, give=(uid, gid))  # a hit
+    store(root, key, worktree, BUILD_DIR, meta, owner=uid, refuse=check)   # after a successful build
 
 THE RULE that makes a hit correct: what the command leaves in `{build_dir}` must depend only on
 the declared inputs (and the command, env and toolchain, which are in the key). A build that also
@@ -23,12 +23,17 @@ directory, which is never served and is removed once it is old. Entries are copi
 hard-linked: a trial runs as the sandbox user in its build directory and must not be able to
 change the cached files.
 
-The cache stores no privilege: a build runs as the sandbox user, but the worker (root) makes the
-copies, and a copy that kept a setuid bit would be a root-owned setuid program. Every copy, into
-the cache and out of it, is made file by file with the permission bits only (no setuid, setgid or
-sticky bit, no group or other write), owned by whoever copies (the worker; `Slot.give` then hands
-a restored directory to the sandbox user). The cache's root is the worker's alone (0700), so a
-trial can neither read nor change an entry, nor run one.
+The cache stores no privilege and follows nothing: a build runs as the sandbox user, but the
+worker (root) makes the copies, and a copy that kept a setuid bit would be a root-owned setuid
+program, one that followed a symlink would copy whatever root can read. Every copy, into the cache
+and out of it, goes through kernels/harness/safefs.py: from the worktree's fd, never through a
+symlink (a symlinked `{build_dir}` is not cached), only the builder's own regular files (a
+hardlink to another user's file, a FIFO, socket or device is skipped and listed in meta.json's
+"skipped"), symlinks as symlinks, within MAX_BYTES (apparent size: a sparse file counts in full),
+MAX_FILES and MAX_DEPTH; with the permission bits only (no setuid, setgid or sticky bit, no group
+or other write), owned by the worker in the cache and by the slot's user once restored. The
+checks above read the worker's own copy, never the build directory. The cache's root is the
+worker's alone (0700), so a trial can neither read nor change an entry, nor run one.
 """
 
 from __future__ import annotations
@@ -41,20 +46,28 @@ import shutil
 import stat
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from perfbisect.gitrepo import TreeEntry
+from perfbisect.kernels.harness import safefs
 from perfbisect.kernels.harness.caches import last_used
+from perfbisect.kernels.harness.safefs import Limits, plain_mode
 
 WHOLE_TREE = "."
 META = "meta.json"
 TMP_PREFIX = ".tmp-"
 STALE_TMP_S = 6 * 3600  # a temp directory this old belongs to a copy that was cut short
 PATH_FILES = (".pth", ".egg-link")  # outputs whose lines go on sys.path
-# What a copied file or directory keeps of its mode: rwx for the owner, r-x for the others.
-KEPT_MODE = 0o755
+# What an output may hold to be cached (a CUDA extension's build is hundreds of MiB, a
+# site-packages tree a dozen directories deep); past one the build is simply not cached.
+MAX_BYTES = 16 * 2**30
+MAX_FILES = 200_000
+MAX_DEPTH = 64
+MAX_LISTED = 50  # skipped entries named in an entry's metadata
+# Restoring copies the worker's own entry, which store() bounded already.
+RESTORE_LIMITS = Limits(2**62, 2**62, MAX_DEPTH + 1)
 
 
 def matches(path: str, pattern: str) -> bool:
@@ -123,65 +136,93 @@ def lookup(root: Path, key: str) -> dict[str, Any] | None:
     return meta
 
 
-def restore(root: Path, key: str, build_dir: Path) -> None:
-    """Copy entry `key`'s output to `build_dir` (replacing it). Raises OSError when the entry
-    vanished under the copy (pruned meanwhile): the caller then builds."""
-    shutil.rmtree(build_dir, ignore_errors=True)
-    copy_plain(root / key / "build", build_dir)
+def restore(root: Path, key: str, worktree: Path, name: str, give: tuple[int, int] | None = None) -> None:
+    """Copy entry `key`'s output to `name` under `worktree` (replacing whatever is there, a
+    symlink included, never following it), owned by `give` (uid, gid) when given. Raises OSError
+    when the entry vanished under the copy (pruned meanwhile; the partial copy is removed): the
+    caller then builds."""
+    anchor = safefs.open_anchor(worktree)
+    try:
+        safefs.remove_tree(anchor, name)
+        try:
+            _copy_entry(root / key / "build", anchor, name, give)
+        except OSError:
+            safefs.remove_tree(anchor, name)
+            raise
+    finally:
+        os.close(anchor)
 
 
-def store(root: Path, key: str, build_dir: Path, meta: dict[str, Any]) -> bool:
-    """Keep a copy of `build_dir` as entry `key`; False when another worker stored it first or
-    the copy failed (the entry is then absent, never partial). A damaged entry of that key (no
-    metadata: never written so, since the rename is the last step) is replaced."""
+def _copy_entry(entry: Path, anchor: int, name: str, give: tuple[int, int] | None) -> None:
+    source = safefs.open_anchor(entry)
+    try:
+        os.mkdir(name, 0o700, dir_fd=anchor)
+        target = safefs.open_beneath(anchor, name)
+        try:
+            safefs.copy_tree(source, target, RESTORE_LIMITS, owner=os.geteuid(), give=give)
+            if give:
+                os.fchown(target, *give)
+            os.fchmod(target, plain_mode(os.fstat(source).st_mode) | stat.S_IRWXU)
+        finally:
+            os.close(target)
+    finally:
+        os.close(source)
+
+
+def store(root: Path, key: str, worktree: Path, name: str, meta: dict[str, Any], *, owner: int | None,
+          refuse: Callable[[Path], str | None] | None = None) -> str | None:
+    """Keep a copy of the build output `name` under `worktree` (its files of uid `owner`, by
+    safefs's rule) as entry `key`; None when stored, else why not: the output is a symlink or
+    past a limit, `refuse(copy)` objects to it, the copy failed, or another worker stored the key
+    first (the entry is then absent, never partial). A damaged entry of that key (no metadata:
+    never written so, since the rename is the last step) is replaced."""
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o700)  # the worker's alone: no trial reads, changes or runs an entry
     tmp = root / f"{TMP_PREFIX}{key}-{uuid.uuid4().hex}"
     try:
-        if build_dir.is_dir():
-            tmp.mkdir()
-            copy_plain(build_dir, tmp / "build")
-        else:  # the command installed nothing there: an empty output is cached too
-            (tmp / "build").mkdir(parents=True)
-        (tmp / META).write_text(json.dumps(meta))
+        tmp.mkdir(0o700)
+        (tmp / "build").mkdir(0o700)
+        skipped = _copy_output(worktree, name, tmp / "build", owner)
+        why_not = refuse(tmp / "build") if refuse else None
+        if why_not:
+            return why_not
+        (tmp / META).write_text(json.dumps({**meta, "skipped": skipped[:MAX_LISTED]}))
         if (root / key).exists() and not (root / key / META).exists():
             _discard(root, root / key)
-        os.rename(tmp, root / key)
-        return True
-    except OSError:  # the key was taken by a concurrent worker, or the disk is full
-        return False
+        try:
+            os.rename(tmp, root / key)
+        except OSError:
+            return "another worker cached this key first"
+        return None
+    except (safefs.Unsafe, safefs.LimitExceeded) as exc:
+        return f"the output {exc.strerror}"
+    except OSError as exc:  # the disk is full
+        return f"the copy failed: {exc}"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def plain_mode(mode: int) -> int:
-    """The permission bits a copy keeps: no setuid, setgid or sticky bit, no group or other write."""
-    return stat.S_IMODE(mode) & KEPT_MODE
-
-
-def copy_plain(src: Path, dst: Path) -> None:
-    """Copy the tree `src` to `dst` (which must not exist): directories, regular files (content,
-    times, `plain_mode` permissions) and symlinks as symlinks (never followed); anything else (a
-    fifo, a device node) is left out. The copies belong to the caller, and no copy has a special
-    bit at any moment, even while it is being written. Raises OSError."""
-    directories = [(dst, os.lstat(src).st_mode)]
-    os.mkdir(dst, 0o700)
-    for base, dirs, names in os.walk(src):  # never descends into a symlink
-        target = Path(dst, os.path.relpath(base, src))
-        for name in [*dirs, *names]:
-            source, copy = os.path.join(base, name), target / name
-            info = os.lstat(source)
-            if stat.S_ISLNK(info.st_mode):
-                os.symlink(os.readlink(source), copy)
-            elif stat.S_ISDIR(info.st_mode):
-                os.mkdir(copy, 0o700)
-                directories.append((copy, info.st_mode))
-            elif stat.S_ISREG(info.st_mode):
-                shutil.copyfile(source, copy, follow_symlinks=False)
-                os.chmod(copy, plain_mode(info.st_mode))
-                os.utime(copy, ns=(info.st_atime_ns, info.st_mtime_ns))  # a .pyc checks its source's mtime
-    for path, mode in reversed(directories):  # last: a read-only directory could not be filled
-        os.chmod(path, plain_mode(mode) | stat.S_IRWXU)
+def _copy_output(worktree: Path, name: str, copy: Path, owner: int | None) -> list[str]:
+    """Copy the output (`name` under `worktree`) into `copy`; an absent output is an empty one.
+    Returns what was skipped. Raises Unsafe, LimitExceeded or OSError."""
+    anchor = safefs.open_anchor(worktree)
+    try:
+        try:
+            source = safefs.open_beneath(anchor, name)
+        except FileNotFoundError:  # the command installed nothing there: an empty output is cached too
+            return []
+        except NotADirectoryError as exc:
+            raise safefs.Unsafe(exc.errno, f"{name} is not a directory") from exc
+    finally:
+        os.close(anchor)
+    target = safefs.open_anchor(copy)
+    try:
+        copied = safefs.copy_tree(source, target, Limits(MAX_BYTES, MAX_FILES, MAX_DEPTH), owner=owner)
+        os.fchmod(target, plain_mode(os.fstat(source).st_mode) | stat.S_IRWXU)
+        return copied.skipped
+    finally:
+        os.close(source)
+        os.close(target)
 
 
 def prune(root: Path, keep: int, protect: str | None = None) -> list[str]:

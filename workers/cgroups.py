@@ -93,10 +93,27 @@ def slot_cgroup(settings: Settings, index: int) -> str:
         return ""
     path = directory / f"slot-{index}"
     path.mkdir(exist_ok=True)
-    memory_mb = hostshare.memory_cap_mb(settings)
+    memory_mb = hostshare.slot_budget_mb(settings)  # the slot's processes and its /tmp and /dev/shm
     limits = {"memory.max": str(memory_mb << 20) if memory_mb else "max",
               "pids.max": str(settings.sandbox_max_procs or "max"),
               "cpuset.cpus": cpu_share(index, hostshare.host_slots(settings), list(os.sched_getaffinity(0)))}
     for name, value in limits.items():
         (path / name).write_text(value)
     return str(path)
+
+
+def memory_report(settings: Settings) -> str:
+    """Which memory bound this host's slots get, in one line: the worker says it when it starts,
+    `perfbisect doctor` shows it. Reads the delegated directory; changes nothing."""
+    budget, tmpfs, cap = (hostshare.slot_budget_mb(settings), hostshare.tmpfs_mb(settings),
+                          hostshare.memory_cap_mb(settings))
+    slots, procs = hostshare.host_slots(settings), settings.sandbox_max_procs or "no limit on"
+    shared = (f"{slots} slot(s) x {budget} MiB = {slots * budget} MiB of the host's {hostshare.host_memory_mb()} MiB; "
+              f"/tmp and /dev/shm {tmpfs} MiB each, in the slot's budget")
+    why = _unusable(settings.sandbox_cgroup_dir)
+    if why is None:
+        return (f"memory: bounded per trial by cgroup v2 ({settings.sandbox_cgroup_dir}): memory.max {budget} MiB "
+                f"and pids.max {procs} per slot, all its processes and its /tmp and /dev/shm counted; {shared}")
+    return (f"memory: bounded per process only ({why}): {cap} MiB per process (RLIMIT_AS, RLIMIT_DATA for GPU "
+            f"trials and builds) and {procs} processes per slot uid (RLIMIT_NPROC), so a trial's N processes may "
+            f"hold N x {cap} MiB; {shared}")

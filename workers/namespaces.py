@@ -45,6 +45,7 @@ class View:
     writable: tuple[str, ...]   # directories bound read-write at the same path
     network: bool = False
     devices: tuple[str, ...] = ()
+    tmpfs_bytes: int = TMPFS_BYTES  # the size of each of /tmp and /dev/shm (in the slot's budget)
 
 
 def bwrap() -> str | None:
@@ -92,8 +93,8 @@ def argv(view: View, *, chdir: str = "/", as_pid_1: bool = False) -> list[str]:
             "--unshare-cgroup-try", "--die-with-parent", "--disable-userns", *_system_args()]
     # a private /tmp and /dev/shm in memory, small (TMPDIR is the slot's tmp, on disk); mounted
     # before the binds, so that a bound path under /tmp (an interpreter's or a slot's) shows on it
-    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",
-             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp"]
+    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(view.tmpfs_bytes), "--tmpfs", "/dev/shm",
+             "--size", str(view.tmpfs_bytes), "--tmpfs", "/tmp"]
     for path in readonly_paths():
         args += ["--ro-bind", path, path]
     for path in view.writable:

@@ -20,15 +20,13 @@ import select
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
+from perfbisect.kernels.harness.procfs import ProcInfo, all_processes, environ_value
 from perfbisect.kernels.harness.zygote import MARKER_NAME, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, prctl
 
 log = logging.getLogger(__name__)
 
 MARKER = MARKER_NAME  # PERFBISECT_SANDBOX
-_PROC = Path("/proc")
 
 
 def harden_worker_process() -> None:
@@ -39,41 +37,8 @@ def harden_worker_process() -> None:
     prctl(PR_SET_DUMPABLE, 0)
 
 
-@dataclass(frozen=True)
-class ProcInfo:
-    pid: int
-    ppid: int
-    session: int
-    zombie: bool
-
-
-def _stat(pid: int) -> ProcInfo | None:
-    try:
-        raw = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # The command name is in parentheses and may hold spaces: split after its closing one.
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcInfo(pid=pid, ppid=int(fields[1]), session=int(fields[3]), zombie=fields[0] == "Z")
-
-
 def marker_of(pid: int) -> str | None:
-    try:
-        environ = (_PROC / str(pid) / "environ").read_bytes()
-    except OSError:
-        return None
-    prefix = f"{MARKER}=".encode()
-    for entry in environ.split(b"\0"):
-        if entry.startswith(prefix):
-            return entry[len(prefix) :].decode(errors="replace")
-    return None
-
-
-def all_processes() -> list[ProcInfo]:
-    if not _PROC.is_dir():
-        return []
-    infos = (_stat(int(p.name)) for p in _PROC.iterdir() if p.name.isdigit())
-    return [i for i in infos if i is not None]
+    return environ_value(pid, MARKER)
 
 
 def descendants(of: int, processes: list[ProcInfo]) -> list[ProcInfo]:
@@ -156,21 +121,6 @@ def _sigkill(processes) -> int:
             killed += 1
         except ProcessLookupError:
             pass
-    return killed
-
-
-def kill_descendants(pid: int, rounds: int = 50) -> int:
-    """SIGKILL every descendant of `pid` (not `pid` itself) until none is left: after a trial,
-    whatever runs under its slot's own fork server (a double-fork that dropped the marker and
-    left the session, adopted by the server as its namespace's init) is that trial's."""
-    killed = 0
-    for _ in range(rounds):
-        live = [p for p in descendants(pid, all_processes()) if not p.zombie]
-        if not live:
-            return killed
-        killed += _sigkill(live)
-        time.sleep(0.02)
-    log.warning("descendants of %d survived %d kill rounds", pid, rounds)
     return killed
 
 

@@ -42,22 +42,22 @@ def harness_spec(cases: list[dict[str, Any]], device_class: str, policy: dict[st
     """The trial spec; every trial of one revision gets the same seed (from its sha), so the
     revision's accuracy reference is computed once. `suite_sources` (sha256 -> text) are the
     suite files sent with the job: the harness runner writes them next to the trial."""
-    spec: dict[str, Any] = {"cases": [{k: c[k] for k in ("suite", "target", "params", "source") if k in c}
-                                      for c in cases],
-                            "device": device_of(device_class), "cold": True}
+    trial: dict[str, Any] = {"cases": [{k: c[k] for k in ("suite", "target", "params", "source") if k in c}
+                                       for c in cases],
+                             "device": device_of(device_class), "cold": True}
     if suite_sources:
-        spec["suite_sources"] = suite_sources
-    if get_settings().gpu_caches and spec["device"] != "cpu":
-        spec["gpu_caches"] = get_settings().gpu_caches  # the trial's sandbox gets no PERFBISECT_* variable
+        trial["suite_sources"] = suite_sources
+    if get_settings().gpu_caches and trial["device"] != "cpu":
+        trial["gpu_caches"] = get_settings().gpu_caches  # the trial's sandbox gets no PERFBISECT_* variable
     if sha is not None:
-        spec["seed"] = revision_seed(sha)
+        trial["seed"] = revision_seed(sha)
     if policy:
-        spec["policy"] = policy
-    return spec
+        trial["policy"] = policy
+    return trial
 
 
 def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | None, env: dict[str, str],
-                spec: dict[str, Any], import_root: str, build_inputs: Sequence[str] = (),
+                trial_spec: dict[str, Any], import_root: str, build_inputs: Sequence[str] = (),
                 should_stop: StopCheck | None = None,
                 build_network: bool = False,
                 reverts: Sequence[tuple[str, str]] = ()) -> tuple[dict[str, Any], float | None]:
@@ -80,7 +80,7 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         return add_worker_phases(failure("worker_error", f"checkout failed: {exc}"), time.perf_counter() - started, None), None
     checkout_s = time.perf_counter() - started
     box.give(box.worktree)
-    build = build_revision(build_command, build_inputs, box, mirror, sha, env=env, device=spec["device"],
+    build = build_revision(build_command, build_inputs, box, mirror, sha, env=env, device=trial_spec["device"],
                            should_stop=should_stop, network=build_network)
     if not build.ok:
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
@@ -89,8 +89,8 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
     caches = caches_for(settings, sha, env, box.cache_root)
     box.give(caches.jit_dir, caches.reference_dir)  # the slot's user fills its caches of the revision
     # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
-    memory = "as" if spec["device"] == "cpu" else "data"
-    result = run_harness(spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
+    memory = "as" if trial_spec["device"] == "cpu" else "data"
+    result = run_harness(trial_spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
                          base_env=box.env({}), scratch_root=box.scratch, caches=caches,
                          launch=box.launcher(memory, should_stop, fork=settings.trial_launcher),
                          preload=settings.trial_preload)
@@ -113,13 +113,13 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
     repository code runs; when it says so, everything the trial started is killed."""
     settings = get_settings()
     mirror = Mirror(settings.mirrors_dir.resolve(), work.repo_name, work.repo_url)
-    spec = harness_spec(work.cases, work.device_class, work.policy, work.sha, work.suite_sources)
+    trial_spec = harness_spec(work.cases, work.device_class, work.policy, work.sha, work.suite_sources)
     if work.accuracy_only:
-        spec["accuracy_only"] = True  # a correctness sweep: the accuracy check, no timing loop
+        trial_spec["accuracy_only"] = True  # a correctness sweep: the accuracy check, no timing loop
     try:
         with slot() as box:
             result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,
-                                          spec=spec, import_root=work.import_root, build_inputs=work.build_inputs,
+                                          trial_spec=trial_spec, import_root=work.import_root, build_inputs=work.build_inputs,
                                           should_stop=should_stop, build_network=may_download(work.repo_name),
                                           reverts=work.reverts)
     except SandboxError as exc:

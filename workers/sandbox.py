@@ -41,7 +41,6 @@ import logging
 import os
 import pwd
 import resource
-import shutil
 import socket
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from perfbisect.kernels.harness import safefs
 from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailable, LaunchRequest, forkable,
                                                start_contained, wait_exit)
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
@@ -245,14 +245,22 @@ class Slot:
         return slot_cache_root(get_settings(), self.path)
 
     def give(self, *paths: Path) -> None:
-        """Hand `paths` (recursively) to the slot's user, so its code can write there."""
+        """Hand the directories `paths` (recursively) to the slot's user, so its code can write
+        there: each reached from the slot's directory or its cache tree, whose own paths only
+        root can change, without following a symlink (safefs.chown_tree)."""
         if self.user is None:
             return
         for top in paths:
-            os.lchown(top, self.user.uid, self.user.gid)
-            for root, dirs, files in os.walk(top):
-                for name in dirs + files:
-                    os.lchown(Path(root, name), self.user.uid, self.user.gid)
+            anchor_path = self.cache_root if top.is_relative_to(self.cache_root) else self.path
+            anchor = safefs.open_anchor(anchor_path)
+            try:
+                fd = safefs.open_beneath(anchor, str(top.relative_to(anchor_path)))
+            finally:
+                os.close(anchor)
+            try:
+                safefs.chown_tree(fd, self.user.uid, self.user.gid)
+            finally:
+                os.close(fd)
 
     def own_caches(self) -> None:
         """Create the slot's cache tree, mode 0700 and the slot's uid's: no other slot's uid
@@ -271,7 +279,7 @@ class Slot:
         if not self.contained:
             return ()
         view = namespaces.View(writable=(str(self.path), str(self.cache_root)), network=network,
-                               devices=namespaces.gpu_nodes())
+                               devices=namespaces.gpu_nodes(), tmpfs_bytes=hostshare.tmpfs_mb(get_settings()) << 20)
         return (*namespaces.argv(view, chdir=str(cwd), as_pid_1=as_pid_1),)
 
     def run(self, cmd: list[str] | str, *, cwd: Path, env: dict[str, str], timeout_s: float,
@@ -309,8 +317,9 @@ class Slot:
             stopped = _wait(trial.poll, time.monotonic() + timeout_s, should_stop)
         finally:
             proctree.kill_tree(trial.pid, self.marker, reap_root=True)  # also after a clean exit
-            if wrapper and trial.server_pid:  # the server serves this slot only: all else there is the trial's
-                proctree.kill_descendants(trial.server_pid)
+            # the server serves this slot only: all else in its namespace is the trial's, and so
+            # is what its /tmp and /dev/shm hold; it kills and empties them (kernels/harness/teardown.py)
+            trial.end()
             trial.close()
         return Launched(None if stopped else trial.returncode, read_tail(self.log_path), stopped,
                         how="sandbox-fork-server", preloaded=trial.preloaded)
@@ -361,11 +370,18 @@ def _wipe(path: Path) -> None:
     """Kill whatever still carries the slot's marker and remove its files. The slot's directory
     stays (emptied): the slot's fork servers have it mounted."""
     proctree.kill_marked(_marker_prefix(path))
-    for entry in path.iterdir() if path.is_dir() and not path.is_symlink() else []:
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+    try:
+        anchor = safefs.open_anchor(path)
+    except OSError:  # none yet
+        return
+    try:
+        for name in os.listdir(anchor):
+            try:
+                safefs.remove_tree(anchor, name)  # never through a symlink or a mount, at any depth
+            except OSError as exc:
+                log.warning("slot %s: %s left: %s", path, name, exc)
+    finally:
+        os.close(anchor)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_process_shutdown
 
 from perfbisect import dispatch
 from perfbisect.queue import (
@@ -272,3 +272,12 @@ def _sweep_sandbox(**_kwargs) -> None:
     from perfbisect.workers.sandbox import sweep_idle_slots
 
     sweep_idle_slots()
+
+
+@worker_process_shutdown.connect
+def _stop_fork_servers(**_kwargs) -> None:
+    """A pool process leaving at a warm shutdown ends with os._exit, which runs no atexit
+    function: its fork servers stop here, and their directories (perfbisect-zygote-*) go."""
+    from perfbisect.kernels.harness.launch import stop_servers
+
+    stop_servers(wait_s=5)

@@ -17,6 +17,7 @@ from perfbisect.service.alerts import bot
 from perfbisect.service.alerts import service as alerts
 from perfbisect.service.db import session_scope
 from perfbisect.service.jobs import repository as jobs_repo
+from perfbisect.service.job_spec import BisectSpec
 from perfbisect.service.notifications import service as notifications
 from perfbisect.service.models import JobKind, utcnow
 from perfbisect.service.tracking import service as tracking
@@ -46,14 +47,15 @@ def track_branch(tracked_id: int, head: str | None = None, only_if_moved: bool =
     return run.message
 
 
-def _alert_deliveries(session, alert_ids: list[int]) -> list[int]:
-    """The deliveries of newly raised alerts, in a savepoint: a failure is logged and loses no
-    alert (the detection's own work commits)."""
+def _alert_deliveries(session, next_: alerts.Next) -> list[int]:
+    """The deliveries of newly raised alerts and of culprits named without a bisect, in a
+    savepoint: a failure is logged and loses no alert (the detection's own work commits)."""
     try:
         with session.begin_nested():
-            return notifications.alerts_raised(session, alert_ids)
+            return (notifications.alerts_raised(session, next_.raised)
+                    + notifications.culprits_of_alerts(session, next_.named))
     except Exception:
-        log.exception("notifying the subscribers of alerts %s failed", alert_ids)
+        log.exception("notifying the subscribers of alerts %s failed", next_.raised + next_.named)
         return []
 
 
@@ -61,7 +63,7 @@ def _alert_deliveries(session, alert_ids: list[int]) -> list[int]:
 def detect_alerts(tracked_id: int) -> int:
     with session_scope() as session:
         next_ = alerts.detect(session, tracked_id)
-        deliveries = _alert_deliveries(session, next_.raised)
+        deliveries = _alert_deliveries(session, next_)
     send_next(next_)
     send_deliveries(deliveries)
     return len(next_.raised)
@@ -97,11 +99,11 @@ def continue_loop(job_id: int) -> bool:
         if job is None:
             return False
         if job.kind == JobKind.track:
-            tracked_id = job.spec.get("tracked_branch_id")
+            tracked_id = job.spec.tracked_branch_id
             next_ = None
         else:
             tracked_id = None
-            next_ = alerts.job_finished(session, job_id) if job.spec.get("alert_id") else None
+            next_ = alerts.job_finished(session, job_id) if isinstance(job.spec, BisectSpec) and job.spec.alert_id else None
     if tracked_id is not None:
         dispatch.send(DETECT_ALERTS, tracked_id, queue=CONTROL_QUEUE)
         return True

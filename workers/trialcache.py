@@ -5,13 +5,21 @@ only), pruned to the most recently used, and the input seed of a revision.
 Each slot has its own tree, HOME/trial-cache/<host>/slot-N/<toolchain>/<sha>/{jit,reference}
 (mode 0700, the slot's uid): what a trial writes there (compiled kernels, reference outputs) is
 read only by later trials of the same slot, never by another slot's trial, whose code another
-commit may be. Its namespace mounts only its own tree (workers/sandbox.py)."""
+commit may be. Its namespace mounts only its own tree (workers/sandbox.py).
+
+Repository code writes in that tree, so the worker (root) creates, marks and prunes its
+directories only through kernels/harness/safefs.py, from the fd of the slot's tree (whose own
+path only root can change): a symlink or a file where a toolchain or revision directory belongs
+is removed as a link or a file, never followed (docs/containment.md)."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
-from perfbisect.kernels.harness.caches import RevisionCaches, prune, revision_caches
+from perfbisect.kernels.harness import safefs
+from perfbisect.kernels.harness.caches import RevisionCaches, revision_dir, toolchain_fingerprint
 from perfbisect.service.settings import Settings
 
 
@@ -28,9 +36,87 @@ def caches_for(settings: Settings, sha: str, env: dict[str, str], root: Path) ->
     """The caches of `sha` in one slot's tree `root` under the toolchain this worker runs (and
     the repository's env), after dropping all but that slot's `trial_cache_keep` most recently
     used revisions."""
-    caches = revision_caches(root, sha, env)
-    prune(root, settings.trial_cache_keep, protect=caches.jit_dir.parent)
-    return caches
+    toolchain, revision = toolchain_fingerprint(env), revision_dir(sha)
+    anchor = safefs.open_anchor(root)
+    try:
+        for relative in (toolchain, f"{toolchain}/{revision}", f"{toolchain}/{revision}/jit",
+                         f"{toolchain}/{revision}/reference"):
+            _directory(anchor, relative)
+        base = safefs.open_beneath(anchor, f"{toolchain}/{revision}")
+        try:
+            os.utime(base)  # last use, for prune()
+        finally:
+            os.close(base)
+        prune(anchor, settings.trial_cache_keep, protect=(toolchain, revision))
+    finally:
+        os.close(anchor)
+    return RevisionCaches(revision, toolchain, root / toolchain / revision / "jit", root / toolchain / revision / "reference")
+
+
+def _directory(anchor: int, relative: str) -> None:
+    """Make the directory `relative` under `anchor` (its parent exists), replacing a symlink or
+    file of that name."""
+    parent, _, name = relative.rpartition("/")
+    fd = safefs.open_beneath(anchor, parent)
+    try:
+        try:
+            if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                return
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        os.mkdir(name, 0o755, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def prune(anchor: int, keep: int, protect: tuple[str, str]) -> list[str]:
+    """Remove all but the `keep` most recently used revision caches under the slot's tree
+    `anchor` (every toolchain together), never `protect` (toolchain, revision); what is not a
+    directory at either level is removed as what it is. Returns the removed "toolchain/sha"."""
+    entries = []
+    for toolchain in _directories(anchor):
+        fd = safefs.open_beneath(anchor, toolchain)
+        try:
+            entries += [(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mtime, toolchain, name)
+                        for name in _directories(fd)]
+        finally:
+            os.close(fd)
+    entries.sort(reverse=True)
+    removed = []
+    for _, toolchain, revision in entries[keep:]:
+        if (toolchain, revision) == protect:
+            continue
+        try:
+            _remove(anchor, toolchain, revision)
+        except OSError:  # e.g. a mount point: never entered; the trial goes on
+            continue
+        removed.append(f"{toolchain}/{revision}")
+    for toolchain in _directories(anchor):
+        try:
+            os.rmdir(toolchain, dir_fd=anchor)
+        except OSError:  # not empty
+            pass
+    return removed
+
+
+def _directories(fd: int) -> list[str]:
+    """The subdirectories of `fd`; anything else there (a symlink, a file, a FIFO) is unlinked."""
+    found = []
+    for name in os.listdir(fd):
+        if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            found.append(name)
+        else:
+            os.unlink(name, dir_fd=fd)
+    return found
+
+
+def _remove(anchor: int, toolchain: str, revision: str) -> None:
+    fd = safefs.open_beneath(anchor, toolchain)
+    try:
+        safefs.remove_tree(fd, revision)
+    finally:
+        os.close(fd)
 
 
 def revision_seed(sha: str) -> int:

@@ -2,7 +2,8 @@
    tab's sessionStorage and sent as "Authorization: Bearer" by fetch: no cookie carries it, so a
    request forged by another site has no credentials (no CSRF token needed), and it is gone when
    the tab closes. The form sends PATCH /api/alerts for the checked alerts (or the page's one
-   alert); the server answers all or none, then the page reloads to show the new state. */
+   alert) with the reason ("why", required for several); the server answers all or none, then
+   the page reloads to show the new state. */
 (function () {
   "use strict";
   var KEY = "perfbisect-token";
@@ -14,7 +15,7 @@
   function showState() {
     state.textContent = sessionStorage.getItem(KEY)
       ? "A token is set for this tab."
-      : "Triage needs a token with the submit scope (perfbisect token create NAME --scope submit).";
+      : "Triage needs a token with the triage scope (perfbisect token create NAME --scope triage).";
   }
   tokenForm.addEventListener("submit", function (e) {
     e.preventDefault();
@@ -52,7 +53,10 @@
     });
     if (!ids.length) { message.textContent = "Select at least one alert."; return; }
     if (!changed) { message.textContent = "Choose a status or fill a field to change."; return; }
-    if (!token) { message.textContent = "Enter a token with the submit scope first."; return; }
+    var reason = form.elements.reason.value.trim();
+    if (reason) body.reason = reason;
+    if (!reason && !root.dataset.alertId) { message.textContent = "Say why (the reason is kept on every alert)."; return; }
+    if (!token) { message.textContent = "Enter a token with the triage scope first."; return; }
     message.textContent = "Saving…";
     fetch("/api/alerts", {method: "PATCH", body: JSON.stringify(body),
                           headers: {"Content-Type": "application/json", "Accept": "application/json",

@@ -76,12 +76,17 @@ def toolchain_fingerprint(env: dict[str, str] | None = None) -> str:
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def revision_caches(root: Path, revision: str, env: dict[str, str] | None = None) -> RevisionCaches:
-    """Create (or reuse) the cache directories of `revision` under `root`; marks them used."""
+def revision_dir(revision: str) -> str:
+    """The directory name of `revision`'s caches. Raises ValueError for what is not a sha."""
     if not _SHA.match(revision):
         raise ValueError(f"revision must be a commit sha, not {revision!r}")
+    return revision.lower()
+
+
+def revision_caches(root: Path, revision: str, env: dict[str, str] | None = None) -> RevisionCaches:
+    """Create (or reuse) the cache directories of `revision` under `root`; marks them used."""
     toolchain = toolchain_fingerprint(env)
-    base = Path(root) / toolchain / revision.lower()
+    base = Path(root) / toolchain / revision_dir(revision)
     jit, reference = base / "jit", base / "reference"
     jit.mkdir(parents=True, exist_ok=True)
     reference.mkdir(exist_ok=True)

@@ -43,7 +43,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from perfbisect.kernels.harness.devices import JIT_CACHE_KEYS
-from perfbisect.kernels.harness.zygote import (MARKER_NAME, MARKER_PLACEHOLDER, PR_SET_PDEATHSIG,
+from perfbisect.kernels.harness.procfs import child_of, process_gone, process_start
+from perfbisect.kernels.harness.teardown import TEARDOWN_S
+from perfbisect.kernels.harness.zygote import (END, MARKER_NAME, MARKER_PLACEHOLDER, PR_SET_PDEATHSIG,
                                                preloaded_roots, prctl)
 
 # Keys that differ between trials of one server and are only read after the import of torch
@@ -115,23 +117,6 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def stat_fields(pid: int | str) -> list[bytes] | None:
-    """/proc/PID/stat's fields after the command name (the first is the state, field 3 of
-    proc(5)); None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            raw = stat.read()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2:].split()
-
-
-def process_gone(pid: int) -> bool:
-    """True when `pid` has exited (reaped, or a zombie)."""
-    fields = stat_fields(pid)
-    return fields is None or fields[0] == b"Z"
-
-
 def wait_exit(proc: subprocess.Popen, timeout_s: float) -> int | None:
     """`proc`'s exit code, waiting up to `timeout_s` for it; None while it runs. Woken by the exit
     itself through a pidfd (Linux 5.3+), where Popen.wait(timeout) polls with sleeps that grow to
@@ -180,9 +165,10 @@ class ForkedTrial:
 
     launcher = "fork-server"
 
-    def __init__(self, conn: socket.socket, pid: int, pending: bytes, server_pid: int | None = None,
+    def __init__(self, conn: socket.socket, pid: int, pending: bytes, server: ForkServer | None = None,
                  preloaded: tuple[str, ...] = ()):
-        self.conn, self.pid, self.buffer, self.server_pid = conn, pid, pending, server_pid
+        self.conn, self.pid, self.buffer, self.server = conn, pid, pending, server
+        self.server_pid = server.server_pid if server else None
         self.preloaded = preloaded  # the revision's modules it started with, imported by the server
         self.returncode: int | None = None
 
@@ -224,6 +210,12 @@ class ForkedTrial:
         _kill_group(self.pid)
         self.close()
 
+    def end(self) -> None:
+        """Once the trial is over: nothing it started lives on, nothing it wrote in /tmp or
+        /dev/shm stays (ForkServer.end_trials)."""
+        if self.server is not None:
+            self.server.end_trials()
+
 
 class ForkServerUnavailable(RuntimeError):
     """The fork server could not start or stopped answering: use a subprocess."""
@@ -240,6 +232,7 @@ class ForkServer:
         self.trial_pids: list[int] = []  # the trials it forked that may still run
         self.server_pid: int | None = None
         _sweep_once()
+        _stop_on_sigterm()
         self.dir = Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
         (self.dir / OWNER_FILE).write_text(f"{os.getpid()} {process_start(os.getpid())} {pid_namespace()}\n")
         self.socket_path = str(self.dir / "socket")
@@ -265,7 +258,7 @@ class ForkServer:
             self.stop()
             raise ForkServerUnavailable(f"the fork server did not start: {said or 'it said nothing (torch not importable?)'}")
         # the server's pid as this process sees it: under a wrapper, the wrapper's child
-        self.server_pid = _child_of(self.proc.pid) if self.containment.wrapper else self.proc.pid
+        self.server_pid = child_of(self.proc.pid) if self.containment.wrapper else self.proc.pid
 
     def _server_env(self, env: dict[str, str]) -> dict[str, str]:
         """The server's own HOME and TMPDIR (a directory of its user inside this server's; in
@@ -367,7 +360,27 @@ class ForkServer:
         _, _, pending = buffer.partition(b"\n")  # the child's "started" line; its exit may follow
         self.trial_pids = [p for p in self.trial_pids if not process_gone(p)] + [pid]
         preloaded = tuple(name for name in self.preload if name in self.hello.get("preloaded", ()))
-        return ForkedTrial(conn, pid, pending, self.server_pid, preloaded)
+        return ForkedTrial(conn, pid, pending, self, preloaded)
+
+    def end_trials(self) -> None:
+        """Have a server that is its namespace's init (under a wrapper) kill every other process
+        there and empty its /tmp and /dev/shm (teardown.py), and wait until it has. A server
+        that could not, or did not answer, is stopped: its namespace dies with it."""
+        if not self.containment.wrapper or not self.alive():
+            return
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(TEARDOWN_S + 10)
+                conn.connect(self.socket_path)
+                conn.sendall(END)
+                answer = b""
+                while not answer.endswith(b"\n") and (chunk := conn.recv(4096)):
+                    answer += chunk
+            ended = json.loads(answer).get("ended") if answer else False
+        except (OSError, ValueError):
+            ended = False
+        if ended is not True:
+            self.stop()
 
     def busy(self) -> bool:
         """True while a trial it forked runs (it dies with its server)."""
@@ -377,18 +390,12 @@ class ForkServer:
         _kill_group(self.proc.pid)
         self.proc.wait()
         if self.containment.wrapper and self.server_pid:
-            _reap_adopted(self.server_pid)
+            # the namespace's init: a zombie only once the kernel has killed all else in there
+            _reap_adopted(self.server_pid, wait_s=TEARDOWN_S)
         if self.proc.stdout:
             self.proc.stdout.close()
         # what the server's user left in its HOME goes too (rmtree follows no symbolic link)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def process_start(pid: int) -> str | None:
-    """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22), which
-    with the pid names one process: a pid is reused, the pair is not. None when it is gone."""
-    fields = stat_fields(pid)
-    return fields[19].decode() if fields else None
 
 
 def pid_namespace() -> str:
@@ -437,16 +444,6 @@ def _sweep_once() -> None:
     if not _swept.is_set():
         _swept.set()
         sweep_stale_dirs()
-
-
-def _child_of(pid: int) -> int | None:
-    """The (first) child of `pid`, from /proc."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = stat_fields(entry)
-            if fields and int(fields[1]) == pid:
-                return int(entry)
-    return None
 
 
 def _reap_adopted(pid: int, wait_s: float = 1.0) -> None:
@@ -559,15 +556,37 @@ def _server_of(request: LaunchRequest, containment: Containment | None = None) -
     return server_for(env, containment)
 
 
-def stop_servers() -> None:
-    with _servers_lock:
+def stop_servers(wait_s: float = -1) -> None:
+    """Stop every fork server of this process and remove their directories; `wait_s`: how long
+    to wait for another thread using them (-1: as long as it takes)."""
+    if not _servers_lock.acquire(timeout=wait_s):
+        return
+    try:
         for server in _servers.values():
             server.stop()
         _servers.clear()
         _failed_revision_servers.clear()
+    finally:
+        _servers_lock.release()
 
 
 atexit.register(stop_servers)
+
+
+def _stop_then_die(signum: int, _frame) -> None:
+    """SIGTERM in a process nobody else handles it for: stop the fork servers (their
+    directories go), then die of the signal as before."""
+    stop_servers(wait_s=5)  # the signal may have interrupted this very thread holding the lock
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _stop_on_sigterm() -> None:
+    """A process killed by SIGTERM runs no atexit function: where SIGTERM has its default action
+    (a Celery pool process, a plain script), stop the servers first. A process that handles
+    SIGTERM itself (uvicorn, Celery's main process) exits normally and atexit stops them."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _stop_then_die)
 
 
 def _stop_at_fork_in_child() -> None:

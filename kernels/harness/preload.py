@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import re
 import sys
 from pathlib import Path
 
+from perfbisect.kernels.harness import safefs
+
 MODES = ("auto", "on", "off")
 MODE_ENV = "PERFBISECT_TRIAL_PRELOAD"
+SUITE_LIMIT = 4 * 2**20  # a suite file larger than this declares no PRELOAD
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
@@ -61,9 +65,16 @@ def _suite_source(case: dict, spec: dict, worktree: Path) -> str | None:
     if name.startswith("source:"):
         return (spec.get("suite_sources") or {}).get(case.get("source"))
     if name.startswith("file:"):
-        path = (worktree / name[len("file:"):]).resolve()
-        if worktree.resolve() in path.parents and path.is_file():
-            return path.read_text(encoding="utf-8", errors="replace")
+        try:  # the worktree is the repository's (its build ran there): beneath it, no symlink
+            anchor = safefs.open_anchor(worktree)
+            try:
+                text = safefs.read_beneath(anchor, name[len("file:"):], limit=SUITE_LIMIT,
+                                           owner=os.fstat(anchor).st_uid)
+            finally:
+                os.close(anchor)
+        except OSError:
+            return None
+        return text.decode("utf-8", errors="replace")
     return None
 
 

@@ -29,11 +29,13 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import perfbisect
+from perfbisect.kernels.harness import safefs
 from perfbisect.kernels.harness.caches import RevisionCaches
 from perfbisect.kernels.harness.launch import LaunchRequest, start_trial
 from perfbisect.kernels.harness.phases import close_phases
@@ -44,6 +46,8 @@ from perfbisect.kernels.harness.result import failure_result
 # checkout, whose perfbisect/__init__.py maps the top-level folders into the package).
 HARNESS_ROOT = Path(perfbisect.__file__).resolve().parent.parent
 STDERR_TAIL = 4000
+RESULT_FILE = "result.json"
+RESULT_LIMIT = 256 * 2**20  # far above a trial's samples; a larger file is not parsed by the worker
 
 
 def _child_env(import_dir: Path, cache_env: dict[str, str], env: dict | None, base_env: dict | None = None) -> dict:
@@ -92,9 +96,44 @@ Launcher = Callable[[LaunchRequest, float, Path], Launched]
 
 
 def read_tail(path: Path, limit: int = STDERR_TAIL) -> str:
-    with open(path, "rb") as handle:
-        handle.seek(max(0, path.stat().st_size - limit))
-        return handle.read().decode(errors="replace")
+    """The last `limit` bytes of the log file `path` (never through a symlink, never a FIFO)."""
+    return safefs.read_tail(path, limit).decode(errors="replace")
+
+
+@contextmanager
+def _trial_dir(scratch_root: Path | None) -> Iterator[Path]:
+    """A fresh directory for one trial's spec, result and log, removed afterwards from the fd of
+    the directory above (the trial may have left symlinks or a tree deeper than rmtree goes)."""
+    path = Path(tempfile.mkdtemp(prefix="perfbisect-trial-", dir=scratch_root))
+    try:
+        yield path
+    finally:
+        anchor = safefs.open_anchor(path.parent)
+        try:
+            safefs.remove_tree(anchor, path.name)
+        except OSError:  # a mount point: the slot wipe logs it
+            pass
+        finally:
+            os.close(anchor)
+
+
+def read_result(trial_dir: Path) -> bytes | None:
+    """The trial's result file in `trial_dir`, or None when it wrote none. The trial's code may
+    have written there (a worker's sandbox gives the directory to the slot's user): the file is
+    reached from the fd of the directory above, with no symlink on the way, and must be a regular
+    file of whoever owns `trial_dir`, at most RESULT_LIMIT bytes (safefs.read_beneath). Raises
+    safefs.Unsafe otherwise."""
+    anchor = safefs.open_anchor(trial_dir.parent)
+    try:
+        folder = safefs.open_beneath(anchor, trial_dir.name)
+    finally:
+        os.close(anchor)
+    try:
+        return safefs.read_beneath(folder, RESULT_FILE, limit=RESULT_LIMIT, owner=os.fstat(folder).st_uid)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(folder)
 
 
 def _launch_forked(request: LaunchRequest, launcher: str, timeout_s: float) -> tuple[Launched, str]:
@@ -130,9 +169,8 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
     worktree = Path(worktree).resolve()
     cold = spec.get("cold", True)
     try:
-        with tempfile.TemporaryDirectory(prefix="perfbisect-trial-", dir=scratch_root) as tmp:
-            tmp_path = Path(tmp)
-            spec_path, out_path, log_path = (tmp_path / name for name in ("spec.json", "result.json", "log.txt"))
+        with _trial_dir(scratch_root) as tmp_path:
+            spec_path, out_path, log_path = (tmp_path / name for name in ("spec.json", RESULT_FILE, "log.txt"))
             if caches is not None:
                 cache_env = caches.env()
                 spec = {**spec, "reference_cache": {"dir": str(caches.reference_dir), "revision": caches.revision}}
@@ -163,8 +201,13 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
             if launched.stopped:
                 return failure_result("error", f"trial stopped: {launched.stopped}", wall_s=wall_s, cold=cold)
             tail = launched.output_tail
-            if out_path.is_file():
-                result = json.loads(out_path.read_text())
+            try:
+                raw = read_result(tmp_path)
+            except safefs.Unsafe as exc:
+                return failure_result("error", f"the trial's result file was refused ({exc.strerror}):\n{tail}",
+                                      wall_s=wall_s, cold=cold)
+            if raw is not None:
+                result = json.loads(raw)
                 result["log_tail"] = tail or None
                 result["launcher"] = how
                 if launched.preloaded:

@@ -34,6 +34,10 @@ file's descriptor (SCM_RIGHTS), then one JSON line {argv, cwd, env, sys_path}; t
 {"started": true} before running anything (the client reads its pid from the credentials the
 kernel attaches, in the client's own PID namespace) and, when done, {"exit": code}. The server
 closes the connection when it cannot fork; a child killed before it answers closes it too.
+When a trial is over the client sends END alone on a new connection: the server, as init of its
+namespace, kills every other process there and empties /tmp and /dev/shm (teardown.py), then
+answers {"ended": true}; it does the same before each fork. When that fails it answers
+{"ended": false} and quits, and the kernel kills what is left in its namespace.
 """
 from __future__ import annotations
 
@@ -49,7 +53,9 @@ import sys
 import tempfile
 import traceback
 
+from perfbisect.kernels.harness import teardown
 from perfbisect.kernels.harness.preload import import_preloaded
+from perfbisect.kernels.harness.procfs import stat_fields
 
 # What the server imports before forking: the frameworks and the harness itself, never the
 # measured repository. Names that are not installed (triton on a CPU box) are skipped.
@@ -60,6 +66,7 @@ MAX_REQUEST_BYTES = 1 << 22
 # the server's own value of it: room for a trial's marker, matching no sandbox slot.
 MARKER_NAME = "PERFBISECT_SANDBOX"
 MARKER_PLACEHOLDER = "fork-server#" + "_" * 1024
+END = b"E"  # the first byte of a request to end the last trial (a fork request's is "L")
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -101,12 +108,10 @@ def _preload(revision_modules: list[str]) -> tuple[list[str], dict[str, str]]:
 def marker_room() -> tuple[int, int] | None:
     """(address, size) of the placeholder's value inside this process's environment block, the
     memory /proc/<pid>/environ shows; None when the block holds no placeholder."""
+    fields = stat_fields("self")
     try:
-        with open("/proc/self/stat", "rb") as stat:
-            raw = stat.read()
-        fields = raw[raw.rindex(b")") + 2:].split()
         env_start, env_end = int(fields[47]), int(fields[48])  # fields 50 and 51 of proc(5)
-    except (OSError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError):
         return None
     if not 0 < env_start < env_end:
         return None
@@ -141,9 +146,12 @@ def peer_of(conn: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def _read_request(conn: socket.socket) -> tuple[dict, int]:
-    """The request and the log file descriptor sent with its first byte."""
-    _, fds, _, _ = socket.recv_fds(conn, 1, 1)
+def _read_request(conn: socket.socket) -> tuple[dict, int] | None:
+    """The request and the log file descriptor sent with its first byte; None for the request
+    to end the last trial (END, sent without a descriptor)."""
+    first, fds, _, _ = socket.recv_fds(conn, 1, 1)
+    if first == END and not fds:
+        return None
     if len(fds) != 1:
         for fd in fds:
             os.close(fd)
@@ -225,9 +233,15 @@ def _serve_one(conn: socket.socket, listener: socket.socket, client: tuple[int, 
         return
     conn.settimeout(10)
     try:
-        request, log_fd = _read_request(conn)
+        received = _read_request(conn)
     except (OSError, ValueError):
         return
+    if received is None:
+        _end_trials(conn)
+        return
+    request, log_fd = received
+    if teardown.is_init() and not teardown.end_trials():  # nothing of an earlier trial meets this one
+        os._exit(1)
     server = os.getpid()
     try:
         pid = os.fork()
@@ -236,6 +250,19 @@ def _serve_one(conn: socket.socket, listener: socket.socket, client: tuple[int, 
     if pid == 0:
         _run_child(conn, listener, request, log_fd, server, room)
     os.close(log_fd)
+
+
+def _end_trials(conn: socket.socket) -> None:
+    """Answer the request to end the last trial: as the namespace's init, kill every other process
+    of it and empty /tmp and /dev/shm (teardown.py); {"ended": false} and quit when that could
+    not be done (the namespace dies with its init). Outside a namespace: {"ended": null}."""
+    ended = teardown.end_trials() if teardown.is_init() else None
+    try:
+        _send(conn, {"ended": ended})
+    except OSError:
+        pass
+    if ended is False:
+        os._exit(1)
 
 
 def traced() -> bool:

@@ -22,7 +22,7 @@ from perfbisect.gitrepo import pr_number
 from perfbisect.service.alerts import repository
 from perfbisect.service.alerts.render import CaseStep, case_table, links
 from perfbisect.service.integrations.github.client import GitHubClient, connect
-from perfbisect.service.models import Alert, AlertStatus
+from perfbisect.service.models import Alert, AlertKind, AlertStatus
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.settings import get_settings
 from perfbisect.service.tracking import repository as tracking_repo
@@ -52,6 +52,8 @@ class CommentWork:
 
 
 def _table(session: Session, alert: Alert, metric: str) -> list[str]:
+    if alert.kind == AlertKind.broken:  # no case was measured: say what failed
+        return [f"The head `{alert.last_sha[:10]}` fails to build or import ({alert.note or 'see the alert'})."]
     culprit = repository.bisect_culprit(session, alert)
     steps = [CaseStep(c.case.name, c.rel, c.mean_before, c.mean_after, c.pvalue) for c in alert.cases]
     return case_table(steps, metric, (culprit.effects or {}) if culprit is not None else {})
@@ -81,7 +83,8 @@ def comment_work(session: Session, alert_id: int) -> CommentWork | None:
     known = {alert.culprit_last_sha: alert.culprit_pr} if alert.culprit_pr else {}
     if fix is not None and fix_alert.culprit_pr:
         known[fix.sha] = fix_alert.culprit_pr
-    headline = (f"a {alert.kind.value.replace('_', ' ')} on `{tracked.branch}` of **{tracked.repository.name}** "
+    kind = "broken head" if alert.kind == AlertKind.broken else alert.kind.value.replace('_', ' ')
+    headline = (f"a {kind} on `{tracked.branch}` of **{tracked.repository.name}** "
                 f"({tracked.device_class}), alert #{alert.id}")
     see = links(get_settings().public_url, tracked.repository.name, alert.id, alert.bisect_job_id,
                 [c.case.name for c in alert.cases])

@@ -8,7 +8,7 @@ from perfbisect import dispatch
 from perfbisect.queue import CONTROL_QUEUE, DETECT_ALERTS
 from perfbisect.service.alerts import repository, service, views
 from perfbisect.service.alerts.schemas import AlertBulkUpdate, AlertChangeRead, AlertRead, AlertUpdate
-from perfbisect.service.api.deps import SessionDep, SubmitterDep, get_viewer
+from perfbisect.service.api.deps import SessionDep, TriagerDep, get_viewer
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.bounds import MAX_ID, NO_NUL
 from perfbisect.service.models import AlertKind, AlertStatus
@@ -46,22 +46,24 @@ def alert_changes(session: SessionDep, alert_id: AlertId) -> list[AlertChangeRea
 
 
 @router.patch("/{alert_id}", response_model=AlertRead)
-def triage_alert(session: SessionDep, submitter: SubmitterDep, alert_id: AlertId, body: AlertUpdate) -> AlertRead:
+def triage_alert(session: SessionDep, triager: TriagerDep, alert_id: AlertId, body: AlertUpdate) -> AlertRead:
     """Triage: status (new, acknowledged, investigating, invalid, fixed or expected), note,
-    assignee and issue link; each change is recorded under the token's name. A triaged alert is
-    not raised again; invalid or expected cancels its bisect, whose slot goes to the next alert.
-    Needs a token with the submit scope."""
-    alert = service.triage(session, alert_id, body, submitter.name)
+    assignee and issue link; each change is recorded under the token's name with the reason. A
+    triaged alert is not raised again; invalid or expected cancels its bisect, whose slot goes to
+    the next alert, and reopening it (any other status) restarts that bisect. Needs a token with
+    the triage scope (or admin)."""
+    alert = service.triage(session, alert_id, body, triager.name)
     dispatch.after_commit(session, DETECT_ALERTS, alert.tracked_branch_id, queue=CONTROL_QUEUE)
     return views.alert_reads(session, [alert])[0]
 
 
 @router.patch("", response_model=list[AlertRead])
-def triage_alerts(session: SessionDep, submitter: SubmitterDep, body: AlertBulkUpdate) -> list[AlertRead]:
+def triage_alerts(session: SessionDep, triager: TriagerDep, body: AlertBulkUpdate) -> list[AlertRead]:
     """The same triage for every alert in `ids`, all or none (an unknown id is a 404 and
-    nothing changes). Needs a token with the submit scope."""
+    nothing changes), recorded on each alert with the token's name and the required reason.
+    Needs a token with the triage scope (or admin)."""
     update = AlertUpdate.model_validate(body.model_dump(exclude={"ids"}))
-    alerts = service.triage_many(session, body.ids, update, submitter.name)
+    alerts = service.triage_many(session, body.ids, update, triager.name)
     for tracked_id in sorted({a.tracked_branch_id for a in alerts}):
         dispatch.after_commit(session, DETECT_ALERTS, tracked_id, queue=CONTROL_QUEUE)
     return views.alert_reads(session, alerts)

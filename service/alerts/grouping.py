@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 REGRESSION, IMPROVEMENT, WRONG_RESULTS, WRONG_FIXED = "regression", "improvement", "wrong_results", "wrong_fixed"
+BROKEN, BROKEN_FIXED = "broken", "broken_fixed"  # a head that fails to build or import; the next one that works
+SETTLING = (WRONG_FIXED, BROKEN_FIXED)  # steps that end an alert, never raise one
 UNTRIAGED = "new"
 OPEN = ("new", "acknowledged", "investigating")  # statuses a detection may still move to fixed
 
@@ -50,8 +52,8 @@ class CaseHistory:
 class Step:
     """A case changed between the measured heads at `before` and `after`."""
 
-    case: str
-    kind: str  # regression | improvement | wrong_results | wrong_fixed
+    case: str  # "" for a broken head: the whole head failed, no case was measured
+    kind: str  # regression | improvement | wrong_results | wrong_fixed | broken | broken_fixed
     before: int
     after: int
     rel: float | None = None
@@ -104,6 +106,14 @@ def correctness_steps(history: CaseHistory) -> list[Step]:
     return steps
 
 
+def broken_steps(working: Sequence[int], broken: Sequence[int]) -> list[Step]:
+    """Every switch between a head that built and ran (`working`: measured, right results or
+    wrong) and one that failed to build or import (`broken`): one failure is a finding."""
+    states = sorted(({p: True for p in broken} | {p: False for p in working}).items())
+    return [Step("", BROKEN if now else BROKEN_FIXED, p0, p1)
+            for (p0, was), (p1, now) in zip(states, states[1:]) if was != now]
+
+
 def detect_steps(histories: Sequence[CaseHistory], detector: Detector) -> list[Step]:
     steps: list[Step] = []
     for history in histories:
@@ -122,12 +132,12 @@ class StepGroup:
     @property
     def kind(self) -> str:
         kinds = {s.kind for s in self.steps}
-        return next(k for k in (WRONG_RESULTS, REGRESSION, IMPROVEMENT) if k in kinds)
+        return next(k for k in (BROKEN, WRONG_RESULTS, REGRESSION, IMPROVEMENT) if k in kinds)
 
     @property
     def magnitude(self) -> float:
-        """Largest relative step of its cases (1.0 for wrong results: they come first)."""
-        return max((1.0 if s.kind == WRONG_RESULTS else abs(s.rel or 0.0)) for s in self.steps)
+        """Largest relative step of its cases (1.0 for wrong results and a broken head: they come first)."""
+        return max((1.0 if s.kind in (WRONG_RESULTS, BROKEN) else abs(s.rel or 0.0)) for s in self.steps)
 
 
 def group_steps(steps: Sequence[Step]) -> list[StepGroup]:
@@ -135,11 +145,12 @@ def group_steps(steps: Sequence[Step]) -> list[StepGroup]:
     to the common range; a step overlapping no group starts one. Ordered by range."""
     groups: list[tuple[tuple[int, int], list[Step]]] = []
     for step in sorted(steps, key=lambda s: (s.after, s.before, s.case)):
-        if step.kind == WRONG_FIXED:
+        if step.kind in SETTLING:
             continue
         for i, (span, members) in enumerate(groups):
             common = overlap(span, (step.before, step.after))
-            if common is not None and all(m.case != step.case for m in members):
+            if (common is not None and all(m.case != step.case for m in members)
+                    and (members[0].kind == BROKEN) == (step.kind == BROKEN)):  # a broken head is its own alert
                 groups[i] = (common, [*members, step])
                 break
         else:
@@ -178,7 +189,7 @@ def reconcile(groups: Sequence[StepGroup], known: Sequence[KnownAlert]) -> list[
     for group in groups:
         best, best_width = None, -1
         for alert in known:
-            if alert.id in taken or alert.span is None:
+            if alert.id in taken or alert.span is None or (alert.kind == BROKEN) != (group.kind == BROKEN):
                 continue
             common = overlap(alert.span, (group.before, group.after))
             if common is not None and common[1] - common[0] > best_width:
@@ -209,7 +220,7 @@ def confirmation(group: StepGroup, remeasures: Mapping[tuple[int, int], Remeasur
     is a failure); a performance step is re-measured side by side once (REMEASURE, then WAIT
     while that runs) and alerts when the re-measure shows the step on any of its cases (ALERT),
     else it stays silent (REFUTED)."""
-    if group.kind == WRONG_RESULTS:
+    if group.kind in (WRONG_RESULTS, BROKEN):
         return ALERT
     done = remeasures.get((group.before, group.after))
     if done is None:
@@ -235,7 +246,11 @@ def restoring_step(alert: KnownAlert, steps: Sequence[Step], higher_is_better: M
     again within `tolerance` of its level before the alert (or better); for wrong results, every
     case passes again. Returns the last of those cases' restoring steps (the alert is fixed from
     there), or None while any case is not restored or the alert is not open."""
-    if alert.status not in OPEN or alert.span is None or alert.kind == IMPROVEMENT or not alert.levels_before:
+    if alert.status not in OPEN or alert.span is None or alert.kind == IMPROVEMENT:
+        return None
+    if alert.kind == BROKEN:  # fixed by the next head that builds and runs
+        return next((s for s in steps if s.kind == BROKEN_FIXED and s.before >= alert.span[1]), None)
+    if not alert.levels_before:
         return None
     restored: list[Step] = []
     for case, level in alert.levels_before.items():

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session
 
 from perfbisect.gitrepo import GitError
+from perfbisect.service.alerts import grouping
 from perfbisect.service.alerts.grouping import CaseHistory, Remeasure
 from perfbisect.service.models import Case, Measurement, TrackedBranch
 from perfbisect.service.repos import service as repos
@@ -26,10 +27,16 @@ class BranchHistory:
     cases: list[CaseHistory]
     case_rows: dict[str, Case]
     index: dict[str, int] = field(default_factory=dict)  # sha -> position in shas
+    broken: dict[int, str] = field(default_factory=dict)  # position -> why the head failed (build_error, import_error)
 
     def position(self, sha: str | None) -> int | None:
         """The commit's position on the branch; None when it is not (or no longer) on it."""
         return self.index.get(sha) if sha else None
+
+    def broken_steps(self) -> list[grouping.Step]:
+        """Where the branch's heads start or stop failing to build or import."""
+        working = {p for h in self.cases for p in (*h.positions, *h.wrong)}
+        return grouping.broken_steps(sorted(working), sorted(set(self.broken) - working))
 
 
 def branch_shas(tracked: TrackedBranch) -> list[str]:
@@ -52,8 +59,10 @@ def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
     shas = branch_shas(tracked)
     cases = tracking_repo.cases_of(session, tracked.repository_id, tracked.cases)
     fingerprint = tracking_repo.current_fingerprint(session, tracked.repository_id, tracked.device_class)
+    index = {sha: i for i, sha in enumerate(shas)}
+    broken = {index[sha]: why for sha, why in tracking_repo.broken_heads(session, tracked.id, shas).items()}
     if not shas or not cases or fingerprint is None:
-        return BranchHistory(shas, [], cases, {sha: i for i, sha in enumerate(shas)})
+        return BranchHistory(shas, [], cases, index, broken)
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     wrong: dict[int, set[str]] = defaultdict(set)
     higher: dict[int, bool] = {}
@@ -66,7 +75,6 @@ def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
         elif m.status == "ok" and value is not None and value > 0:
             values[case_id][sha].append(value)
             higher[case_id] = True if tracked.metric == "ratio" else m.higher_is_better
-    index = {sha: i for i, sha in enumerate(shas)}
     histories = []
     for name, case in cases.items():
         # a head that returned wrong results in any trial is wrong, not a timing point
@@ -74,7 +82,7 @@ def load(session: Session, tracked: TrackedBranch) -> BranchHistory:
         histories.append(CaseHistory(
             case=name, positions=tuple(p for p, _ in ok), values=tuple(v for _, v in ok),
             wrong=tuple(sorted(index[sha] for sha in wrong[case.id])), higher_is_better=higher.get(case.id, True)))
-    return BranchHistory(shas, histories, cases, index)
+    return BranchHistory(shas, histories, cases, index, broken)
 
 
 def remeasures(session: Session, tracked: TrackedBranch,
@@ -83,8 +91,8 @@ def remeasures(session: Session, tracked: TrackedBranch,
     case once the job has finished."""
     out = {}
     for job, trials in tracking_repo.remeasures(session, tracked.id):
-        pair = job.spec["remeasure"]
-        before, after = branch.position(pair["before"]), branch.position(pair["after"])
+        pair = job.spec.remeasure
+        before, after = branch.position(pair.before), branch.position(pair.after)
         if before is None or after is None:
             continue
         values = None
@@ -94,6 +102,6 @@ def remeasures(session: Session, tracked: TrackedBranch,
                 for m in trial.measurements:
                     value = _value(tracked, m)
                     if m.status == "ok" and value is not None and m.case.name in values:
-                        values[m.case.name][trial.revision.sha == pair["after"]].append(value)
+                        values[m.case.name][trial.revision.sha == pair.after].append(value)
         out[before, after] = Remeasure(before, after, values)
     return out

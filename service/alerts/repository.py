@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from perfbisect.service.models import (Alert, AlertCase, AlertChange, AlertKind, AlertStatus, Culprit, CulpritKind, Job,
-                                      JobStatus, Repository, TrackedBranch)
+from perfbisect.service.job_spec import field as spec_field
+from perfbisect.service.models import (Alert, AlertBranch, AlertCase, AlertChange, AlertKind, AlertStatus, Culprit,
+                                      CulpritKind, Job, JobKind, JobStatus, Repository, TrackedBranch)
 
-_LOAD = (selectinload(Alert.cases).selectinload(AlertCase.case),)
+_LOAD = (selectinload(Alert.cases).selectinload(AlertCase.case), selectinload(Alert.also_on))
 
 
 def get(session: Session, alert_id: int, *, lock: bool = False) -> Alert | None:
@@ -28,17 +29,52 @@ def of_branch(session: Session, tracked_id: int) -> Sequence[Alert]:
 def listing(session: Session, *, status: AlertStatus | None = None, tracked_id: int | None = None,
             repository: str | None = None, branch: str | None = None, kind: AlertKind | None = None,
             assignee: str | None = None, limit: int = 100) -> Sequence[Alert]:
-    """Alerts newest first, narrowed by each filter given (all of them must hold)."""
+    """Alerts newest first, narrowed by each filter given (all of them must hold). A tracked
+    branch or branch name matches an alert of that branch and one the branch attached to."""
     stmt = select(Alert).options(*_LOAD)
-    if repository is not None or branch is not None:
-        stmt = stmt.join(TrackedBranch, Alert.tracked_branch_id == TrackedBranch.id)
     if repository is not None:
-        stmt = stmt.join(Repository, TrackedBranch.repository_id == Repository.id).where(Repository.name == repository)
-    for column, wanted in ((Alert.status, status), (Alert.tracked_branch_id, tracked_id),
-                           (TrackedBranch.branch, branch), (Alert.kind, kind), (Alert.assignee, assignee)):
+        stmt = (stmt.join(TrackedBranch, Alert.tracked_branch_id == TrackedBranch.id)
+                .join(Repository, TrackedBranch.repository_id == Repository.id).where(Repository.name == repository))
+    if tracked_id is not None or branch is not None:
+        on = select(TrackedBranch.id).where(*([TrackedBranch.id == tracked_id] if tracked_id is not None else []),
+                                            *([TrackedBranch.branch == branch] if branch is not None else []))
+        stmt = stmt.where(Alert.tracked_branch_id.in_(on) | exists().where(
+            AlertBranch.alert_id == Alert.id, AlertBranch.tracked_branch_id.in_(on)))
+    for column, wanted in ((Alert.status, status), (Alert.kind, kind), (Alert.assignee, assignee)):
         if wanted is not None:
             stmt = stmt.where(column == wanted)
     return session.scalars(stmt.order_by(Alert.id.desc()).limit(limit)).all()
+
+
+def attached_to(session: Session, tracked_id: int) -> list[tuple[Alert, AlertBranch]]:
+    """The alerts of other branches that this branch attached to (service/alerts/same_change)."""
+    stmt = (select(Alert, AlertBranch).join(AlertBranch, AlertBranch.alert_id == Alert.id)
+            .where(AlertBranch.tracked_branch_id == tracked_id).options(*_LOAD).order_by(Alert.id))
+    return [(alert, row) for alert, row in session.execute(stmt)]
+
+
+def with_culprit(session: Session, repository_id: int, kind: AlertKind, tracked_id: int) -> Sequence[Alert]:
+    """Alerts of the repository's other tracked branches of this kind with an exact culprit, not
+    attached to `tracked_id` yet, oldest first."""
+    attached = exists().where(AlertBranch.alert_id == Alert.id, AlertBranch.tracked_branch_id == tracked_id)
+    stmt = (select(Alert).join(TrackedBranch, Alert.tracked_branch_id == TrackedBranch.id)
+            .where(TrackedBranch.repository_id == repository_id, Alert.tracked_branch_id != tracked_id,
+                   Alert.kind == kind, Alert.culprit_last_sha.is_not(None),
+                   Alert.culprit_first_sha == Alert.culprit_last_sha, ~attached)
+            .options(*_LOAD).order_by(Alert.id))
+    return session.scalars(stmt).all()
+
+
+def same_culprit(session: Session, alert: Alert, sha: str) -> Sequence[Alert]:
+    """Older alerts of the repository's other tracked branches, of the alert's kind, whose exact
+    culprit is `sha`, oldest first."""
+    repository_id = select(TrackedBranch.repository_id).where(TrackedBranch.id == alert.tracked_branch_id)
+    stmt = (select(Alert).join(TrackedBranch, Alert.tracked_branch_id == TrackedBranch.id)
+            .where(TrackedBranch.repository_id == repository_id.scalar_subquery(), Alert.id < alert.id,
+                   Alert.tracked_branch_id != alert.tracked_branch_id, Alert.kind == alert.kind,
+                   Alert.culprit_first_sha == sha, Alert.culprit_last_sha == sha)
+            .options(*_LOAD).order_by(Alert.id))
+    return session.scalars(stmt).all()
 
 
 def changes(session: Session, alert_id: int) -> Sequence[AlertChange]:
@@ -68,12 +104,18 @@ def branches(session: Session, ids: Sequence[int]) -> dict[int, TrackedBranch]:
 
 
 def bisect_culprit(session: Session, alert: Alert) -> Culprit | None:
-    """The culprit row the alert's bisect stored for the alert's culprit commit (its per-case
-    effects with intervals and units), or None."""
-    if alert.bisect_job_id is None or alert.culprit_last_sha is None:
+    """The culprit row stored for the alert's culprit commit (its per-case effects with intervals
+    and units): by the alert's bisect, or, for a one-commit alert named without one, by the
+    tracking (service/alerts/one_commit.py) on a track job of the alert's branch. None without."""
+    if alert.culprit_last_sha is None:
         return None
-    stmt = select(Culprit).where(Culprit.job_id == alert.bisect_job_id, Culprit.first_sha == alert.culprit_first_sha,
+    stmt = select(Culprit).where(Culprit.first_sha == alert.culprit_first_sha,
                                  Culprit.last_sha == alert.culprit_last_sha).order_by(Culprit.id)
+    if alert.bisect_job_id is not None:
+        stmt = stmt.where(Culprit.job_id == alert.bisect_job_id)
+    else:
+        stmt = stmt.join(Job, Culprit.job_id == Job.id).where(
+            Job.kind == JobKind.track, spec_field(Job.spec, "tracked_branch_id").as_integer() == alert.tracked_branch_id)
     found = session.scalars(stmt).all()
     wanted = CulpritKind.correctness if alert.kind == AlertKind.wrong_results else CulpritKind.performance
     return next((c for c in found if c.kind == wanted), found[0] if found else None)

@@ -29,6 +29,8 @@ class AlertRead(BaseModel):
     tracked_branch_id: int
     repository: str
     branch: str
+    branches: list[str] = Field(default_factory=list, description=(
+        "every tracked branch that reached this change: its own first, then those that attached to it"))
     kind: str
     status: str
     magnitude: float
@@ -65,12 +67,16 @@ class AlertUpdate(BaseModel):
     assignee: str | None = Field(default=None, max_length=100, pattern=PERSON + "|^$")
     bug: str | None = Field(default=None, max_length=500, pattern=BUG + "|^$",
                             description="an issue URL (http/https) or a reference such as #123")
+    reason: str | None = Field(default=None, max_length=500, pattern=r"\S",
+                               description="why: kept with each change in the alert's history")
 
 
 class AlertBulkUpdate(AlertUpdate):
-    """The same triage for several alerts at once, all or none."""
+    """The same triage for several alerts at once, all or none; the reason is required (it is
+    recorded on every alert the change touched)."""
 
     ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] = Field(min_length=1, max_length=200)
+    reason: str = Field(max_length=500, pattern=r"\S", description="why: kept with each change on every alert")
 
 
 class AlertChangeRead(BaseModel):
@@ -79,3 +85,4 @@ class AlertChangeRead(BaseModel):
     field: str
     old: str | None
     new: str | None
+    reason: str | None = None

@@ -1,7 +1,10 @@
 """The loop after each measurement: change points on every case's history become alerts
 (grouped, matched with earlier detections, fixed when the level comes back), an alert whose
 range hides unmeasured commits gets a bisect job (at most `max_bisects` per branch at once,
-largest first), and a finished bisect names the alert's culprit. Triage through the API.
+largest first), and a finished bisect names the alert's culprit; a one-commit range names it at
+once (service/alerts/one_commit). A head that fails to build or import is a `broken` alert, fixed
+by the next head that works. A step whose culprit another branch's alert has is that alert's
+(service/alerts/same_change: one alert per change). Triage through the API.
 
 Flushes, never commits: the task or request owns the transaction and, after its commit, sends
 what the returned `Next` lists (bisect jobs to advance, alerts to comment on).
@@ -15,7 +18,7 @@ from functools import partial
 from sqlalchemy.orm import Session
 
 from perfbisect.service.auth.principal import SYSTEM
-from perfbisect.service.alerts import grouping, history, repository
+from perfbisect.service.alerts import grouping, history, one_commit, repository, same_change
 from perfbisect.service.alerts.grouping import KnownAlert, StepGroup
 from perfbisect.service.alerts.schemas import AlertUpdate
 from perfbisect.service.bisect.changepoints import compute_change_points
@@ -52,6 +55,7 @@ class Next:
     measure_job_ids: list[int] = field(default_factory=list)  # side-by-side re-measures of suspected steps
     comment_alert_ids: list[int] = field(default_factory=list)
     raised: list[int] = field(default_factory=list)
+    named: list[int] = field(default_factory=list)  # alerts whose culprit was named without a bisect
 
 
 def _known(alert: Alert, branch: history.BranchHistory) -> KnownAlert:
@@ -86,8 +90,12 @@ def _store(session: Session, tracked: TrackedBranch, branch: history.BranchHisto
     alert.magnitude = group.magnitude
     alert.detections += 1
     alert.updated_at = utcnow()
+    if alert.kind == AlertKind.broken and alert.note is None:
+        alert.note = f"the head {alert.last_sha[:10]} failed: {branch.broken.get(span[1], 'build_error')}"
     rows = {c.case_id: c for c in alert.cases}
     for step in group.steps:
+        if step.kind == grouping.BROKEN:  # the whole head failed: no case of its own
+            continue
         case = branch.case_rows[step.case]
         row = rows.get(case.id)
         if row is None:
@@ -110,8 +118,9 @@ def _mark_fixed(tracked: TrackedBranch, branch: history.BranchHistory, steps: li
         if hit is None:
             continue
         alert.status, alert.updated_at = AlertStatus.fixed, utcnow()
-        alert.fixed_by_id = next((a.id for a in alerts if a.id != alert.id and known[a.id].span
-                                  and grouping.overlap(known[a.id].span, (hit.before, hit.after))), None)
+        alert.fixed_by_id = None if alert.kind == AlertKind.broken else next((
+            a.id for a in alerts if a.id != alert.id and known[a.id].span
+            and grouping.overlap(known[a.id].span, (hit.before, hit.after))), None)
         fixed.append(alert.id)
     return fixed
 
@@ -146,13 +155,18 @@ def detect(session: Session, tracked_id: int) -> Next:
     tracked = tracking.get(session, tracked_id, lock=True)
     branch = history.load(session, tracked)
     steps = grouping.detect_steps(branch.cases, step_detector(tracked.min_magnitude, bool(tracked.confirm_trials)))
+    steps += branch.broken_steps()
     alerts = {a.id: a for a in repository.of_branch(session, tracked.id)}
-    known = [_known(a, branch) for a in alerts.values()]
+    attached = repository.attached_to(session, tracked.id)  # other branches' alerts of the same change
+    known = [_known(a, branch) for a in alerts.values()] + same_change.known(attached, branch)
     remeasures = history.remeasures(session, tracked, branch) if tracked.confirm_trials else {}
+    rows = {alert.id: row for alert, row in attached}
     out = Next()
     for match in grouping.reconcile(grouping.group_steps(steps), known):
-        if match.alert_id is None and tracked.confirm_trials and not _confirmed(session, tracked, branch, match.group,
-                                                                                remeasures, out):
+        if match.alert_id in rows:
+            same_change.narrow(rows[match.alert_id], branch, match.group)
+            continue
+        if match.alert_id is None and not _is_new(session, tracked, branch, match.group, remeasures, out):
             continue
         alert = _store(session, tracked, branch, match.group, alerts.get(match.alert_id or -1))
         alerts[alert.id] = alert
@@ -162,6 +176,20 @@ def detect(session: Session, tracked_id: int) -> Next:
     session.flush()
     _schedule(session, tracked, branch, list(alerts.values()), out)
     return out
+
+
+def _is_new(session: Session, tracked: TrackedBranch, branch: history.BranchHistory, group: StepGroup,
+            remeasures: dict[tuple[int, int], grouping.Remeasure], out: Next) -> bool:
+    """Whether a group no alert of the branch holds becomes a new alert: once confirmed (when the
+    branch confirms steps), and unless it is the step of another branch's alert, which it then
+    attaches to (one alert per change)."""
+    if tracked.confirm_trials and not _confirmed(session, tracked, branch, group, remeasures, out):
+        return False
+    twin = same_change.find(session, tracked, branch, group)
+    if twin is not None:
+        same_change.attach(twin, tracked, branch, group)
+        return False
+    return True
 
 
 def _bisect_request(session: Session, tracked: TrackedBranch, alert: Alert) -> BisectCreate:
@@ -187,8 +215,11 @@ def _schedule(session: Session, tracked: TrackedBranch, branch: history.BranchHi
             continue
         if after - before == 1:  # nothing unmeasured in between: the measured head is the culprit
             alert.culprit_first_sha = alert.culprit_last_sha = alert.last_sha
+            if alert.kind != AlertKind.broken:  # a head that did not build has no step to store
+                one_commit.record(session, tracked, alert)
+                out.named.append(alert.id)
             out.comment_alert_ids.append(alert.id)
-        else:
+        elif alert.kind != AlertKind.broken:  # a bisect skips what does not build: it cannot find this one
             waiting.append(alert)
     free = tracked.max_bisects - repository.running_bisects(session, tracked.id)
     for alert in sorted(waiting, key=lambda a: -a.magnitude)[:max(free, 0)]:
@@ -197,19 +228,19 @@ def _schedule(session: Session, tracked: TrackedBranch, branch: history.BranchHi
         except BadRequest as exc:
             alert.note = f"could not bisect: {exc.message}"
             continue
-        job.spec = {**job.spec, "alert_id": alert.id}
+        job.spec = job.spec.updated(alert_id=alert.id)
         alert.bisect_job_id = job.id
         out.bisect_job_ids.append(job.id)
     session.flush()
 
 
-def _culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
+def culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
     """The bisect's culprit for the alert: the correctness one for wrong results, else the
     performance culprit with the largest step on the alert's cases."""
     if alert.kind == AlertKind.wrong_results:
         found = [c for c in job.culprits if c.kind == CulpritKind.correctness]
         return (found[0].first_sha, found[0].last_sha) if found else None
-    names, min_effect = {c.case.name for c in alert.cases}, float(job.spec.get("min_effect") or 0.0)
+    names, min_effect = {c.case.name for c in alert.cases}, job.spec.min_effect
     scored = [(max((abs(e["rel"]) for n, e in c.effects.items() if n in names and stored_step_moved(e, min_effect)),
                    default=0.0), c)
               for c in job.culprits if c.kind == CulpritKind.performance]
@@ -218,6 +249,20 @@ def _culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
         return None
     culprit = max(scored, key=lambda sc: sc[0])[1]
     return culprit.first_sha, culprit.last_sha
+
+
+def _name_culprit(session: Session, tracked: TrackedBranch, job: Job, alert: Alert, culprit: tuple[str, str] | None,
+                  out: Next) -> None:
+    """Store the culprit the alert's bisect named (its comment, and those of alerts it fixed, to
+    send), or say that it named none."""
+    if culprit is not None:
+        alert.culprit_first_sha, alert.culprit_last_sha = culprit
+        out.comment_alert_ids.append(alert.id)
+        out.comment_alert_ids += [a.id for a in repository.of_branch(session, tracked.id) if a.fixed_by_id == alert.id]
+    else:
+        alert.note = f"bisect job {job.id} {job.status.value} without naming a culprit for this alert"
+    alert.updated_at = utcnow()
+    session.flush()
 
 
 def job_finished(session: Session, job_id: int) -> Next | None:
@@ -231,15 +276,13 @@ def job_finished(session: Session, job_id: int) -> Next | None:
     out = Next()
     # A culprit is stored only once confirmed: an inconclusive (or failed) bisect's culprits
     # stand although some other case or revision could not be decided.
-    culprit = _culprit_of(job, alert) if job.status != JobStatus.cancelled else None
-    if culprit is not None:
-        alert.culprit_first_sha, alert.culprit_last_sha = culprit
-        out.comment_alert_ids.append(alert.id)
-        out.comment_alert_ids += [a.id for a in repository.of_branch(session, tracked.id) if a.fixed_by_id == alert.id]
+    culprit = culprit_of(job, alert) if job.status != JobStatus.cancelled else None
+    twin = same_change.twin(session, alert, culprit)
+    if twin is not None:  # another branch's alert has this culprit: one alert per change, told there
+        same_change.fold(session, twin, alert)
     else:
-        alert.note = f"bisect job {job.id} {job.status.value} without naming a culprit for this alert"
-    alert.updated_at = utcnow()
-    session.flush()
+        _name_culprit(session, tracked, job, alert, culprit, out)
+    branch = history.load(session, tracked)
     branch = history.load(session, tracked)
     _schedule(session, tracked, branch, list(repository.of_branch(session, tracked.id)), out)
     return out
@@ -257,8 +300,8 @@ TRIAGED_FIELDS = ("status", "assignee", "bug", "note")
 
 def triage(session: Session, alert_id: int, update: AlertUpdate, by: str) -> Alert:
     """Set the fields `update` carries (an empty assignee, bug or note clears it) and record each
-    change in alert_changes under `by` (the token's name). Invalid or expected cancels the
-    alert's running bisect. Raises NotFound."""
+    change in alert_changes under `by` (the token's name) with the update's reason. Invalid or
+    expected cancels the alert's running bisect; reopening it restarts the bisect. Raises NotFound."""
     alert = repository.get(session, alert_id, lock=True)
     if alert is None:
         raise NotFound(f"no alert {alert_id}")
@@ -271,7 +314,7 @@ def triage(session: Session, alert_id: int, update: AlertUpdate, by: str) -> Ale
         new = wanted or None
         if new == old:
             continue
-        session.add(AlertChange(alert_id=alert.id, at=now, by=by, field=name, old=old, new=new))
+        session.add(AlertChange(alert_id=alert.id, at=now, by=by, field=name, old=old, new=new, reason=update.reason))
         if name == "status":
             _set_status(session, alert, AlertStatus(new), now)
         else:
@@ -283,11 +326,18 @@ def triage(session: Session, alert_id: int, update: AlertUpdate, by: str) -> Ale
 
 
 def _set_status(session: Session, alert: Alert, status: AlertStatus, now) -> None:
+    """Dismissing (invalid, expected) cancels the running bisect; reopening an alert whose bisect
+    was cancelled forgets that job, so the branch's next detection (which the triage request
+    queues) starts a new one when a bisect slot is free."""
+    reopened = alert.status in CLOSED and status not in CLOSED
     alert.status, alert.triaged_at = status, now
-    if alert.status in CLOSED and alert.bisect_job_id is not None:
-        job = jobs.get(session, alert.bisect_job_id)
-        if not job.status.finished:
-            jobs.cancel(session, job.id, SYSTEM)
+    if alert.bisect_job_id is None or alert.culprit_last_sha:
+        return
+    job = jobs.get(session, alert.bisect_job_id)
+    if alert.status in CLOSED and not job.status.finished:
+        jobs.cancel(session, job.id, SYSTEM)
+    elif reopened and job.status == JobStatus.cancelled:
+        alert.bisect_job_id = None
 
 
 def triage_many(session: Session, ids: list[int], update: AlertUpdate, by: str) -> list[Alert]:

@@ -13,7 +13,8 @@ from perfbisect.service.repos.repository import revisions_by_sha
 
 
 def alert_reads(session: Session, alerts: Sequence[Alert]) -> list[AlertRead]:
-    branches = repository.branches(session, list({a.tracked_branch_id for a in alerts}))
+    branches = repository.branches(session, list({t for a in alerts
+                                                  for t in (a.tracked_branch_id, *(b.tracked_branch_id for b in a.also_on))}))
     out = []
     for alert in alerts:
         tracked = branches[alert.tracked_branch_id]
@@ -21,7 +22,8 @@ def alert_reads(session: Session, alerts: Sequence[Alert]) -> list[AlertRead]:
             alert.culprit_last_sha) if alert.culprit_last_sha else None
         out.append(AlertRead(
             id=alert.id, tracked_branch_id=alert.tracked_branch_id, repository=tracked.repository.name,
-            branch=tracked.branch, kind=alert.kind.value, status=alert.status.value, magnitude=alert.magnitude,
+            branch=tracked.branch, branches=[branches[b.tracked_branch_id].branch
+                                             for b in (alert, *alert.also_on)], kind=alert.kind.value, status=alert.status.value, magnitude=alert.magnitude,
             before_sha=alert.before_sha, first_sha=alert.first_sha, last_sha=alert.last_sha,
             culprit_first_sha=alert.culprit_first_sha, culprit_last_sha=alert.culprit_last_sha,
             culprit_exact=bool(alert.culprit_last_sha) and alert.culprit_first_sha == alert.culprit_last_sha,

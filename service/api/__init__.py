@@ -10,6 +10,7 @@ from fastapi.datastructures import Default
 from perfbisect.service.api.bodylimit import BodyLimit
 from perfbisect.service.api.backpressure import InFlightLimit, size_thread_pool
 from perfbisect.service.api.errors import install_error_handler
+from perfbisect.service.api.headers import SecurityHeaders
 from perfbisect.service.api.responses import FastJSONResponse
 from perfbisect.service.settings import get_settings
 
@@ -46,7 +47,8 @@ def create_app() -> FastAPI:
         app.include_router(router)
     settings = get_settings()
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, webhook_max_bytes=settings.webhook_max_body_bytes)
-    app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight)  # outermost: sheds before anything
+    app.add_middleware(InFlightLimit, max_in_flight=settings.max_in_flight)  # sheds before anything else runs
+    app.add_middleware(SecurityHeaders)  # outermost: every answer, a shed one too, carries the headers
     app.router.on_startup.append(lambda: size_thread_pool(settings.max_in_flight))
     return app
 

@@ -2,7 +2,7 @@
 route returned, roll back when it raised, then (and only then) send the tasks it queued.
 
 Access: `Authorization: Bearer <token>` names a Principal. Writes need a scope (SubmitterDep,
-AdminDep: 401 without a token, 403 without the scope); reads take ViewerDep, which
+TriagerDep, AdminDep: 401 without a token, 403 without the scope); reads take ViewerDep, which
 is None for an anonymous caller while PERFBISECT_PUBLIC_READS is on, and a 401 when it is off.
 """
 
@@ -65,13 +65,14 @@ bearer = HTTPBearer(auto_error=False, description="an API token from `perfbisect
 
 
 def authenticated(request: Request, session: Session, token: str) -> Principal:
-    """The token's principal, under the rate limits (service/auth/ratelimit.py): an address that
-    sent too many bad tokens, or a token past its rate, gets 429; a bad token is counted."""
+    """The token's principal, under the rate limits (service/auth/ratelimit.py): a bad token is
+    counted, and gets 429 from an address that sent too many lately; a token past its rate gets
+    429. A valid token is never refused for the bad ones sent from its address."""
     address = request.client.host if request.client else None
-    ratelimit.check_address(address)
     try:
         principal = auth.authenticate(session, token)
     except Unauthenticated:
+        ratelimit.check_address(address)
         ratelimit.bad_token(address)
         raise
     ratelimit.token_request(principal.token_id, principal.name)
@@ -124,4 +125,5 @@ def require(scope: Scope) -> Callable[[Principal | None], Awaitable[Principal]]:
 
 ViewerDep = Annotated[Principal | None, Depends(get_viewer)]
 SubmitterDep = Annotated[Principal, Depends(require(Scope.submit))]
+TriagerDep = Annotated[Principal, Depends(require(Scope.triage))]
 AdminDep = Annotated[Principal, Depends(require(Scope.admin))]

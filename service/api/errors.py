@@ -44,6 +44,10 @@ ERROR_RESPONSES: dict[int | str, dict] = {
     409: {"model": ErrorMessage, "description": "conflicts with the current state"},
     422: {"model": ValidationErrors | ErrorMessage,
           "description": "the request does not parse (a list of issues) or names something unusable (a message)"},
+    429: {"model": ErrorMessage, "description": "a rate limit (the token's requests, bad tokens from the address) "
+          "or a quota (the token's open jobs or queued trials): retry after Retry-After seconds where given",
+          "headers": {"Retry-After": {"description": "seconds until the limit's window ends",
+                                      "schema": {"type": "integer", "minimum": 1}}}},
 }
 
 

@@ -59,9 +59,9 @@ def check(session: Session, compare: Job) -> list[dict[str, Any]]:
     outcome = (compare.result or {}).get("outcome") or {}
     rows = []
     earlier = earlier_culprits(session, compare)
-    for case in (c["name"] for c in compare.spec["cases"]):
+    for case in compare.spec.case_names():
         moved = [(c, job) for c, job in earlier if case in c.effects
-                 and abs(c.effects[case]["rel"]) >= job.spec["min_effect"]]
+                 and abs(c.effects[case]["rel"]) >= job.spec.min_effect]
         pr_step = _pr_step(outcome, case)
         if not moved or pr_step is None:
             continue

@@ -12,6 +12,8 @@ from typing import Any
 from perfbisect.service.bisect.attribution import (HEAD, AttributionConfig, CaseAttribution, CleanSet, Estimate,
                                                    Variant, attribute_case, parse_variant, variant_key)
 from perfbisect.service.bisect.model import Observation, RevisionState
+from perfbisect.service.jobs.logs import exit_code
+from perfbisect.service.job_spec import AttributeSpec
 from perfbisect.service.models import JobStatus
 
 
@@ -19,7 +21,8 @@ def failure_words(status: str, reason: str | None) -> str:
     if status == "revert_conflict":
         return reason or "does not revert cleanly at the head"
     what = "does not build" if status == "build_error" else "does not import"
-    return f"{what} with the revert: {(reason or '').strip().splitlines()[-1][:200] if reason else status}"
+    code = exit_code(reason)  # never the log's text: the report is public (service/jobs/logs.py)
+    return f"{what} with the revert" + (f": exit {code}" if code is not None else "")
 
 
 def pct(rel: float) -> str:
@@ -34,21 +37,21 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def build(spec: dict[str, Any], values: Mapping[Variant, Observation], raw: Mapping[Variant, Observation],
+def build(spec: AttributeSpec, values: Mapping[Variant, Observation], raw: Mapping[Variant, Observation],
           broken: Mapping[Variant, str], units: Mapping[str, tuple[str | None, bool]],
           config: AttributionConfig) -> dict[str, Any]:
     """The report: culprits (clean or why not), variants, and per case the recoveries, the
     interaction and the sentences. `values`, `raw`: per arm, the decision values and the metric
     per case with the side-by-side block of each."""
-    labels = [c["label"] for c in spec["culprits"]]
-    culprits = [{"index": i, "label": c["label"], "first_sha": c["first_sha"], "last_sha": c["last_sha"],
-                 "subject": c.get("subject", ""), "reverts_cleanly": (i,) not in broken,
-                 "problem": broken.get((i,))} for i, c in enumerate(spec["culprits"])]
+    labels = [c.label for c in spec.culprits]
+    culprits = [{"index": i, "label": c.label, "first_sha": c.first_sha, "last_sha": c.last_sha,
+                 "subject": c.subject, "reverts_cleanly": (i,) not in broken,
+                 "problem": broken.get((i,))} for i, c in enumerate(spec.culprits)]
     empty = Observation(RevisionState.ok)
     variants = [{"key": key, "culprits": list(parse_variant(key)), "problem": broken.get(parse_variant(key)),
-                 "trials": values.get(parse_variant(key), empty).trials()} for key in spec["variants"]]
+                 "trials": values.get(parse_variant(key), empty).trials()} for key in spec.variants]
     cases = [_case(case, tuple(found), values, raw, broken, units.get(case, (None, True)), labels, config)
-             for case, found in spec["case_culprits"].items()]
+             for case, found in spec.case_culprits.items()]
     return {"culprits": culprits, "variants": variants, "cases": cases,
             "head_trials": values.get(HEAD, empty).trials()}
 

@@ -29,6 +29,8 @@ from perfbisect.service.auth.principal import Principal
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.jobs.service import Submission
 from perfbisect.service.jobs import repository
+from perfbisect.service.job_spec import AttributeSpec, RevertedCulprit
+from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
 from perfbisect.service.repos.repository import revisions_by_sha
 
@@ -48,7 +50,7 @@ def _moved_cases(job: Job, culprit: Culprit) -> list[str]:
         return [row["case"] for row in cases
                 if any(step["first_sha"] == culprit.first_sha and step["last_sha"] == culprit.last_sha
                        for step in row.get("steps") or [])]
-    min_effect = job.spec["min_effect"]
+    min_effect = job.spec.min_effect
     return [case for case, e in culprit.effects.items()
             if abs(e["rel"]) >= min_effect and (e["ci"][0] > 0 or e["ci"][1] < 0)]
 
@@ -91,24 +93,17 @@ def create(session: Session, parent: Job, *, forced: bool, submitter_token_id: i
     labels = [_label(c, revisions) for c in culprits]
     variants = case_variants(case_culprits)
     names = set(case_culprits)
-    spec = {
-        "parent_job_id": parent.id, "good_sha": parent.spec["bad_sha"], "bad_sha": parent.spec["bad_sha"],
-        "good": parent.spec.get("bad"), "bad": parent.spec.get("bad"),
-        "cases": [c for c in parent.spec["cases"] if c["name"] in names],
-        "device_class": parent.spec["device_class"], "min_effect": parent.spec["min_effect"],
-        "metric": parent.spec.get("metric", "ratio"), "policy": parent.spec.get("policy"),
-        "max_trials": parent.spec.get("max_trials", 12),
-        "culprits": [{"first_sha": c.first_sha, "last_sha": c.last_sha, "label": label, "subject": subject}
-                     for c, (label, subject) in zip(culprits, labels)],
-        "case_culprits": case_culprits, "variants": [variant_key(v) for v in variants],
-        "side_by_side": bool(parent.spec.get("side_by_side")),  # each variant in A B B A blocks with the bad end
-    }
-    request_hash = hashlib.sha256(json.dumps({"kind": "attribute", **spec}, sort_keys=True).encode()).hexdigest()
+    spec = AttributeSpec.of_bisect(  # side by side as its bisect: each variant in A B B A blocks with the bad end
+        parent.spec, parent_job_id=parent.id, cases=[c for c in parent.spec.cases if c["name"] in names],
+        culprits=[RevertedCulprit(first_sha=c.first_sha, last_sha=c.last_sha, label=label, subject=subject)
+                  for c, (label, subject) in zip(culprits, labels)],
+        case_culprits=case_culprits, variants=[variant_key(v) for v in variants])
+    request_hash = hashlib.sha256(json.dumps({"kind": "attribute", **spec.stored()}, sort_keys=True).encode()).hexdigest()
     existing = repository.open_job_by_request(session, request_hash)
     if existing is not None:
         return Submission(existing, created=False)
     job = Job(kind=JobKind.attribute, repository_id=parent.repository_id, spec=spec,
-              revision_shas=[parent.spec["bad_sha"]], status=JobStatus.queued,
+              revision_shas=[parent.spec.bad_sha], status=JobStatus.queued,
               progress={"revisions": 1, "measured": 0, "trials": 0, "variants": len(variants)},
               submitter_token_id=submitter_token_id or parent.submitter_token_id, request_hash=request_hash)
     session.add(job)
@@ -120,8 +115,10 @@ def create(session: Session, parent: Job, *, forced: bool, submitter_token_id: i
 def maybe_create(session: Session, parent: Job) -> Job | None:
     """After a bisect finished: its attribution, unless the request said --no-attribute (or
     asked for one with --attribute, which attributes a single culprit too)."""
-    wanted = parent.spec.get("attribute")
-    if wanted is False or parent.kind != JobKind.bisect or parent.status == JobStatus.cancelled:
+    if parent.kind != JobKind.bisect:
+        return None
+    wanted = parent.spec.attribute
+    if wanted is False or parent.status == JobStatus.cancelled:
         return None
     try:
         made = create(session, parent, forced=bool(wanted))
@@ -175,7 +172,7 @@ def _observations(arms: dict[Variant, dict[str, list[tuple[float, int | None]]]]
 
 
 def config_of(job: Job) -> AttributionConfig:
-    return AttributionConfig(min_effect=job.spec["min_effect"], max_trials=job.spec.get("max_trials", 12))
+    return AttributionConfig(min_effect=job.spec.min_effect, max_trials=job.spec.max_trials)
 
 
 def advance(session: Session, job: Job) -> tuple[list[Trial], list[list[Trial]], bool]:
@@ -184,9 +181,9 @@ def advance(session: Session, job: Job) -> tuple[list[Trial], list[list[Trial]],
     the bad end, `side_by_side`), or (True) the job concluded with its report in
     job.result["attribution"]."""
     trials = repository.trials_of(session, job.id)
-    values, attempts, broken, raw = arms_of(trials, job.spec.get("metric", "ratio"))
-    variants = [parse_variant(k) for k in job.spec["variants"]]
-    case_culprits = {case: tuple(found) for case, found in job.spec["case_culprits"].items()}
+    values, attempts, broken, raw = arms_of(trials, job.spec.metric)
+    variants = [parse_variant(k) for k in job.spec.variants]
+    case_culprits = {case: tuple(found) for case, found in job.spec.case_culprits.items()}
     config = config_of(job)
     plan = plan_round(case_culprits, variants, values, attempts, set(broken), config)
     head_failed = attempts.get(HEAD, 0) >= PER_ROUND and not values.get(HEAD)
@@ -204,8 +201,8 @@ def advance(session: Session, job: Job) -> tuple[list[Trial], list[list[Trial]],
         job.status, job.started_at = JobStatus.running, utcnow()
     revision_id = revisions_by_sha(session, job.repository_id, job.revision_shas)[job.revision_shas[0]].id
     requests = dict(plan.requests)
-    blocks = _blocks(job, trials, requests, revision_id) if job.spec.get("side_by_side") else []
-    new = [Trial(job_id=job.id, revision_id=revision_id, device_class=job.spec["device_class"],
+    blocks = _blocks(job, trials, requests, revision_id) if job.spec.side_by_side else []
+    new = [Trial(job_id=job.id, revision_id=revision_id, device_class=job.spec.device_class,
                  variant=variant_key(arm) or None, dispatched_at=utcnow())
            for arm in _interleaved(requests)]
     new += [t for block in blocks for t in block]
@@ -225,7 +222,7 @@ def _blocks(job: Job, trials: Sequence[Trial], requests: dict[Variant, int], rev
         requests.pop(HEAD, None)
     first = max((t.block for t in trials if t.block is not None), default=0) + 1
     order = [arm for arm, count in zip(arms, counts) for _ in range(count)]
-    return [[Trial(job_id=job.id, revision_id=revision_id, device_class=job.spec["device_class"],
+    return [[Trial(job_id=job.id, revision_id=revision_id, device_class=job.spec.device_class,
                    variant=variant_key(arm) or None, dispatched_at=utcnow(), block=number, block_slot=slot)
              for slot, arm in enumerate((HEAD, variant, variant, HEAD))]
             for number, variant in enumerate(order, start=first)]
@@ -251,7 +248,7 @@ def attributions_of(session: Session, parent_id: int) -> list[Job]:
     """The attribution jobs of bisect `parent_id`, newest first."""
     from sqlalchemy import select
 
-    stmt = (select(Job).where(Job.kind == JobKind.attribute, Job.spec["parent_job_id"].as_integer() == parent_id)
+    stmt = (select(Job).where(Job.kind == JobKind.attribute, spec_field(Job.spec, "parent_job_id").as_integer() == parent_id)
             .order_by(Job.id.desc()))
     return list(session.scalars(stmt))
 

@@ -1,6 +1,7 @@
 """Who is asking: the scopes of a bearer token, and the rules for what they allow.
 
-Scopes nest: `admin` may do everything `submit` may, and `submit` everything `read` may.
+`admin` may do everything; `submit` and `triage` each include `read` and not each other: a CI
+token that submits jobs does not decide what an alert means, and a triager submits nothing.
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ from dataclasses import dataclass
 
 
 class Scope(str, enum.Enum):
-    read = "read"  # GET jobs, trials with their logs, reports, repositories, history
-    submit = "submit"  # submit jobs, cancel one's own
-    admin = "admin"  # register repositories (URLs, build commands, env, import roots), cancel any job
+    read = "read"  # GET jobs, trials, reports, repositories, history (the logs of one's own jobs only)
+    submit = "submit"  # submit jobs, cancel one's own and read their build and harness logs
+    triage = "triage"  # change alerts: state, assignee, bug, note, one or many at once
+    admin = "admin"  # register repositories (URLs, build commands, env, import roots), cancel any job, triage
 
     @property
-    def rank(self) -> int:
-        return list(Scope).index(self)
+    def includes(self) -> frozenset[Scope]:
+        """The scopes this one grants."""
+        if self is Scope.admin:
+            return frozenset(Scope)
+        return frozenset({self, Scope.read})
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class Principal:
     scopes: frozenset[Scope]
 
     def allows(self, scope: Scope) -> bool:
-        return any(held.rank >= scope.rank for held in self.scopes)
+        return any(scope in held.includes for held in self.scopes)
 
     @property
     def is_admin(self) -> bool:
@@ -37,6 +42,10 @@ class Principal:
     def may_cancel(self, submitter_token_id: int | None) -> bool:
         """A job is cancelled by its submitter or by an admin."""
         return self.is_admin or (self.token_id is not None and self.token_id == submitter_token_id)
+
+    # The output of a job's repository code (build log tail, a harness error, a case's traceback)
+    # is its submitter's and the admins': the code can print any file or secret it could read.
+    may_read_logs = may_cancel
 
 
 # The service's own actions (the PR bot superseding its compare jobs): not reachable from a request.

@@ -4,8 +4,9 @@ in this process).
 
 - Every request that names a valid token counts against PERFBISECT_TOKEN_RATE_LIMIT ("600/minute").
 - Every request whose token is unknown or revoked counts against PERFBISECT_BAD_TOKEN_RATE_LIMIT
-  for its client address; past it, that address gets 429 for any token until the window ends, so
-  guessing tokens costs a window per few guesses.
+  for its client address; past it, that address gets 429 for every bad token until the window
+  ends, so guessing tokens costs a window per few guesses. A valid token from that address is
+  still served: a colleague's typo behind the same NAT must not lock the team out.
 Both answer 429 with Retry-After (seconds to the window's end). A limiter that cannot reach Redis
 lets the request through (logged): the limits protect the service, they must not take it down.
 """
@@ -78,7 +79,7 @@ def _over(rule_text: str, *key: str) -> int | None:
 
 
 def check_address(address: str | None) -> None:
-    """Before a token is checked: 429 when this address sent too many bad tokens lately."""
+    """For a bad token: 429 when this address sent too many bad tokens lately."""
     wait = _over(get_settings().bad_token_rate_limit, "bad-token", address or "unknown")
     if wait is not None:
         raise TooManyRequests(f"too many requests with a bad token from {address}: retry in {wait} s "

@@ -150,13 +150,13 @@ def _index(value: Any, shas: tuple[str, ...] | None, n: int, where: str) -> int:
     return value
 
 
-def _case(name: str, spec: Mapping[str, Any], shas: tuple[str, ...] | None, n: int) -> CaseModel:
-    levels = sorted((_index(r, shas, n, f"cases.{name}.levels"), float(v)) for r, v in spec.get("levels", []))
+def _case(name: str, given: Mapping[str, Any], shas: tuple[str, ...] | None, n: int) -> CaseModel:
+    levels = sorted((_index(r, shas, n, f"cases.{name}.levels"), float(v)) for r, v in given.get("levels", []))
     if not levels or any(v <= 0 for _, v in levels):
         raise HistoryError(f"cases.{name}.levels: needs positive [revision, value] pairs")
-    bimodal = spec.get("bimodal") or {}
-    regime = spec.get("regime") or {}
-    return CaseModel(cv=float(spec.get("cv", 0.0)), levels=tuple(levels),
+    bimodal = given.get("bimodal") or {}
+    regime = given.get("regime") or {}
+    return CaseModel(cv=float(given.get("cv", 0.0)), levels=tuple(levels),
                      bimodal_p=float(bimodal.get("p", 0.0)), bimodal_shift=float(bimodal.get("shift", 0.0)),
                      regime_p=float(regime.get("p", 0.0)), regime_shift=float(regime.get("shift", 0.0)))
 
@@ -196,7 +196,7 @@ def load_history(path_or_dict: str | Path | Mapping[str, Any],
                   for lo, hi in data.get("wrong_results", []))
     return History(
         n_revisions=n,
-        cases={name: _case(name, spec, shas, n) for name, spec in data["cases"].items()},
+        cases={name: _case(name, given, shas, n) for name, given in data["cases"].items()},
         samples_per_trial=int(data.get("samples_per_trial", 20)),
         process_drift_cv=float(data.get("process_drift_cv", 0.0)),
         control_value=float(control.get("value", 1.0)),

@@ -103,32 +103,32 @@ def scan_hints(session: Session, job: Job) -> tuple[int, ...]:
     """--scan auto over revisions a tracked history (any earlier job's trials) already measured:
     the indices where that history moved on one of the job's cases (`coverage.history_edges`,
     per case and fingerprint, on the job's metric). Empty for any other scan."""
-    if job.spec.get("scan") != "auto":
+    if job.spec.scan != "auto":
         return ()
     index = {sha: i for i, sha in enumerate(job.revision_shas)}
-    cases = {(c["suite"], c["target"], c["name"]) for c in job.spec["cases"]}
-    raw = job.spec.get("metric") == "raw"
+    cases = {(c["suite"], c["target"], c["name"]) for c in job.spec.cases}
+    raw = job.spec.metric == "raw"
     series: dict[tuple, dict[int, float]] = defaultdict(dict)
     for row in repository.history_values(session, job.repository_id, job.revision_shas):
         value = row.value if raw else row.ratio
         if (row.suite, row.target, row.name) in cases and value:
             series[(row.name, row.fingerprint)][index[row.sha]] = value
-    return tuple(sorted({i for s in series.values() for i in history_edges(s, job.spec["min_effect"])}))
+    return tuple(sorted({i for s in series.values() for i in history_edges(s, job.spec.min_effect)}))
 
 
 def config_of(job: Job, trials: Sequence[Trial], hints: tuple[int, ...] = ()) -> BisectConfig:
     spec = job.spec
     higher = True
-    if spec.get("metric") == "raw":
+    if spec.metric == "raw":
         higher = next((m.higher_is_better for t in trials for m in t.measurements), True)
-    scan = spec.get("scan")
+    scan = spec.scan
     if scan is None:
         scan = AUTO_SCAN if len(job.revision_shas) > AUTO_SCAN_ABOVE else 0
-    max_gap = (spec.get("max_gap") or DEFAULT_MAX_GAP) if scan == "auto" else 0  # --scan auto: sized by max_gap
+    max_gap = (spec.max_gap or DEFAULT_MAX_GAP) if scan == "auto" else 0  # --scan auto: sized by max_gap
     return BisectConfig(
-        min_effect=spec["min_effect"], higher_is_better=higher, workers=spec.get("workers", 1),
-        max_trials=spec.get("max_trials", 12), scan=0 if max_gap else scan, max_gap=max_gap, hints=hints,
-        paired_blocks=SIDE_BY_SIDE if spec.get("side_by_side") else 0,  # jobs from before issue 23: off
+        min_effect=spec.min_effect, higher_is_better=higher, workers=spec.workers,
+        max_trials=spec.max_trials, scan=0 if max_gap else scan, max_gap=max_gap, hints=hints,
+        paired_blocks=SIDE_BY_SIDE if spec.side_by_side else 0,  # jobs from before issue 23: off
     )
 
 
@@ -261,7 +261,7 @@ def advance(session: Session, job_id: int) -> Round:
         return _measure_heads(session, job)
     if job.kind == JobKind.attribute:  # the bad end with culprits reverted, beside it (in blocks: side_by_side)
         new, blocks, finished = attribution.advance(session, job)
-        return Round([t.id for t in new], queue=job.spec["device_class"], finished=finished,
+        return Round([t.id for t in new], queue=job.spec.device_class, finished=finished,
                      blocks=[[t.id for t in b] for b in blocks])
     every = repository.trials_of(session, job.id)
     every_timed = [t for t in every if not t.accuracy_only]  # the pauses count these, in the order they finished
@@ -269,7 +269,7 @@ def advance(session: Session, job_id: int) -> Round:
     aside = outcome.set_aside_ids(job.progress, every_timed, config)  # measured while the machine was unsteady
     trials = [t for t in every if t.id not in aside]
     timed = [t for t in trials if not t.accuracy_only]  # sweep trials never enter the timing comparison
-    observations = observations_from(timed, job.revision_shas, job.spec.get("metric", "ratio"))
+    observations = observations_from(timed, job.revision_shas, job.spec.metric)
     plan = plan_next(len(job.revision_shas), observations, config)
     if not plan.done and device_missing(timed):  # stop at the ends: every revision would fail alike
         plan = Plan((), done=True, correctness=plan.correctness)
@@ -281,7 +281,7 @@ def advance(session: Session, job_id: int) -> Round:
             repository.cancel_in_flight(session, job.id, accuracy_only=True)
         if sweep.in_flight(trials):  # the sweep's last result advances the job again
             return Round([])
-        findings = sweep.findings(trials, job.revision_shas) if job.spec.get("check_accuracy") else plan.correctness
+        findings = sweep.findings(trials, job.revision_shas) if job.spec.check_accuracy else plan.correctness
         _write_culprits(session, job, plan, findings, trials, observations)
         job.progress["correctness"] = len(findings)
         raw = samples_of(session, [m.id for t in trials for m in t.measurements])
@@ -299,7 +299,7 @@ def advance(session: Session, job_id: int) -> Round:
     held = utcnow() + timedelta(seconds=pause_s)  # a paused round's trials count as sent until then
     new = [
         Trial(job_id=job.id, revision_id=revisions[job.revision_shas[revision]].id,
-              device_class=job.spec["device_class"], dispatched_at=held)
+              device_class=job.spec.device_class, dispatched_at=held)
         for revision in plan.dispatch_order()
     ]
     blocks = _block_trials(job, every, plan.blocks, revisions, held)  # numbered after set-aside blocks too
@@ -307,7 +307,7 @@ def advance(session: Session, job_id: int) -> Round:
     new += sweep.new_trials(job, trials, plan, revisions)  # queued after the round's, run beside them
     session.add_all(new)
     session.flush()
-    return Round([t.id for t in new], queue=job.spec["device_class"], blocks=[[t.id for t in b] for b in blocks],
+    return Round([t.id for t in new], queue=job.spec.device_class, blocks=[[t.id for t in b] for b in blocks],
                  countdown=pause_s)
 
 
@@ -317,7 +317,7 @@ def _block_trials(job: Job, trials: Sequence[Trial], blocks: Sequence[PairBlock]
     last block (the job row is locked: no other round numbers blocks meanwhile)."""
     first = max((t.block for t in trials if t.block is not None), default=0) + 1
     return [[Trial(job_id=job.id, revision_id=revisions[job.revision_shas[revision]].id,
-                   device_class=job.spec["device_class"], dispatched_at=held, block=number, block_slot=slot)
+                   device_class=job.spec.device_class, dispatched_at=held, block=number, block_slot=slot)
              for slot, revision in enumerate(block.order())]
             for number, block in enumerate(blocks, start=first)]
 
@@ -333,12 +333,12 @@ def _measure_heads(session: Session, job: Job) -> Round:
         job.status, job.finished_at = JobStatus.succeeded, utcnow()
         return Round([], finished=True)
     revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)
-    new = [Trial(job_id=job.id, revision_id=revisions[sha].id, device_class=job.spec["device_class"])
-           for _ in range(job.spec.get("trials_per_head", 3)) for sha in job.revision_shas]
+    new = [Trial(job_id=job.id, revision_id=revisions[sha].id, device_class=job.spec.device_class)
+           for _ in range(job.spec.trials_per_head) for sha in job.revision_shas]
     job.status, job.started_at = JobStatus.running, utcnow()
     session.add_all(new)
     session.flush()
-    return Round([t.id for t in new], queue=job.spec["device_class"])
+    return Round([t.id for t in new], queue=job.spec.device_class)
 
 
 def fail(session: Session, job_id: int, message: str) -> None:

@@ -13,7 +13,8 @@ from perfbisect.service.api.deps import SessionDep, SubmitterDep, ViewerDep, get
 from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.bounds import MAX_ID
 from perfbisect.service.attribution import service as attribution
-from perfbisect.service.jobs import repository, service, views
+from perfbisect.service.auth.principal import Principal
+from perfbisect.service.jobs import logs, service, views
 from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate, JobAccepted, JobRead, JobSummary, TrialRead
 from perfbisect.service.models import JobStatus
 from perfbisect.service.reports.culprits import culprit_table
@@ -72,21 +73,24 @@ def list_jobs(session: SessionDep, status: JobStatus | None = None,
     return views.job_summaries(session, status=status, before=before, limit=limit)
 
 
-@router.get("/{job_id}", response_model=JobRead, dependencies=READ)
-async def get_job(session: SessionDep, job_id: JobId) -> JobRead:
+@router.get("/{job_id}", response_model=JobRead)
+async def get_job(session: SessionDep, viewer: ViewerDep, job_id: JobId) -> JobRead:
+    """The job; its failures' log texts only for its submitter and admins, else each failure's
+    kind and exit code ("build failed: exit 7")."""
     # The API's hottest read (every client polls it): async, with its SQL in one hop to the thread
     # pool. A sync route would take a second hop, since FastAPI validates its answer in the pool.
-    return await run_in_threadpool(_job_read, session, job_id)
+    return await run_in_threadpool(_job_read, session, viewer, job_id)
 
 
-def _job_read(session: Session, job_id: int) -> JobRead:
-    return views.job_read(session, service.get(session, job_id))
+def _job_read(session: Session, viewer: Principal | None, job_id: int) -> JobRead:
+    job = service.get(session, job_id)
+    return views.job_read(session, job, logs=logs.may_read(viewer, job.submitter_token_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead)
 def cancel_job(session: SessionDep, submitter: SubmitterDep, job_id: JobId) -> JobRead:
     """Its submitter or an admin may cancel a job."""
-    return views.job_read(session, service.cancel(session, job_id, submitter))
+    return views.job_read(session, service.cancel(session, job_id, submitter), logs=True)
 
 
 @router.get("/{job_id}/trials", response_model=list[TrialRead])
@@ -95,10 +99,11 @@ def list_trials(session: SessionDep, viewer: ViewerDep, job_id: JobId,
                 after: int | None = Query(None, ge=0, le=MAX_ID, description="only trials with a larger id (keyset paging)"),
                 limit: int = Query(200, ge=1, le=1000)) -> list[TrialRead]:
     """The job's trials in id order, a page at a time (pass the last id you got as `after`); raw
-    samples on request; build and harness logs (failure_reason, a case's error) only for a token
-    with the read scope, since they are the repository code's output."""
-    service.get(session, job_id)
-    return views.trial_reads(session, job_id, with_logs=viewer is not None, samples=samples, after=after, limit=limit)
+    samples on request; build and harness logs (failure_reason, a case's error) only for the job's
+    submitter and admins, since they are the repository code's output (service/jobs/logs.py)."""
+    job = service.get(session, job_id)
+    return views.trial_reads(session, job_id, with_logs=logs.may_read(viewer, job.submitter_token_id),
+                             samples=samples, after=after, limit=limit)
 
 
 # Declared by hand: with response_class=PlainTextResponse FastAPI would document the JSON error
@@ -106,11 +111,11 @@ def list_trials(session: SessionDep, viewer: ViewerDep, job_id: JobId,
 REPORT_RESPONSES = {200: {"description": "the report", "content": {"text/plain": {"schema": {"type": "string"}}}}}
 
 
-@router.get("/{job_id}/report", response_model=None, responses=REPORT_RESPONSES, dependencies=READ)
-def job_report(session: SessionDep, job_id: JobId, format: str = Query("text", pattern="^(text|markdown)$"),
-               wide: bool = False) -> PlainTextResponse:
+@router.get("/{job_id}/report", response_model=None, responses=REPORT_RESPONSES)
+def job_report(session: SessionDep, viewer: ViewerDep, job_id: JobId,
+               format: str = Query("text", pattern="^(text|markdown)$"), wide: bool = False) -> PlainTextResponse:
     """The report as text (what the CLI prints; 100 columns, or one row per case with wide) or
-    Markdown (what the PR bot posts)."""
-    job = views.job_read(session, service.get(session, job_id))
+    Markdown (what the PR bot posts); log texts as in GET /api/jobs/{id}."""
+    job = _job_read(session, viewer, job_id)
     return PlainTextResponse(culprit_table(job, wide=wide) if format == "text"
                              else render_job(job, get_settings().public_url))

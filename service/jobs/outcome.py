@@ -20,6 +20,8 @@ from perfbisect.service.bisect import BisectConfig, Observation, Plan
 from perfbisect.service.bisect.model import CorrectnessFinding
 from perfbisect.service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
 from perfbisect.service.bisect.steadiness import Wait, check_steadiness, report, set_aside
+from perfbisect.service.jobs.logs import exit_code
+from perfbisect.service.job_spec import JobSpec
 from perfbisect.service.models import JobStatus, Trial, TrialStatus
 from perfbisect.service.settings import get_settings
 
@@ -31,11 +33,14 @@ STATUS_OF = {Outcome.failed: JobStatus.failed, Outcome.inconclusive: JobStatus.i
 
 
 def error_tail(text: str | None) -> str | None:
-    """The last lines of a log or exception: where the reason usually is."""
+    """The worker's first line of a log or exception ("build command exited 7": what anyone may
+    read of it, service/jobs/logs.py) and its last lines: where the reason usually is."""
     if not text:
         return None
-    tail = "\n".join(text.strip().splitlines()[-ERROR_LINES:])
-    return tail if len(tail) <= ERROR_CHARS else "..." + tail[-ERROR_CHARS:]
+    head, *lines = text.strip().splitlines()
+    tail = "\n".join(lines[-ERROR_LINES:])
+    tail = tail if len(tail) <= ERROR_CHARS else "..." + tail[-ERROR_CHARS:]
+    return "\n".join(part for part in (head[:200], "..." if len(lines) > ERROR_LINES else "", tail) if part)
 
 
 def _trial_reason(trial: Trial) -> str:
@@ -190,13 +195,14 @@ def summary(outcome: JobOutcome) -> str | None:
         return None
     first = bad[0]
     detail = f"{first.case}: {first.reason}"
-    if first.error:
-        detail += f" ({first.error.strip().splitlines()[-1]})"
+    code = exit_code(first.error)  # never the log's text: job.error is public (service/jobs/logs.py)
+    if code is not None:
+        detail += f" (exit {code})"
     words = "could not be measured" if outcome.verdict == Outcome.failed else "could not be decided"
     return f"{len(bad)} of {len(outcome.cases)} case(s) {words}; {detail}"
 
 
-def conclude(shas: Sequence[str], spec: dict[str, Any], trials: Sequence[Trial],
+def conclude(shas: Sequence[str], spec: JobSpec, trials: Sequence[Trial],
              observations: dict[int, Observation], plan: Plan, config: BisectConfig,
              raw: Mapping[int, dict], findings: Sequence[CorrectnessFinding] | None = None,
              ) -> tuple[JobStatus, str | None, dict]:
@@ -204,7 +210,7 @@ def conclude(shas: Sequence[str], spec: dict[str, Any], trials: Sequence[Trial],
     the measurements' raw samples (for the noise report), `findings` the wrong-results runs
     (default: the plan's)."""
     failures = failures_from(trials, shas)
-    cases = [c["name"] for c in spec["cases"]]
+    cases = spec.case_names()
     outcome = decide(len(shas), observations, plan, config, cases, failures, noise_inputs(trials, raw), findings)
     status = STATUS_OF.get(outcome.verdict, JobStatus.succeeded)
     error = summary(outcome)

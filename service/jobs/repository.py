@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, joinedload, selectinload
 
 from perfbisect.service.db import insert_or_skip
 
+from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import (
     Case,
     CasePoint,
@@ -72,8 +73,9 @@ def job_summaries(session: Session, *, status: JobStatus | None = None, before: 
     culprits = (select(func.count()).select_from(Culprit).where(Culprit.job_id == Job.id)
                 .correlate(Job).scalar_subquery())
     stmt = (select(Job.id, Job.kind, Job.status, Repository.name.label("repository"),
-                   Job.spec["good"].as_string().label("good"), Job.spec["bad"].as_string().label("bad"),
-                   Job.spec["pr_number"].as_integer().label("pr_number"), Job.progress, Job.error,
+                   spec_field(Job.spec, "good").as_string().label("good"),
+                   spec_field(Job.spec, "bad").as_string().label("bad"),
+                   spec_field(Job.spec, "pr_number").as_integer().label("pr_number"), Job.progress, Job.error,
                    Job.created_at, Job.started_at, Job.finished_at, culprits.label("culprits"))
             .join(Repository, Job.repository_id == Repository.id))
     if status is not None:

@@ -33,7 +33,8 @@ from perfbisect.service.jobs import repository
 from perfbisect.service.models import Job, JobKind, JobStatus, Repository, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
-from perfbisect.service.webhooks.pr_cases import PATHS_PENDING, with_touched_cases
+from perfbisect.service.job_spec import CompareSpec, JobSpec
+from perfbisect.service.webhooks.pr_cases import with_touched_cases
 
 RESOLVING = "resolving revisions"
 FULL_SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -44,13 +45,20 @@ class Resolved:
     good_sha: str
     bad_sha: str
     commits: list[CommitInfo]
+    base_tip_sha: str | None = None  # a merge-base compare: the base as given, when not the merge base
+
+    def spec_fields(self) -> dict[str, str]:
+        """What the job's spec records of the resolution (the report says which base it used)."""
+        tip = {"base_tip_sha": self.base_tip_sha} if self.base_tip_sha else {}
+        return {"good_sha": self.good_sha, "bad_sha": self.bad_sha, **tip}
 
 
-def request_hash(kind: JobKind, repo: Repository, spec: dict[str, Any]) -> str:
+def request_hash(kind: JobKind, repo: Repository, spec: JobSpec) -> str:
     """What the job will measure: once resolved, by shas ('main' and its sha are one request);
     before, by the refs as given."""
-    resolved = "good_sha" in spec
-    normalized = {k: v for k, v in spec.items() if not (resolved and k in ("good", "bad"))}
+    normalized = spec.stored()
+    if spec.resolved:
+        normalized.pop("good", None), normalized.pop("bad", None)
     text = json.dumps({"kind": kind.value, "repository_id": repo.id, **normalized}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -74,17 +82,24 @@ def bisect_range(mirror: Mirror, good: str, bad: str) -> Resolved:
     return Resolved(good_sha, bad_sha, mirror.first_parent_range(good_sha, bad_sha))
 
 
-def compare_pair(mirror: Mirror, base: str, head: str) -> Resolved:
-    """The base (on the branch: it orders the history) and the head (a PR commit off it)."""
-    base_sha, head_sha = mirror.resolve(base), mirror.resolve(head)
+def compare_pair(mirror: Mirror, base: str, head: str, merge_base: bool = False) -> Resolved:
+    """The base (on the branch: it orders the history) and the head (a PR commit off it). With
+    `merge_base` (a pull request), the base measured is the merge base of the two: what the PR
+    changes, never the steps its base branch made since the PR branched off."""
+    tip_sha, head_sha = mirror.resolve(base), mirror.resolve(head)
+    base_sha = mirror.merge_base(tip_sha, head_sha) if merge_base else tip_sha
     if base_sha == head_sha:
-        raise GitError("base and head are the same commit: nothing to compare")
+        raise GitError("base and head are the same commit: nothing to compare" if base_sha == tip_sha else
+                       f"the head {head_sha[:12]} is already in the base {tip_sha[:12]}: nothing to compare")
     based = replace(mirror.commit_info(base_sha), position=mirror.first_parent_depth(base_sha))
-    return Resolved(base_sha, head_sha, [based, mirror.commit_info(head_sha)])
+    return Resolved(base_sha, head_sha, [based, mirror.commit_info(head_sha)],
+                    base_tip_sha=tip_sha if tip_sha != base_sha else None)
 
 
-def resolve(kind: JobKind, mirror: Mirror, good: str, bad: str) -> Resolved:
-    return compare_pair(mirror, good, bad) if kind == JobKind.compare else bisect_range(mirror, good, bad)
+def resolve(kind: JobKind, mirror: Mirror, good: str, bad: str, *, merge_base: bool = False) -> Resolved:
+    if kind == JobKind.compare:
+        return compare_pair(mirror, good, bad, merge_base)
+    return bisect_range(mirror, good, bad)
 
 
 def exact_now(mirror: Mirror, refs: Sequence[str]) -> bool:
@@ -109,8 +124,8 @@ def fetch_target(session: Session, job_id: int) -> FetchTarget | None:
     job = repository.get_job(session, job_id)
     if job is None or job.status.finished or not unresolved(job):
         return None
-    pull = job.spec.get("pr_number") if job.kind == JobKind.compare else None
-    return FetchTarget(repos.mirror_of(job.repository), job.created_at.timestamp(), pull, job.spec["bad"])
+    pull = job.spec.pr_number if isinstance(job.spec, CompareSpec) else None
+    return FetchTarget(repos.mirror_of(job.repository), job.created_at.timestamp(), pull, job.spec.bad)
 
 
 def fetch(target: FetchTarget, timeout_s: float) -> FetchStamp | None:
@@ -136,11 +151,12 @@ def finish(session: Session, job_id: int, stamp: FetchStamp) -> list[int]:
     job = repository.get_job(session, job_id, lock=True)
     if job is None or job.status.finished or not unresolved(job):
         return []
-    spec = dict(job.spec)
+    spec = job.spec
     try:
         if stamp.error:
             raise GitError(stamp.error)
-        resolved = resolve(job.kind, repos.mirror_of(job.repository), spec["good"], spec["bad"])
+        resolved = resolve(job.kind, repos.mirror_of(job.repository), spec.good, spec.bad,
+                           merge_base=isinstance(spec, CompareSpec) and spec.merge_base)
     except GitError as exc:
         job.status, job.finished_at = JobStatus.failed, utcnow()
         job.error = f"could not resolve the revisions: {exc}"
@@ -148,11 +164,12 @@ def finish(session: Session, job_id: int, stamp: FetchStamp) -> list[int]:
         session.flush()
         return repository.resolving_jobs(session, job.repository_id, exclude=job.id)
     repos.record_revisions(session, job.repository, resolved.commits)
-    if spec.pop(PATHS_PENDING, False):  # a PR's changed files, known now: the cases they map to
-        spec["cases"] = with_touched_cases(session, job.repository, spec["cases"], resolved.good_sha,
-                                           resolved.bad_sha) or spec["cases"]
-        repository.store_cases(session, job.repository_id, spec["cases"])
-    job.spec = {**spec, "good_sha": resolved.good_sha, "bad_sha": resolved.bad_sha}
+    if isinstance(spec, CompareSpec) and spec.kernel_paths_pending:  # a PR's changed files, known now
+        cases = with_touched_cases(session, job.repository, spec.cases, resolved.good_sha,
+                                   resolved.bad_sha) or spec.cases
+        repository.store_cases(session, job.repository_id, cases)
+        spec = spec.updated(cases=cases, unset=["kernel_paths_pending"])
+    job.spec = spec.updated(**resolved.spec_fields())
     job.revision_shas = [c.sha for c in resolved.commits]
     job.progress = {"revisions": len(resolved.commits), "measured": 0, "trials": 0}
     _rehash(session, job)

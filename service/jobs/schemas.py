@@ -3,16 +3,29 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from perfbisect.service.attribution.schemas import AttributionRead, FixCheckRead
 from perfbisect.service.bisect.coverage import DEFAULT_MAX_GAP
 from perfbisect.service.bounds import Id, text
+from perfbisect.service.job_spec import BisectSpec, CompareSpec, SpecField, shared_fields
+from perfbisect.service.job_spec import load as load_spec
+from perfbisect.service.settings import get_settings
 from perfbisect.service.suites.schemas import Benchmark, SetName, Shapes, Target
 
 Ref = text(255, min_length=1)  # validated as a git ref (never an option) before git sees it
 RepositoryName = text(100, min_length=1)
 DeviceClass = text(40, pattern=r"^[a-z0-9_-]{1,40}$")
+
+
+def _from_settings(name: str) -> dict[str, Any]:
+    """A request field's default, read from Settings (PERFBISECT_<NAME>) when a request is parsed,
+    not when this module is imported; the OpenAPI document shows the deployment's value."""
+    def schema(field: dict[str, Any]) -> None:
+        field["default"] = getattr(get_settings(), name)
+    return {"default_factory": lambda: getattr(get_settings(), name), "json_schema_extra": schema}
+
+
 # A range over AUTO_SCAN_ABOVE commits has AUTO_SCAN interior revisions measured with its ends
 # unless the request says otherwise (BisectCreate.scan).
 AUTO_SCAN, AUTO_SCAN_ABOVE = 3, 32
@@ -54,9 +67,10 @@ class BisectCreate(BaseModel):
                                                description="several suites in one job")
     device_class: DeviceClass = Field(default="cpu", examples=["cpu", "cuda"],
                                       description="one of the classes workers serve (PERFBISECT_DEVICE_CLASSES)")
-    min_effect: float = Field(default=0.02, gt=0, lt=1, description="smallest relative step that counts")
+    min_effect: float = Field(gt=0, lt=1, description="smallest relative step that counts",
+                              **_from_settings("default_min_effect"))
     metric: Literal["ratio", "raw"] = Field(default="ratio", description="control ratio (default) or raw metric")
-    workers: int = Field(default=1, ge=1, le=64, description="revisions measured per round")
+    workers: int = Field(ge=1, le=64, description="revisions measured per round", **_from_settings("default_workers"))
     max_trials: int | None = Field(default=None, ge=5, le=100, description="5 is the fewest that can reach p < 0.01")
     policy: HarnessPolicy | None = Field(default=None, description="harness sample policy override")
     benchmark_set: SetName | None = Field(default=None, description="a benchmark set registered on the repository: "
@@ -95,6 +109,16 @@ class BisectCreate(BaseModel):
             raise ValueError("max_gap goes with scan \"auto\" (--scan auto --max-gap N)")
         return self
 
+    def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> BisectSpec:
+        """The job's spec: this request's fields of the same names, the resolved `cases`, and
+        `max_trials` when the request gave none (Settings)."""
+        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap"})
+        policy = self.policy.model_dump(exclude_none=True) if self.policy else None
+        extra = {"attribute": self.attribute} if self.attribute is not None else {}  # None: unset, as before
+        if self.max_gap is not None:  # stored only when given
+            extra["max_gap"] = self.max_gap
+        return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
+
 
 class CompareCreate(BaseModel):
     """A pull request: its base against its head."""
@@ -105,9 +129,12 @@ class CompareCreate(BaseModel):
     benchmarks: list[Benchmark] | None = Field(default=None, min_length=1, max_length=32)
     benchmark_set: SetName | None = Field(default=None, description="instead of benchmarks: a set registered on the repository")
     device_class: DeviceClass = "cpu"
-    min_effect: float = Field(default=0.02, gt=0, lt=1)
+    min_effect: float = Field(gt=0, lt=1, **_from_settings("default_min_effect"))
     metric: Literal["ratio", "raw"] = "ratio"
     pr_number: Id | None = None
+    merge_base: bool = Field(default=False, description=(
+        "measure the head against the merge base of head and base (what a pull request changes), not the base "
+        "itself: steps the base branch made since the head branched off are not the head's"))
     side_by_side: bool = Field(default=True, description=(
         "measure base and head side by side (A B B A blocks on one worker) and decide on the within-block "
         "differences, so drift the control does not cancel cannot fail or pass the gate; false: separate trials"))
@@ -117,6 +144,12 @@ class CompareCreate(BaseModel):
         if (self.benchmarks is None) == (self.benchmark_set is None):
             raise ValueError("give benchmarks or benchmark_set, not both or neither")
         return self
+
+    def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> CompareSpec:
+        """The job's spec: the base is its good end, the head its bad one; two revisions a round."""
+        extra = {"merge_base": True} if self.merge_base else {}  # stored only when asked for, as before
+        return CompareSpec(**shared_fields(self, CompareSpec, exclude={"merge_base"}), good=self.base, bad=self.head,
+                           cases=cases, workers=2, max_trials=max_trials, policy=None, **extra)
 
 
 class CaseEffectRead(BaseModel):
@@ -232,7 +265,7 @@ class JobRead(BaseModel):
     kind: str
     status: str
     repository: str
-    spec: dict[str, Any]
+    spec: SpecField
     progress: dict[str, Any]
     revision_shas: list[str] = Field(description="the range, good first, first-parent order")
     error: str | None
@@ -246,6 +279,12 @@ class JobRead(BaseModel):
     attribution_job_id: int | None = Field(default=None, description="a bisect's latest attribution job")
     fix_check: list[FixCheckRead] = Field(default=[], description="a compare over culprits named earlier: per case "
                                           "what the pull request recovers and what is left")
+
+    @field_validator("spec", mode="before")
+    @classmethod
+    def _spec_of_kind(cls, value: Any, info: ValidationInfo) -> Any:
+        """The JSON's spec carries no kind: the job's says which model it is."""
+        return load_spec(value, info.data.get("kind"))
 
 
 class JobSummary(BaseModel):

@@ -22,6 +22,7 @@ from perfbisect.kernels.suites import suite_vendor
 from perfbisect.service.auth.principal import SYSTEM, Principal
 from perfbisect.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from perfbisect.service.jobs import repository, resolution
+from perfbisect.service.job_spec import JobSpec, TrackSpec
 from perfbisect.service.jobs.quotas import check_quota
 from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate
 from perfbisect.service.models import IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
@@ -77,7 +78,8 @@ def _cases(session: Session, repo: Repository, data: BisectCreate | CompareCreat
     return cases
 
 
-def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool) -> resolution.Resolved | None:
+def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool,
+              merge_base: bool = False) -> resolution.Resolved | None:
     """The job's revisions: with `fetch`, from a mirror fetched now (CLI, tasks); else from the
     mirror as it is when that is exact, or None: a task resolves them (service/jobs/resolution.py).
     Raises BadRequest for a ref or range that cannot be."""
@@ -89,27 +91,27 @@ def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool)
             mirror.ensure(fetch=True)
         elif not resolution.exact_now(mirror, [good, bad]):
             return None
-        return resolution.resolve(kind, mirror, good, bad)
+        return resolution.resolve(kind, mirror, good, bad, merge_base=merge_base)
     except GitError as exc:
         raise BadRequest(str(exc)) from exc
 
 
-def _create(session: Session, kind: JobKind, repo: Repository, spec: dict[str, Any],
+def _create(session: Session, kind: JobKind, repo: Repository, spec: JobSpec,
             resolved: resolution.Resolved | list | None, submitter: Principal) -> Submission:
     """`resolved`: the range, the heads of a track job (a list), or None: resolved by a task."""
     commits = resolved.commits if isinstance(resolved, resolution.Resolved) else resolved or []
     if isinstance(resolved, resolution.Resolved):
-        spec = {**spec, "good_sha": resolved.good_sha, "bad_sha": resolved.bad_sha}
+        spec = spec.updated(**resolved.spec_fields())
     request_hash = resolution.request_hash(kind, repo, spec)
     existing = repository.open_job_by_request(session, request_hash)
     if existing is not None:
         return Submission(existing, created=False)
     check_quota(session, submitter)
     repos.record_revisions(session, repo, commits)
-    repository.store_cases(session, repo.id, spec["cases"])
-    sources = suites.sources_read(session, spec["cases"])
+    repository.store_cases(session, repo.id, spec.cases)
+    sources = suites.sources_read(session, spec.cases)
     if sources:  # shown with the job (JSON and page): which suite file, by content hash
-        spec = {**spec, "suite_sources": [s.model_dump() for s in sources]}
+        spec = spec.updated(suite_sources=[s.model_dump() for s in sources])
     job = Job(kind=kind, repository_id=repo.id, spec=spec, revision_shas=[c.sha for c in commits],
               status=JobStatus.queued, progress=({"revisions": len(commits), "measured": 0, "trials": 0}
                                                  if resolved is not None else resolution.resolving_progress()),
@@ -183,15 +185,7 @@ def _bisect(session: Session, data: BisectCreate, submitter: Principal, fetch: b
     cases = _cases(session, repo, data, submitter)
     check_device_class(data.device_class, cases)
     resolved = _resolved(JobKind.bisect, repo, data.good, data.bad, fetch)
-    spec = {
-        "good": data.good, "bad": data.bad, "cases": cases,
-        "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
-        "workers": data.workers, "max_trials": data.max_trials or get_settings().max_trials_per_revision,
-        "policy": data.policy.model_dump(exclude_none=True) if data.policy else None,
-        "check_accuracy": data.check_accuracy, "scan": data.scan, "side_by_side": data.side_by_side,
-        **({"max_gap": data.max_gap} if data.max_gap is not None else {}),
-        **({"attribute": data.attribute} if data.attribute is not None else {}),
-    }
+    spec = data.to_spec(cases, get_settings().max_trials_per_revision)
     return _create(session, JobKind.bisect, repo, spec, resolved, submitter)
 
 
@@ -201,17 +195,12 @@ def _compare(session: Session, data: CompareCreate, submitter: Principal, fetch:
     repo = repos.get(session, data.repository)
     cases = _cases(session, repo, data, submitter)
     check_device_class(data.device_class, cases)
-    resolved = _resolved(JobKind.compare, repo, data.base, data.head, fetch)
-    spec = {
-        "good": data.base, "bad": data.head, "cases": cases,
-        "device_class": data.device_class, "min_effect": data.min_effect, "metric": data.metric,
-        "workers": 2, "max_trials": get_settings().max_trials_per_revision, "pr_number": data.pr_number,
-        "policy": None, "side_by_side": data.side_by_side,
-    }
+    resolved = _resolved(JobKind.compare, repo, data.base, data.head, fetch, merge_base=data.merge_base)
+    spec = data.to_spec(cases, get_settings().max_trials_per_revision)
     return _create(session, JobKind.compare, repo, spec, resolved, submitter)
 
 
-def create_track(session: Session, repo: Repository, spec: dict[str, Any], commits: list) -> Job:
+def create_track(session: Session, repo: Repository, spec: TrackSpec, commits: list) -> Job:
     """A tracked branch's heads to measure (service.tracking decides which): no range to bisect.
     A run of the same heads while one is open is that open job."""
     return _create(session, JobKind.track, repo, spec, commits, SYSTEM).job

@@ -1,4 +1,4 @@
-"""The correctness sweep (spec["check_accuracy"]): one accuracy-only trial (no timing loop) at
+"""The correctness sweep (the spec's `check_accuracy`): one accuracy-only trial (no timing loop) at
 every revision of the range, queued with the search's first round and run side by side with it.
 
 The search itself meets wrong results only where it happens to build; the sweep checks every
@@ -22,10 +22,10 @@ CASE_WRONG = "wrong_results"
 def new_trials(job: Job, trials: Sequence[Trial], plan: Plan, revisions: dict[str, Revision]) -> list[Trial]:
     """On the first round of a job that asks for it: a sweep trial at every revision that the
     round does not time already (a timed trial checks accuracy too)."""
-    if not job.spec.get("check_accuracy") or trials:
+    if not job.spec.check_accuracy or trials:
         return []
     timed = {r.revision for r in plan.requests}
-    return [Trial(job_id=job.id, revision_id=revisions[sha].id, device_class=job.spec["device_class"],
+    return [Trial(job_id=job.id, revision_id=revisions[sha].id, device_class=job.spec.device_class,
                   accuracy_only=True)
             for i, sha in enumerate(job.revision_shas) if i not in timed]
 

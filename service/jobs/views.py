@@ -8,7 +8,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from perfbisect.service.bisect.outcomes import FAILURE_WORDS
 from perfbisect.service.jobs import repository
+from perfbisect.service.jobs.logs import HIDDEN, public_error, public_outcome
 from perfbisect.service.jobs.schemas import (
     CaseEffectRead, CulpritRead, JobRead, JobSummary, OutcomeRead, TrialRead, WrongCaseRead,
 )
@@ -40,15 +42,20 @@ def job_reads(session: Session, jobs: Sequence[Job]) -> list[JobRead]:
     return [job_read(session, job, revisions[job.repository_id]) for job in jobs]
 
 
-def culprit_effects(culprit: Culprit) -> dict[str, Any]:
+def culprit_effects(culprit: Culprit, logs: bool = True) -> dict[str, Any]:
     """CulpritRead's per-case fields: timing effects of a performance culprit, the wrong cases
-    (error vs tolerance) of a correctness one."""
+    (error vs tolerance) of a correctness one, with the harness's message only with `logs` (it is
+    written from inside the trial, where the repository's code runs)."""
     if culprit.kind == CulpritKind.correctness:
-        return {"wrong_cases": {name: WrongCaseRead(**e) for name, e in (culprit.effects or {}).items()}}
+        return {"wrong_cases": {name: WrongCaseRead(**{**e, "message": e.get("message") if logs else None})
+                                for name, e in (culprit.effects or {}).items()}}
     return {"effects": {name: CaseEffectRead(**e) for name, e in (culprit.effects or {}).items()}}
 
 
-def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None = None) -> JobRead:
+def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None = None, *,
+             logs: bool = False) -> JobRead:
+    """The job as the API shows it; the log texts of its failures only with `logs` (its submitter
+    and admins: service/jobs/logs.py), else each failure's kind and exit code."""
     if revisions is None:
         shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
         revisions = revisions_by_sha(session, job.repository_id, list(shas)) if shas else {}
@@ -59,9 +66,12 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
             kind=c.kind.value, first_sha=c.first_sha, last_sha=c.last_sha, fixed_sha=c.fixed_sha,
             exact=c.first_sha == c.last_sha, subject=rev.subject if rev else None,
             pr_number=rev.pr_number if rev else None,
-            **culprit_effects(c),
+            **culprit_effects(c, logs),
         ))
     secrets = env_secrets(job.repository.env)  # rows stored before values were scrubbed at the source
+    stored = (job.result or {}).get("outcome")
+    if stored and not logs:
+        stored = public_outcome(stored)
     progress = dict(job.progress)
     if not job.status.finished:  # trials finish between planning rounds: count them live
         progress["trials"] = repository.count_finished(session, job.id)
@@ -70,8 +80,7 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
         spec=job.spec, progress=progress, revision_shas=job.revision_shas, error=scrub_tree(job.error, secrets),
         created_at=job.created_at,
         started_at=job.started_at, finished_at=job.finished_at, culprits=culprits,
-        outcome=(OutcomeRead.model_validate(scrub_tree(job.result["outcome"], secrets))
-                 if (job.result or {}).get("outcome") else None),
+        outcome=OutcomeRead.model_validate(scrub_tree(stored, secrets)) if stored else None,
         fix_check=(job.result or {}).get("fix_check") or [],
         **_attribution(session, job),
     )
@@ -94,28 +103,28 @@ def _attribution(session: Session, job: Job) -> dict:
             "attribution": AttributionRead(job_id=latest.id, status=latest.status.value, **found) if found else None}
 
 
-LOGS_HIDDEN = "hidden: build and harness logs need a token with the read scope"
-
-
 def trial_reads(session: Session, job_id: int, *, with_logs: bool = True, samples: bool = False,
                 after: int | None = None, limit: int | None = None) -> list[TrialRead]:
     """The job's trials in id order (keyset: those with id > `after`, at most `limit`); the raw
     samples of each measurement only when asked for (they are most of the bytes). Without
     `with_logs`, the output of the repository's code (build log, harness error, a case's
-    traceback) is replaced by LOGS_HIDDEN where there was any."""
+    traceback) is replaced by logs.HIDDEN where there was any, and a failed trial's by its kind
+    and exit code."""
 
     trials = repository.trials_of(session, job_id, after=after, limit=limit)
     job = session.get(Job, job_id)
     secrets = env_secrets(session.get_one(Repository, job.repository_id).env) if trials and job else ()
 
-    def log(text: str | None) -> str | None:
-        return scrub_tree(text, secrets) if with_logs or text is None else LOGS_HIDDEN
+    def log(text: str | None, words: str | None = None) -> str | None:
+        if with_logs or text is None:
+            return scrub_tree(text, secrets)
+        return public_error(words, text) if words else HIDDEN
 
     raw = trials_repo.samples_of(session, [m.id for t in trials for m in t.measurements]) if samples else {}
     return [
         TrialRead(
             id=t.id, sha=t.revision.sha, status=t.status.value, device=t.device, fingerprint=t.fingerprint,
-            failure_reason=log(t.failure_reason), worker_host=t.worker_host, attempts=t.attempts,
+            failure_reason=log(t.failure_reason, FAILURE_WORDS.get(t.status.value, t.status.value)), worker_host=t.worker_host, attempts=t.attempts,
             block=t.block, block_slot=t.block_slot,
             build_s=t.build_s, build_cache=t.build_cache, run_s=t.run_s, phases=t.phases,
             samples_pruned_at=t.samples_pruned_at,

@@ -2,8 +2,8 @@
 or an email (the standard library's smtplib). No retries here: the Celery task retries what
 raises `Transient`, with Celery's own backoff, and gives up at once on `Refused`.
 
-apprise was considered (it speaks to many services) but hides the response (status, body) that
-the delivery log shows and cannot sign a body; the three channels here are a POST and an SMTP
+apprise was considered (it speaks to many services) but hides the response status that the
+delivery log shows and cannot sign a body; the three channels here are a POST and an SMTP
 exchange each.
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from perfbisect.service.notifications.models import Channel
+from perfbisect.service.outbound import GuardedTransport, OutboundRefused
 from perfbisect.service.settings import get_settings
 
 SIGNATURE_HEADER = "X-Perfbisect-Signature-256"
@@ -51,15 +52,20 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    """POST through outbound.GuardedTransport: the target's addresses are checked as it connects
+    (a name re-pointed at the service's own network since it was subscribed is refused). Only
+    the status is kept: the answer's body is the target's, possibly an internal service's."""
     try:
-        response = httpx.post(url, content=body, headers={"Content-Type": "application/json", **headers},
-                              timeout=TIMEOUT_S)
+        with httpx.Client(transport=GuardedTransport(), timeout=TIMEOUT_S) as client:
+            response = client.post(url, content=body, headers={"Content-Type": "application/json", **headers})
+    except OutboundRefused as exc:
+        raise Refused(exc.message) from exc
     except httpx.HTTPError as exc:
         raise Transient(f"{exc.__class__.__name__}: {exc}") from exc
     status = response.status_code
     if status < 300:
         return status
-    message = f"HTTP {status}: {response.text[:200]}"
+    message = f"HTTP {status}"
     if status >= 500 or status in RETRIED_4XX:
         raise Transient(message, status)
     raise Refused(message, status)

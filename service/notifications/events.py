@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfbisect.service.models import Alert, Job, TrackedBranch
+from perfbisect.service.models import Alert, Culprit, Job, TrackedBranch
 from perfbisect.service.notifications.models import Event
 from perfbisect.service.settings import get_settings
 from perfbisect.service.webhooks.check import CheckVerdict
@@ -40,8 +40,9 @@ def _pct(rel: float | None) -> str:
 def alert_raised(tracked: TrackedBranch, alert: Alert) -> Notice:
     """A new alert on a tracked branch (its cases loaded)."""
     where = f"{tracked.repository.name}@{tracked.branch} ({tracked.device_class})"
-    title = (f"perfbisect: {alert.kind.value.replace('_', ' ')} on {where}, "
-             f"{alert.magnitude * 100:.1f}% in {alert.first_sha[:10]}..{alert.last_sha[:10]}")
+    what = (f"the head {alert.last_sha[:10]} fails to build or import ({alert.note})" if alert.kind.value == "broken"
+            else f"{alert.magnitude * 100:.1f}% in {alert.first_sha[:10]}..{alert.last_sha[:10]}")
+    title = f"perfbisect: {alert.kind.value.replace('_', ' ')} on {where}, {what}"
     cases = [{"case": c.case.name, "kind": c.kind.value, "rel": c.rel} for c in alert.cases]
     lines = [f"{c['case']}: {c['kind'].replace('_', ' ')} {_pct(c['rel'])}" for c in cases]
     body = {"id": alert.id, "kind": alert.kind.value, "status": alert.status.value, "magnitude": alert.magnitude,
@@ -52,9 +53,9 @@ def alert_raised(tracked: TrackedBranch, alert: Alert) -> Notice:
                    "title": title, "lines": lines, "url": _url(f"/dashboard/alerts/{alert.id}"), "alert": body})
 
 
-def _culprit_lines(job: Job) -> list[str]:
+def _culprit_lines(culprits: list[Culprit]) -> list[str]:
     lines = []
-    for culprit in job.culprits:
+    for culprit in culprits:
         span = culprit.first_sha[:10] if culprit.first_sha == culprit.last_sha else \
             f"{culprit.first_sha[:10]}..{culprit.last_sha[:10]}"
         if culprit.kind.value == "correctness":
@@ -65,27 +66,33 @@ def _culprit_lines(job: Job) -> list[str]:
     return lines
 
 
-def _job_body(job: Job) -> dict[str, Any]:
+def _job_body(job: Job, culprits: list[Culprit] | None = None) -> dict[str, Any]:
     return {"id": job.id, "kind": job.kind.value, "status": job.status.value,
             "culprits": [{"kind": c.kind.value, "first_sha": c.first_sha, "last_sha": c.last_sha,
-                          "exact": c.first_sha == c.last_sha, "effects": c.effects} for c in job.culprits]}
+                          "exact": c.first_sha == c.last_sha, "effects": c.effects}
+                         for c in (job.culprits if culprits is None else culprits)]}
 
 
-def culprits_named(job: Job, tracked: TrackedBranch | None, alert_id: int | None) -> Notice:
+def culprits_named(job: Job, tracked: TrackedBranch | None, alert_id: int | None,
+                   culprits: list[Culprit] | None = None) -> Notice:
     """A finished bisect with culprits (its repository and culprits loaded); `tracked` and
-    `alert_id` when it was an alert's bisect."""
-    n = len(job.culprits)
-    title = f"perfbisect: bisect {job.id} of {job.repository.name} named {n} culprit{'s' if n != 1 else ''}"
-    body = {**_job_body(job), "alert_id": alert_id}
+    `alert_id` when it was an alert's bisect. `culprits`: a one-commit alert's culprit, named
+    without a bisect on the track job that measured it (about the alert, not the whole job)."""
+    named = job.culprits if culprits is None else culprits
+    n, by = len(named), (f"bisect {job.id}" if culprits is None else f"alert {alert_id} (one commit, no bisect)")
+    title = f"perfbisect: {by} of {job.repository.name} named {n} culprit{'s' if n != 1 else ''}"
+    body = {**_job_body(job, named), "alert_id": alert_id}
+    key = f"job:{job.id}" if culprits is None else f"alert:{alert_id}"
+    url = _url(f"/dashboard/jobs/{job.id}" if culprits is None else f"/dashboard/alerts/{alert_id}")
     return Notice(Event.culprit, job.repository_id, tracked.branch if tracked else None,
-                  {"event": Event.culprit.value, "key": f"job:{job.id}", "repository": job.repository.name,
-                   "branch": tracked.branch if tracked else None, "title": title, "lines": _culprit_lines(job),
-                   "url": _url(f"/dashboard/jobs/{job.id}"), "job": body})
+                  {"event": Event.culprit.value, "key": key, "repository": job.repository.name,
+                   "branch": tracked.branch if tracked else None, "title": title, "lines": _culprit_lines(named),
+                   "url": url, "job": body})
 
 
 def gate_failed(job: Job, verdict: CheckVerdict) -> Notice:
     """A compare job whose merge gate (service/webhooks/check.py) is a failure."""
-    pr = job.spec.get("pr_number")
+    pr = job.spec.pr_number
     title = f"perfbisect: gate failed{f' on PR #{pr}' if pr else ''} of {job.repository.name}: {verdict.title}"
     body = {**_job_body(job), "pr_number": pr, "head_sha": job.revision_shas[-1] if job.revision_shas else None,
             "conclusion": verdict.conclusion, "summary": verdict.summary}

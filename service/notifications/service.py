@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from perfbisect.service import outbound
 from perfbisect.service.alerts import repository as alerts_repo
+from perfbisect.service.alerts import same_change
+from perfbisect.service.alerts import service as alerts
 from perfbisect.service.auth.principal import Principal
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
@@ -30,8 +33,12 @@ from perfbisect.service.webhooks.check import check_verdict
 
 
 def subscribe(session: Session, data: SubscriptionCreate, actor: Principal) -> Subscription:
-    """Raises NotFound for an unknown repository. A webhook without a secret gets a generated one."""
+    """Raises NotFound for an unknown repository, OutboundRefused (422) for a URL whose host
+    resolves to a non-public address not allowed (service/outbound.py). A webhook without a
+    secret gets a generated one."""
     repo = repos.get(session, data.repository)
+    if data.channel != Channel.email.value:
+        outbound.check_url(data.target)
     secret = data.secret
     if data.channel == Channel.webhook.value and secret is None:
         secret = secrets.token_hex(32)
@@ -74,6 +81,21 @@ def alerts_raised(session: Session, alert_ids: Iterable[int]) -> list[int]:
     return [d for a in alerts if a is not None for d in notify(session, events.alert_raised(branches[a.tracked_branch_id], a))]
 
 
+def culprits_of_alerts(session: Session, alert_ids: Iterable[int]) -> list[int]:
+    """The culprit deliveries of alerts whose culprit was named without a bisect (a one-commit
+    range): the same event a bisect's culprit sends, about the culprit row the tracking stored."""
+    out = []
+    for alert_id in alert_ids:
+        alert = alerts_repo.get(session, alert_id)
+        culprit = alerts_repo.bisect_culprit(session, alert) if alert is not None else None
+        job = jobs_repo.get_job(session, culprit.job_id) if culprit is not None else None
+        if job is None:
+            continue
+        tracked = alerts_repo.branches(session, [alert.tracked_branch_id])[alert.tracked_branch_id]
+        out += notify(session, events.culprits_named(job, tracked, alert.id, culprits=[culprit]))
+    return out
+
+
 def job_finished(session: Session, job_id: int) -> list[int]:
     """The deliveries for a finished job: its culprits (a bisect that named any) or its failed
     merge gate (a compare job). None for other jobs."""
@@ -82,6 +104,8 @@ def job_finished(session: Session, job_id: int) -> list[int]:
         return []
     if job.kind == JobKind.bisect and job.culprits and job.status != JobStatus.cancelled:
         alert = alerts_repo.by_bisect_job(session, job_id)
+        if alert is not None and same_change.twin(session, alert, alerts.culprit_of(job, alert)) is not None:
+            return []  # another branch's alert is this change and was told already (one alert per change)
         tracked = alerts_repo.branches(session, [alert.tracked_branch_id])[alert.tracked_branch_id] if alert else None
         return notify(session, events.culprits_named(job, tracked, alert.id if alert else None))
     if job.kind == JobKind.compare:

@@ -60,7 +60,7 @@ def ref(name: object) -> str:
 
 def decided_on(job: JobRead) -> str:
     """What the step is a relative change of."""
-    return "ratio to control" if job.spec.get("metric", "ratio") == "ratio" else "metric"
+    return "ratio to control" if job.spec.metric == "ratio" else "metric"
 
 
 def moved(effect: CaseEffectRead, min_effect: float) -> bool:
@@ -82,7 +82,7 @@ def is_regression(job: JobRead, culprit: CulpritRead, case: str, effect: CaseEff
 
 def moved_effects(job: JobRead, c: CulpritRead, *, all_cases: bool = False) -> dict[str, CaseEffectRead]:
     """The cases that moved at this culprit (all when none did, or with all_cases)."""
-    min_effect = job.spec.get("min_effect", 0.0)
+    min_effect = job.spec.min_effect
     return {k: e for k, e in sorted(c.effects.items()) if all_cases or moved(e, min_effect)} or dict(sorted(c.effects.items()))
 
 
@@ -103,9 +103,9 @@ def culprit_rows(job: JobRead, *, all_cases: bool = False) -> list[list[str]]:
         for i, (case, e) in enumerate(moved_effects(job, c, all_cases=all_cases).items()):
             head = [where(c), pr_label(c), c.subject or ""] if i == 0 else ["", "", ""]
             decided, absolute = before_after(job, e)
-            label = "ratio" if job.spec.get("metric", "ratio") == "ratio" else ""
+            label = "ratio" if job.spec.metric == "ratio" else ""
             rows.append([*head, case, f"{label} {decided}; {absolute}".strip(),
-                         step_text(e, job.spec.get("min_effect", 0.0))])
+                         step_text(e, job.spec.min_effect)])
     return rows
 
 
@@ -117,7 +117,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 def headline(job: JobRead) -> Text:
     if job.kind == "attribute":  # no per-case verdict: the attribution section says what it found
-        return Text(f"attribution of the culprits of bisect {job.spec.get('parent_job_id')} at its bad end: {job.status}")
+        return Text(f"attribution of the culprits of bisect {job.spec.parent_job_id} at its bad end: {job.status}")
     if job.outcome is None:
         return Text(f"verdict: none ({'the job ' + job.status if job.status in ('failed', 'cancelled') else 'not finished'})")
     counts = job.outcome.counts
@@ -141,7 +141,7 @@ def gap_clause(job: JobRead, code: str = "") -> str | None:
 
 def no_step_sentence(job: JobRead) -> str:
     """An unchanged range in words, never "no step" without what a step had to outlast to be seen."""
-    said = f"No performance step above the minimum effect ({job.spec.get('min_effect', 0) * 100:.1f}%)"
+    said = f"No performance step above the minimum effect ({job.spec.min_effect * 100:.1f}%)"
     if (clause := gap_clause(job)) is not None:
         return f"{said} that lasts {job.outcome.gap.commits} commits or more: {clause}."
     p = job.progress
@@ -261,10 +261,10 @@ def _case_outcomes(job: JobRead, width: int, wide: bool = False) -> list[Text]:
 
 def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[Text]:
     p = job.progress
-    lines = [Text(f"job {job.id} ({job.kind}, {job.status}): {ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))} "
+    lines = [Text(f"job {job.id} ({job.kind}, {job.status}): {ref(job.spec.good)}..{ref(job.spec.bad)} "
                   f"in {job.repository}"),
              Text(f"{p.get('revisions', '?')} revisions, {p.get('measured', 0)} measured, {p.get('trials', 0)} "
-                  f"trials, {p.get('rounds', 0)} rounds; minimum effect {job.spec.get('min_effect', 0) * 100:.1f}% "
+                  f"trials, {p.get('rounds', 0)} rounds; minimum effect {job.spec.min_effect * 100:.1f}% "
                   f"of the {decided_on(job)}"),
              headline(job)]
     if job.outcome and job.outcome.warning:

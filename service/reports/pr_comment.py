@@ -12,6 +12,7 @@ and the footer to the job's page.
 
 from __future__ import annotations
 
+from perfbisect.service.job_spec import CompareSpec, JobSpec
 from perfbisect.service.jobs.schemas import CulpritRead, JobRead
 from perfbisect.service.reports.attribution import markdown_lines as attribution_markdown
 from perfbisect.service.reports.culprits import (
@@ -52,7 +53,7 @@ def _case(job: JobRead, case: str, public_url: str | None) -> str:
 
 def _environment(job: JobRead) -> str:
     env = (job.outcome.environment if job.outcome else None) or {}
-    device = env.get("name") or job.spec.get("device_class", "?")
+    device = env.get("name") or job.spec.device_class
     extras = [f"driver {env['driver']}" if env.get("driver") else "", f"CUDA {env['cuda']}" if env.get("cuda") else ""]
     device += f" ({', '.join(e for e in extras if e)})" if any(extras) else ""
     tools = [f"{k} {env[k]}" for k in ("torch", "triton", "python") if env.get(k)]
@@ -61,7 +62,7 @@ def _environment(job: JobRead) -> str:
 
 def _footer(job: JobRead, public_url: str | None) -> str:
     p = job.progress
-    return (f"<sub>{_environment(job)} · threshold: minimum effect {job.spec.get('min_effect', 0) * 100:.1f}% of the "
+    return (f"<sub>{_environment(job)} · threshold: minimum effect {job.spec.min_effect * 100:.1f}% of the "
             f"{decided_on(job)} · {p.get('trials', 0)} trials over {p.get('measured', 0)} revisions, cold caches, "
             f"control timed in the same process · {_links(job, public_url)}</sub>")
 
@@ -127,6 +128,18 @@ def _case_lists(job: JobRead, public_url: str | None) -> list[str]:
     return out
 
 
+def base_note(spec: JobSpec) -> str | None:
+    """Which base a compare measured the head against, when it asked for the merge base (a pull
+    request's compare): None for a compare of two given revisions."""
+    if not isinstance(spec, CompareSpec) or not spec.merge_base or not spec.good_sha:
+        return None
+    merge_base, tip = spec.good_sha[:10], spec.base_tip_sha
+    if not tip:
+        return f"Base: the merge base `{merge_base}` of the head and its base branch (the branch's tip)."
+    return (f"Base: the merge base `{merge_base}` of the head and its base branch, not the branch's tip "
+            f"`{str(tip)[:10]}`: the steps the base made since the head branched off are not the head's.")
+
+
 def _headline(job: JobRead) -> str:
     if job.outcome is None:
         return f"### perfbisect: {job.kind} {job.status}"
@@ -140,9 +153,13 @@ def _headline(job: JobRead) -> str:
 def render_job(job: JobRead, public_url: str | None = None) -> str:
     """The job's report as Markdown: headline, step tables, failed/inconclusive/unchanged cases."""
     kind = "Compared" if job.kind == "compare" else "Bisected"
+    merge_base = isinstance(job.spec, CompareSpec) and job.spec.merge_base
+    good = job.spec.good_sha if merge_base else job.spec.good  # the base measured
     out = [_headline(job), "",
-           f"{kind} `{ref(job.spec.get('good'))}`..`{ref(job.spec.get('bad'))}` in **{job.repository}** ({job.status}); "
+           f"{kind} `{ref(good)}`..`{ref(job.spec.bad)}` in **{job.repository}** ({job.status}); "
            f"step = relative change of the {decided_on(job)}, 95% CI."]
+    if (note := base_note(job.spec)) is not None:
+        out += ["", note]
     out += _step_tables(job, job.culprits, public_url, with_revision=job.kind != "compare")
     for c in job.culprits:
         if c.kind == "correctness":
@@ -173,7 +190,7 @@ def render_culprit_comment(job: JobRead, culprits: list[CulpritRead], public_url
     """On a PR a bisect named as an exact culprit: what moved, worded by direction."""
     shas = ", ".join(f"`{c.last_sha[:10]}`" for c in culprits)
     out = [f"### perfbisect: this pull request caused {_direction(job, culprits)}", "",
-           f"Bisecting `{ref(job.spec.get('good'))}..{ref(job.spec.get('bad'))}` in **{job.repository}** found the step at "
+           f"Bisecting `{ref(job.spec.good)}..{ref(job.spec.bad)}` in **{job.repository}** found the step at "
            f"{shas}, from this pull request. Step = relative change of the {decided_on(job)}, 95% CI:"]
     out += _step_tables(job, culprits, public_url, with_revision=True)
     out += attribution_markdown(job)

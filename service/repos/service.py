@@ -10,11 +10,12 @@ from sqlalchemy.orm import Session
 from perfbisect.gitrepo import CommitInfo, GitError, Mirror
 from perfbisect.service.bounds import MAX_ID
 from perfbisect.service.db import insert_or_skip
+from perfbisect.service import outbound
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.models import Repository, Revision
 from perfbisect.service.repos import repository
 from perfbisect.service.repos.schemas import RepositoryCreate, RepositoryUpdate
-from perfbisect.service.repos.urls import checked_url
+from perfbisect.service.repos.urls import checked_url, remote_host
 from perfbisect.service.settings import get_settings
 
 
@@ -27,12 +28,15 @@ def create(session: Session, data: RepositoryCreate, *, verify: bool = True,
            local_roots: Sequence[Path] | None = None) -> Repository:
     """Register a repository (the caller checked that an admin asks); with `verify`, clone its
     mirror first so a bad URL is a 422 now, not a failed job later. A local path must lie under
-    `local_roots` (default: the configured PERFBISECT_LOCAL_REPO_ROOTS). Raises Conflict for a
+    `local_roots` (default: the configured PERFBISECT_LOCAL_REPO_ROOTS), a remote host must not
+    resolve to a non-public address unless allowed (service/outbound.py). Raises Conflict for a
     taken name, BadRequest for a refused or unusable URL."""
     if repository.get_by_name(session, data.name) is not None:
         raise Conflict(f"a repository named {data.name!r} is already registered")
     roots = get_settings().allowed_local_roots if local_roots is None else local_roots
     repo = Repository(**{**data.model_dump(), "url": checked_url(data.url, roots)})
+    if (host := remote_host(repo.url)) is not None:
+        outbound.check_host(host)  # not the service's own network (PERFBISECT_OUTBOUND_ALLOW)
     if verify:
         try:
             mirror_of(repo).ensure()

@@ -53,6 +53,15 @@ def _local_path(path: str, local_roots: Sequence[Path]) -> str:
     return str(resolved)
 
 
+def remote_host(url: str) -> str | None:
+    """The host a checked remote URL connects to (None for a local path)."""
+    if _SCHEME.match(url):
+        return urlsplit(url).hostname
+    if _SCP_LIKE.match(url):
+        return url.split("@", 1)[1].split(":", 1)[0]
+    return None
+
+
 def public_url(url: str) -> str:
     """`url` without a password or token in its user part (https://user:token@host/... ->
     https://user:***@host/...), for anyone but an admin."""

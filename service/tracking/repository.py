@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import (
     Case,
     Job,
@@ -71,15 +72,15 @@ def finished_trials_at(session: Session, repository_id: int, device_class: str, 
 def open_track_heads(session: Session, tracked_id: int) -> set[str]:
     """Heads that a queued or running track job of this branch is measuring already."""
     stmt = select(Job.revision_shas).where(Job.kind == JobKind.track, Job.status.in_(OPEN_JOB),
-                                           Job.spec["tracked_branch_id"].as_integer() == tracked_id)
+                                           spec_field(Job.spec, "tracked_branch_id").as_integer() == tracked_id)
     return {sha for shas in session.scalars(stmt) for sha in shas}
 
 
 def remeasures(session: Session, tracked_id: int) -> list[tuple[Job, Sequence[Trial]]]:
     """The branch's side-by-side re-measures (its track jobs whose spec names `remeasure`), each
     with its finished trials (revision and measurements loaded)."""
-    stmt = (select(Job).where(Job.kind == JobKind.track, Job.spec["tracked_branch_id"].as_integer() == tracked_id,
-                              Job.spec["remeasure"].as_string().is_not(None))
+    stmt = (select(Job).where(Job.kind == JobKind.track, spec_field(Job.spec, "tracked_branch_id").as_integer() == tracked_id,
+                              spec_field(Job.spec, "remeasure").as_string().is_not(None))
             .order_by(Job.id))
     jobs = list(session.scalars(stmt))
     trials = session.scalars(
@@ -98,6 +99,19 @@ def history_rows(session: Session, repository_id: int, device_class: str, finger
                    Measurement.case_id.in_(list(case_ids)), Trial.device_class == device_class,
                    Trial.fingerprint == fingerprint, Trial.status == TrialStatus.ok, Trial.variant.is_(None)))
     return [(sha, case_id, m) for sha, case_id, m in session.execute(stmt)]
+
+
+BROKEN_HEAD = (TrialStatus.build_error, TrialStatus.import_error)
+
+
+def broken_heads(session: Session, tracked_id: int, shas: Sequence[str]) -> dict[str, str]:
+    """sha -> failure kind (build_error, import_error) of the heads among `shas` where a trial of
+    the branch's track jobs failed to build or import."""
+    stmt = (select(Revision.sha, Trial.status).join(Trial, Trial.revision_id == Revision.id)
+            .join(Job, Trial.job_id == Job.id)
+            .where(Job.kind == JobKind.track, spec_field(Job.spec, "tracked_branch_id").as_integer() == tracked_id,
+                   Trial.status.in_(BROKEN_HEAD), Revision.sha.in_(list(shas))).order_by(Trial.id))
+    return {sha: status.value for sha, status in session.execute(stmt)}
 
 
 def cases_of(session: Session, repository_id: int, cases: Sequence[dict]) -> dict[str, Case]:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.jobs import service as jobs
+from perfbisect.service.job_spec import Remeasure, TrackSpec
 from perfbisect.service.models import Job, Repository, TrackedBranch, TrackTrigger, Trial, TrialStatus, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.suites import service as suites
@@ -165,10 +166,10 @@ def _track_job(tracked: TrackedBranch, mirror: Mirror, heads: Sequence[str], tri
     # Heads are first-parent commits of the branch: their depth is their place in its history,
     # so each measured head is a point of /api/history and the overview as soon as it is stored.
     commits = [replace(mirror.commit_info(sha), position=mirror.first_parent_depth(sha)) for sha in heads]
-    spec = {"tracked_branch_id": tracked.id, "branch": tracked.branch, "cases": tracked.cases,
-            "device_class": tracked.device_class, "metric": tracked.metric, "policy": tracked.policy,
-            "trials_per_head": trials, "min_effect": tracked.min_magnitude,
-            "good": heads[0], "bad": heads[-1], "good_sha": heads[0], "bad_sha": heads[-1], **spec_extra}
+    spec = TrackSpec(tracked_branch_id=tracked.id, branch=tracked.branch, cases=tracked.cases,
+                     device_class=tracked.device_class, metric=tracked.metric, policy=tracked.policy,
+                     trials_per_head=trials, min_effect=tracked.min_magnitude,
+                     good=heads[0], bad=heads[-1], good_sha=heads[0], bad_sha=heads[-1], **spec_extra)
     return jobs.create_track(session, tracked.repository, spec, commits)
 
 
@@ -178,7 +179,7 @@ def start_remeasure(session: Session, tracked: TrackedBranch, before: str, after
     BadRequest when the mirror is unusable."""
     mirror = _mirror(tracked.repository, fetch=False)
     return _track_job(tracked, mirror, [before, after], tracked.confirm_trials, session,
-                      remeasure={"before": before, "after": after})
+                      remeasure=Remeasure(before=before, after=after))
 
 
 def push_targets(session: Session, event: PushEvent) -> list[TrackedBranch]:

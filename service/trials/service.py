@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from perfbisect.kernels.harness.result import vendor_identity
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
+from perfbisect.service.job_spec import AttributeSpec, JobSpec
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
 from perfbisect.service.repos.redaction import env_secrets, scrub
@@ -82,21 +83,21 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
     return TrialWork(
         trial_id=trial.id, job_id=job.id, repo_name=repo.name, repo_url=repo.url,
         build_command=repo.build_command, import_root=repo.import_root, env=dict(repo.env),
-        sha=session.get_one(Revision, trial.revision_id).sha, cases=job.spec["cases"], device_class=trial.device_class, policy=job.spec.get("policy"),
+        sha=session.get_one(Revision, trial.revision_id).sha, cases=job.spec.cases, device_class=trial.device_class, policy=job.spec.policy,
         attempt=trial.attempts,
         accuracy_only=trial.accuracy_only,
-        suite_sources=suites.sources_of(session, job.spec["cases"]),
+        suite_sources=suites.sources_of(session, job.spec.cases),
         build_inputs=tuple(repo.build_inputs or ()),
         reverts=reverts_of(job.spec, trial.variant),
     )
 
 
-def reverts_of(spec: dict[str, Any], variant: str | None) -> tuple[tuple[str, str], ...]:
+def reverts_of(spec: JobSpec, variant: str | None) -> tuple[tuple[str, str], ...]:
     """The culprit ranges an attribution trial reverts: its variant's culprits, in branch order."""
-    if not variant:
+    if not variant or not isinstance(spec, AttributeSpec):
         return ()
-    culprits = spec["culprits"]
-    return tuple((culprits[int(i)]["first_sha"], culprits[int(i)]["last_sha"]) for i in sorted(variant.split("+"), key=int))
+    culprits = [spec.culprits[int(i)] for i in sorted(variant.split("+"), key=int)]
+    return tuple((c.first_sha, c.last_sha) for c in culprits)
 
 
 def check_in(session: Session, trial_id: int, attempt: int, *, beat: bool) -> bool:
@@ -154,7 +155,7 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
         trial.status = TrialStatus.cancelled
     cases = jobs_repo.cases_by_name(session, repo.id, [c["name"] for c in result.get("cases", [])])
     if trial.status == TrialStatus.ok:
-        missing = _missing_cases(job.spec["cases"], result.get("cases", []))
+        missing = _missing_cases(job.spec.cases, result.get("cases", []))
         if missing:  # a name mismatch would drop every value silently: fail the trial loudly instead
             trial.status, trial.failure_reason = TrialStatus.error, missing
             log.error("trial %s of job %s: %s", trial.id, job.id, missing)

@@ -19,6 +19,7 @@ from typing import Literal
 
 from perfbisect.service.jobs.schemas import CaseOutcomeRead, JobRead
 from perfbisect.service.reports.culprits import moved
+from perfbisect.service.reports.pr_comment import base_note
 
 CHECK_NAME = "perfbisect"
 # A commit status has no "neutral": an inconclusive job must not block a merge, so it reads success
@@ -67,7 +68,7 @@ def _undecided(job: JobRead) -> tuple[list[CaseOutcomeRead], list[CaseOutcomeRea
     failed before deciding it, or was cancelled) counts as failed: it was not decided."""
     outcome = job.outcome
     decided = {c.case: c for c in outcome.cases} if outcome else {}
-    requested = [c.get("name") for c in job.spec.get("cases", []) if isinstance(c, dict) and c.get("name")]
+    requested = [c.get("name") for c in job.spec.cases if c.get("name")]
     missing = [CaseOutcomeRead(case=name, outcome="failed", reason=f"not measured: the job {job.status}")
                for name in requested if name not in decided]
     if outcome is None and not requested:
@@ -96,7 +97,7 @@ def _largest_detectable(job: JobRead, cases: list[CaseOutcomeRead]) -> float | N
 
 def check_verdict(job: JobRead, policy: GatePolicy = GatePolicy()) -> CheckVerdict:
     """The conclusion, a one-line title and a Markdown summary for the job's head commit."""
-    min_effect = float(job.spec.get("min_effect") or 0.0)
+    min_effect = job.spec.min_effect
     threshold = f"threshold {min_effect * 100:.1f}%"
     regressed, improved, wrong = _moves(job, min_effect)
     inconclusive, failed = _undecided(job)
@@ -106,6 +107,8 @@ def check_verdict(job: JobRead, policy: GatePolicy = GatePolicy()) -> CheckVerdi
     if job.status in ("failed", "cancelled") and job.error:
         lines.append(f"\nJob {job.id} {job.status}: {job.error}")
     summary = "\n".join(lines) or f"No case moved by more than the {threshold}."
+    if (note := base_note(job.spec)) is not None:
+        summary += f"\n\n{note}"
     if wrong or regressed:
         parts = [f"{_plural(len(regressed), 'case')} regressed"] if regressed else []
         parts += ["wrong results"] if wrong else []

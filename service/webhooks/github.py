@@ -43,14 +43,14 @@ def compare_marker(pr_number: int) -> str:
 
 def render_comments(job: JobRead) -> list[tuple[int, str, str]]:
     """(PR number, Markdown body, its marker) for every comment the job warrants: a compare job's
-    report on spec["pr_number"]; a bisect's exact performance culprits grouped by the PR that merged them.
+    report on its spec's pr_number; a bisect's exact performance culprits grouped by the PR that merged them.
     Culprit ranges (an unbuildable commit hides the exact one) and commits without a PR number
     get no comment: blaming a PR needs the exact commit. Rendering is service.reports.pr_comment's."""
     public_url = get_settings().public_url
     comments: list[tuple[int, str, str]] = []
     if job.kind == "compare":
-        if job.spec.get("pr_number"):
-            pr = int(job.spec["pr_number"])
+        if job.spec.pr_number:
+            pr = job.spec.pr_number
             comments.append((pr, render_job(job, public_url), compare_marker(pr)))
     elif job.kind == "bisect":
         by_pr: dict[int, list[CulpritRead]] = {}
@@ -74,7 +74,7 @@ def post_job_comments(session: Session, job_id: int, client: httpx.Client | None
     if not job.status.finished:
         raise Conflict(f"job {job_id} is {job.status.value}: comments are posted once it has finished")
     if job.kind.value == "attribute":  # the bisect's culprit comments again, now with the attribution
-        job = jobs.get(session, job.spec["parent_job_id"])
+        job = jobs.get(session, job.spec.parent_job_id)
     slug = github_slug(job.repository.url)
     if slug is None:
         return []

@@ -29,7 +29,6 @@ from perfbisect.service.suites import service as suites
 from perfbisect.service.tracking import repository as tracking_repo
 
 log = logging.getLogger(__name__)
-PATHS_PENDING = "kernel_paths_pending"  # in a job's spec: the resolving task adds the touched cases
 
 
 @dataclass(frozen=True)

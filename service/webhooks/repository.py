@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
+from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import Job, JobKind, JobStatus, Repository, WebhookDelivery
 
 
@@ -22,10 +23,10 @@ def open_compare(session: Session, repository_id: int, base_sha: str, head_sha: 
     resolving (its refs are then the shas as sent)."""
     stmt = (select(Job).where(Job.repository_id == repository_id, Job.kind == JobKind.compare,
                               Job.status.in_((JobStatus.queued, JobStatus.running, JobStatus.succeeded)),
-                              or_(and_(Job.spec["good_sha"].as_string() == base_sha,
-                                       Job.spec["bad_sha"].as_string() == head_sha),
-                                  and_(Job.spec["good"].as_string() == base_sha,
-                                       Job.spec["bad"].as_string() == head_sha)))
+                              or_(and_(spec_field(Job.spec, "good_sha").as_string() == base_sha,
+                                       spec_field(Job.spec, "bad_sha").as_string() == head_sha),
+                                  and_(spec_field(Job.spec, "good").as_string() == base_sha,
+                                       spec_field(Job.spec, "bad").as_string() == head_sha)))
             .order_by(Job.id.desc()).limit(1))
     return session.scalars(stmt).first()
 
@@ -34,7 +35,7 @@ def open_compares_of_pr(session: Session, repository_id: int, pr_number: int) ->
     """Queued or running compare jobs of one pull request (superseded when its head moves)."""
     stmt = (select(Job).where(Job.repository_id == repository_id, Job.kind == JobKind.compare,
                               Job.status.in_((JobStatus.queued, JobStatus.running)),
-                              Job.spec["pr_number"].as_integer() == pr_number)
+                              spec_field(Job.spec, "pr_number").as_integer() == pr_number)
             .order_by(Job.id))
     return session.scalars(stmt).all()
 

@@ -23,7 +23,7 @@ from perfbisect.service.models import Job, Repository, WebhookDelivery
 from perfbisect.service.suites import service as suites
 from perfbisect.service.webhooks import repository
 from perfbisect.service.webhooks.repo_urls import event_urls, normalized_url
-from perfbisect.service.webhooks.pr_cases import PATHS_PENDING, pr_benchmarks
+from perfbisect.service.webhooks.pr_cases import pr_benchmarks
 from perfbisect.service.webhooks.schemas import PullRequestEvent
 
 def record_delivery(session: Session, delivery_id: str, body: bytes, event: str) -> WebhookDelivery | None:
@@ -64,8 +64,8 @@ class CompareOutcome:
 
 
 def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOutcome:
-    """The compare job of the PR's base sha against its head sha (an existing open one of the
-    same shas is reused); a new one cancels the PR's older queued or running compare jobs,
+    """The compare job of the PR's head sha against the merge base of its base and head shas (an
+    existing open one of the same shas is reused); a new one cancels the PR's older queued or running compare jobs,
     whose head is stale. Raises NotFound (no registered repository matches), BadRequest (no
     benchmarks configured). Never fetches: shas the mirror does not hold yet are fetched by the
     job's first task (with refs/pull/<n>/head, and a timeout), which resolves or fails the job."""
@@ -82,8 +82,9 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
     defaults = {k: v for k, v in (("device_class", chosen.device_class), ("min_effect", chosen.min_effect),
                                   ("metric", chosen.metric)) if v is not None}
     try:
+        # measured against the merge base: a PR lagging its base branch is not credited with the base's steps
         request = CompareCreate(repository=repo.name, base=pr.base.sha, head=pr.head.sha, pr_number=pr.number,
-                                benchmarks=suites.benchmarks_of_cases(session, chosen.cases), **defaults)
+                                merge_base=True, benchmarks=suites.benchmarks_of_cases(session, chosen.cases), **defaults)
     except (ValidationError, KeyError) as exc:
         raise BadRequest(f"the {chosen.source} of {repo.name!r} has benchmarks the PR bot cannot use: {exc}") from exc
     submission = jobs.submit_compare(session, request, SYSTEM)
@@ -91,7 +92,7 @@ def compare_pull_request(session: Session, event: PullRequestEvent) -> CompareOu
     if not submission.created:  # an identical delivery's job, created meanwhile
         return CompareOutcome(job=job, created=False)
     if chosen.paths_pending:
-        job.spec = {**job.spec, PATHS_PENDING: True}
+        job.spec = job.spec.updated(kernel_paths_pending=True)  # the resolving task adds the touched cases
     stale = [j.id for j in repository.open_compares_of_pr(session, repo.id, pr.number) if j.id != job.id]
     for job_id in stale:
         jobs.cancel(session, job_id, SYSTEM)

@@ -45,15 +45,16 @@ def result(case_values: dict[str, float | str]) -> dict:
             "cases": cases, "wall_s": 1.0}
 
 
-def measure(session, job_id: int, value_of) -> None:
-    """Run a job's rounds, storing `value_of(sha)` ({case: ratio}) for every trial it plans."""
+def measure(session, job_id: int, value_of, as_result=result) -> None:
+    """Run a job's rounds, storing `as_result(value_of(sha))` (by default: {case: ratio} of this
+    module's cases) for every trial it plans."""
     while True:
         planned = advance.advance(session, job_id)
         if planned.finished or not planned.trial_ids:
             break
         for trial in jobs_repo.trials_of(session, job_id):
             if trial.id in planned.trial_ids:
-                trials.record(session, trial.id, result(value_of(trial.revision.sha)))
+                trials.record(session, trial.id, as_result(value_of(trial.revision.sha)))
 
 
 @pytest.fixture
@@ -94,7 +95,7 @@ def test_backfill_measures_every_kth_commit_and_nothing_twice(session, lib) -> N
     tracked = track(session, lib)
     run = tracking.start_run(session, tracked.id)
     assert list(run.heads) == [shas[1], shas[3], shas[5], shas[7]]
-    assert run.job.kind == JobKind.track and run.job.spec["tracked_branch_id"] == tracked.id
+    assert run.job.kind == JobKind.track and run.job.spec.tracked_branch_id == tracked.id
     assert tracking.start_run(session, tracked.id).job is None  # the open track job measures them
     measure(session, run.job.id, lambda sha: {CASE_NAME: 1.0})
     assert session.get(Job, run.job.id).status == JobStatus.succeeded
@@ -136,7 +137,7 @@ def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(sess
     assert (alert.kind.value, alert.status) == ("regression", AlertStatus.new)
     assert (alert.before_sha, alert.first_sha, alert.last_sha) == (shas[7], shas[8], shas[11])
     bisect = session.get(Job, alert.bisect_job_id)
-    assert (bisect.spec["good_sha"], bisect.spec["bad_sha"], bisect.spec["alert_id"]) == (shas[7], shas[11], alert.id)
+    assert (bisect.spec.good_sha, bisect.spec.bad_sha, bisect.spec.alert_id) == (shas[7], shas[11], alert.id)
 
     again = alerts.detect(session, tracked.id)  # a re-detection is the same alert, and no second bisect
     assert again.raised == [alert.id] and again.bisect_job_ids == []
@@ -167,13 +168,20 @@ def test_a_step_becomes_one_alert_that_starts_a_bisect_and_gets_its_culprit(sess
     assert (alert.before_sha, alert.last_sha) == (shas[7], shas[8])
 
 
-def test_triaged_alerts_are_not_raised_again_and_invalid_cancels_the_bisect(session, lib) -> None:
-    values = step_at(lib, 10)
+def raised_alert(session, lib, values):
+    """(tracked branch, alert id): a branch measured, pushed three heads past a step at 10, and
+    the alert its detection raised (with a bisect started)."""
     tracked = track(session, lib)
     measure(session, tracking.start_run(session, tracked.id).job.id, values)
     for index in (11, 13, 15):
         push(session, lib, tracked, index, values)
     [alert_id] = alerts.detect(session, tracked.id).raised
+    return tracked, alert_id
+
+
+def test_triaged_alerts_are_not_raised_again_and_invalid_cancels_the_bisect(session, lib) -> None:
+    values = step_at(lib, 10)
+    tracked, alert_id = raised_alert(session, lib, values)
     alert = alerts.triage(session, alert_id, AlertUpdate(status="invalid", note="noisy runner"), "tester")
     assert alert.triaged_at is not None and alert.note == "noisy runner"
     assert session.get(Job, alert.bisect_job_id).status == JobStatus.cancelled
@@ -377,10 +385,11 @@ def test_bulk_triage_is_all_or_none(client, session, lib, sent_tasks) -> None:
     tracked = track(session, lib, backfill_every=1, backfill_depth=8)
     measure(session, tracking.start_run(session, tracked.id).job.id, values)
     [alert_id] = alerts.detect(session, tracked.id).raised
-    missing = client.patch("/api/alerts", json={"ids": [alert_id, 999999], "status": "expected"})
+    missing = client.patch("/api/alerts", json={"ids": [alert_id, 999999], "status": "expected", "reason": "known"})
     assert missing.status_code == 404
     assert client.get(f"/api/alerts/{alert_id}").json()["status"] == "new"
-    done = client.patch("/api/alerts", json={"ids": [alert_id], "status": "acknowledged", "assignee": "ana"})
+    done = client.patch("/api/alerts", json={"ids": [alert_id], "status": "acknowledged", "assignee": "ana",
+                                             "reason": "looking"})
     assert done.status_code == 200 and [(a["status"], a["assignee"]) for a in done.json()] == [("acknowledged", "ana")]
     assert client.patch("/api/alerts", json={"ids": []}).status_code == 422
 
@@ -399,7 +408,7 @@ def test_a_suspected_step_is_re_measured_side_by_side_before_it_alerts(session, 
     suspected = alerts.detect(session, tracked.id)
     assert suspected.raised == [] and len(suspected.measure_job_ids) == 1
     job = session.get(Job, suspected.measure_job_ids[0])
-    assert (job.kind, job.spec["remeasure"], job.revision_shas) == (
+    assert (job.kind, job.spec.remeasure.model_dump(), job.revision_shas) == (
         JobKind.track, {"before": shas[7], "after": shas[11]}, [shas[7], shas[11]])
     assert alerts.detect(session, tracked.id).measure_job_ids == []  # one re-measure, while it runs too
     measure(session, job.id, values)

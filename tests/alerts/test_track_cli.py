@@ -11,8 +11,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from perfbisect.service.cli.exit_codes import USAGE
-from perfbisect.service.cli.main import app
+from perfbisect.cli.common import USAGE
+from perfbisect.cli.main import app
 from tests.e2e_support import BIN, service_env
 from tests.gitrepo import make_repo
 from tests.test_cli_outcomes import embedded  # noqa: F401  (fixture)
@@ -55,7 +55,7 @@ def test_track_add_list_remove_and_bad_input(embedded, tmp_path: Path) -> None: 
 def test_an_alert_whose_bisect_named_nothing_does_not_read_bisecting_forever() -> None:
     from types import SimpleNamespace
 
-    from perfbisect.service.cli.track import alert_lines
+    from perfbisect.cli.track import alert_lines
 
     alert = SimpleNamespace(id=3, kind="regression", status="new", before_sha="a" * 40, last_sha="b" * 40,
                             culprit_exact=False, culprit_first_sha=None, culprit_last_sha=None, bisect_job_id=14,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from perfbisect.service.cli.track_demo import score, untrackable
+from perfbisect.cli.track_demo import score, untrackable
 
 RMS, GEMM, ATTN = ["rmsnorm"], ["gemm bf16"], ["attention"]
 
@@ -74,3 +74,15 @@ def test_an_alert_on_other_cases_over_a_planted_step_is_a_false_alert_not_a_seco
     [step] = [s for s in result["steps"] if s["event"] == "block_k_small_step"]
     assert (step["alerts"], step["culprit_exact"]) == (1, True)
     assert result["false_alerts"] == [2, 3]
+
+
+def test_a_broken_alert_over_the_planted_import_break_is_no_false_alert_and_covers_no_step() -> None:
+    """Heads 17 (inside the import break 16..19) failed to import: the broken alert over 13..17
+    is the break's, not a false alert; one elsewhere is false, and neither covers a planted step."""
+    shas = [f"s{i}" for i in range(54)]
+    broken = SimpleNamespace(id=1, kind="broken", before_sha="s13", last_sha="s17", culprit_exact=False,
+                             culprit_last_sha=None, cases=[])
+    stray = SimpleNamespace(id=2, kind="broken", before_sha="s25", last_sha="s29", culprit_exact=False,
+                            culprit_last_sha=None, cases=[])
+    result = score({"events": EVENTS}, shas, [broken, stray], {1: 17, 2: 29}, HEADS)
+    assert result["false_alerts"] == [2] and all(s["alerts"] == 0 for s in result["steps"])

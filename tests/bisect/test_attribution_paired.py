@@ -151,12 +151,13 @@ def test_the_report_says_which_estimates_are_paired():
     """The report's rows carry `paired` and the blocks; each case's line says the estimates are
     paired, pooled, or which fell back (the fallback arms above: #908 alone has no complete block)."""
     from perfbisect.service.attribution.report import build
+    from perfbisect.service.job_spec import load
     from perfbisect.service.attribution.schemas import AttributionRead
     from perfbisect.service.reports.attribution import basis
 
-    spec = {"culprits": [{"label": "#905", "first_sha": "a", "last_sha": "a"},
-                         {"label": "#908", "first_sha": "b", "last_sha": "b"}],
-            "variants": ["0", "1", "0+1"], "case_culprits": {"c": [0, 1]}}
+    spec = load({"culprits": [{"label": "#905", "first_sha": "a", "last_sha": "a"},
+                              {"label": "#908", "first_sha": "b", "last_sha": "b"}],
+                 "variants": ["0", "1", "0+1"], "case_culprits": {"c": [0, 1]}}, "attribute")
 
     def read(arms):
         report = build(spec, arms, arms, {}, {"c": ("GB/s", True)}, AttributionConfig(min_effect=0.02))

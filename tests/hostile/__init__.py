@@ -138,8 +138,8 @@ def _probe(body: str) -> str:
             + textwrap.indent(body or "pass", "    ") + "\n    return x * (1 - y * y)\n")
 
 
-def write_hostile_repo(path: Path, sleep_s: str) -> dict[str, str]:
-    """One commit per escape (the benign one first); returns {escape: sha}."""
+def write_hostile_repo(path: Path, sleep_s: str, escapes: dict[str, tuple[str, str]] | None = None) -> dict[str, str]:
+    """One commit per escape of `escapes` (ESCAPES by default: the benign one first); returns {escape: sha}."""
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q", "-b", "main")
     (path / "bench").mkdir()
@@ -148,7 +148,7 @@ def write_hostile_repo(path: Path, sleep_s: str) -> dict[str, str]:
     (path / "hostile" / "__init__.py").write_text("")
     (path / "hostile_report.py").write_text(_REPORT_PY)
     shas = {}
-    for name, (build, body) in ESCAPES.items():
+    for name, (build, body) in (ESCAPES if escapes is None else escapes).items():
         (path / "build.sh").write_text(build.replace("{sleep_s}", sleep_s) + "\n")
         (path / "hostile" / "ops.py").write_text(_probe(body.replace("{sleep_s}", sleep_s)))
         git(path, "add", "-A")

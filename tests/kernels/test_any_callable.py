@@ -18,7 +18,7 @@ from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.kernels.harness.trial import MAX_REPEATS, balanced_repeats
 from perfbisect.kernels.report import format_result
 from perfbisect.kernels.suites.base import output_error
-from perfbisect.service.cli.main import app
+from perfbisect.cli.main import app
 from tests.kernels.conftest import write_files
 
 SYMLIB = """

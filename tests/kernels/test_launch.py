@@ -180,3 +180,38 @@ def test_a_stopped_fork_server_leaves_no_directory(tmp_path, monkeypatch):
     (server.dir / "home" / "written-by-the-server").write_text("x")
     server.stop()
     assert list(tmp_path.iterdir()) == []
+
+
+def _serving_process(tmp_path: Path, prelude: str = "") -> tuple[subprocess.Popen, Path, int]:
+    """A process that starts a fork server in `tmp_path` (its temporary directory) and waits;
+    (the process, the server's directory)."""
+    script = textwrap.dedent(f"""
+        import os, sys, tempfile, time
+        tempfile.tempdir = {str(tmp_path)!r}
+        {prelude}
+        from perfbisect.kernels.harness import launch
+        server = launch.server_for(dict(os.environ))
+        print(server.dir, server.hello["pid"], flush=True)
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    directory, pid = proc.stdout.readline().split()
+    assert Path(directory).is_dir()
+    return proc, Path(directory), int(pid)
+
+
+def test_a_sigtermed_process_removes_its_fork_server_directories(tmp_path):
+    """SIGTERM (a stop) with its default action: the servers stop and their directories go before
+    the process dies of the signal, as it would have."""
+    proc, directory, server_pid = _serving_process(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    assert not directory.exists() and list(tmp_path.iterdir()) == []
+    assert launch.process_gone(server_pid)
+
+
+def test_a_process_that_handles_sigterm_itself_keeps_its_handler_and_stops_its_servers_at_exit(tmp_path):
+    prelude = "import signal; signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))"
+    proc, directory, _ = _serving_process(tmp_path, prelude)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 3 and not directory.exists()

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from perfbisect.service.cli.changepoints import changepoints
-from perfbisect.service.cli.errors import CLIError, Interrupted
-from perfbisect.service.cli.exit_codes import INTERRUPTED, FailOn, exit_code
-from perfbisect.service.cli.repo import repo_app
-from perfbisect.service.cli.submit import BISECT_EXAMPLES, COMPARE_EXAMPLES, SuiteFileOpt, bisect, compare
-from perfbisect.service.cli.suite_check import suite_app
-from perfbisect.service.cli.tokens import app as token_app
-from perfbisect.service.cli.track import track_app
+from perfbisect.cli.changepoints import changepoints
+from perfbisect.cli.common import (
+    CLIError, FailOn, SuiteFileOpt, benchmarks_of, console, exit_code, exit_with, fail, prepare_database, user_errors,
+)
+from perfbisect.cli.repo import repo_app
+from perfbisect.cli.submit import BISECT_EXAMPLES, COMPARE_EXAMPLES, bisect, compare
+from perfbisect.cli.suite_check import suite_app
+from perfbisect.cli.tokens import app as token_app
+from perfbisect.cli.track import track_app
 
 # Plain click help, wrapped at 100 columns: rich's option tables squeezed each description into
 # ~25 columns beside the type column and cut the example shapes.
@@ -43,60 +42,6 @@ app.add_typer(repo_app, name="repo")
 app.add_typer(suite_app, name="suite")
 app.command(epilog=BISECT_EXAMPLES)(bisect)
 app.command(epilog=COMPARE_EXAMPLES)(compare)
-console = Console(stderr=True, soft_wrap=True)  # one message, one line: no wrapping at 80 columns
-
-
-# How long a CLI that exits waits for the work its process queued (embedded).
-SETTLE_S = 30.0
-
-
-def exit_with(code: int) -> None:
-    """Exit with `code` once the in-process queue has run what this process queued (an attribution
-    just enqueued, its trials, a finished job's notifications): exiting under a running task cut
-    it off and dropped its follow-ups. Bounded by SETTLE_S, after which what is left is said."""
-    dispatch = sys.modules.get("perfbisect.dispatch")  # not imported: nothing was queued (and Celery stays unloaded)
-    if dispatch is not None and not dispatch.settle(SETTLE_S):
-        console.print(f"[yellow]note:[/yellow] the work queued in this process was not done after "
-                      f"{SETTLE_S:g} s; what is left resumes with the next perfbisect command")
-    raise typer.Exit(code)
-
-
-def fail(message: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {message}")
-    exit_with(code)
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """One clear line and a non-zero exit for what the user can fix, never a traceback: bad
-    input, an unreachable API, broker or database (2), Ctrl-C (130, after cancelling or detaching)."""
-    from sqlalchemy.exc import OperationalError
-
-    try:
-        yield
-    except CLIError as exc:
-        fail(str(exc))
-    except Interrupted as exc:
-        console.print(f"[yellow]interrupted:[/yellow] {exc.message}")
-        raise typer.Exit(INTERRUPTED) from None
-    except OperationalError as exc:
-        from perfbisect.service.settings import get_settings
-
-        where = get_settings().sqlalchemy_url.split("@")[-1]
-        fail(f"cannot open the database at {where}: {str(exc.orig).strip().splitlines()[0]}")
-
-
-def prepare_database() -> None:
-    """The embedded SQLite database migrates itself; PostgreSQL is migrated by `db upgrade`."""
-    from sqlalchemy.engine import make_url
-
-    from perfbisect.service.migrate import sqlite_at_head, upgrade
-    from perfbisect.service.settings import get_settings
-
-    url = get_settings().sqlalchemy_url
-    if url.startswith("sqlite") and not sqlite_at_head(Path(make_url(url).database or "")):
-        get_settings().home.mkdir(parents=True, exist_ok=True)
-        upgrade()
 
 
 @db_app.command("upgrade")
@@ -107,7 +52,7 @@ def db_upgrade(revision: str = "head") -> None:
 
     get_settings().home.mkdir(parents=True, exist_ok=True)
     upgrade(revision=revision)
-    console.print(f"database at {get_settings().sqlalchemy_url.split('@')[-1]} is at {revision}")
+    console().print(f"database at {get_settings().sqlalchemy_url.split('@')[-1]} is at {revision}")
 
 
 @db_app.command("prune-samples")
@@ -129,16 +74,16 @@ def db_prune_samples(
         if dry_run:
             with session_scope() as session:
                 due = retention.due(session, retention.cutoff(days))
-            console.print(f"would delete the raw samples of {due.trials} trial(s) ({due.samples} rows) "
+            console().print(f"would delete the raw samples of {due.trials} trial(s) ({due.samples} rows) "
                           f"finished over {days} days ago")
             return
         from perfbisect.workers.tasks import prune_expired_samples
 
         def progress(total: retention.Pruned) -> None:
-            console.print(f"  {total.trials} trial(s), {total.samples} rows so far", highlight=False)
+            console().print(f"  {total.trials} trial(s), {total.samples} rows so far", highlight=False)
 
-        pruned = prune_expired_samples(days, progress if console.is_terminal else None)
-    console.print(f"deleted the raw samples of {pruned.trials} trial(s) ({pruned.samples} rows) finished over "
+        pruned = prune_expired_samples(days, progress if console().is_terminal else None)
+    console().print(f"deleted the raw samples of {pruned.trials} trial(s) ({pruned.samples} rows) finished over "
                   f"{days} days ago; measurements, case points and outcomes are kept")
 
 
@@ -153,7 +98,6 @@ def serve(host: str = "127.0.0.1", port: int = 8000, migrate: bool = True,
 
     if migrate:
         from perfbisect.service.migrate import upgrade
-        from perfbisect.service.settings import get_settings
 
         get_settings().home.mkdir(parents=True, exist_ok=True)  # the embedded SQLite file lives there
         with user_errors():
@@ -210,9 +154,10 @@ def worker(
             sandbox_user()  # refuse to start rather than fail every trial (production), or warn
         except SandboxError as exc:
             fail(str(exc))
+        console().print(containment_line())
         if flush_check and device_class != "cpu":
             ok, text = doctor_run(device_class)
-            console.print(text)
+            console().print(text)
             if not ok:
                 fail(f"this worker cannot serve device class {device_class!r} (perfbisect doctor; --no-flush-check "
                      "skips this)")
@@ -234,9 +179,6 @@ def worker(
 def doctor_run(device_class: str | None, device: str = "auto", flush: bool = True) -> tuple[bool, str]:
     """The device report in a fresh interpreter (a CUDA context must not live in a process that
     forks Celery's pool); (ok, text)."""
-    import subprocess
-    import sys
-
     args = [sys.executable, "-m", "perfbisect.kernels.harness.doctor", "--device", device]
     args += ["--device-class", device_class] if device_class else []
     args += [] if flush else ["--no-flush-check"]
@@ -245,6 +187,14 @@ def doctor_run(device_class: str | None, device: str = "auto", flush: bool = Tru
     except subprocess.TimeoutExpired:
         return False, "the device check did not finish in 600 s"
     return done.returncode == 0, (done.stdout + done.stderr[-2000:]).strip()
+
+
+def containment_line() -> str:
+    """How this host bounds the memory of a trial's sandbox slot (workers/cgroups.py)."""
+    from perfbisect.service.settings import get_settings
+    from perfbisect.workers.cgroups import memory_report
+
+    return memory_report(get_settings())
 
 
 @app.command()
@@ -259,6 +209,7 @@ def doctor(
         fail(f"--device must be auto, cpu or cuda, not {device!r}")
     ok, text = doctor_run(device_class, device, flush_check)
     print(text)
+    print(containment_line())
     raise typer.Exit(0 if ok else 1)
 
 
@@ -276,16 +227,16 @@ def demo(
 
     Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s.
     With --track: pushes to a tracked branch raise alerts, whose bisects name the culprits."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs  # the job machinery: each command imports it when it runs (start-up time)
 
     demo_pauses()
     if track:
-        from perfbisect.service.cli.track_demo import demo_track
+        from perfbisect.cli.track_demo import demo_track
 
-        demo_track(path, device, workers, as_json, console)
+        demo_track(path, device, workers, as_json, console())
         return
     with user_errors():
-        job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console)
+        job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console())
     runs.print_job(job, as_json)
     if not as_json:
         runs.print_truth_check(job, truth)
@@ -297,8 +248,6 @@ def demo_pauses() -> None:
     is set. A shared CPU's memory bandwidth drifts within seconds (bench/RESULTS.md: the in-demo
     RMSNorm control), so a minute's pause would not steady it; the demo shows the waiting and its
     report line without adding seven minutes."""
-    import os
-
     from perfbisect.service.settings import get_settings
 
     if "PERFBISECT_UNSTEADY_PAUSE_S" not in os.environ:
@@ -331,8 +280,7 @@ def measure(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run one trial (a fresh process, cold caches, control interleaved) and print it."""
-    from perfbisect.service.cli import runs
-    from perfbisect.service.cli.submit import benchmarks_of
+    from perfbisect.cli import runs
 
     with user_errors():
         if suite is None and suite_file is None:
@@ -357,7 +305,7 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Run the real planner against a noise model (HISTORY.json, format in the README)."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     try:
         result, text = runs.run_simulation(history, workers, seed)
@@ -403,10 +351,10 @@ def show(
                                          "(a bar on a terminal, a line per round in a log)")] = False,
 ) -> None:
     """Show one job's report; the exit code is the job's (see `bisect`; 6 while it is still running)."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     with user_errors():
-        job = runs.watch_job(job_id, api, console) if follow else runs.read_job(job_id, api)
+        job = runs.watch_job(job_id, api, console()) if follow else runs.read_job(job_id, api)
     runs.print_job(job, as_json, wide=wide)
     raise typer.Exit(exit_code(job, fail_on))
 
@@ -419,10 +367,10 @@ def attribute(
 ) -> None:
     """Attribute a finished bisect's culprits at its bad end (each reverted, alone and together),
     follow it, and print the bisect's report with the attribution."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     with user_errors():
-        job = runs.attribute_job(job_id, api, show_progress=not as_json, console=console)
+        job = runs.attribute_job(job_id, api, show_progress=not as_json, console=console())
     runs.print_job(job, as_json)
     exit_with(exit_code(job))
 
@@ -433,11 +381,11 @@ def cancel(
     api: Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="cancel it on this API server")] = None,
 ) -> None:
     """Cancel a queued or running job: pending trials are dropped."""
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs
 
     with user_errors():
         job = runs.cancel_job(job_id, api)
-    console.print(f"job {job.id} {job.status}")
+    console().print(f"job {job.id} {job.status}")
 
 
 def main() -> None:  # pragma: no cover

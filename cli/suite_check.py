@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from perfbisect.service.cli.errors import CLIError
+from perfbisect.cli.common import CLIError, user_errors
 
 suite_app = typer.Typer(help="Custom suite files.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -73,8 +73,6 @@ def check(
 
     Exit codes: 0 every check passed, 1 a check failed, 2 bad input.
     """
-    from perfbisect.service.cli.main import user_errors
-
     with user_errors():
         if not file.is_file():
             raise CLIError(f"suite file {file} not found")

@@ -2,7 +2,7 @@
 
 Without --api the CLI talks to the configured database itself (the embedded default, or
 PostgreSQL + Celery workers when DATABASE_URL/REDIS_URL are set), as its local admin token
-(service.cli.tokens); with --api it uses the REST API with PERFBISECT_TOKEN. Both paths poll a
+(cli.tokens); with --api it uses the REST API with PERFBISECT_TOKEN. Both paths poll a
 JobRead and render the same progress and culprit table."""
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from perfbisect import dispatch
+from perfbisect.cli.common import CLIError
+from perfbisect.cli.tokens import api_token, local_principal
 from perfbisect.queue import ADVANCE_JOB
-from perfbisect.service.cli.errors import CLIError, Interrupted  # noqa: F401  (re-exported: runs.py imports them from here)
+from perfbisect.service.attribution import service as attribution
 from perfbisect.service.db import session_scope
 from perfbisect.service.errors import PerfbisectError
 from perfbisect.service.jobs import advance, views
@@ -31,8 +33,6 @@ def submit_local(request: BisectCreate | CompareCreate) -> int:
     """Create the job in one transaction, then (after commit) queue its first planning round.
     Embedded, an identical open job can only be one left by a CLI process that ended (tasks run
     in the process that submitted them): it is cancelled and replaced."""
-    from perfbisect.service.cli.tokens import local_principal
-
     principal = local_principal()
     submit = jobs.submit_compare if isinstance(request, CompareCreate) else jobs.submit_bisect
     try:
@@ -59,8 +59,6 @@ def submit_local(request: BisectCreate | CompareCreate) -> int:
 def cancel_local(job_id: int, wait_s: float = 600) -> JobRead:
     """Cancel an embedded job (Ctrl-C): pending trials are dropped; a running one finishes and is
     ignored. Waits for the in-process queue to empty, so no task is cut off at interpreter exit."""
-    from perfbisect.service.cli.tokens import local_principal
-
     try:
         with session_scope() as session:
             jobs.cancel(session, job_id, local_principal())
@@ -71,18 +69,17 @@ def cancel_local(job_id: int, wait_s: float = 600) -> JobRead:
 
 
 def read_local(job_id: int) -> JobRead:
+    """The job as its local admin sees it: with its failures' logs."""
     with session_scope() as session:
-        return views.job_read(session, jobs.get(session, job_id))
+        return views.job_read(session, jobs.get(session, job_id), logs=True)
 
 
 def _auth_headers() -> dict[str, str]:
-    from perfbisect.service.cli.tokens import api_token
-
     token = api_token()
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _call(method: str, url: str, **kw) -> httpx.Response:
+def call(method: str, url: str, **kw) -> httpx.Response:
     """One request to the API with the CLI's token; an unreachable server or an error answer
     is a CLIError."""
     try:
@@ -100,18 +97,16 @@ def _call(method: str, url: str, **kw) -> httpx.Response:
 
 def submit_remote(api: str, request: BisectCreate | CompareCreate) -> int:
     kind = "compare" if isinstance(request, CompareCreate) else "bisect"
-    return _call("POST", f"{api}/api/jobs/{kind}", json=request.model_dump(exclude_none=True), timeout=120).json()["id"]
+    return call("POST", f"{api}/api/jobs/{kind}", json=request.model_dump(exclude_none=True, exclude_unset=True),
+                timeout=120).json()["id"]
 
 
 def attribute_remote(api: str, job_id: int) -> int:
-    return _call("POST", f"{api}/api/jobs/{job_id}/attribute", timeout=60).json()["id"]
+    return call("POST", f"{api}/api/jobs/{job_id}/attribute", timeout=60).json()["id"]
 
 
 def attribute_local(job_id: int) -> int:
     """The attribution job of bisect `job_id` (created, or the open one), queued after commit."""
-    from perfbisect.service.attribution import service as attribution
-    from perfbisect.service.cli.tokens import local_principal
-
     try:
         with session_scope() as session:
             made = attribution.request(session, job_id, local_principal())
@@ -125,11 +120,11 @@ def attribute_local(job_id: int) -> int:
 
 
 def read_remote(api: str, job_id: int) -> JobRead:
-    return JobRead.model_validate(_call("GET", f"{api}/api/jobs/{job_id}", timeout=30).json())
+    return JobRead.model_validate(call("GET", f"{api}/api/jobs/{job_id}", timeout=30).json())
 
 
 def cancel_remote(api: str, job_id: int) -> JobRead:
-    return JobRead.model_validate(_call("POST", f"{api}/api/jobs/{job_id}/cancel", timeout=30).json())
+    return JobRead.model_validate(call("POST", f"{api}/api/jobs/{job_id}/cancel", timeout=30).json())
 
 
 def bar_position(job: JobRead) -> tuple[int, int | None]:

@@ -12,12 +12,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from perfbisect.service.cli.errors import CLIError
-
-console = Console(stderr=True)
+from perfbisect.cli.common import CLIError, console
 
 
 def read_series(path: Path) -> list[float]:
@@ -82,6 +78,8 @@ def changepoints(
         result = report(values, min_magnitude=min_magnitude, pvalue=pvalue, trend_pvalue=trend_pvalue,
                         min_size=min_size)
     except CLIError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
+        from rich.markup import escape  # rich only for a command that prints (start-up time)
+
+        console().print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
         raise typer.Exit(2) from None
     print(json.dumps(result, indent=2) if as_json else format_table(result, len(values)))

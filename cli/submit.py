@@ -5,38 +5,16 @@ submitted on this machine's database or to --api, followed, and reported with th
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from perfbisect.service.cli.errors import CLIError, validation_message
-from perfbisect.service.cli.exit_codes import FailOn, exit_code
+from perfbisect.cli.common import (
+    ApiOpt, BuildOpt, DeviceClassOpt, EnvOpt, FailOn, FailOnOpt, ImportRootOpt, JsonOpt, MetricOpt, MinEffectOpt,
+    SetOpt, ShapeOpt, SuiteFileOpt, SuiteOpt, TargetOpt, WideOpt, CLIError, benchmarks_of, console, exit_code,
+    exit_with, parse_env, user_errors, validated,
+)
 
-SuiteOpt = Annotated[Optional[str], typer.Option(help="gemm, attention, rmsnorm or file:path/in/repo.py")]
-SuiteFileOpt = Annotated[Optional[Path], typer.Option(
-    "--suite-file", help="a suite file on this machine (kept outside the repository), applied to every revision")]
-SetOpt = Annotated[Optional[str], typer.Option("--benchmark-set", help="a benchmark set registered on the repository")]
-TargetOpt = Annotated[Optional[str], typer.Option(help="module:function inside the repository")]
-ShapeOpt = Annotated[Optional[list[str]], typer.Option(help="repeatable, e.g. M=8192,N=8192,K=8192,dtype=bf16")]
-BuildOpt = Annotated[Optional[str], typer.Option(
-    help="build command, when registering a path ({build_dir}: a per-revision install directory, {python})")]
-ImportRootOpt = Annotated[Optional[str], typer.Option(
-    help="directory on sys.path, relative to the repository (src, or .perfbisect-build), when registering a path")]
-EnvOpt = Annotated[Optional[list[str]], typer.Option(help="repeatable KEY=VALUE for builds and trials, when registering a path")]
-ApiOpt = Annotated[Optional[str], typer.Option(envvar="PERFBISECT_API_URL", help="use this API server")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
-FailOnOpt = Annotated[FailOn, typer.Option(help="exit 1 when the verdict is a regression (or any change)")]
-WideOpt = Annotated[bool, typer.Option(help="one table row per case, wider than 100 columns")]
-DeviceClassOpt = Annotated[str, typer.Option(
-    help="the queue whose workers measure it: cpu, cuda, or a GPU model such as h200 (one of "
-         "PERFBISECT_DEVICE_CLASSES)")]
-MinEffectOpt = Annotated[float, typer.Option(
-    help="the smallest relative step worth naming, e.g. 0.02 for 2%: smaller steps read as unchanged")]
-MetricOpt = Annotated[str, typer.Option(
-    help="ratio: each revision's time over a control kernel's in the same process (steady under drifting "
-         "clocks); raw: the case's own metric")]
 # Shown under the options; click keeps a paragraph that starts with \b as written (no re-wrapping).
 BISECT_EXAMPLES = """\b
 Examples:
@@ -54,53 +32,8 @@ Examples:
       --target minikern.gemm:matmul --shape M=4096,N=4096,K=4096,dtype=bf16 --fail-on regression"""
 
 
-def read_suite_file(path: Path) -> dict[str, str]:
-    """{suite: label, suite_source: text} of a local suite file. Raises CLIError."""
-    try:
-        content = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CLIError(f"cannot read --suite-file {path}: {exc}") from exc
-    return {"suite": re.sub(r"[^A-Za-z0-9_.-]", "-", path.name).lstrip(".-") or "suite.py", "suite_source": content}
-
-
-def benchmarks_of(suite: str | None, suite_file: Path | None, target: str | None,
-                  shapes: list[str] | None) -> list[dict[str, Any]] | None:
-    """The request's benchmarks (None when none of the options is given: a benchmark set names them)."""
-    if suite is None and suite_file is None and target is None and not shapes:
-        return None
-    if (suite is None) == (suite_file is None):
-        raise CLIError("give one of --suite or --suite-file (or --benchmark-set instead of both)")
-    if target is None or not shapes:
-        raise CLIError("give --target and at least one --shape with the suite")
-    found = read_suite_file(suite_file) if suite_file is not None else {"suite": suite}
-    return [{**found, "target": target, "shapes": shapes}]
-
-
-def parse_env(items: list[str] | None) -> dict[str, str] | None:
-    if not items:
-        return None
-    env = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CLIError(f"--env takes KEY=VALUE, not {item!r}")
-        env[key] = value
-    return env
-
-
-def validated(model: type, **fields: Any):
-    """The request model, or a CLIError with the API's own validation messages."""
-    from pydantic import ValidationError
-
-    try:
-        return model(**fields)
-    except ValidationError as exc:
-        raise CLIError(validation_message(exc)) from None
-
-
 def _finish(job, as_json: bool, wide: bool, fail_on: FailOn) -> None:
-    from perfbisect.service.cli import runs
-    from perfbisect.service.cli.main import exit_with
+    from perfbisect.cli import runs  # the job machinery: only once a job has run (start-up time)
 
     runs.print_job(job, as_json, wide=wide)
     exit_with(exit_code(job, fail_on))
@@ -113,7 +46,7 @@ def bisect(
     suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
     target: TargetOpt = None, shape: ShapeOpt = None,
     device_class: DeviceClassOpt = "cpu",
-    min_effect: MinEffectOpt = 0.02,
+    min_effect: MinEffectOpt = None,
     metric: MetricOpt = "ratio",
     workers: Annotated[int, typer.Option(help="revisions measured per round")] = 1,
     build: BuildOpt = None, import_root: ImportRootOpt = None, env: EnvOpt = None,
@@ -140,7 +73,6 @@ def bisect(
 
     Exit codes: 0 a verdict for every case, 1 --fail-on matched, 2 bad input or unreachable
     service, 3 a case could not be measured, 4 inconclusive, 5 cancelled, 130 Ctrl-C."""
-    from perfbisect.service.cli.main import console, user_errors
     from perfbisect.service.jobs.schemas import MAX_SCAN, BisectCreate
 
     with user_errors():
@@ -155,7 +87,7 @@ def bisect(
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
                             policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, max_gap=max_gap,
                             attribute=attribute, side_by_side=side_by_side)
-        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
+        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console())
     _finish(job, as_json, wide, fail_on)
 
 
@@ -166,7 +98,7 @@ def compare(
     suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
     target: TargetOpt = None, shape: ShapeOpt = None,
     device_class: DeviceClassOpt = "cpu",
-    min_effect: MinEffectOpt = 0.02,
+    min_effect: MinEffectOpt = None,
     metric: MetricOpt = "ratio",
     pr: Annotated[Optional[int], typer.Option(help="the pull request's number, shown in the report")] = None,
     side_by_side: Annotated[bool, typer.Option(
@@ -176,7 +108,6 @@ def compare(
     api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
 ) -> None:
     """Compare head against base on every case (a two-revision job), with bisect's report and exit codes."""
-    from perfbisect.service.cli.main import console, user_errors
     from perfbisect.service.jobs.schemas import CompareCreate
 
     with user_errors():
@@ -184,13 +115,13 @@ def compare(
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, pr_number=pr,
                             side_by_side=side_by_side)
-        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console)
+        job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console())
     _finish(job, as_json, wide, fail_on)
 
 
 def _submit(request, api: str | None, build: str | None, import_root: str | None, env_items: list[str] | None,
             *, show_progress: bool, console):
-    from perfbisect.service.cli import runs
+    from perfbisect.cli import runs  # the job machinery, torch's import chain included: not at start-up
 
     env = parse_env(env_items)
     if api and (build is not None or import_root is not None or env is not None):

@@ -10,26 +10,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import git
+from pydantic import ValidationError
 from rich.console import Console
+from rich.text import Text
 
-from perfbisect.service.cli.follow import (CLIError, Interrupted, cancel_local, embedded_stalled, follow, read_local,
-                                read_remote, submit_local, submit_remote)
+from perfbisect.cli.common import CLIError, Interrupted, prepare_database, validation_message
+from perfbisect.cli.follow import (attribute_local, attribute_remote, cancel_local, cancel_remote, embedded_stalled,
+                                   follow, read_local, read_remote, submit_local, submit_remote)
+from perfbisect.gitrepo import GitError, Mirror
+from perfbisect.kernels import demo
 from perfbisect.service.db import session_scope
 from perfbisect.service.errors import PerfbisectError
-from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate, JobRead
-from perfbisect.service.reports.culprits import report_lines
+from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs.schemas import Benchmark, BisectCreate, CompareCreate, JobRead
+from perfbisect.service.reports.culprits import moved_effects, pr_label, report_lines, where
+from perfbisect.service.repos import repository as repositories
+from perfbisect.service.repos import service as repos
+from perfbisect.service.repos.schemas import RepositoryCreate
 from perfbisect.service.settings import get_settings
+from perfbisect.service.suites.service import resolve_cases, source_sha256
 
 GROUND_TRUTH_FILE = "GROUND_TRUTH.json"
 # The planted CPU steps are 25% or more and a CPU trial is noisy (cv 4-7% of the control ratio on
 # a shared 2-core machine): a 15% minimum lets 3 trials say SAME where nothing was planted.
 DEMO_MIN_EFFECT = {"cpu": 0.15, "cuda": 0.02}
-
-
-def prepare_database() -> None:
-    from perfbisect.service.cli.main import prepare_database as prepare
-
-    prepare()
 
 
 @dataclass(frozen=True)
@@ -46,16 +51,10 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
     """Register a local repository by path (idempotent; the settings given replace the registered
     ones); returns its name. The CLI acts as the operator on its own database, so the path it is
     given is an allowed root. Raises CLIError with the API's validation message."""
-    from pydantic import ValidationError
-
-    from perfbisect.service.cli.errors import validation_message
-    from perfbisect.service.repos import repository, service
-    from perfbisect.service.repos.schemas import RepositoryCreate
-
     url = str(path.resolve())
     name = name or re.sub(r"[^A-Za-z0-9_.-]", "-", path.resolve().name) or "repo"
     with session_scope() as session:
-        existing = repository.get_by_name(session, name)
+        existing = repositories.get_by_name(session, name)
         if existing is not None and existing.url != url:
             raise CLIError(f"a repository named {name!r} is registered for {existing.url}, not {url}")
         settings = (("build_command", build), ("build_inputs", build_inputs), ("import_root", import_root), ("env", env))
@@ -72,7 +71,7 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
                 setattr(existing, key, getattr(data, key))
             return name
         try:
-            service.create(session, data, local_roots=[*get_settings().allowed_local_roots, Path(url)])
+            repos.create(session, data, local_roots=[*get_settings().allowed_local_roots, Path(url)])
         except PerfbisectError as exc:
             raise CLIError(exc.message) from exc
     return name
@@ -99,8 +98,6 @@ def follow_job(job_id: int, *, api: str | None, show_progress: bool, console: Co
 def local_repository(repository: str, settings: RepoSettings) -> str:
     """A registered name as it is (its settings updated when given); a path registered
     (idempotent). Raises CLIError for a path that does not exist or is not a git repository."""
-    import git
-
     path = Path(repository).expanduser()
     if path.exists():
         try:
@@ -141,8 +138,6 @@ def follow_attribution(job: JobRead, *, api: str | None, show_progress: bool, co
 def attribute_job(job_id: int, api: str | None, *, show_progress: bool, console: Console) -> JobRead:
     """`perfbisect attribute ID`: start (or find) the attribution of bisect `job_id`, follow it,
     return the bisect's read with it."""
-    from perfbisect.service.cli.follow import attribute_local, attribute_remote
-
     if api:
         api = api.rstrip("/")
         attribution_id = attribute_remote(api, job_id)
@@ -155,10 +150,6 @@ def attribute_job(job_id: int, api: str | None, *, show_progress: bool, console:
 
 
 def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> BisectCreate:
-    import git
-
-    from perfbisect.kernels import demo
-
     cases = demo.DEMO_GPU_CASES if device == "cuda" else demo.DEMO_CPU_CASES
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for case in cases:
@@ -176,8 +167,6 @@ def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> Bise
 def demo_repo_truth(path: Path, console: Console) -> dict:
     """The planted ground truth of the demo repository at `path`, writing the repository first
     when `path` is empty or absent."""
-    from perfbisect.kernels import demo
-
     if not (path / GROUND_TRUTH_FILE).exists():
         if path.exists() and any(path.iterdir()):
             raise CLIError(f"{path} exists and is not the demo repository; pass --path elsewhere")
@@ -186,14 +175,18 @@ def demo_repo_truth(path: Path, console: Console) -> dict:
     return json.loads((path / GROUND_TRUTH_FILE).read_text())
 
 
+def demo_device(device: str) -> str:
+    """The demo's device: "auto" is cuda where torch sees a GPU (ROCm's included), else cpu."""
+    if device != "auto":
+        return device
+    import torch  # only to look for a GPU: torch takes seconds to import
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def run_demo(path: Path, device: str, workers: int | None = None, *, show_progress: bool,
              console: Console) -> tuple[JobRead, dict]:
-    from perfbisect.kernels import demo
-
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = demo_device(device)
     if workers is None:
         # One trial at a time, on a CPU too: two side by side share the last-level cache and the
         # memory bandwidth, and the bf16 gemm (memory-bound here) slows more than its compute-bound
@@ -218,8 +211,6 @@ def print_job(job: JobRead, as_json: bool, *, wide: bool = False) -> None:
     if as_json:
         print(job.model_dump_json(indent=2))
         return
-    from rich.text import Text
-
     out = Console(width=10_000 if wide else 100, soft_wrap=True, highlight=False)
     out.print(Text("\n").join(report_lines(job, wide=wide)))
 
@@ -249,9 +240,7 @@ def false_culprits(job: JobRead, truth: dict) -> list[str]:
     the culprit's kind in its range changes that case on the job's device ("#945 on rmsnorm
     M=1024,N=1024"). A performance culprit names the cases the report shows for it (those that
     moved), a correctness culprit the cases that failed the accuracy check."""
-    from perfbisect.service.reports.culprits import moved_effects, pr_label, where
-
-    device = job.spec.get("device_class", "cpu")
+    device = job.spec.device_class
     pos = {sha: i for i, sha in enumerate(job.revision_shas)}
     out = []
     for c in job.culprits:
@@ -266,7 +255,7 @@ def false_culprits(job: JobRead, truth: dict) -> list[str]:
 def unchanged_check(job: JobRead, truth: dict) -> dict[str, list[str]]:
     """The cases no planted performance step touches on the job's device, which should end
     unchanged: those that did, and the others with their outcome ("case: inconclusive")."""
-    device = job.spec.get("device_class", "cpu")
+    device = job.spec.device_class
     stepped = {case for e in truth["events"] if e["kind"] == "perf" for case in e["cases"].get(device, [])}
     quiet = [c for c in (job.outcome.cases if job.outcome else []) if c.case not in stepped]
     return {"unchanged": [c.case for c in quiet if c.outcome == "unchanged"],
@@ -319,13 +308,7 @@ def interaction_check(job: JobRead, truth: dict) -> dict:
 def run_measure(repo: Path, rev: str, bench: dict[str, Any], device: str, build: str | None,
                 import_root: str) -> dict[str, Any]:
     """One trial of `bench` (a request's benchmark: suite or suite_source, target, shapes) at `rev`."""
-    from pydantic import ValidationError
-
-    from perfbisect.service.cli.errors import validation_message
-    from perfbisect.service.jobs.schemas import Benchmark
-    from perfbisect.service.suites.service import resolve_cases, source_sha256
-    from perfbisect.gitrepo import GitError, Mirror
-    from perfbisect.workers.runner import harness_spec, run_in_slot
+    from perfbisect.workers.runner import harness_spec, run_in_slot  # the worker side: only `measure` runs a trial
     from perfbisect.workers.sandbox import SandboxError, slot
 
     if not (repo / ".git").exists() and not (repo / "HEAD").exists():
@@ -348,7 +331,7 @@ def run_measure(repo: Path, rev: str, bench: dict[str, Any], device: str, build:
         spec = harness_spec(resolved, device, None, suite_sources={source_sha256(source): source} if source else None)
         try:
             with slot() as box:
-                result, _ = run_in_slot(box, mirror, sha, build_command=build, env={}, spec=spec,
+                result, _ = run_in_slot(box, mirror, sha, build_command=build, env={}, trial_spec=spec,
                                         import_root=import_root)
         except SandboxError as exc:
             raise CLIError(str(exc)) from exc
@@ -356,8 +339,6 @@ def run_measure(repo: Path, rev: str, bench: dict[str, Any], device: str, build:
 
 
 def first_parent_shas(path: str, good: str, bad: str) -> list[str]:
-    from perfbisect.gitrepo import GitError, Mirror
-
     with tempfile.TemporaryDirectory() as tmp:
         mirror = Mirror(Path(tmp), "sim", str(Path(path).resolve()))
         try:
@@ -369,7 +350,7 @@ def first_parent_shas(path: str, good: str, bad: str) -> list[str]:
 
 
 def run_simulation(history: Path, workers: int, seed: int) -> tuple[dict, str]:
-    from perfbisect.service.bisect.simulate import format_simulation, load_history, simulate
+    from perfbisect.service.bisect.simulate import format_simulation, load_history, simulate  # only `simulate`
 
     if not history.exists():
         raise CLIError(f"{history} does not exist")
@@ -406,9 +387,6 @@ def watch_job(job_id: int, api: str | None, console: Console) -> JobRead:
 
 
 def cancel_job(job_id: int, api: str | None = None) -> JobRead:
-    from perfbisect.service.cli.follow import cancel_remote
-    from perfbisect.service.jobs import service as jobs
-
     if api:
         return cancel_remote(api.rstrip("/"), job_id)
     prepare_database()

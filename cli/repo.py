@@ -9,16 +9,14 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from perfbisect.service.cli.errors import CLIError
-from perfbisect.service.cli.submit import (ApiOpt, EnvOpt, JsonOpt, ShapeOpt, SuiteFileOpt, SuiteOpt, TargetOpt,
-                                benchmarks_of, parse_env, validated)
+from perfbisect.cli.common import (ApiOpt, CLIError, EnvOpt, JsonOpt, ShapeOpt, SuiteFileOpt, SuiteOpt, TargetOpt,
+                                   benchmarks_of, parse_env, prepare_database, user_errors, validated)
 
 repo_app = typer.Typer(help="Registered repositories and their benchmark sets.", no_args_is_help=True, rich_markup_mode=None)
 
 
 def _local(work):
     """Run `work(session)` on this machine's database as its admin; domain errors are CLIErrors."""
-    from perfbisect.service.cli.main import prepare_database
     from perfbisect.service.db import session_scope
     from perfbisect.service.errors import PerfbisectError
 
@@ -31,9 +29,9 @@ def _local(work):
 
 
 def _remote(method: str, api: str, path: str, body: Any = None) -> Any:
-    from perfbisect.service.cli.follow import _call
+    from perfbisect.cli.follow import call  # the job machinery: not at start-up
 
-    return _call(method, f"{api.rstrip('/')}{path}", json=body, timeout=120).json()
+    return call(method, f"{api.rstrip('/')}{path}", json=body, timeout=120).json()
 
 
 def _print(data: Any, as_json: bool) -> None:
@@ -71,14 +69,12 @@ def add(
     api: ApiOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Register a repository (its build command and env run on the workers)."""
-    from perfbisect.service.cli.main import user_errors
     from perfbisect.service.repos.schemas import RepositoryCreate, RepositoryRead
 
     with user_errors():
         path = Path(url).expanduser()
         if path.exists() and not api:  # a local checkout, registered (or updated) as `bisect --repo PATH` does
-            from perfbisect.service.cli.main import prepare_database
-            from perfbisect.service.cli.runs import register_path
+            from perfbisect.cli.runs import register_path  # the job machinery: not at start-up
 
             prepare_database()
             name = register_path(path, build, name, import_root, parse_env(env), build_inputs=build_input)
@@ -110,8 +106,6 @@ def _read(session, name: str) -> dict[str, Any]:
 @repo_app.command("list")
 def list_repositories(api: ApiOpt = None, as_json: JsonOpt = False) -> None:
     """Every registered repository."""
-    from perfbisect.service.cli.main import user_errors
-
     with user_errors():
         if api:
             shown = _remote("GET", api, "/api/repositories")
@@ -127,8 +121,6 @@ def list_repositories(api: ApiOpt = None, as_json: JsonOpt = False) -> None:
 @repo_app.command("show")
 def show(name: str, api: ApiOpt = None, as_json: JsonOpt = False) -> None:
     """One repository with its benchmark sets."""
-    from perfbisect.service.cli.main import user_errors
-
     with user_errors():
         if api:
             shown = {**_remote("GET", api, f"/api/repositories/{name}"),
@@ -147,7 +139,6 @@ def add_set(
 ) -> None:
     """Register a named benchmark set: one suite (built in, file:path in the repository, or a local
     --suite-file) with its target and shape presets; jobs use it with --benchmark-set."""
-    from perfbisect.service.cli.main import user_errors
     from perfbisect.service.suites.schemas import BenchmarkSetCreate
 
     with user_errors():

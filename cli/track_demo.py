@@ -20,12 +20,22 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 
-from perfbisect.service.cli.follow import CLIError
-from perfbisect.service.cli.runs import DEMO_MIN_EFFECT, demo_repo_truth, register_path
+from perfbisect.cli.common import CLIError, fail, prepare_database
+from perfbisect.cli.runs import DEMO_MIN_EFFECT, demo_device, demo_repo_truth, register_path
+from perfbisect.cli.track import alert_lines, run_loop
+from perfbisect.kernels import demo
+from perfbisect.service.alerts import repository as alert_rows
+from perfbisect.service.alerts import views as alert_views
+from perfbisect.service.alerts.service import MIN_HEADS
 from perfbisect.service.db import session_scope
+from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
+from perfbisect.service.tracking import repository as tracked_rows
+from perfbisect.service.tracking import service as tracking
+from perfbisect.service.tracking.schemas import TrackedBranchCreate
 
 START, BACKFILL_EVERY, PUSH_EVERY, QUIET_COMMITS = 5, 2, 4, 8
 EPOCH = 1767225600 + 7 * 3600 * 60  # after the demo's own commit dates
@@ -39,12 +49,12 @@ def _git(repo: Path, *args: str, **env: str) -> str:
     return done.stdout.strip()
 
 
-def replay_repo(demo: Path, replay: Path) -> list[str]:
+def replay_repo(source: Path, replay: Path) -> list[str]:
     """A bare clone of the demo repository with QUIET_COMMITS kernel-free commits on top, its
     main set back to START; returns every first-parent sha, oldest first (kept under
     refs/replay/tip so pushes can move main forward)."""
     shutil.rmtree(replay, ignore_errors=True)
-    subprocess.run(["git", "clone", "-q", "--bare", str(demo), str(replay)], check=True, capture_output=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(source), str(replay)], check=True, capture_output=True)
     tip = _git(replay, "rev-parse", "HEAD")
     tree = _git(replay, "rev-parse", "HEAD^{tree}")
     for i in range(QUIET_COMMITS):
@@ -63,20 +73,15 @@ def push_heads(n_commits: int) -> list[int]:
 
 
 def _track(repo_name: str, device: str) -> int:
-    from perfbisect.kernels import demo
-    from perfbisect.service.repos import service as repos
-    from perfbisect.service.tracking import repository, service
-    from perfbisect.service.tracking.schemas import TrackedBranchCreate
-
     cases = demo.DEMO_GPU_CASES if device == "cuda" else demo.DEMO_CPU_CASES
     benchmarks: dict[tuple[str, str], list[dict]] = {}
     for case in cases:
         benchmarks.setdefault((case["suite"], case["target"]), []).append(case["params"])
     with session_scope() as session:
         repo = repos.get(session, repo_name)
-        for old in repository.find(session, repo.id, "main", device):  # a fresh start; measurements stay
-            service.remove(session, old.id)
-        tracked = service.create(session, TrackedBranchCreate(
+        for old in tracked_rows.find(session, repo.id, "main", device):  # a fresh start; measurements stay
+            tracking.remove(session, old.id)
+        tracked = tracking.create(session, TrackedBranchCreate(
             repository=repo_name, branch="main", device_class=device,
             benchmarks=[{"suite": s, "target": t, "shapes": p} for (s, t), p in benchmarks.items()],
             backfill_every=BACKFILL_EVERY, backfill_depth=START + 1, trials_per_head=3,
@@ -86,18 +91,20 @@ def _track(repo_name: str, device: str) -> int:
 
 
 def _alerts(tracked_id: int) -> list:
-    from perfbisect.service.alerts import repository, views
-
     with session_scope() as session:
-        return sorted(views.alert_reads(session, repository.listing(session, tracked_id=tracked_id, limit=1000)),
+        return sorted(alert_views.alert_reads(session, alert_rows.listing(session, tracked_id=tracked_id, limit=1000)),
                       key=lambda a: a.id)
 
 
 def _covers(alert: Any, event: dict, pos: dict[str, int], device: str) -> bool:
     """Whether the alert is over the planted event: its range holds the event's commit and it
-    names a case the event changes (an alert on other cases in the same range is not its alert)."""
-    return (pos[alert.before_sha] < event["index"] <= pos[alert.last_sha]
-            and not {c.case for c in alert.cases}.isdisjoint(event["cases"][device]))
+    names a case the event changes (an alert on other cases in the same range is not its alert);
+    a broken alert (a head that failed to import) is over a planted import break."""
+    if not pos[alert.before_sha] < event["index"] <= pos[alert.last_sha]:
+        return False
+    if getattr(alert, "kind", None) == "broken" or event["kind"] == "import_error":
+        return getattr(alert, "kind", None) == "broken" and event["kind"] == "import_error"
+    return not {c.case for c in alert.cases}.isdisjoint(event["cases"][device])
 
 
 def _broken(events: list[dict]) -> list[range]:
@@ -142,8 +149,6 @@ def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int]
     heads from the step to the head whose run raised its alert), exact culprit. `untracked`: the
     steps no tracking of these heads can find (see `untrackable`), not scored; `false_alerts`: the
     alerts that cover no planted step (its commit and one of its cases), trackable or not."""
-    from perfbisect.service.alerts.service import MIN_HEADS
-
     pos = {sha: i for i, sha in enumerate(shas)}
     planted = [e for e in truth["events"] if e["kind"] in ("perf", "wrong_results")]
     untracked = untrackable(truth["events"], heads, device, MIN_HEADS)
@@ -156,16 +161,13 @@ def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int]
             "delay_heads": None if seen is None else sum(event["index"] <= h <= seen for h in heads),
             "culprit_exact": any(a.culprit_exact and a.culprit_last_sha == event["sha"] for a in covering),
         })
-    false = [a.id for a in alerts if not any(_covers(a, e, pos, device) for e in planted)]
+    breaks = [e for e in truth["events"] if e["kind"] == "import_error"]  # a broken alert over one is no false alert
+    false = [a.id for a in alerts if not any(_covers(a, e, pos, device) for e in planted + breaks)]
     return {"steps": rows, "untracked": untracked, "false_alerts": false, "heads": len(heads)}
 
 
 def run_track_demo(path: Path, device: str, workers: int, console: Console) -> tuple[list, dict]:
     """Replay the history; returns the alerts and the score against the planted ground truth."""
-    from perfbisect.kernels import demo
-    from perfbisect.service.cli.main import prepare_database
-    from perfbisect.service.cli.track import run_loop
-
     if not get_settings().embedded:
         raise CLIError("demo --track runs embedded: unset REDIS_URL")
     truth = demo_repo_truth(path, console)
@@ -207,19 +209,11 @@ def print_score(result: dict) -> None:
 
 def demo_track(path: Path, device: str, workers: int | None, as_json: bool, console: Console) -> None:
     """The CLI entry: run, print the alerts (or JSON), exit 1 unless every step was named exactly."""
-    import typer
-
-    from perfbisect.service.cli.track import alert_lines
-
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = demo_device(device)
     try:
         alerts, result = run_track_demo(path, device, workers or 1, console)  # one trial at a time: see run_demo
     except CLIError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(str(exc))
     if as_json:
         print(json.dumps({"alerts": [a.model_dump(mode="json") for a in alerts], "score": result}, indent=2))
     else:

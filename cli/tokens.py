@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
+from perfbisect.cli.common import console, fail, prepare_database
 from perfbisect.service.errors import PerfbisectError, Unauthenticated
 
 if TYPE_CHECKING:
@@ -28,29 +28,17 @@ LOCAL_TOKEN_NAME = "local-cli"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 app = typer.Typer(help="API tokens: create (shown once), list, revoke.", no_args_is_help=True, rich_markup_mode=None)
-console = Console(stderr=True)
-
-
-def _prepare() -> None:
-    from perfbisect.service.cli.main import prepare_database
-
-    prepare_database()
-
-
-def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
 
 
 @app.command("create")
 def create(
     name: Annotated[str, typer.Argument(help="a name to recognise the token by (unique)")],
-    scope: Annotated[list[str], typer.Option(help="read, submit or admin (admin includes submit, submit read)")] = ["read"],  # noqa: B006
+    scope: Annotated[list[str], typer.Option(help="read, submit, triage or admin (admin includes all; submit and triage include read)")] = ["read"],  # noqa: B006
 ) -> None:
     """Create a token and print it on stdout (only its hash is stored: it is shown this once)."""
     if not NAME_RE.match(name):
-        _fail(f"token name {name!r}: letters, digits, '_', '.', '-', at most 100")
-    _prepare()
+        fail(f"token name {name!r}: letters, digits, '_', '.', '-', at most 100")
+    prepare_database()
     from perfbisect.service.auth import service as auth  # the database, only for the commands that open it
     from perfbisect.service.db import session_scope
 
@@ -59,15 +47,15 @@ def create(
             row, token = auth.create_token(session, name, auth.parse_scopes(scope))
             summary = f"token {row.id} {row.name!r} with scope(s) {', '.join(row.scopes)}"
     except PerfbisectError as exc:
-        _fail(exc.message)
-    console.print(f"created {summary}; send it as 'Authorization: Bearer <token>' or set PERFBISECT_TOKEN")
+        fail(exc.message)
+    console().print(f"created {summary}; send it as 'Authorization: Bearer <token>' or set PERFBISECT_TOKEN")
     print(token)
 
 
 @app.command("list")
 def list_tokens(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Every token: id, name, prefix, scopes, created, last used, revoked."""
-    _prepare()
+    prepare_database()
     from perfbisect.service.auth import service as auth  # the database, only for the commands that open it
     from perfbisect.service.db import session_scope
 
@@ -86,7 +74,7 @@ def list_tokens(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
 @app.command("revoke")
 def revoke(name_or_id: Annotated[str, typer.Argument(help="the token's name or id")]) -> None:
     """Revoke a token: requests with it get 401 from now on."""
-    _prepare()
+    prepare_database()
     from perfbisect.service.auth import service as auth  # the database, only for the commands that open it
     from perfbisect.service.db import session_scope
 
@@ -95,8 +83,8 @@ def revoke(name_or_id: Annotated[str, typer.Argument(help="the token's name or i
             row = auth.revoke(session, name_or_id)
             message = f"token {row.id} {row.name!r} is revoked"
     except PerfbisectError as exc:
-        _fail(exc.message)
-    console.print(message)
+        fail(exc.message)
+    console().print(message)
 
 
 def local_token_path() -> Path:

@@ -9,33 +9,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
 
-from perfbisect.service.cli.errors import CLIError
-from perfbisect.service.cli.submit import (
-    BuildOpt,
-    EnvOpt,
-    ImportRootOpt,
-    SetOpt,
-    ShapeOpt,
-    SuiteFileOpt,
-    SuiteOpt,
-    TargetOpt,
-    benchmarks_of,
-    parse_env,
-)
+from perfbisect.cli.common import (BuildOpt, CLIError, EnvOpt, ImportRootOpt, SetOpt, ShapeOpt, SuiteFileOpt, SuiteOpt,
+                                   TargetOpt, benchmarks_of, fail, parse_env, prepare_database)
 from perfbisect.service.errors import PerfbisectError
 
 track_app = typer.Typer(help="Track branches: measure every push, raise alerts, bisect them.", no_args_is_help=True, rich_markup_mode=None)
-console = Console(stderr=True)
-
-
-def fail(message: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(code)
-
-
 def run_loop(tracked_id: int, head: str | None = None) -> None:
     """Queue a run of the tracked branch; embedded, carry it out (and what it starts) now."""
     from perfbisect import dispatch
@@ -45,12 +24,6 @@ def run_loop(tracked_id: int, head: str | None = None) -> None:
     dispatch.send(TRACK_BRANCH, tracked_id, head, queue=CONTROL_QUEUE)
     if get_settings().embedded:
         dispatch.drain()
-
-
-def _prepare() -> None:
-    from perfbisect.service.cli.main import prepare_database
-
-    prepare_database()
 
 
 @track_app.command("add")
@@ -80,12 +53,14 @@ def add(
 ) -> None:
     """Track a branch with one benchmark (--suite or --suite-file, --target, --shape) or a benchmark
     set of the repository, on one device class."""
+    from pydantic import ValidationError  # pydantic and the service: not at start-up
+
+    from perfbisect.cli.runs import register_path  # the job machinery
     from perfbisect.service.db import session_scope
-    from perfbisect.service.cli.runs import register_path
     from perfbisect.service.tracking import service
     from perfbisect.service.tracking.schemas import TrackedBranchCreate
 
-    _prepare()
+    prepare_database()
     try:
         benchmarks = benchmarks_of(suite, suite_file, target, shape)
         if (benchmarks is None) == (benchmark_set is None):
@@ -121,7 +96,7 @@ def list_tracked(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
     from perfbisect.service.db import session_scope
     from perfbisect.service.tracking import repository, service
 
-    _prepare()
+    prepare_database()
     with session_scope() as session:
         rows = [service.read(t) for t in repository.list_all(session)]
     if as_json:
@@ -144,7 +119,7 @@ def run(tracked_id: int) -> None:
     from perfbisect.service.settings import get_settings
     from perfbisect.service.tracking import service
 
-    _prepare()
+    prepare_database()
     try:
         with session_scope() as session:
             service.get(session, tracked_id)
@@ -160,7 +135,7 @@ def remove(tracked_id: int) -> None:
     from perfbisect.service.db import session_scope
     from perfbisect.service.tracking import service
 
-    _prepare()
+    prepare_database()
     try:
         with session_scope() as session:
             service.remove(session, tracked_id)
@@ -194,6 +169,8 @@ def alert_lines(alerts: list) -> list[str]:
         subject = f"{pr} {a.culprit_subject or ''}".strip()
         if subject:  # a line of its own: beside the shas a subject would keep only a few characters
             lines.append(_clip(f"      {subject}", LINE_WIDTH))
+        if a.kind == "broken" and a.note:  # no case of its own: what failed
+            lines.append(_clip(f"      {a.note}", LINE_WIDTH))
         for c in a.cases:
             step = "wrong results" if c.rel is None else f"{c.before:.4g} -> {c.after:.4g} ({c.rel:+.1%})"
             name_width = max(LINE_WIDTH - 6 - 1 - len(step), 20)
@@ -208,7 +185,7 @@ def list_alerts(tracked_id: Annotated[Optional[int], typer.Argument()] = None,
     from perfbisect.service.db import session_scope
     from perfbisect.service.alerts import repository, views
 
-    _prepare()
+    prepare_database()
     with session_scope() as session:
         alerts = views.alert_reads(session, repository.listing(session, tracked_id=tracked_id, limit=1000))
     if as_json:
