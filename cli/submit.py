@@ -53,9 +53,13 @@ def bisect(
     policy: Annotated[Optional[str], typer.Option(help='harness sample policy as JSON, e.g. {"max_time_s": 0.5}')] = None,
     check_accuracy: Annotated[bool, typer.Option(
         help="also check accuracy at every revision (accuracy-only trials, side by side with the search)")] = False,
-    scan: Annotated[Optional[int], typer.Option(
+    scan: Annotated[Optional[str], typer.Option(
         help="interior revisions measured with the ends, so a step undone inside the range is seen "
-             "(default: 3 for ranges over 32 commits, else 0)")] = None,
+             "(default: 3 for ranges over 32 commits, else 0); auto: enough that no stretch between measured "
+             "revisions is wider than --max-gap commits, and more beside a step seen")] = None,
+    max_gap: Annotated[Optional[int], typer.Option(
+        help="with --scan auto: the widest stretch of commits left unmeasured (default 6: a step that lasts "
+             "6 commits is seen wherever it sits)")] = None,
     attribute: Annotated[Optional[bool], typer.Option(
         "--attribute/--no-attribute", help="afterwards, measure the bad end with each culprit reverted (alone and "
         "together): by default when two or more culprits moved one case")] = None,
@@ -69,18 +73,20 @@ def bisect(
 
     Exit codes: 0 a verdict for every case, 1 --fail-on matched, 2 bad input or unreachable
     service, 3 a case could not be measured, 4 inconclusive, 5 cancelled, 130 Ctrl-C."""
-    from perfbisect.service.jobs.schemas import BisectCreate
+    from perfbisect.service.jobs.schemas import MAX_SCAN, BisectCreate
 
     with user_errors():
         try:
             parsed_policy = json.loads(policy) if policy else None
         except json.JSONDecodeError as exc:
             raise CLIError(f"--policy is not JSON: {exc}") from None
+        if scan is not None and scan != "auto" and not scan.isdigit():
+            raise CLIError(f"--scan is a number of interior revisions (0 to {MAX_SCAN}) or auto, not {scan!r}")
         request = validated(BisectCreate, repository=repo, good=good, bad=bad,
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
-                            policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, attribute=attribute,
-                            side_by_side=side_by_side)
+                            policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, max_gap=max_gap,
+                            attribute=attribute, side_by_side=side_by_side)
         job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console())
     _finish(job, as_json, wide, fail_on)
 

@@ -91,7 +91,8 @@ class _SearchSpec(_Spec):
 
     workers: int = 1
     max_trials: int = STORED_MAX_TRIALS
-    scan: int | None = None  # None: service.jobs.schemas.AUTO_SCAN for long ranges
+    scan: int | Literal["auto"] | None = None  # None: service.jobs.schemas.AUTO_SCAN for long ranges
+    max_gap: int | None = None  # with scan "auto": the widest unmeasured stretch (None: DEFAULT_MAX_GAP)
     check_accuracy: bool = False  # the correctness sweep (service/jobs/sweep.py)
     side_by_side: bool = False  # jobs from before issue 23 decided on all trials
 

@@ -84,6 +84,10 @@ def test_submit_bisect_creates_job_revisions_and_cases(client, session, register
         ({"suite": "fft"}, 422, "fft"),
         ({"shapes": []}, 422, "shapes"),
         ({"min_effect": 0}, 422, "min_effect"),
+        ({"scan": "most"}, 422, "auto"),
+        ({"scan": 33}, 422, "less than or equal to 32"),
+        ({"scan": 4, "max_gap": 3}, 422, "max_gap goes with scan"),
+        ({"scan": "auto", "max_gap": 0}, 422, "max_gap"),
     ],
 )
 def test_bad_bisect_input_is_4xx_and_writes_nothing(client, session, registered, sent_tasks, overrides, status,

@@ -103,3 +103,18 @@ def test_a_rocm_worker_on_a_host_without_an_amd_gpu_refuses_to_start(monkeypatch
         get_settings.cache_clear()
     assert result.exit_code != 0
     assert "needs an AMD GPU (ROCm torch)" in result.output and "cannot serve device class 'rocm'" in result.output
+
+
+def test_bisect_refuses_a_bad_scan_before_submitting() -> None:
+    """Issue 46: --scan is a number or auto, and --max-gap goes with --scan auto."""
+    base = ["bisect", "--repo", "lib", "--good", "v1", "--bad", "main", "--suite", "gemm", "--target", "m:f",
+            "--shape", "M=64,N=64,K=64,dtype=fp32"]
+    word = runner.invoke(app, [*base, "--scan", "most"])
+    assert word.exit_code == 2, word.output
+    assert "--scan is a number of interior revisions (0 to 32) or auto" in word.output
+    many = runner.invoke(app, [*base, "--scan", "40"])
+    assert many.exit_code == 2 and "less than or equal to 32" in many.output, many.output
+    loose = runner.invoke(app, [*base, "--scan", "4", "--max-gap", "3"])
+    assert loose.exit_code == 2 and "max_gap goes with scan" in loose.output, loose.output
+    tight = runner.invoke(app, [*base, "--scan", "auto", "--max-gap", "0"])
+    assert tight.exit_code == 2 and "max_gap" in tight.output, tight.output

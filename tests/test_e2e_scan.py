@@ -2,7 +2,8 @@
 lost at #912 (index 10, -50% or more on a CPU) and a revert five commits later brings it back,
 so the two ends of 9..revert measure the same. Without --scan (the default for a range this
 short) the case is unchanged and its reason says that a step fixed inside would not be seen;
-with --scan 3 the interior points land in the slow stretch and both edges are named.
+with --scan 3 the interior points land in the slow stretch and both edges are named, and so they
+do with --scan auto (issue 46: stretches of at most --max-gap commits between measured revisions).
 
 Embedded CLI (SQLite, in-process tasks), one revision at a time. Times a CPU step end to end:
 marked 'quiet' (pytest -m quiet), left out of `make test`.
@@ -57,10 +58,24 @@ def test_scan_finds_a_regression_fixed_inside_the_range_and_its_absence_is_said(
     blind = bisect(repo, shas, tmp_path)
     [case] = blind["outcome"]["cases"]
     assert blind["culprits"] == [] and case["outcome"] == "unchanged", blind["outcome"]
-    assert "a step that was fixed inside the 6 commits between them would not be seen: run with --scan" \
-        in case["reason"]
+    assert "only the ends were measured: a step undone within the 7 commits of the range would not be seen: " \
+        "run with --scan auto" in case["reason"]
+    assert case["gap"] == {"after_sha": shas[GOOD], "before_sha": shas[-1], "commits": 7, "unseen": 6}
+    assert blind["outcome"]["gap"] == case["gap"]
 
     scanned = bisect(repo, shas, tmp_path, "--scan", "3")
+    spans = sorted((pos[c["first_sha"]], pos[c["last_sha"]]) for c in scanned["culprits"]
+                   if c["kind"] == "performance")
+    assert spans == [(10, 10), (len(shas) - 1, len(shas) - 1)], scanned["culprits"]
+
+
+def test_scan_auto_sizes_its_points_to_the_range_and_finds_the_step_and_its_undo(reverted, tmp_path) -> None:
+    """--scan auto --max-gap 3 on the 7 commits: points at 2 and 5 of the range (indices 11 and
+    14, both in the slow stretch 10..15), so no stretch of more than 3 commits goes unmeasured."""
+    repo, shas = reverted
+    pos = {sha: i for i, sha in enumerate(shas)}
+    scanned = bisect(repo, shas, tmp_path, "--scan", "auto", "--max-gap", "3")
+    assert scanned["spec"]["scan"] == "auto" and scanned["spec"]["max_gap"] == 3
     spans = sorted((pos[c["first_sha"]], pos[c["last_sha"]]) for c in scanned["culprits"]
                    if c["kind"] == "performance")
     assert spans == [(10, 10), (len(shas) - 1, len(shas) - 1)], scanned["culprits"]

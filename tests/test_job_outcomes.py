@@ -106,12 +106,20 @@ def test_a_compare_whose_head_fails_to_import_is_failed(session, repo) -> None:
     assert case.failed_at == job.revision_shas[1] and case.error == IMPORT
 
 
-def test_unchanged_says_the_bound_it_ruled_out(session, repo) -> None:
+def test_unchanged_says_the_bound_it_ruled_out(session, repo, client) -> None:
     job_id = submit(session)
     run_job(session, job_id, lambda i, rng: harness_result({CASE_BIG: 1.0, CASE_SMALL: 1.0}, rng))
     job = views.job_read(session, jobs.get(session, job_id), logs=True)
     assert job.status == "succeeded" and job.outcome.verdict == "unchanged"
     assert all(c.outcome == "unchanged" and 0 < c.bound < 0.02 for c in job.outcome.cases)
+    # issue 46: and what it covers, the widest stretch between measured revisions, in the API,
+    # the text report and the job page (never "no step in this range" without it)
+    shas = job.revision_shas  # HEAD~16..main: no scan points by default (16 commits)
+    gap = client.get(f"/api/jobs/{job_id}").json()["outcome"]["gap"]
+    assert (shas.index(gap["after_sha"]), shas.index(gap["before_sha"]), gap["commits"]) == (0, 16, 16)
+    said = "a step undone within 16 consecutive commits"
+    assert said in " ".join(client.get(f"/api/jobs/{job_id}/report").text.split())
+    assert said in client.get(f"/dashboard/jobs/{job_id}").text
 
 
 def test_a_noisy_run_is_inconclusive_with_the_smallest_step_it_could_see(session, repo) -> None:

@@ -278,8 +278,35 @@ def test_a_step_undone_inside_the_range_is_found_with_scan_and_said_without(sess
     text = "\n".join(str(line) for line in report_lines(job))
     assert f"history: /dashboard/repositories/lib?case={CASE_BIG.replace(' ', '%20').replace('=', '%3D').replace(',', '%2C')}" in text
     md = render_job(job, "https://perf.example.com/")
-    assert "Only the ends of the 15 commits between them were measured: a step that was fixed inside" in md
+    assert ("Unchanged covers what was measured: a step undone within 16 consecutive commits "
+            f"(`{job.revision_shas[0][:10]}..{job.revision_shas[-1][:10]}`, 15 not measured) would not be seen") in md
+    assert job.outcome.gap is not None and job.outcome.gap.commits == 16
+
+    # issue 46: --scan auto stored like scan, its points sized to max_gap (4, 8, 12 of 0..16)
+    auto = submit(session, scan="auto", max_gap=4, min_effect=0.05)
+    run_job(session, auto, truth)
+    job = views.job_read(session, jobs.get(session, auto))
+    assert job.spec["scan"] == "auto" and job.spec["max_gap"] == 4
+    assert sorted(job.revision_shas.index(c.last_sha) for c in job.culprits) == [6, 11]
     assert f"[{CASE_BIG}](https://perf.example.com/dashboard/repositories/lib?case=" in md
+
+
+def test_scan_auto_scans_where_a_tracked_history_of_the_range_moved(session, repo) -> None:
+    """Issue 46: an earlier job measured every revision of HEAD~16..main (as a tracked history
+    does) and saw CASE_BIG slow at 6 and 7 only. --scan auto --max-gap 8 alone would measure 8
+    (fast) and miss it; with the history's edges (6, 8) among its points it names both edges."""
+
+    def truth(i: int, rng: random.Random) -> dict:
+        return harness_result({CASE_BIG: 0.5 if 6 <= i < 8 else 1.0, CASE_SMALL: 1.0}, rng)
+
+    run_job(session, submit(session, scan=15, min_effect=0.05), truth)  # every revision has a case point
+    auto = submit(session, scan="auto", max_gap=8, min_effect=0.05)
+    job = jobs.get(session, auto)
+    assert advance.scan_hints(session, job) == (6, 8)
+    run_job(session, auto, truth)
+    session.expire_all()  # the job was read before its culprits were written
+    job = views.job_read(session, jobs.get(session, auto))
+    assert sorted(job.revision_shas.index(c.last_sha) for c in job.culprits) == [6, 8]
 
 
 @pytest.fixture

@@ -150,3 +150,30 @@ def test_a_step_its_own_verdict_did_not_confirm_is_left_out_and_labelled_where_s
     flat = {**culprit, "effects": {**culprit["effects"], SMALL: {**unconfirmed, "rel": -0.004, "ci": [-0.02, 0.01]}}}
     [small] = [row for row in culprit_rows(job([flat]), all_cases=True) if SMALL in row]
     assert not any("confirmed" in cell for cell in small), small
+
+
+def test_an_unchanged_range_says_what_a_step_had_to_outlast_to_be_seen() -> None:
+    """Issue 46: "no step in this range" after --scan 4 measured 6 of 69 revisions, though a
+    step and its undo 6 commits apart sat between two points. The report, the PR comment and
+    the API's outcome carry the widest unmeasured stretch."""
+    from perfbisect.service.reports.pr_comment import render_job
+
+    case = {"case": SMALL, "outcome": "unchanged", "bound": 0.011, "ci": [-0.011, 0.004], "unseen": 13,
+            "reason": "no step beyond 1.1% (minimum effect 2.0%)"}
+    gap = {"after_sha": "4" * 40, "before_sha": "5" * 40, "commits": 14, "unseen": 13}
+    scanned = job([], {**outcome("unchanged", [{**case, "gap": gap}]), "gap": gap})
+    assert scanned.outcome.gap.commits == 14 and scanned.outcome.cases[0].gap.before_sha == "5" * 40
+    text = " ".join(culprit_table(scanned).split())
+    assert ("No performance step above the minimum effect (2.0%) that lasts 14 commits or more: a step undone "
+            "within 14 consecutive commits (4444444444..5555555555, 13 not measured) would not be seen") in text
+    assert "in this range." not in text
+    md = render_job(scanned, public_url="https://perf.example")
+    assert ("Unchanged covers what was measured: a step undone within 14 consecutive commits "
+            "(`4444444444..5555555555`, 13 not measured) would not be seen; `--scan auto`") in md
+
+    every = job([], outcome("unchanged", [case]))  # no gap: every revision measured (or a job from before it)
+    every.progress.update(revisions=9, measured=9)
+    assert "at any revision of this range (every one was measured)" in " ".join(culprit_table(every).split())
+    every.progress.update(measured=5)
+    assert "at the 5 of 9 revisions measured" in " ".join(culprit_table(every).split())
+    assert "would not be seen" not in render_job(every)

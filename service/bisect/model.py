@@ -121,6 +121,9 @@ class BisectConfig:
       a culprit is then confirmed on all the pair's trials, as before issue 23.
     - `scan`: evenly spaced interior revisions measured with the ends in the first round, so a
       step that was undone inside the range (equal ends) can still be seen (`probes.scan_points`).
+    - `max_gap` (`--scan auto`, 0: off): instead of `scan`, as many evenly spaced points as leave
+      no stretch between measured revisions wider than this many commits, and finer points beside
+      a pair judged DIFFERENT (`coverage`); `hints` (where a tracked history moved) are among them.
     """
 
     min_effect: float = 0.02
@@ -140,6 +143,8 @@ class BisectConfig:
     bootstrap: int = 2000
     seed: int = 0
     scan: int = 0
+    max_gap: int = 0
+    hints: tuple[int, ...] = ()
     paired_blocks: int = 0
 
 

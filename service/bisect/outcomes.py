@@ -27,6 +27,7 @@ from enum import Enum
 
 import numpy as np
 
+from perfbisect.service.bisect.coverage import gap_note, widest_gap
 from perfbisect.service.bisect.model import (
     BisectConfig, CaseEffect, CorrectnessFinding, Observation, Plan, RevisionState, Verdict,
 )
@@ -93,7 +94,10 @@ class CaseOutcome:
     bound: float | None = None  # unchanged: no step larger than this (relative, either direction)
     ci: tuple[float, float] | None = None  # the end-to-end step's interval, when both ends were measured
     steps: tuple[Step, ...] = ()
-    unseen: int = 0  # unchanged from its ends alone: the commits between them, none measured
+    # unchanged: the widest stretch between two revisions measured on the case (coverage.Gap), and
+    # the revisions strictly inside it, none measured: a step undone in there would not be seen
+    gap: tuple[int, int] | None = None
+    unseen: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,7 @@ class JobOutcome:
     noise: tuple[NoiseReport, ...] = ()
     warning: str | None = None
     counts: Mapping[str, int] = field(default_factory=dict)
+    gap: tuple[int, int] | None = None  # the widest of the unchanged cases' gaps (CaseOutcome.gap)
 
 
 def log_spread(groups: Sequence[Sequence[float]]) -> float | None:
@@ -239,11 +244,11 @@ def _measured_case(case: str, n: int, observations: Mapping[int, Observation], p
     bound = max(abs(ci[0]), abs(ci[1]))
     if not unresolved and bound < config.min_effect:
         reason = f"no step beyond {_pct(bound)} (minimum effect {_pct(config.min_effect)})"
-        unseen = n - 2 if n > 2 and not any(0 < i < n - 1 for i in observations) else 0
-        if unseen:
-            reason += (f"; only the ends were measured: a step that was fixed inside the {n - 2} commits between "
-                       "them would not be seen: run with --scan K (or see the branch's tracked history)")
-        return CaseOutcome(case, Outcome.unchanged, reason, bound=bound, ci=ci, unseen=unseen)
+        gap = widest_gap(n, [i for i in ok if len(observations[i].values.get(case, ()))])
+        if gap is not None:  # never "no step" without what a step must outlast to be seen
+            reason += f"; {gap_note(gap, n)}"
+        return CaseOutcome(case, Outcome.unchanged, reason, bound=bound, ci=ci, unseen=gap.unseen if gap else 0,
+                           gap=(gap.after, gap.before) if gap else None)
     if detectable > config.min_effect:
         why = (f"too noisy for the minimum effect: the smallest step this run could detect is {_pct(detectable)}, "
                f"over the minimum {_pct(config.min_effect)}")
@@ -399,4 +404,6 @@ def decide(n_revisions: int, observations: Mapping[int, Observation], plan: Plan
     present = {o.outcome for o in outcomes}
     verdict = next(s for s in SEVERITY if s in present)
     counts = {s.value: sum(o.outcome == s for o in outcomes) for s in Outcome}
-    return JobOutcome(verdict, outcomes, noise, _warning(noise, config.min_effect), counts)
+    gaps = [o.gap for o in outcomes if o.outcome == Outcome.unchanged and o.gap]
+    gap = max(gaps, key=lambda g: (g[1] - g[0], -g[0]), default=None)
+    return JobOutcome(verdict, outcomes, noise, _warning(noise, config.min_effect), counts, gap)

@@ -55,6 +55,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
+from perfbisect.service.bisect.coverage import auto_scan_points, refine_points
 from perfbisect.service.bisect.effect import bootstrap_effect, t_effect
 from perfbisect.service.bisect.model import (
     BisectConfig,
@@ -327,7 +328,8 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     for end in sorted(set(ends)):
         requests.new(end, config.endpoint_trials)
     if 0 not in observations and n - 1 not in observations:  # the first round: scan with the ends
-        for revision in scan_points(n, config.scan):
+        scanned = auto_scan_points(n, config.max_gap, config.hints) if config.max_gap else scan_points(n, config.scan)
+        for revision in scanned:
             requests.new(revision, config.replicates)
     for revision in fix_probes:
         requests.new(revision, config.initial_trials)
@@ -359,6 +361,11 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
     culprits = [c for _, c in settled]
     for revision in allocate(open_pairs, config.workers, observations):
         requests.new(revision, config.initial_trials)
+    if config.max_gap:  # --scan auto: beside a step seen, finer points (another step may sit close by)
+        alike = [(p.a, p.b) for p in judgements if p.verdict == Verdict.SAME]
+        moved = [(p.a, p.b) for p in judgements if p.verdict == Verdict.DIFFERENT]
+        for revision in refine_points(alike, moved, config.max_gap, observations):
+            requests.new(revision, config.replicates)
     if not requests.any() and not open_pairs:
         _tighten_culprits(settled, observations, ok, counts, config, requests)
         stepped = {case for c in culprits for case, e in c.effects.items() if e.ci[0] > 0 or e.ci[1] < 0}

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
+from perfbisect.service.bisect.coverage import DEFAULT_MAX_GAP, history_edges
 from perfbisect.service.bisect.model import SIDE_BY_SIDE, PairBlock
 from perfbisect.service.bisect.progress import expected_trials
 from perfbisect.service.bisect.probes import nothing_built
@@ -98,7 +99,24 @@ def device_missing(trials: Sequence[Trial]) -> bool:
             and any(t.status == TrialStatus.error and outcome.NO_CUDA in (t.failure_reason or "") for t in finished))
 
 
-def config_of(job: Job, trials: Sequence[Trial]) -> BisectConfig:
+def scan_hints(session: Session, job: Job) -> tuple[int, ...]:
+    """--scan auto over revisions a tracked history (any earlier job's trials) already measured:
+    the indices where that history moved on one of the job's cases (`coverage.history_edges`,
+    per case and fingerprint, on the job's metric). Empty for any other scan."""
+    if job.spec.scan != "auto":
+        return ()
+    index = {sha: i for i, sha in enumerate(job.revision_shas)}
+    cases = {(c["suite"], c["target"], c["name"]) for c in job.spec.cases}
+    raw = job.spec.metric == "raw"
+    series: dict[tuple, dict[int, float]] = defaultdict(dict)
+    for row in repository.history_values(session, job.repository_id, job.revision_shas):
+        value = row.value if raw else row.ratio
+        if (row.suite, row.target, row.name) in cases and value:
+            series[(row.name, row.fingerprint)][index[row.sha]] = value
+    return tuple(sorted({i for s in series.values() for i in history_edges(s, job.spec.min_effect)}))
+
+
+def config_of(job: Job, trials: Sequence[Trial], hints: tuple[int, ...] = ()) -> BisectConfig:
     spec = job.spec
     higher = True
     if spec.metric == "raw":
@@ -106,9 +124,11 @@ def config_of(job: Job, trials: Sequence[Trial]) -> BisectConfig:
     scan = spec.scan
     if scan is None:
         scan = AUTO_SCAN if len(job.revision_shas) > AUTO_SCAN_ABOVE else 0
+    max_gap = (spec.max_gap or DEFAULT_MAX_GAP) if scan == "auto" else 0  # --scan auto: sized by max_gap
     return BisectConfig(
         min_effect=spec.min_effect, higher_is_better=higher, workers=spec.workers,
-        max_trials=spec.max_trials, scan=scan, paired_blocks=SIDE_BY_SIDE if spec.side_by_side else 0,
+        max_trials=spec.max_trials, scan=0 if max_gap else scan, max_gap=max_gap, hints=hints,
+        paired_blocks=SIDE_BY_SIDE if spec.side_by_side else 0,  # jobs from before issue 23: off
     )
 
 
@@ -245,7 +265,7 @@ def advance(session: Session, job_id: int) -> Round:
                      blocks=[[t.id for t in b] for b in blocks])
     every = repository.trials_of(session, job.id)
     every_timed = [t for t in every if not t.accuracy_only]  # the pauses count these, in the order they finished
-    config = config_of(job, every)
+    config = config_of(job, every, () if every else scan_hints(session, job))  # hints: the first round's scan
     aside = outcome.set_aside_ids(job.progress, every_timed, config)  # measured while the machine was unsteady
     trials = [t for t in every if t.id not in aside]
     timed = [t for t in trials if not t.accuracy_only]  # sweep trials never enter the timing comparison

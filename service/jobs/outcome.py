@@ -144,6 +144,15 @@ def _sha(shas: Sequence[str], i: int | None) -> str | None:
     return None if i is None else shas[i]
 
 
+def _gap(shas: Sequence[str], gap: tuple[int, int] | None) -> dict[str, Any] | None:
+    """JSON of a coverage gap (schemas.GapRead)."""
+    if gap is None:
+        return None
+    after, before = gap
+    return {"after_sha": shas[after], "before_sha": shas[before], "commits": before - after,
+            "unseen": before - after - 1}
+
+
 def _failure_rows(failures: Sequence[Failure], shas: Sequence[str]) -> list[dict[str, Any]]:
     grouped: dict[tuple[int, str, str | None], list[Failure]] = defaultdict(list)
     for f in failures:
@@ -165,10 +174,11 @@ def to_dict(outcome: JobOutcome, shas: Sequence[str], failures: Sequence[Failure
     """JSON for job.result["outcome"] (read back by schemas.OutcomeRead)."""
     return {
         "verdict": outcome.verdict.value, "counts": dict(outcome.counts), "warning": outcome.warning,
+        "gap": _gap(shas, outcome.gap),
         "cases": [{
             "case": c.case, "outcome": c.outcome.value, "reason": c.reason, "error": c.error,
             "failed_at": _sha(shas, c.failed_at), "bound": c.bound, "ci": list(c.ci) if c.ci else None,
-            "unseen": c.unseen,
+            "unseen": c.unseen, "gap": _gap(shas, c.gap),
             "steps": [{"first_sha": shas[s.first], "last_sha": shas[s.last], "rel": s.effect.rel,
                        "ci": list(s.effect.ci), "regression": s.regression} for s in c.steps],
         } for c in outcome.cases],

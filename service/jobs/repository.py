@@ -13,12 +13,14 @@ from perfbisect.service.db import insert_or_skip
 from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import (
     Case,
+    CasePoint,
     Culprit,
     IdempotencyKey,
     Job,
     JobStatus,
     Measurement,
     Repository,
+    Revision,
     Trial,
     TrialStatus,
 )
@@ -160,3 +162,13 @@ def store_cases(session: Session, repository_id: int, cases: list[dict[str, Any]
     missing = [{"repository_id": repository_id, "suite": c["suite"], "target": c["target"], "name": c["name"],
                 "params": c["params"]} for c in cases if (c["suite"], c["target"], c["name"]) not in known]
     insert_or_skip(session, Case, missing, ["repository_id", "suite", "target", "name"])
+
+
+def history_values(session: Session, repository_id: int, shas: Sequence[str]) -> list[Any]:
+    """Every case point of the repository at these revisions: (suite, target, name, fingerprint,
+    sha, ratio, value) rows, a tracked history's (or an earlier job's) medians."""
+    stmt = (select(Case.suite, Case.target, Case.name, CasePoint.fingerprint, Revision.sha, CasePoint.ratio,
+                   CasePoint.value)
+            .join(Case, CasePoint.case_id == Case.id).join(Revision, CasePoint.revision_id == Revision.id)
+            .where(Case.repository_id == repository_id, Revision.sha.in_(list(shas))))
+    return list(session.execute(stmt))

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from perfbisect.service.attribution.schemas import AttributionRead, FixCheckRead
+from perfbisect.service.bisect.coverage import DEFAULT_MAX_GAP
 from perfbisect.service.bounds import Id, text
 from perfbisect.service.job_spec import BisectSpec, CompareSpec, SpecField, shared_fields
 from perfbisect.service.job_spec import load as load_spec
@@ -28,6 +29,7 @@ def _from_settings(name: str) -> dict[str, Any]:
 # A range over AUTO_SCAN_ABOVE commits has AUTO_SCAN interior revisions measured with its ends
 # unless the request says otherwise (BisectCreate.scan).
 AUTO_SCAN, AUTO_SCAN_ABOVE = 3, 32
+MAX_SCAN = 32  # a fixed scan's points; more is --scan auto's job (it sizes them to the range)
 
 
 class HarnessPolicy(BaseModel):
@@ -75,9 +77,14 @@ class BisectCreate(BaseModel):
                                           "its suites, targets and shape presets")
     check_accuracy: bool = Field(default=False, description="also check accuracy at every revision of the range "
                                  "(accuracy-only trials, no timing loop, run side by side with the search)")
-    scan: int | None = Field(default=None, ge=0, le=32, description=(
+    scan: Annotated[int, Field(ge=0, le=MAX_SCAN)] | Literal["auto"] | None = Field(default=None, description=(
         "interior revisions measured, evenly spaced, with the ends in the first round, so that a step undone "
-        f"inside the range is seen; default {AUTO_SCAN} for ranges over {AUTO_SCAN_ABOVE} commits, else 0"))
+        f"inside the range is seen (0 to {MAX_SCAN}); \"auto\": as many as leave no stretch between measured revisions "
+        f"wider than max_gap commits, and finer ones beside a step seen; default {AUTO_SCAN} for ranges over "
+        f"{AUTO_SCAN_ABOVE} commits, else 0"))
+    max_gap: int | None = Field(default=None, ge=1, le=10_000, description=(
+        f"with scan \"auto\": the widest stretch of commits left between measured revisions (default "
+        f"{DEFAULT_MAX_GAP}: a step that lasts that many commits is seen wherever it sits)"))
     side_by_side: bool = Field(default=True, description=(
         "confirm a culprit only on side-by-side blocks (its two revisions measured A B B A on one worker), so drift "
         "the control does not cancel cannot make one; false: on all the pair's trials, as before issue 23"))
@@ -98,14 +105,18 @@ class BisectCreate(BaseModel):
             self.suite = self.target = self.shapes = None
         elif not any(given):
             raise ValueError("suite, target and shapes are required (or give benchmarks or benchmark_set)")
+        if self.max_gap is not None and self.scan != "auto":
+            raise ValueError("max_gap goes with scan \"auto\" (--scan auto --max-gap N)")
         return self
 
     def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> BisectSpec:
         """The job's spec: this request's fields of the same names, the resolved `cases`, and
         `max_trials` when the request gave none (Settings)."""
-        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials"})
+        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap"})
         policy = self.policy.model_dump(exclude_none=True) if self.policy else None
         extra = {"attribute": self.attribute} if self.attribute is not None else {}  # None: unset, as before
+        if self.max_gap is not None:  # stored only when given
+            extra["max_gap"] = self.max_gap
         return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
 
 
@@ -188,6 +199,15 @@ class StepRead(BaseModel):
     regression: bool
 
 
+class GapRead(BaseModel):
+    """The widest stretch between two adjacent measured revisions: what an unchanged verdict covers."""
+
+    after_sha: str = Field(description="the measured revision before the stretch")
+    before_sha: str = Field(description="the measured revision after it")
+    commits: int = Field(description="commits after_sha+1..before_sha: a step undone within them would not be seen")
+    unseen: int = Field(description="revisions strictly between the two, none measured")
+
+
 class CaseOutcomeRead(BaseModel):
     case: str
     outcome: Literal["regressed", "improved", "unchanged", "inconclusive", "failed"]
@@ -197,8 +217,11 @@ class CaseOutcomeRead(BaseModel):
     bound: float | None = Field(default=None, description="unchanged: no step beyond this relative size")
     ci: tuple[float, float] | None = Field(default=None, description="95% CI of the end-to-end step")
     steps: list[StepRead] = []
-    unseen: int = Field(default=0, description="unchanged from its two ends alone: the commits between them, "
-                        "none measured (a step fixed in there would not be seen; --scan K, or the tracked history)")
+    unseen: int = Field(default=0, description="unchanged: the most consecutive revisions not measured between "
+                        "two measured ones (a step undone among them would not be seen; --scan auto, or the tracked "
+                        "history)")
+    gap: GapRead | None = Field(default=None, description="unchanged: the widest unmeasured stretch (None: every "
+                                "revision of the range was measured)")
 
 
 class NoiseRead(BaseModel):
@@ -229,6 +252,8 @@ class OutcomeRead(BaseModel):
     waited_s: int = Field(default=0, description="seconds the job paused for a steadier machine (issue 23)")
     set_aside: int = Field(default=0, description="trials left out as measured while the machine was unsteady, "
                            "once it was steady again (their revisions were measured again)")
+    gap: GapRead | None = Field(default=None, description="the widest unmeasured stretch of the unchanged cases: "
+                                "\"no step\" holds only for steps that outlast it")
     cases: list[CaseOutcomeRead]
     noise: list[NoiseRead] = []
     failures: list[FailureRead] = []

@@ -128,6 +128,28 @@ def headline(job: JobRead) -> Text:
     return line
 
 
+def gap_clause(job: JobRead, code: str = "") -> str | None:
+    """What the unchanged cases' verdict covers (issue 46): None when every revision was measured
+    or the job predates the field; `code` wraps shas and options (a backtick in Markdown)."""
+    gap = job.outcome.gap if job.outcome else None
+    if gap is None:
+        return None
+    return (f"a step undone within {gap.commits} consecutive commits ({code}{gap.after_sha[:10]}..{gap.before_sha[:10]}"
+            f"{code}, {gap.unseen} not measured) would not be seen; {code}--scan auto{code} (or a smaller "
+            f"{code}--max-gap{code}) narrows it")
+
+
+def no_step_sentence(job: JobRead) -> str:
+    """An unchanged range in words, never "no step" without what a step had to outlast to be seen."""
+    said = f"No performance step above the minimum effect ({job.spec.min_effect * 100:.1f}%)"
+    if (clause := gap_clause(job)) is not None:
+        return f"{said} that lasts {job.outcome.gap.commits} commits or more: {clause}."
+    p = job.progress
+    if p.get("measured", 0) >= p.get("revisions", 0) > 0:
+        return f"{said} at any revision of this range (every one was measured)."
+    return f"{said} at the {p.get('measured', '?')} of {p.get('revisions', '?')} revisions measured."
+
+
 def case_labels(names: list[str], width: int) -> dict[str, str]:
     """Each case name in at most `width` columns, the labels kept distinct: cut at the end when
     that keeps them apart; else the middle elided, then the head (cases of one suite file share a
@@ -258,8 +280,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
             for c in perf:
                 lines += _culprit_block(job, c, width)
     elif job.outcome and job.outcome.verdict == "unchanged":
-        lines += [Text(""), Text(f"No performance step above the minimum effect "
-                                 f"({job.spec.min_effect * 100:.1f}%) in this range.")]
+        lines += [Text("")] + [Text(part) for part in textwrap.wrap(no_step_sentence(job), width)]
     wrong = [c for c in job.culprits if c.kind == "correctness"]
     if wrong:
         lines += [Text(""), Text("Correctness (wrong results at full speed is a failure, not a speed-up):")]

@@ -18,6 +18,7 @@ from perfbisect.service.reports.attribution import markdown_lines as attribution
 from perfbisect.service.reports.culprits import (
     before_after,
     decided_on,
+    gap_clause,
     history_path,
     is_regression,
     moved_effects,
@@ -120,12 +121,10 @@ def _case_lists(job: JobRead, public_url: str | None) -> list[str]:
             bound = f"any step beyond ±{c.bound * 100:.1f}%" if c.bound is not None else "-"
             out.append(f"| {_cell(_case(job, c.case, public_url))} | {ci} | {bound} |")
         out += ["", "</details>"]
-    unseen = [c for c in unchanged if c.unseen]
-    if unseen:
-        where = (", ".join(f"[{c.case}]({public_url.rstrip('/')}{history_path(job.repository, c.case)})" for c in unseen)
-                 if public_url else "the dashboard's history of each case")
-        out += ["", f"Only the ends of the {unseen[0].unseen} commits between them were measured: a step that was "
-                f"fixed inside the range would not be seen. Run with `--scan K`, or see the tracked history: {where}."]
+    if unchanged and (clause := gap_clause(job, "`")) is not None:
+        where = (", ".join(f"[{c.case}]({public_url.rstrip('/')}{history_path(job.repository, c.case)})"
+                           for c in unchanged) if public_url else "the dashboard's history of each case")
+        out += ["", f"Unchanged covers what was measured: {clause}. See also the tracked history: {where}."]
     return out
 
 

@@ -187,12 +187,16 @@ def test_equal_ends_with_nothing_measured_between_say_a_hidden_step_would_not_be
     observations = {0: ok(CALM), 9: ok([v * 1.005 for v in CALM])}
     [case] = outcome_of(observations, n=10).cases
     assert case.outcome == Outcome.unchanged
-    assert "only the ends were measured: a step that was fixed inside the 8 commits between them" in case.reason
-    assert "would not be seen: run with --scan" in case.reason
-    assert case.unseen == 8
+    assert "only the ends were measured: a step undone within the 9 commits of the range" in case.reason
+    assert "would not be seen: run with --scan auto" in case.reason
+    assert case.unseen == 8 and case.gap == (0, 9)
     scanned = outcome_of({**observations, 5: ok(CALM)}, n=10, config=CONFIG)
     assert "only the ends" not in scanned.cases[0].reason
-    assert scanned.cases[0].unseen == 0
+    # issue 46: one scan point halves the blind stretch but never makes "no step" unqualified
+    assert scanned.cases[0].unseen == 4 and scanned.cases[0].gap == (0, 5)  # 1..4; 6..8 is narrower
+    assert "a step undone within 5 consecutive commits would not be seen" in scanned.cases[0].reason
+    every = outcome_of({i: ok(CALM) for i in range(10)}, n=10, config=CONFIG)
+    assert every.cases[0].gap is None and every.gap is None and "would not be seen" not in every.cases[0].reason
 
 
 def test_a_target_call_far_longer_than_the_control_call_is_warned_about() -> None:
