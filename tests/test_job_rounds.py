@@ -286,7 +286,7 @@ def test_a_step_undone_inside_the_range_is_found_with_scan_and_said_without(sess
     auto = submit(session, scan="auto", max_gap=4, min_effect=0.05)
     run_job(session, auto, truth)
     job = views.job_read(session, jobs.get(session, auto))
-    assert job.spec["scan"] == "auto" and job.spec["max_gap"] == 4
+    assert job.spec.scan == "auto" and job.spec.max_gap == 4
     assert sorted(job.revision_shas.index(c.last_sha) for c in job.culprits) == [6, 11]
     assert f"[{CASE_BIG}](https://perf.example.com/dashboard/repositories/lib?case=" in md
 
