@@ -17,7 +17,9 @@ histories perfbisect sees, which drift, curve, alternate between two modes and c
    - jump: a line fitted to each side (up to `window` points) must leave a significant gap
      where the two lines meet, its standard error inflated for autocorrelated residuals. A
      trend, however steep, a smooth curve and a bend of slope leave none, so a split that one
-     trend explains is rejected;
+     trend explains is rejected. Where the slopes do not pay for themselves (BIC) and two
+     levels fit better than one line, the sides are fitted as levels (far more power for a
+     small step between long flat levels);
    - size: the step is at least `min_sigmas` robust noise units (MAD of first differences,
      which a step or a slow trend barely moves) and at least `min_magnitude` of the level.
 3. Re-test: every kept point against its neighbouring points only; the weakest failure is
@@ -172,7 +174,7 @@ def _jump_pvalue(x: np.ndarray, lo: int, tau: int, hi: int, window: int) -> floa
     alike at the boundary, to second order), nor has a bend of slope; a step has one. Where the
     slopes do not pay for themselves (BIC), the sides are fitted as levels instead: two
     extrapolated line ends are a far noisier gap than two means, and a small step between two
-    long flat levels (1.5 noise units) was refused for want of power."""
+    long flat levels (1.5 noise units, TCPD's quality_control_2) was refused for want of power."""
     a, b = max(lo, tau - window), min(hi, tau + window)
     y = x[a:b]
     t = np.arange(a, b, dtype=float) - (tau - 0.5)
@@ -192,7 +194,11 @@ def _jump_pvalue(x: np.ndarray, lo: int, tau: int, hi: int, window: int) -> floa
     coef, residuals = _fit(design, y)
     level_coef, level_residuals = _fit(design[:, :2], y)
     rss, level_rss = float(residuals @ residuals), float(level_residuals @ level_residuals)
-    if rss > 0 and y.size * math.log(level_rss / rss) <= (design.shape[1] - 2) * math.log(y.size):
+    _, line_residuals = _fit(np.column_stack([np.ones_like(t), t]), y)
+    # Levels must pay for dropping the slopes (BIC) and fit better than one line without a jump:
+    # a drift cut in two fits two levels about as well as one line, and as levels it is a step.
+    if (rss > 0 and level_rss < float(line_residuals @ line_residuals)
+            and y.size * math.log(level_rss / rss) <= (design.shape[1] - 2) * math.log(y.size)):
         design, coef, residuals = design[:, :2], level_coef, level_residuals
     dof = y.size - design.shape[1]
     jump = coef[1] - coef[0]
@@ -336,7 +342,8 @@ def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0
     points on either side of a split in the jump test; `relative`: the noise is a share of the
     level, so the logs are tested (every value must be positive) and the means reported are
     geometric. The defaults were chosen on TCPD and on
-    perf-like histories (bench/changepoint_accuracy.py). Raises ValueError on `min_size` < 2,
+    perf-like histories (bench/changepoint_accuracy.py, whose --loso scores them leaving each
+    TCPD series out); tracked branches pass their own thresholds (service/alerts). Raises ValueError on `min_size` < 2,
     `window` < 2, or a series that is not one-dimensional and finite (positive when relative). Pure."""
     if min_size < 2:
         raise ValueError("min_size must be at least 2")

@@ -65,6 +65,15 @@ def test_a_smooth_linear_trend_has_none(growth):
     assert compute_change_points(series) == []
 
 
+@pytest.mark.parametrize("offset", [0, 5, 9])
+def test_a_gentle_drift_has_none(offset):
+    """3 noise units of drift over 60 points: within the jump test's window the slopes do not pay
+    for themselves, and two levels would see a step; one line fits the drift better, so the
+    sides keep their lines."""
+    series = [100 + 0.05 * i + n for i, n in enumerate(level(0, 60, offset, sd=1.0))]
+    assert compute_change_points(series) == []
+
+
 def test_a_smooth_curve_has_none():
     # slow saturation (a warming cache, a drifting clock): steep at first, flat later
     series = [100 + 20 * (1 - math.exp(-i / 30)) + n for i, n in enumerate(level(0, 90, sd=1.0))]
