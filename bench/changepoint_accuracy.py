@@ -186,7 +186,8 @@ def add_ruptures() -> None:
     def rows(algorithm):
         def detect(x: np.ndarray) -> list[int]:
             z = (x - x.mean()) / (x.std() or 1.0)
-            return [int(b) for b in algorithm(model="l2", min_size=2, jump=1).fit(z).predict(pen=3 * math.log(x.size))[:-1]]
+            found = algorithm(model="l2", min_size=2, jump=1).fit(z).predict(pen=3 * math.log(x.size))
+            return [int(b) for b in found[:-1]]
         return detect
     METHODS["rpt_binseg"] = rows(rpt.Binseg)
     METHODS["rpt_pelt"] = rows(rpt.Pelt)
