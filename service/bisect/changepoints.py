@@ -341,10 +341,11 @@ def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0
     points a level must have; `min_sigmas`: the smallest step in robust noise units; `window`:
     points on either side of a split in the jump test; `relative`: the noise is a share of the
     level, so the logs are tested (every value must be positive) and the means reported are
-    geometric. The defaults were chosen on TCPD and on
-    perf-like histories (bench/changepoint_accuracy.py, whose --loso scores them leaving each
-    TCPD series out); tracked branches pass their own thresholds (service/alerts). Raises ValueError on `min_size` < 2,
-    `window` < 2, or a series that is not one-dimensional and finite (positive when relative). Pure."""
+    geometric. The defaults were chosen on TCPD and on perf-like histories
+    (bench/changepoint_accuracy.py, whose --loso scores them leaving each TCPD series out);
+    tracked branches pass their own thresholds (service/alerts). Raises ValueError on
+    `min_size` < 2, `window` < 2, or a series that is not one-dimensional and finite (positive
+    when relative). Pure."""
     if min_size < 2:
         raise ValueError("min_size must be at least 2")
     if window < 2:
