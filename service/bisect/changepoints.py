@@ -17,7 +17,9 @@ histories perfbisect sees, which drift, curve, alternate between two modes and c
    - jump: a line fitted to each side (up to `window` points) must leave a significant gap
      where the two lines meet, its standard error inflated for autocorrelated residuals. A
      trend, however steep, a smooth curve and a bend of slope leave none, so a split that one
-     trend explains is rejected;
+     trend explains is rejected. Where the slopes do not pay for themselves (BIC) and two
+     levels fit better than one line, the sides are fitted as levels (far more power for a
+     small step between long flat levels);
    - size: the step is at least `min_sigmas` robust noise units (MAD of first differences,
      which a step or a slow trend barely moves) and at least `min_magnitude` of the level.
 3. Re-test: every kept point against its neighbouring points only; the weakest failure is
@@ -159,11 +161,20 @@ def _ar1_inflation(*sides: np.ndarray) -> float:
     return (1.0 + rho) / (1.0 - rho)
 
 
+def _fit(design: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares coefficients and residuals."""
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    return coef, y - design @ coef
+
+
 def _jump_pvalue(x: np.ndarray, lo: int, tau: int, hi: int, window: int) -> float:
     """Two-sided p-value of a jump at `tau`: a line is fitted to up to `window` points on each
     side and the jump is the gap between the two lines where they meet (between tau - 1 and
     tau), over its standard error. A smooth curve has no gap (the two fitted lines are biased
-    alike at the boundary, to second order), nor has a bend of slope; a step has one."""
+    alike at the boundary, to second order), nor has a bend of slope; a step has one. Where the
+    slopes do not pay for themselves (BIC), the sides are fitted as levels instead: two
+    extrapolated line ends are a far noisier gap than two means, and a small step between two
+    long flat levels (1.5 noise units, TCPD's quality_control_2) was refused for want of power."""
     a, b = max(lo, tau - window), min(hi, tau + window)
     y = x[a:b]
     t = np.arange(a, b, dtype=float) - (tau - 0.5)
@@ -172,17 +183,24 @@ def _jump_pvalue(x: np.ndarray, lo: int, tau: int, hi: int, window: int) -> floa
     # four noisy points tells no trend from noise, and its extrapolated end hides any step (a
     # tracked branch's first heads, then a drop). The side after always gets one: at the newest
     # heads a short last side may still hold a point of the old level, and only its slope
-    # refuses that split. With min_size >= LINE_MIN (the default) both sides always have slopes.
+    # refuses that split.
     columns = [1 - right, right, t * right]
     level_before = tau - a < LINE_MIN
     if not level_before:
         columns.append(t * (1 - right))
     design = np.column_stack(columns)
-    dof = y.size - design.shape[1]
-    if dof < 1:
+    if y.size - design.shape[1] < 1:
         return 1.0
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    residuals = y - design @ coef
+    coef, residuals = _fit(design, y)
+    level_coef, level_residuals = _fit(design[:, :2], y)
+    rss, level_rss = float(residuals @ residuals), float(level_residuals @ level_residuals)
+    _, line_residuals = _fit(np.column_stack([np.ones_like(t), t]), y)
+    # Levels must pay for dropping the slopes (BIC) and fit better than one line without a jump:
+    # a drift cut in two fits two levels about as well as one line, and as levels it is a step.
+    if (rss > 0 and level_rss < float(line_residuals @ line_residuals)
+            and y.size * math.log(level_rss / rss) <= (design.shape[1] - 2) * math.log(y.size)):
+        design, coef, residuals = design[:, :2], level_coef, level_residuals
+    dof = y.size - design.shape[1]
     jump = coef[1] - coef[0]
     if level_before and np.max(np.abs(residuals[: tau - a])) > abs(jump) * LEVEL_SPREAD:
         # A short side fitted as a level must look like one: at the start of a history a split
@@ -312,8 +330,8 @@ def _young_tail(x: np.ndarray, cfg: _Settings) -> int:
 
 
 def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0, pvalue: float = 0.001,
-                          trend_pvalue: float = 0.001, min_size: int = 5, min_sigmas: float = 2.0,
-                          window: int = 30, relative: bool = False) -> list[ChangePoint]:
+                          trend_pvalue: float = 0.002, min_size: int = 4, min_sigmas: float = 1.5,
+                          window: int = 35, relative: bool = False) -> list[ChangePoint]:
     """Change points of `series` (oldest first), sorted by index.
 
     `pvalue`: the largest p-value of the level test, Bonferroni-corrected for the split positions
@@ -323,9 +341,11 @@ def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0
     points a level must have; `min_sigmas`: the smallest step in robust noise units; `window`:
     points on either side of a split in the jump test; `relative`: the noise is a share of the
     level, so the logs are tested (every value must be positive) and the means reported are
-    geometric. The defaults were chosen on TCPD and on
-    perf-like histories (bench/changepoint_accuracy.py). Raises ValueError on `min_size` < 2,
-    `window` < 2, or a series that is not one-dimensional and finite (positive when relative). Pure."""
+    geometric. The defaults were chosen on TCPD and on perf-like histories
+    (bench/changepoint_accuracy.py, whose --loso scores them leaving each TCPD series out);
+    tracked branches pass their own thresholds (service/alerts). Raises ValueError on
+    `min_size` < 2, `window` < 2, or a series that is not one-dimensional and finite (positive
+    when relative). Pure."""
     if min_size < 2:
         raise ValueError("min_size must be at least 2")
     if window < 2:

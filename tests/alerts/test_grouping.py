@@ -171,14 +171,15 @@ RUN9 = ((1, 3, 5, 9, 10, 12, 13, 21, 25, 26, 27, 28, 29, 33, 37, 41, 45, 49, 53)
          0.0864, 0.0783, 0.2272, 0.2964, 0.2924))
 
 
-@pytest.mark.parametrize(("heads", "expected"), [(RUN7, [(9, 10), (25, 29), (42, 43)]),
-                                                 (RUN9, [(9, 10), (27, 28), (41, 45)])])
-def test_a_suspect_is_every_planted_step_of_a_quiet_tracking_demo(heads, expected):
-    """With the jump test at the alert's 0.01, lines through a few drifting heads a side refused
-    the -40% step in run 7, and in run 9 the cascade of re-tests left no step at all; the
-    suspect's looser jump test finds all three (the side-by-side re-measure then decides)."""
+@pytest.mark.parametrize(("heads", "expected", "strict_found"), [(RUN7, [(9, 10), (25, 29), (42, 43)], 3),
+                                                                 (RUN9, [(9, 10), (27, 28), (41, 45)], 0)])
+def test_a_suspect_is_every_planted_step_of_a_quiet_tracking_demo(heads, expected, strict_found):
+    """With the jump test at the alert's 0.01, in run 9 the cascade of re-tests left no step at
+    all (in run 7 lines through a few drifting heads a side refused the -40% step until flat
+    sides were fitted as levels, issue 46); the suspect's looser jump test finds all three in
+    both (the side-by-side re-measure then decides)."""
     history = CaseHistory("gemm", *heads)
     assert [(s.before, s.after) for s in perf_steps(history, step_detector(0.15, confirm=True))] == expected
     strict = partial(compute_change_points, min_magnitude=0.15, min_size=3, pvalue=0.01, trend_pvalue=0.01,
                      relative=True)
-    assert len(perf_steps(history, strict)) < 3
+    assert len(perf_steps(history, strict)) == strict_found
