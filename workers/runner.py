@@ -92,7 +92,7 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
     memory = "as" if spec["device"] == "cpu" else "data"
     result = run_harness(spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
                          base_env=box.env({}), scratch_root=box.scratch, caches=caches,
-                         launch=box.launcher(memory, should_stop, fork=settings.trial_launcher),
+                         launch=box.launcher(memory, should_stop, fork=settings.trial_launcher, caches=caches),
                          preload=settings.trial_preload)
     return add_worker_phases(with_build(result, build.cache), checkout_s, build.seconds), build.seconds
 
