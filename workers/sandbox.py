@@ -265,11 +265,13 @@ class Slot:
 
     def own_caches(self) -> None:
         """Create the slot's cache tree, mode 0700 and the slot's uid's: no other slot's uid
-        may enter it (a planted kernel or reference would be read by this slot's trials)."""
+        may enter it (a planted kernel or reference would be read by this slot's trials). Where
+        the slot has no uid of its own, this process's: the tree may be one an earlier slot uid
+        owned, which a trial's view (opened in the sandbox, without CAP_DAC_OVERRIDE) must enter."""
         self.cache_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.cache_root.chmod(0o700)
-        if self.user is not None:
-            os.chown(self.cache_root, self.user.uid, self.user.gid)
+        owner = (self.user.uid, self.user.gid) if self.user is not None else (os.geteuid(), os.getegid())
+        os.chown(self.cache_root, *owner)
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
         return scrubbed_env({**(namespaces.gpu_env() if self.contained else {}), **extra}, self.home, self.tmp)
