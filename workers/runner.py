@@ -86,7 +86,7 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
         return add_worker_phases(with_build(failure(status, build.log_tail), build.cache), checkout_s,
                                  build.seconds), build.seconds
-    caches = caches_for(settings, sha, env, box.cache_root)
+    caches = caches_for(settings, sha, env, box.cache_root, repository=mirror.path.name)
     box.give(caches.jit_dir, caches.reference_dir)  # the slot's user fills its caches of the revision
     # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
     memory = "as" if spec["device"] == "cpu" else "data"

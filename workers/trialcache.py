@@ -14,6 +14,7 @@ is removed as a link or a file, never followed (docs/containment.md)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -32,11 +33,11 @@ def slot_cache_root(settings: Settings, slot_path: Path) -> Path:
     return cache_root(settings) / slot_path.parent.name / slot_path.name
 
 
-def caches_for(settings: Settings, sha: str, env: dict[str, str], root: Path) -> RevisionCaches:
+def caches_for(settings: Settings, sha: str, env: dict[str, str], root: Path, repository: str = "") -> RevisionCaches:
     """The caches of `sha` in one slot's tree `root` under the toolchain this worker runs (and
-    the repository's env), after dropping all but that slot's `trial_cache_keep` most recently
-    used revisions."""
-    toolchain, revision = toolchain_fingerprint(env), revision_dir(sha)
+    the repository's env) and of `repository` alone, after dropping all but that slot's
+    `trial_cache_keep` most recently used revisions."""
+    toolchain, revision = toolchain_key(env, repository), revision_dir(sha)
     anchor = safefs.open_anchor(root)
     try:
         for relative in (toolchain, f"{toolchain}/{revision}", f"{toolchain}/{revision}/jit",
@@ -51,6 +52,14 @@ def caches_for(settings: Settings, sha: str, env: dict[str, str], root: Path) ->
     finally:
         os.close(anchor)
     return RevisionCaches(revision, toolchain, root / toolchain / revision / "jit", root / toolchain / revision / "reference")
+
+
+def toolchain_key(env: dict[str, str], repository: str) -> str:
+    """The directory of a toolchain's revisions, of one repository: the same commit in two
+    repositories (a fork) is built by each one's own build command, so neither may load what
+    the other's trials compiled or computed as references."""
+    toolchain = toolchain_fingerprint(env)
+    return hashlib.sha256(f"{toolchain}\0{repository}".encode()).hexdigest()[:16] if repository else toolchain
 
 
 def _directory(anchor: int, relative: str) -> None:

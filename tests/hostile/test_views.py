@@ -27,19 +27,26 @@ TOKEN = f"planted-{random.randrange(10**9):09d}"
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user needs a root worker")]
 
-# in the trial of the attacker: the victim's revision directories, next to its own (same toolchain)
+# in the trial of the attacker: every other revision of the slot's cache tree it can list, and the
+# victim's revision next to its own (<tree>/<toolchain>/<sha>/jit: the sha is no secret)
 _PLANT = """\
-toolchain = os.path.dirname(os.path.dirname(os.environ["TRITON_CACHE_DIR"]))
+mine = os.path.dirname(os.environ["TRITON_CACHE_DIR"])
+tree = os.path.dirname(os.path.dirname(mine))
+targets = {os.path.join(os.path.dirname(mine), "{victim}")}
+try:
+    targets |= {os.path.join(tree, t, r) for t in os.listdir(tree) for r in os.listdir(os.path.join(tree, t))}
+except OSError:
+    pass
 outcome = {}
-for kind in ("jit", "reference"):
-    target = os.path.join(toolchain, "{victim}", kind)
-    try:
-        os.makedirs(target, exist_ok=True)
-        with open(os.path.join(target, "{token}.py"), "w") as planted:
-            planted.write("import os; os.system('id')")
-        outcome[kind] = "written"
-    except OSError as exc:
-        outcome[kind] = type(exc).__name__
+for target in sorted(targets - {mine}):
+    for kind in ("jit", "reference"):
+        try:
+            os.makedirs(os.path.join(target, kind), exist_ok=True)
+            with open(os.path.join(target, kind, "{token}.py"), "w") as planted:
+                planted.write("import os; os.system('id')")
+            outcome[os.path.join(target, kind)] = "written"
+        except OSError as exc:
+            outcome[os.path.join(target, kind)] = type(exc).__name__
 for path in ("/{token}", "/dev/{token}"):
     try:
         open(path, "w").close()
