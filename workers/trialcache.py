@@ -3,9 +3,10 @@ accuracy references, shared by that revision's trials on this toolchain in one s
 only), pruned to the most recently used, and the input seed of a revision.
 
 Each slot has its own tree, HOME/trial-cache/<host>/slot-N/<toolchain>/<sha>/{jit,reference}
-(mode 0700, the slot's uid): what a trial writes there (compiled kernels, reference outputs) is
-read only by later trials of the same slot, never by another slot's trial, whose code another
-commit may be. Its namespace mounts only its own tree (workers/sandbox.py).
+(mode 0700, the slot's uid; <toolchain> names the repository too: toolchain_key): what a trial
+writes there (compiled kernels, reference outputs) is read only by later trials of the same
+slot, repository and revision: its namespace mounts only its slot's tree, and a trial's view of
+it holds its own revision's directories only (kernels/harness/trialview.py).
 
 Repository code writes in that tree, so the worker (root) creates, marks and prunes its
 directories only through kernels/harness/safefs.py, from the fd of the slot's tree (whose own

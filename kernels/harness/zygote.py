@@ -27,7 +27,12 @@ resource limits; every child inherits both):
 
 In a sandbox (launch.Containment.wrapper) the server is the init process of the slot's PID
 namespace: no process in there can stop or kill it (init receives only the signals it handles,
-and it handles none), and the process that started it, outside, shows as pid 0.
+and it handles none), and the process that started it, outside, shows as pid 0. There it keeps
+CAP_SYS_ADMIN and CAP_SETPCAP of the slot's user namespace (nothing it executes inherits them):
+each child enters the request's view (trialview.py: its own revision's caches only, / and /dev
+read-only) and drops every capability before the trial's code runs. A server started with
+--view (a revision's, which preloads its code) enters that view itself first, and forks only
+trials of that view.
 
 Protocol, one Unix-socket connection per trial: the client sends one byte carrying the log
 file's descriptor (SCM_RIGHTS), then one JSON line {argv, cwd, env, sys_path}; the child answers
