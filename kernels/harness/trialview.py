@@ -40,7 +40,9 @@ from perfbisect.kernels.harness import safefs
 CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETPCAP")  # what a fork server needs for its trials' views
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 0x20, 0x1000, 0x4000, 0x40000, 0x200000
+# statvfs's ST_NOSUID, ST_NODEV, ST_NOEXEC, ST_NOATIME, ST_NODIRATIME have MS_'s values; ST_RELATIME not
+_KEPT_FLAGS, _ST_RELATIME = 0x2 | 0x4 | 0x8 | 0x400 | 0x800, 0x1000
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 _CAPABILITY_VERSION_3 = 0x20080522
 READ_ONLY = ("/", "/dev")  # bubblewrap's own tmpfs, kept for the fork server's lifetime
@@ -95,9 +97,17 @@ def enter(view: TrialView) -> None:
     _check(_libc().unshare(CLONE_NEWNS), "unshare a mount namespace")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     for path in READ_ONLY:
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        _read_only(path)
     _cover(view)
     drop_capabilities()
+
+
+def _read_only(path: str) -> None:
+    """Remount the mount at `path` read-only, keeping its other flags (nodev on bwrap's /dev
+    tmpfs, never on a /dev that holds its device nodes; atime flags a user namespace may not change)."""
+    current = os.statvfs(path).f_flag
+    kept = current & _KEPT_FLAGS | (MS_RELATIME if current & _ST_RELATIME else 0)
+    _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
 
 
 def _cover(view: TrialView) -> None:
@@ -120,7 +130,7 @@ def _cover(view: TrialView) -> None:
             target = os.path.join(view.hidden, relative)
             os.makedirs(target, exist_ok=True)
             _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
-        _mount(None, view.hidden, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _read_only(view.hidden)
     finally:
         for fd in fds:
             os.close(fd)

@@ -252,8 +252,9 @@ def _serve_one(conn: socket.socket, listener: socket.socket, client: tuple[int, 
     request, log_fd = received
     try:
         view = TrialView.from_json(request.get("view"))
-    except (KeyError, TypeError):
-        view = fixed  # malformed: refused below unless it is exactly this server's
+    except (KeyError, TypeError, AttributeError):  # malformed: never forked with the server's whole view
+        os.close(log_fd)
+        return
     if fixed is not None:  # a revision's server, already in its trials' view: no other view
         if view != fixed:
             os.close(log_fd)
