@@ -73,7 +73,7 @@ def contained_trial(args, spec: dict, tree: Path, sha: str) -> dict:
         fork = "subprocess" if args.launcher == "subprocess" else "fork-server"
         return run_harness(spec, box.worktree, caches=caches, timeout_s=600, base_env=box.env({}),
                            scratch_root=box.scratch, launch=box.launcher("as" if args.device == "cpu" else "data",
-                                                                         fork=fork))
+                                                                         fork=fork, caches=caches))
 
 
 def run(args) -> list[dict]:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -245,6 +246,30 @@ def test_the_fork_server_forks_only_for_the_process_that_started_it(tmp_path: Pa
         assert os.getuid() == 0 or os.stat(f"/proc/{server.hello['pid']}/environ").st_uid == 0
     finally:
         launch.stop_servers()
+
+
+@AS_ROOT
+def test_a_revision_server_forks_only_trials_of_its_own_view(tmp_path: Path):
+    """A revision's server enters its trials' view (and drops its capabilities) when it starts;
+    a request for another view, or none, is refused, never forked with the server's view."""
+    from perfbisect.kernels.harness.trialview import TrialView
+
+    (tmp_path / "tree" / "one").mkdir(parents=True)
+    (tmp_path / "tree" / "two").mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(HARNESS_ROOT)}
+    view = TrialView(str(tmp_path / "tree"), (str(tmp_path / "tree" / "one"),))
+    server = launch.ForkServer(env, launch.Containment(), view=view)
+    try:
+        status = Path(f"/proc/{server.server_pid}/status").read_text()
+        assert "CapEff:\t0000000000000000" in status and "CapBnd:\t0000000000000000" in status, status
+        request = launch.LaunchRequest(args=["--bogus"], cwd=tmp_path, env={}, import_dir=tmp_path,
+                                       log=tmp_path / "trial.log")
+        for other in (None, TrialView(view.hidden, (str(tmp_path / "tree" / "two"),))):
+            with pytest.raises(launch.ForkServerUnavailable):
+                server.launch(replace(request, view=other))
+        assert server.launch(replace(request, view=view)).wait(60) == 2  # its own: forked (bogus argument)
+    finally:
+        server.stop()
 
 
 @AS_ROOT

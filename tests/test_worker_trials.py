@@ -6,6 +6,7 @@ the trials of every revision are forked from one fork server."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,22 @@ def test_trials_of_a_revision_share_its_caches_and_record_every_phase(probe_git_
                  "total", "timed_kernels"):
         assert phases[name] >= 0, name
     assert phases["build"] > 0 and phases["total"] >= phases["process"] + phases["build"]
+
+
+def test_the_same_commit_in_another_repository_gets_caches_of_its_own(probe_git_repo, tmp_path):
+    """A fork holds the same commits, built by its own build command: neither repository may load
+    the kernels or references the other's trials left under that sha."""
+    repo, shas = probe_git_repo
+    fork = tmp_path / "fork"
+    git(tmp_path, "clone", "-q", str(repo), str(fork))
+    seen = []
+    for url, name in ((repo, "probe"), (fork, "probe-fork")):
+        result, _ = execute(replace(work(url, shas[0], tmp_path / "probe.json"), repo_name=name))
+        assert result["status"] == "ok", result
+        seen.append((result, json.loads((tmp_path / "probe.json").read_text())))
+    (_, original), (forked, in_fork) = seen
+    assert original["triton_cache"] != in_fork["triton_cache"] and shas[0] in in_fork["triton_cache"]
+    assert forked["reference_cache"]["hits"] == 0, forked["reference_cache"]
 
 
 def test_a_checkout_failure_is_the_workers_failure_not_the_revisions(probe_git_repo, tmp_path):

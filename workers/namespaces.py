@@ -8,7 +8,9 @@ What a sandbox sees and may do:
 - no network (a new, empty network namespace): never for trials, for builds unless the
   repository is listed in PERFBISECT_BUILD_NETWORK_REPOS;
 - the system, the interpreter and the harness read-only; the slot's directory (worktree, build
-  directory, HOME, TMPDIR, scratch) and its own revision caches writable (no other slot's);
+  directory, HOME, TMPDIR, scratch) writable, and a trial's own revision caches (no other
+  revision's, no other slot's: a fork server has its slot's cache tree and gives each trial
+  its view of it, kernels/harness/trialview.py);
   every mount nosuid and nodev (bwrap's defaults); nothing else: not the service's home (other
   slots, mirrors, the build cache), not /run or /var (PostgreSQL's and Redis's sockets);
   /tmp and /dev/shm are small private tmpfs;
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import perfbisect
 import perfbisect.kernels
+from perfbisect.kernels.harness.trialview import READ_ONLY, TrialView
 from perfbisect.workers import proctree
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,8 @@ class View:
     network: bool = False
     devices: tuple[str, ...] = ()
     tmpfs_bytes: int = TMPFS_BYTES  # the size of each of /tmp and /dev/shm (in the slot's budget)
+    capabilities: tuple[str, ...] = ()  # kept in the user namespace (a fork server's, for its trials' views)
+    trial: TrialView | None = None  # a trial's view of its slot, made as trialview.enter makes it
 
 
 def bwrap() -> str | None:
@@ -101,11 +106,25 @@ def argv(view: View, *, chdir: str = "/", as_pid_1: bool = False) -> list[str]:
         args += ["--bind", path, path]
     for node in view.devices:
         args += ["--dev-bind", node, node]
+    if view.trial is not None:
+        args += _trial_view_args(view.trial)
     if not view.network:
         args.append("--unshare-net")
+    for capability in view.capabilities:
+        args += ["--cap-add", capability]
     if as_pid_1:
         args.append("--as-pid-1")
     return [*args, "--chdir", chdir, "--"]
+
+
+def _trial_view_args(trial: TrialView) -> list[str]:
+    """What trialview.enter does in a forked trial, made by bwrap for a trial of its own: its
+    revision's caches bound on an empty, read-only tmpfs over the slot's cache tree, and / and
+    /dev read-only (last: the binds made their mount points in them)."""
+    args = ["--tmpfs", trial.hidden]
+    for path in trial.writable:
+        args += ["--bind", path, path]
+    return [*args, "--remount-ro", trial.hidden, *(arg for path in READ_ONLY for arg in ("--remount-ro", path))]
 
 
 def _visible(variable: str) -> list[int] | None:

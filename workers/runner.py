@@ -86,13 +86,13 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
         return add_worker_phases(with_build(failure(status, build.log_tail), build.cache), checkout_s,
                                  build.seconds), build.seconds
-    caches = caches_for(settings, sha, env, box.cache_root)
+    caches = caches_for(settings, sha, env, box.cache_root, repository=mirror.path.name)
     box.give(caches.jit_dir, caches.reference_dir)  # the slot's user fills its caches of the revision
     # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
     memory = "as" if trial_spec["device"] == "cpu" else "data"
     result = run_harness(trial_spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
                          base_env=box.env({}), scratch_root=box.scratch, caches=caches,
-                         launch=box.launcher(memory, should_stop, fork=settings.trial_launcher),
+                         launch=box.launcher(memory, should_stop, fork=settings.trial_launcher, caches=caches),
                          preload=settings.trial_preload)
     return add_worker_phases(with_build(result, build.cache), checkout_s, build.seconds), build.seconds
 

@@ -53,7 +53,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from perfbisect.kernels.harness import safefs
+from perfbisect.kernels.harness import safefs, trialview
+from perfbisect.kernels.harness.caches import RevisionCaches
 from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailable, LaunchRequest, forkable,
                                                start_contained, wait_exit)
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
@@ -264,32 +265,47 @@ class Slot:
 
     def own_caches(self) -> None:
         """Create the slot's cache tree, mode 0700 and the slot's uid's: no other slot's uid
-        may enter it (a planted kernel or reference would be read by this slot's trials)."""
+        may enter it (a planted kernel or reference would be read by this slot's trials). Where
+        the slot has no uid of its own, this process's: the tree may be one an earlier slot uid
+        owned, which a trial's view (opened in the sandbox, without CAP_DAC_OVERRIDE) must enter."""
         self.cache_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.cache_root.chmod(0o700)
-        if self.user is not None:
-            os.chown(self.cache_root, self.user.uid, self.user.gid)
+        owner = (self.user.uid, self.user.gid) if self.user is not None else (os.geteuid(), os.getegid())
+        os.chown(self.cache_root, *owner)
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
         return scrubbed_env({**(namespaces.gpu_env() if self.contained else {}), **extra}, self.home, self.tmp)
 
-    def wrapper(self, cwd: Path, *, network: bool = False, as_pid_1: bool = False) -> tuple[str, ...]:
+    def wrapper(self, cwd: Path, *, network: bool = False, trial: trialview.TrialView | None = None,
+                fork_server: bool = False) -> tuple[str, ...]:
         """The bwrap command line of this slot's sandbox (empty where it is not contained): the
-        slot and its own revision caches writable, no other slot's."""
+        slot writable, nothing of another slot. A trial's has the `trial` view (trial_view): its
+        own revision caches, no other. A `fork_server` is the namespace's init and has the
+        slot's whole cache tree, with the capabilities to give each trial it forks that view
+        (trialview.py: the trial drops them before any repository code runs)."""
         if not self.contained:
             return ()
-        view = namespaces.View(writable=(str(self.path), str(self.cache_root)), network=network,
-                               devices=namespaces.gpu_nodes(), tmpfs_bytes=hostshare.tmpfs_mb(get_settings()) << 20)
-        return (*namespaces.argv(view, chdir=str(cwd), as_pid_1=as_pid_1),)
+        extra = {"capabilities": trialview.CAPABILITIES} if fork_server else {"trial": trial}
+        writable = (self.path, self.cache_root) if fork_server else (self.path,)
+        view = namespaces.View(writable=tuple(map(str, writable)), network=network, devices=namespaces.gpu_nodes(),
+                               tmpfs_bytes=hostshare.tmpfs_mb(get_settings()) << 20, **extra)
+        return (*namespaces.argv(view, chdir=str(cwd), as_pid_1=fork_server),)
+
+    def trial_view(self, caches: RevisionCaches | None) -> trialview.TrialView | None:
+        """What a trial may write of the slot's cache tree: its revision's `caches` (None: none)."""
+        if not self.contained:
+            return None
+        own = (caches.jit_dir, caches.reference_dir) if caches is not None else ()
+        return trialview.TrialView(str(self.cache_root), tuple(map(str, own)))
 
     def run(self, cmd: list[str] | str, *, cwd: Path, env: dict[str, str], timeout_s: float,
             memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None,
-            network: bool = False) -> Launched:
-        """Run `cmd` (a shell string or argv) contained (with the network only when `network`);
-        returns how it ended. `should_stop` is polled about every half second: when it says so,
-        the whole tree is killed."""
+            network: bool = False, trial: trialview.TrialView | None = None) -> Launched:
+        """Run `cmd` (a shell string or argv) contained (with the network only when `network`;
+        a trial's in its `trial` view); returns how it ended. `should_stop` is polled about every half
+        second: when it says so, the whole tree is killed."""
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        wrapped = [*self.wrapper(cwd, network=network), *argv]
+        wrapped = [*self.wrapper(cwd, network=network, trial=trial), *argv]
         with open(self.log_path, "wb") as out:
             proc = subprocess.Popen(wrapped, cwd=cwd, env={**env, proctree.MARKER: self.marker},
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -310,7 +326,7 @@ class Slot:
         on the trial's whole tree. Raises ForkServerUnavailable (then use `run`)."""
         request = replace(request, env={**request.env, proctree.MARKER: self.marker})
         # the server's own directory is the slot's HOME: the same for every trial of the slot
-        wrapper = self.wrapper(self.home, as_pid_1=True)
+        wrapper = self.wrapper(self.home, fork_server=True)
         with open(self.log_path, "wb") as out:
             trial = start_contained(request, containment(self.user, memory, wrapper, self.cgroup), out.fileno())
         try:
@@ -325,12 +341,15 @@ class Slot:
                         how="sandbox-fork-server", preloaded=trial.preloaded)
 
     def launcher(self, memory: MemoryKind | None, should_stop: Callable[[], bool] | None = None,
-                 fork: Literal["auto", "fork-server", "subprocess"] = "auto") -> Launcher:
+                 fork: Literal["auto", "fork-server", "subprocess"] = "auto",
+                 caches: RevisionCaches | None = None) -> Launcher:
         """A `kernels.harness.runner.Launcher` that runs the harness in this slot: forked from
         a contained fork server unless `fork` is "subprocess" or (with "auto") the fork server
-        cannot run this trial, else in a contained subprocess."""
+        cannot run this trial, else in a contained subprocess. Either way the trial may write
+        `caches` (its revision's) and no other revision's cache of the slot."""
         def launch(request: LaunchRequest, timeout_s: float, scratch: Path) -> Launched:
             self.give(scratch)
+            request = replace(request, view=self.trial_view(caches))
             if fork == "fork-server" or (fork == "auto" and forkable(request)):
                 try:
                     return self.run_forked(request, timeout_s=timeout_s, memory=memory, should_stop=should_stop)
@@ -340,7 +359,7 @@ class Slot:
                     log.warning("trial in a subprocess: %s", exc)
             cmd = [sys.executable, "-m", "perfbisect.kernels.harness", *request.args]
             return self.run(cmd, cwd=request.cwd, env=request.env, timeout_s=timeout_s, memory=memory,
-                            should_stop=should_stop)
+                            should_stop=should_stop, trial=request.view)
 
         return launch
 

@@ -3,9 +3,10 @@ accuracy references, shared by that revision's trials on this toolchain in one s
 only), pruned to the most recently used, and the input seed of a revision.
 
 Each slot has its own tree, HOME/trial-cache/<host>/slot-N/<toolchain>/<sha>/{jit,reference}
-(mode 0700, the slot's uid): what a trial writes there (compiled kernels, reference outputs) is
-read only by later trials of the same slot, never by another slot's trial, whose code another
-commit may be. Its namespace mounts only its own tree (workers/sandbox.py).
+(mode 0700, the slot's uid; <toolchain> names the repository too: toolchain_key): what a trial
+writes there (compiled kernels, reference outputs) is read only by later trials of the same
+slot, repository and revision: its namespace mounts only its slot's tree, and a trial's view of
+it holds its own revision's directories only (kernels/harness/trialview.py).
 
 Repository code writes in that tree, so the worker (root) creates, marks and prunes its
 directories only through kernels/harness/safefs.py, from the fd of the slot's tree (whose own
@@ -14,6 +15,7 @@ is removed as a link or a file, never followed (docs/containment.md)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -32,11 +34,11 @@ def slot_cache_root(settings: Settings, slot_path: Path) -> Path:
     return cache_root(settings) / slot_path.parent.name / slot_path.name
 
 
-def caches_for(settings: Settings, sha: str, env: dict[str, str], root: Path) -> RevisionCaches:
+def caches_for(settings: Settings, sha: str, env: dict[str, str], root: Path, repository: str = "") -> RevisionCaches:
     """The caches of `sha` in one slot's tree `root` under the toolchain this worker runs (and
-    the repository's env), after dropping all but that slot's `trial_cache_keep` most recently
-    used revisions."""
-    toolchain, revision = toolchain_fingerprint(env), revision_dir(sha)
+    the repository's env) and of `repository` alone, after dropping all but that slot's
+    `trial_cache_keep` most recently used revisions."""
+    toolchain, revision = toolchain_key(env, repository), revision_dir(sha)
     anchor = safefs.open_anchor(root)
     try:
         for relative in (toolchain, f"{toolchain}/{revision}", f"{toolchain}/{revision}/jit",
@@ -51,6 +53,14 @@ def caches_for(settings: Settings, sha: str, env: dict[str, str], root: Path) ->
     finally:
         os.close(anchor)
     return RevisionCaches(revision, toolchain, root / toolchain / revision / "jit", root / toolchain / revision / "reference")
+
+
+def toolchain_key(env: dict[str, str], repository: str) -> str:
+    """The directory of a toolchain's revisions, of one repository: the same commit in two
+    repositories (a fork) is built by each one's own build command, so neither may load what
+    the other's trials compiled or computed as references."""
+    toolchain = toolchain_fingerprint(env)
+    return hashlib.sha256(f"{toolchain}\0{repository}".encode()).hexdigest()[:16] if repository else toolchain
 
 
 def _directory(anchor: int, relative: str) -> None:

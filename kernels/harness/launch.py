@@ -45,6 +45,7 @@ from pathlib import Path
 from perfbisect.kernels.harness.devices import JIT_CACHE_KEYS
 from perfbisect.kernels.harness.procfs import child_of, process_gone, process_start
 from perfbisect.kernels.harness.teardown import TEARDOWN_S
+from perfbisect.kernels.harness.trialview import TrialView
 from perfbisect.kernels.harness.zygote import (END, MARKER_NAME, MARKER_PLACEHOLDER, PR_SET_PDEATHSIG,
                                                preloaded_roots, prctl)
 
@@ -72,6 +73,7 @@ class LaunchRequest:
     log: Path
     preload: tuple[str, ...] = ()   # modules of the revision its fork server imports (preload.py)
     revision: str | None = None     # the revision checked out at cwd; no preload without it
+    view: TrialView | None = None   # what of its slot it may write (trialview.py); None: all its server may
 
 
 @dataclass(frozen=True)
@@ -226,9 +228,10 @@ class ForkServer:
     binds the socket (in a directory only it may list) and hands it to the server; the server
     accepts connections from this process only."""
 
-    def __init__(self, env: dict[str, str], containment: Containment | None = None, preload: tuple[str, ...] = ()):
+    def __init__(self, env: dict[str, str], containment: Containment | None = None, preload: tuple[str, ...] = (),
+                 view: TrialView | None = None):
         self.containment = containment or Containment()
-        self.preload = preload
+        self.preload, self.view = preload, view  # a revision's server enters its trials' view itself
         self.trial_pids: list[int] = []  # the trials it forked that may still run
         self.server_pid: int | None = None
         _sweep_once()
@@ -241,7 +244,7 @@ class ForkServer:
             listener.bind(self.socket_path)
             os.chmod(self.socket_path, 0o600)
             listener.listen(16)
-            self._start(self._server_env(env), listener, preload)
+            self._start(self._server_env(env), listener)
         except BaseException:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
@@ -273,7 +276,7 @@ class ForkServer:
             home = Path("/tmp")
         return {**env, "HOME": str(home), "TMPDIR": str(home), MARKER_NAME: MARKER_PLACEHOLDER}
 
-    def _start(self, env: dict[str, str], listener: socket.socket, preload: tuple[str, ...]) -> None:
+    def _start(self, env: dict[str, str], listener: socket.socket) -> None:
         """Start the server from a thread that lives as long as it does: the server dies with
         the thread that started it (PR_SET_PDEATHSIG), not with whichever worker thread first
         needed it."""
@@ -298,7 +301,8 @@ class ForkServer:
                 self.proc = subprocess.Popen(
                     [*self.containment.wrapper, sys.executable, "-m", "perfbisect.kernels.harness.zygote",
                      "--fd", str(listener.fileno()), "--client-uid", str(client_uid),
-                     *(arg for name in preload for arg in ("--preload", name))],
+                     *(arg for name in self.preload for arg in ("--preload", name)),
+                     *(("--view", json.dumps(self.view.to_json())) if self.view else ())],
                     cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                     stderr=stderr, start_new_session=True, pass_fds=(listener.fileno(),),
                     **self.containment.popen_args())
@@ -336,7 +340,7 @@ class ForkServer:
         head = [str(request.cwd), str(request.import_dir)]
         sys_path = head + [p for p in self.hello["sys_path"][1:] if p not in head]
         message = {"argv": ["perfbisect.kernels.harness", *request.args], "cwd": str(request.cwd),
-                   "env": request.env, "sys_path": sys_path}
+                   "env": request.env, "sys_path": sys_path, "view": request.view and request.view.to_json()}
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(30)
@@ -542,12 +546,12 @@ def _server_of(request: LaunchRequest, containment: Containment | None = None) -
     for that and such a server starts; else the shared one of its containment and env."""
     env = server_env(request)
     if preloads(request):
-        identity = (request.revision, request.preload, _env_digest(env))
+        identity = (request.revision, request.preload, request.view, _env_digest(env))
         key = (containment, "revision", identity)
         with _servers_lock:
             if key not in _failed_revision_servers:
                 try:
-                    server = _running(key, lambda: ForkServer(env, containment, request.preload))
+                    server = _running(key, lambda: ForkServer(env, containment, request.preload, request.view))
                     _retire_revision_servers(containment, keep=key)
                     return server
                 except ForkServerUnavailable:

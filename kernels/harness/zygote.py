@@ -27,7 +27,12 @@ resource limits; every child inherits both):
 
 In a sandbox (launch.Containment.wrapper) the server is the init process of the slot's PID
 namespace: no process in there can stop or kill it (init receives only the signals it handles,
-and it handles none), and the process that started it, outside, shows as pid 0.
+and it handles none), and the process that started it, outside, shows as pid 0. There it keeps
+CAP_SYS_ADMIN and CAP_SETPCAP of the slot's user namespace (nothing it executes inherits them):
+each child enters the request's view (trialview.py: its own revision's caches only, / and /dev
+read-only) and drops every capability before the trial's code runs. A server started with
+--view (a revision's, which preloads its code) enters that view itself first, and forks only
+trials of that view.
 
 Protocol, one Unix-socket connection per trial: the client sends one byte carrying the log
 file's descriptor (SCM_RIGHTS), then one JSON line {argv, cwd, env, sys_path}; the child answers
@@ -53,9 +58,10 @@ import sys
 import tempfile
 import traceback
 
-from perfbisect.kernels.harness import teardown
+from perfbisect.kernels.harness import teardown, trialview
 from perfbisect.kernels.harness.preload import import_preloaded
 from perfbisect.kernels.harness.procfs import stat_fields
+from perfbisect.kernels.harness.trialview import TrialView
 
 # What the server imports before forking: the frameworks and the harness itself, never the
 # measured repository. Names that are not installed (triton on a CPU box) are skipped.
@@ -169,9 +175,11 @@ def _read_request(conn: socket.socket) -> tuple[dict, int] | None:
         raise
 
 
-def _become_trial(request: dict, log_fd: int, server: int, room: tuple[int, int] | None) -> None:
+def _become_trial(request: dict, log_fd: int, server: int, room: tuple[int, int] | None,
+                  view: TrialView | None) -> None:
     """In the forked child, before any trial code: its own session, death with the server, the
-    trial's marker, output, directory, environment and sys.path."""
+    trial's marker, output, its view of the slot (then no capability), directory, environment
+    and sys.path."""
     os.setsid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != server:  # the server died before the line above
@@ -190,6 +198,8 @@ def _become_trial(request: dict, log_fd: int, server: int, room: tuple[int, int]
     os.dup2(log_fd, 2)
     os.close(null)
     os.close(log_fd)
+    if view is not None:  # failing, the trial fails: it never runs with the slot's whole view
+        trialview.enter(view)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -202,13 +212,13 @@ def _become_trial(request: dict, log_fd: int, server: int, room: tuple[int, int]
 
 
 def _run_child(conn: socket.socket, listener: socket.socket, request: dict, log_fd: int, server: int,
-               room: tuple[int, int] | None) -> None:
+               room: tuple[int, int] | None, view: TrialView | None) -> None:
     """In the forked child: become the trial's process, run the harness, report, exit."""
     code = 1
     try:
         listener.close()
         _send(conn, {"started": True})
-        _become_trial(request, log_fd, server, room)
+        _become_trial(request, log_fd, server, room, view)
         from perfbisect.kernels.harness.__main__ import main
         code = main(request["argv"][1:])
     except SystemExit as exc:
@@ -225,7 +235,7 @@ def _run_child(conn: socket.socket, listener: socket.socket, request: dict, log_
 
 
 def _serve_one(conn: socket.socket, listener: socket.socket, client: tuple[int, int],
-               room: tuple[int, int] | None) -> None:
+               room: tuple[int, int] | None, fixed: TrialView | None) -> None:
     peer_pid, peer_uid = peer_of(conn)
     # only the process that started this server may ask it to fork (uid -1: any uid, in a
     # sandbox, where that process is outside the namespace and every insider has a pid)
@@ -240,6 +250,16 @@ def _serve_one(conn: socket.socket, listener: socket.socket, client: tuple[int, 
         _end_trials(conn)
         return
     request, log_fd = received
+    try:
+        view = TrialView.from_json(request.get("view"))
+    except (KeyError, TypeError, AttributeError):  # malformed: never forked with the server's whole view
+        os.close(log_fd)
+        return
+    if fixed is not None:  # a revision's server, already in its trials' view: no other view
+        if view != fixed:
+            os.close(log_fd)
+            return
+        view = None
     if teardown.is_init() and not teardown.end_trials():  # nothing of an earlier trial meets this one
         os._exit(1)
     server = os.getpid()
@@ -248,7 +268,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket, client: tuple[int, 
     except OSError:  # the slot's process limit: the client sees the connection close
         pid = -1
     if pid == 0:
-        _run_child(conn, listener, request, log_fd, server, room)
+        _run_child(conn, listener, request, log_fd, server, room, view)
     os.close(log_fd)
 
 
@@ -274,12 +294,16 @@ def traced() -> bool:
         return False
 
 
-def serve(listen_fd: int, client_uid: int, preload: list[str] = ()) -> None:
+def serve(listen_fd: int, client_uid: int, preload: list[str] = (), view: TrialView | None = None) -> None:
     # First: from now on nothing of the same uid may ptrace this process or read its memory.
     # Refuse to serve if something attached between exec and this line (see the README).
     prctl(PR_SET_DUMPABLE, 0)
     if traced():
         raise SystemExit("the fork server is being traced: not serving")
+    if view is not None:  # a revision's server: its view, and no capability, before its code
+        trialview.enter(view)
+    elif teardown.is_init():  # capabilities for its trials' views, and for nothing it executes
+        trialview.keep_permitted_only()
     client = (os.getppid(), client_uid)
     room = marker_room()
     loaded, failed = _preload(list(preload))
@@ -296,7 +320,7 @@ def serve(listen_fd: int, client_uid: int, preload: list[str] = ()) -> None:
         except TimeoutError:
             continue
         with conn:
-            _serve_one(conn, listener, client, room)
+            _serve_one(conn, listener, client, room, view)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -305,8 +329,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--client-uid", type=int, required=True, help="the uid allowed to connect")
     parser.add_argument("--preload", action="append", default=[], metavar="MODULE",
                         help="a module of the revision to import before forking (repeatable)")
+    parser.add_argument("--view", type=json.loads, default=None, help="the view of every trial (trialview.py), JSON")
     args = parser.parse_args(argv)
-    serve(args.fd, args.client_uid, args.preload)
+    serve(args.fd, args.client_uid, args.preload, TrialView.from_json(args.view))
 
 
 if __name__ == "__main__":
