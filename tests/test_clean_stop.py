@@ -30,11 +30,14 @@ def test_a_pool_process_leaving_stops_its_fork_servers_and_removes_their_directo
 def test_the_worker_says_which_memory_bound_applies_when_it_starts(tmp_path):
     """The worker's start line (before Celery's banner): this host delegates no cgroup v2, so
     memory is bounded per process only, and it says so with the numbers."""
-    from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
+    # the session's own database and Redis, from the environment: importing tests.conftest as a
+    # module would run it a second time (a new database, home and Redis for every later test)
+    database_url = os.environ["DATABASE_URL"]
+    redis_url = os.environ.get("PERFBISECT_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
     from tests.e2e_support import perfbisect, service_env, stop, traversable_home
 
     log = tmp_path / "worker.log"
-    env = service_env(traversable_home(), TEST_DATABASE_URL, TEST_REDIS_URL, PERFBISECT_SANDBOX_CGROUP_DIR="",
+    env = service_env(traversable_home(), database_url, redis_url, PERFBISECT_SANDBOX_CGROUP_DIR="",
                       TMPDIR=str(tmp_path))
     worker = perfbisect("worker", "--device-class", "cpu", "--no-control", env=env, log=log)
     try:

@@ -70,3 +70,12 @@ def test_the_timed_e2e_tests_run_first_in_two_groups_of_a_worker_each_and_the_re
     assert {timed[0][0], faults[0][0]} == {"gw0", "gw1"}  # each group on a worker of its own, at once
     assert [i for _, i in timed] == [0, 1, 2, 3] and [i for _, i in faults] == [0, 1, 2]  # in order
     assert len({worker for worker, name, _ in ran if name not in ("test_timed", "test_fault")}) == 2  # the rest on both
+
+
+def test_no_test_imports_the_conftest_as_a_module() -> None:
+    """`from tests.conftest import ...` runs conftest a second time: under xdist it made a new,
+    empty database and a new home and pointed DATABASE_URL at them, so later tests of that
+    worker failed with 'relation does not exist' (test_clean_stop once did this)."""
+    offenders = [p.name for p in (ROOT / "tests").rglob("*.py")
+                 if re.search(r"^\s*(from tests\.conftest import|import tests\.conftest)", p.read_text(), re.M)]
+    assert offenders == []
