@@ -1,4 +1,4 @@
-"""`perfbisect track add|list|run|remove|alerts`: tracked branches from the command line, on the
+"""`perfbisect track add|edit|list|run|remove|alerts`: tracked branches from the command line, on the
 configured database. Embedded (no REDIS_URL), a run is carried out here, bisects included,
 before the command returns; with a broker it is queued for the workers."""
 
@@ -77,7 +77,7 @@ def add(
     except json.JSONDecodeError as exc:
         fail(f"--policy is not JSON: {exc}")
     except ValidationError as exc:
-        fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+        fail(_issues(exc))
     except PerfbisectError as exc:
         fail(exc.message)
     except CLIError as exc:
@@ -88,6 +88,48 @@ def add(
             run_loop(tracked_id)
         except PerfbisectError as exc:
             fail(exc.message)
+
+
+@track_app.command("edit")
+def edit(
+    tracked_id: int,
+    trigger: Annotated[Optional[str], typer.Option(help="push (webhook), schedule or poll (Celery beat)")] = None,
+    interval: Annotated[Optional[int], typer.Option(help="seconds between scheduled or polled runs")] = None,
+    suite: SuiteOpt = None,
+    suite_file: SuiteFileOpt = None,
+    benchmark_set: SetOpt = None,
+    target: TargetOpt = None,
+    shape: ShapeOpt = None,
+    confirm_trials: Annotated[Optional[int], typer.Option(help="trials per side of a step's re-measure "
+                                                                "before it alerts (0: alert at once)")] = None,
+) -> None:
+    """Change a tracked branch's trigger, interval, benchmarks (or set) or confirm trials; the
+    rest stays. New benchmarks apply from the next run on."""
+    from pydantic import ValidationError  # pydantic and the service: not at start-up
+
+    from perfbisect.service.db import session_scope
+    from perfbisect.service.tracking import service
+    from perfbisect.service.tracking.schemas import TrackedBranchUpdate
+
+    prepare_database()
+    try:
+        data = TrackedBranchUpdate(trigger=trigger, interval_s=interval, benchmarks=benchmarks_of(
+            suite, suite_file, target, shape), benchmark_set=benchmark_set, confirm_trials=confirm_trials)
+        with session_scope() as session:
+            row = service.read(service.update(session, tracked_id, data))
+    except ValidationError as exc:
+        fail(_issues(exc))
+    except PerfbisectError as exc:
+        fail(exc.message)
+    except CLIError as exc:
+        fail(str(exc))
+    print(f"#{row.id} {row.branch}: {row.trigger}, every {row.interval_s} s, {len(row.cases)} case(s), "
+          f"{row.confirm_trials} confirm trial(s)")
+
+
+def _issues(exc) -> str:
+    """A pydantic error as one line: each field and what is wrong with it."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors())
 
 
 @track_app.command("list")
