@@ -1,10 +1,12 @@
-"""`perfbisect track add|list|run|remove|alerts`: tracked branches from the command line, on the
+"""`perfbisect track add|edit|list|run|remove|alerts`: tracked branches from the command line, on the
 configured database. Embedded (no REDIS_URL), a run is carried out here, bisects included,
 before the command returns; with a broker it is queued for the workers."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -53,15 +55,13 @@ def add(
 ) -> None:
     """Track a branch with one benchmark (--suite or --suite-file, --target, --shape) or a benchmark
     set of the repository, on one device class."""
-    from pydantic import ValidationError  # pydantic and the service: not at start-up
-
-    from perfbisect.cli.runs import register_path  # the job machinery
+    from perfbisect.cli.runs import register_path  # the job machinery: not at start-up
     from perfbisect.service.db import session_scope
     from perfbisect.service.tracking import service
     from perfbisect.service.tracking.schemas import TrackedBranchCreate
 
     prepare_database()
-    try:
+    with refused():
         benchmarks = benchmarks_of(suite, suite_file, target, shape)
         if (benchmarks is None) == (benchmark_set is None):
             raise CLIError("give --suite or --suite-file with --target and --shape, or --benchmark-set")
@@ -70,24 +70,67 @@ def add(
             repository=name, branch=branch, benchmarks=benchmarks, benchmark_set=benchmark_set,
             device_class=device_class, trigger=trigger, interval_s=interval, backfill_every=backfill_every,
             backfill_depth=backfill_depth, trials_per_head=trials, min_magnitude=min_magnitude,
-            max_bisects=max_bisects, confirm_trials=confirm_trials, policy=json.loads(policy) if policy else None,
-            start=start)
+            max_bisects=max_bisects, confirm_trials=confirm_trials, policy=_policy(policy), start=start)
         with session_scope() as session:
             tracked_id = service.create(session, data).id
-    except json.JSONDecodeError as exc:
-        fail(f"--policy is not JSON: {exc}")
-    except ValidationError as exc:
-        fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
-    except PerfbisectError as exc:
-        fail(exc.message)
-    except CLIError as exc:
-        fail(str(exc))
     print(f"tracking {branch} of {name} on {device_class} as #{tracked_id}")
     if start:
         try:
             run_loop(tracked_id)
         except PerfbisectError as exc:
             fail(exc.message)
+
+
+@track_app.command("edit")
+def edit(
+    tracked_id: int,
+    trigger: Annotated[Optional[str], typer.Option(help="push (webhook), schedule or poll (Celery beat)")] = None,
+    interval: Annotated[Optional[int], typer.Option(help="seconds between scheduled or polled runs")] = None,
+    suite: SuiteOpt = None,
+    suite_file: SuiteFileOpt = None,
+    benchmark_set: SetOpt = None,
+    target: TargetOpt = None,
+    shape: ShapeOpt = None,
+    confirm_trials: Annotated[Optional[int], typer.Option(help="trials per side of a step's re-measure "
+                                                                "before it alerts (0: alert at once)")] = None,
+) -> None:
+    """Change a tracked branch's trigger, interval, benchmarks (or set) or confirm trials; the
+    rest stays. New benchmarks apply from the next run on."""
+    from perfbisect.service.db import session_scope  # the service: not at start-up
+    from perfbisect.service.tracking import service
+    from perfbisect.service.tracking.schemas import TrackedBranchUpdate
+
+    prepare_database()
+    with refused():
+        data = TrackedBranchUpdate(trigger=trigger, interval_s=interval, benchmarks=benchmarks_of(
+            suite, suite_file, target, shape), benchmark_set=benchmark_set, confirm_trials=confirm_trials)
+        with session_scope() as session:
+            row = service.read(service.update(session, tracked_id, data))
+    print(f"#{row.id} {row.branch}: {row.trigger}, every {row.interval_s} s, {len(row.cases)} case(s), "
+          f"{row.confirm_trials} confirm trial(s)")
+
+
+@contextmanager
+def refused() -> Iterator[None]:
+    """Bad input as one line and exit 2: pydantic's issues (each field and what is wrong with
+    it), a domain error's message, a CLI error."""
+    from pydantic import ValidationError  # pydantic: not at start-up
+
+    try:
+        yield
+    except ValidationError as exc:
+        fail("; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in exc.errors()))
+    except PerfbisectError as exc:
+        fail(exc.message)
+    except CLIError as exc:
+        fail(str(exc))
+
+
+def _policy(text: str | None) -> dict | None:
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"--policy is not JSON: {exc}") from exc
 
 
 @track_app.command("list")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
@@ -36,10 +36,8 @@ def _is_float(text: str) -> bool:
     return True
 
 
-def error_response(request: Request, status: int, detail: object, headers: dict[str, str] | None = None) -> Response:
-    """The error as an HTML page for a browser, else as {"detail": ...} JSON."""
-    if not prefers_html(request):
-        return JSONResponse(status_code=status, content={"detail": detail}, headers=headers)
+def error_page(request: Request, status: int, detail: object, headers: dict[str, str] | None = None) -> Response:
+    """The error as an HTML page for a browser (service.api.errors answers API clients)."""
     if isinstance(detail, list):  # a validation error: one line per field
         lines = [f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in detail]
     else:

@@ -144,6 +144,27 @@ def test_unknown_job_is_404(client) -> None:
     assert response.json()["detail"] == "no job 999999"
 
 
+def test_errors_are_rfc_7807_problems_keeping_their_detail(client) -> None:
+    missing = client.get("/api/jobs/999999")
+    assert missing.headers["content-type"] == "application/problem+json"
+    assert missing.json() == {"type": "about:blank", "title": "Not Found", "status": 404,
+                              "detail": "no job 999999", "instance": "/api/jobs/999999"}
+    unparsed = client.post("/api/jobs/bisect", json={"repository": 5})
+    assert unparsed.status_code == 422 and unparsed.headers["content-type"] == "application/problem+json"
+    body = unparsed.json()
+    assert (body["title"], body["status"], body["instance"]) == ("Unprocessable Entity", 422, "/api/jobs/bisect")
+    assert {"loc", "msg", "type"} <= set(body["detail"][0])  # the validation issues, as before
+
+
+def test_openapi_declares_errors_as_problems(client) -> None:
+    schema = client.get("/openapi.json").json()
+    responses = schema["paths"]["/api/jobs/{job_id}"]["get"]["responses"]
+    assert set(responses["404"]["content"]) == {"application/problem+json"}
+    assert set(responses["200"]["content"]) == {"application/json"}
+    problem = schema["components"]["schemas"]["ErrorMessage"]
+    assert set(problem["required"]) == {"title", "status", "instance", "detail"}
+
+
 def test_healthz_checks_database(client) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200

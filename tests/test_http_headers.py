@@ -46,3 +46,19 @@ def test_no_template_has_an_inline_script_handler_or_style(template) -> None:
     assert not re.search(r"\son[a-z]+\s*=", text), "an inline event handler"
     assert not re.search(r"\sstyle\s*=", text) and "<style" not in text, "an inline style"
     assert "javascript:" not in text
+
+
+# What a browser would fetch from another host: an element's src, a stylesheet's url(), a script's
+# src property (ReDoc's sidebar logo was `src:"https://cdn.redoc.ly/..."`), or any CDN at all.
+# Case-sensitive: ReDoc's `new URL("https://" + host)` parses a URL, it fetches nothing.
+EXTERNAL_FETCH = re.compile(r"""(src\s*[:=]\s*["']?\s*(https?:)?//|url\(\s*["']?(https?:)?//|cdn\.)""")
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+def test_the_api_docs_fetch_nothing_from_another_host(anonymous_client, path) -> None:
+    page = anonymous_client.get(path, headers={"Accept": "text/html"})
+    assert page.status_code == 200
+    assets = re.findall(r"""<(?:script|link)\b[^>]*\b(?:src|href)="([^"]+)\"""", page.text)
+    assert assets and all(a.startswith("/") and not a.startswith("//") for a in assets), assets
+    for text in [page.text] + [anonymous_client.get(a).text for a in assets]:
+        assert not EXTERNAL_FETCH.search(text), EXTERNAL_FETCH.search(text).group(0)

@@ -15,8 +15,12 @@ a request waits only for a connection, which one that is running gives back.
 
 from __future__ import annotations
 
+import json
+
 import anyio.to_thread
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from perfbisect.service.api.errors import PROBLEM_JSON, problem_body
 
 EXEMPT = ("/healthz",)
 
@@ -36,7 +40,7 @@ class InFlightLimit:
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.max_in_flight:
-            await _busy(send, self.retry_after)
+            await _busy(scope, send, self.retry_after)
             return
         self.in_flight += 1
         try:
@@ -45,10 +49,10 @@ class InFlightLimit:
             self.in_flight -= 1
 
 
-async def _busy(send: Send, retry_after: bytes) -> None:
-    body = b'{"detail":"the server is at capacity; retry shortly"}'
+async def _busy(scope: Scope, send: Send, retry_after: bytes) -> None:
+    body = json.dumps(problem_body(503, "the server is at capacity; retry shortly", scope["path"])).encode()
     await send({"type": "http.response.start", "status": 503,
-                "headers": [(b"content-type", b"application/json"), (b"retry-after", retry_after),
+                "headers": [(b"content-type", PROBLEM_JSON.encode()), (b"retry-after", retry_after),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 

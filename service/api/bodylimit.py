@@ -13,6 +13,8 @@ import json
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from perfbisect.service.api.errors import PROBLEM_JSON, problem_body
+
 WEBHOOKS = "/api/webhooks/"
 
 
@@ -43,7 +45,7 @@ class BodyLimit:
         limit = self.webhook_max_bytes if scope["path"].startswith(WEBHOOKS) else self.max_bytes
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _too_large(send, limit)
+            await _too_large(scope, send, limit)
             return
         received, started = 0, False
 
@@ -65,7 +67,7 @@ class BodyLimit:
             await self.app(scope, counted, tracked)
         except BodyTooLarge:
             if not started:
-                await _too_large(send, limit)
+                await _too_large(scope, send, limit)
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -78,9 +80,9 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _too_large(send: Send, limit: int) -> None:
-    body = json.dumps({"detail": MESSAGE.format(limit=limit)}).encode()
+async def _too_large(scope: Scope, send: Send, limit: int) -> None:
+    body = json.dumps(problem_body(413, MESSAGE.format(limit=limit), scope["path"])).encode()
     await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                "headers": [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})

@@ -1,12 +1,16 @@
 """How errors look on the wire, and their place in the OpenAPI schema.
 
-Domain errors (service.errors) render as `{"detail": "<message>"}` with their status and headers.
-FastAPI's own validation errors render as `{"detail": [{"loc", "msg", "type"}, ...]}`. Both can
+Every error an API client gets is an RFC 7807 problem (`application/problem+json`): `type`
+(about:blank: the status says it all), `title` (the status's phrase), `status`, `detail` and
+`instance` (the request's path). `detail` is what it always was: the message of a domain error
+(service.errors), or FastAPI's validation issues `[{"loc", "msg", "type"}, ...]`. Both can
 answer 422 (a shape that does not parse vs. a ref that does not resolve), so the schema declares
 422 as either form, and the other error statuses as the message form.
 """
 
 from __future__ import annotations
+
+from http import HTTPStatus
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -16,13 +20,24 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from perfbisect.service.api.responses import FastJSONResponse
 from perfbisect.service.db import database_unreachable
 from perfbisect.service.errors import PerfbisectError
 
 RETRY_AFTER_S = 5
+PROBLEM_JSON = "application/problem+json"
 
 
-class ErrorMessage(BaseModel):
+class Problem(BaseModel):
+    """RFC 7807's members; `detail` is typed by each form below."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    instance: str
+
+
+class ErrorMessage(Problem):
     detail: str
 
 
@@ -32,7 +47,7 @@ class ValidationIssue(BaseModel):
     type: str
 
 
-class ValidationErrors(BaseModel):
+class ValidationErrors(Problem):
     detail: list[ValidationIssue]
 
 
@@ -64,9 +79,50 @@ def validation_issues(exc: RequestValidationError) -> list[dict]:
              "type": error["type"]} for error in exc.errors()]
 
 
+def problem_body(status: int, detail: object, instance: str) -> dict:
+    """An RFC 7807 problem: also what the middlewares (body limit, shedding) send as bytes."""
+    return {"type": "about:blank", "title": _title(status), "status": status, "detail": detail, "instance": instance}
+
+
+def problem(request: Request, status: int, detail: object, headers: dict[str, str] | None = None) -> Response:
+    """The error as an RFC 7807 problem."""
+    return FastJSONResponse(status_code=status, content=problem_body(status, detail, request.url.path),
+                            headers=headers, media_type=PROBLEM_JSON)
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:  # a status Python does not name
+        return "Error"
+
+
+def declare_problem_json(app: FastAPI) -> None:
+    """FastAPI declares every response model under application/json; an error's is a problem."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            for operation in (op for path in build()["paths"].values() for op in path.values()):
+                for code, response in operation.get("responses", {}).items():
+                    content = response.get("content", {})
+                    if code[0] in "45" and "application/json" in content:
+                        content[PROBLEM_JSON] = content.pop("application/json")
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def install_error_handler(app: FastAPI) -> None:
-    """Every error answers JSON to API clients and an HTML page to a browser (dashboards.pages)."""
-    from perfbisect.dashboards.pages import error_response
+    """Every error answers a problem to API clients and an HTML page to a browser (dashboards.pages)."""
+    from perfbisect.dashboards.pages import error_page, prefers_html
+
+    def error_response(request: Request, status: int, detail: object,
+                       headers: dict[str, str] | None = None) -> Response:
+        respond = error_page if prefers_html(request) else problem
+        return respond(request, status, detail, headers)
+
+    declare_problem_json(app)
 
     @app.exception_handler(PerfbisectError)
     def _domain_error(request: Request, exc: PerfbisectError) -> Response:

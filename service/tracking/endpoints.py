@@ -12,7 +12,8 @@ from perfbisect.service.api.errors import ERROR_RESPONSES
 from perfbisect.service.bounds import MAX_ID
 from perfbisect.service.errors import BadRequest
 from perfbisect.service.tracking import repository, service
-from perfbisect.service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead, TrackRunAccepted
+from perfbisect.service.tracking.schemas import (PushEvent, TrackedBranchCreate, TrackedBranchRead, TrackedBranchUpdate,
+                                                 TrackRunAccepted)
 from perfbisect.service.webhooks.schemas import WebhookReply
 
 router = APIRouter(prefix="/api/tracked-branches", tags=["tracking"], responses=ERROR_RESPONSES)
@@ -39,6 +40,13 @@ def list_tracked(session: SessionDep) -> list[TrackedBranchRead]:
 @router.get("/{tracked_id}", response_model=TrackedBranchRead, dependencies=READ)
 def get_tracked(session: SessionDep, tracked_id: TrackedId) -> TrackedBranchRead:
     return service.read(service.get(session, tracked_id))
+
+
+@router.patch("/{tracked_id}", response_model=TrackedBranchRead)
+def edit(session: SessionDep, _admin: AdminDep, tracked_id: TrackedId, body: TrackedBranchUpdate) -> TrackedBranchRead:
+    """Change the trigger, interval, benchmarks (or set) or confirm trials of a tracked branch
+    (admin, as adding one: its cases decide what code runs); the rest stays."""
+    return service.read(service.update(session, tracked_id, body))
 
 
 @router.post("/{tracked_id}/run", status_code=status.HTTP_202_ACCEPTED, response_model=TrackRunAccepted)

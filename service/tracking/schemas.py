@@ -12,6 +12,12 @@ from perfbisect.service.jobs.schemas import DeviceClass, HarnessPolicy, Reposito
 from perfbisect.service.suites.schemas import Benchmark, SetName
 
 
+Trigger = Literal["push", "schedule", "poll"]
+CONFIRM_TRIALS_HELP = ("before a performance step alerts, re-measure the last head before it and the first after it "
+                       "side by side (alternating, so the machine's load of that moment is the same for both) with "
+                       "this many trials each; it alerts when that re-measure shows it. 0: alert at once")
+
+
 class TrackedBranchCreate(BaseModel):
     repository: RepositoryName = Field(description="name of a registered repository")
     branch: str = Field(default="main", pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$", examples=["main"])
@@ -20,7 +26,7 @@ class TrackedBranchCreate(BaseModel):
     benchmark_set: SetName | None = Field(default=None, description="instead of benchmarks: a set registered on "
                                           "the repository (its cases are copied when tracking starts)")
     device_class: DeviceClass = Field(default="cpu", examples=["cpu", "cuda", "h200"])
-    trigger: Literal["push", "schedule", "poll"] = Field(
+    trigger: Trigger = Field(
         default="push", description="push webhook; schedule (every interval_s); poll (every interval_s, "
                                     "only when the head moved)")
     interval_s: int = Field(default=3600, ge=60, le=7 * 86400)
@@ -29,10 +35,7 @@ class TrackedBranchCreate(BaseModel):
     trials_per_head: int = Field(default=3, ge=1, le=20)
     min_magnitude: float = Field(default=0.05, gt=0, lt=1, description="smallest relative step that alerts")
     max_bisects: int = Field(default=2, ge=0, le=32, description="alert bisects running at once")
-    confirm_trials: int = Field(
-        default=3, ge=0, le=20, description="before a performance step alerts, re-measure the last head before it "
-        "and the first after it side by side (alternating, so the machine's load of that moment is the same "
-        "for both) with this many trials each; it alerts when that re-measure shows it. 0: alert at once")
+    confirm_trials: int = Field(default=3, ge=0, le=20, description=CONFIRM_TRIALS_HELP)
     metric: Literal["ratio", "raw"] = "ratio"
     policy: HarnessPolicy | None = Field(default=None, description="harness sample policy override")
     start: bool = Field(default=True, description="run the backfill now")
@@ -41,6 +44,28 @@ class TrackedBranchCreate(BaseModel):
     def _one_form(self) -> TrackedBranchCreate:
         if (self.benchmarks is None) == (self.benchmark_set is None):
             raise ValueError("give benchmarks or benchmark_set, not both or neither")
+        return self
+
+
+class TrackedBranchUpdate(BaseModel):
+    """What `PATCH /api/tracked-branches/{id}` and `perfbisect track edit` change; what is left
+    out stays. New cases apply from the next run on (measured heads keep their trials)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trigger: Trigger | None = None
+    interval_s: int | None = Field(default=None, ge=60, le=7 * 86400)
+    benchmarks: list[Benchmark] | None = Field(default=None, min_length=1)
+    benchmark_set: SetName | None = Field(default=None, description="instead of benchmarks: a set registered on "
+                                          "the repository (its cases are copied now)")
+    confirm_trials: int | None = Field(default=None, ge=0, le=20, description=CONFIRM_TRIALS_HELP)
+
+    @model_validator(mode="after")
+    def _something(self) -> TrackedBranchUpdate:
+        if self.benchmarks is not None and self.benchmark_set is not None:
+            raise ValueError("give benchmarks or benchmark_set, not both")
+        if all(getattr(self, name) is None for name in type(self).model_fields):
+            raise ValueError("nothing to change: give trigger, interval_s, benchmarks, benchmark_set or confirm_trials")
         return self
 
 

@@ -23,7 +23,7 @@ from perfbisect.service.models import Job, Repository, TrackedBranch, TrackTrigg
 from perfbisect.service.repos import service as repos
 from perfbisect.service.suites import service as suites
 from perfbisect.service.tracking import repository
-from perfbisect.service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead
+from perfbisect.service.tracking.schemas import PushEvent, TrackedBranchCreate, TrackedBranchRead, TrackedBranchUpdate
 from perfbisect.service.webhooks.service import match_repository
 from perfbisect.gitrepo import GitError, Mirror
 
@@ -80,6 +80,26 @@ def get(session: Session, tracked_id: int, *, lock: bool = False) -> TrackedBran
     tracked = repository.get(session, tracked_id, lock=lock)
     if tracked is None:
         raise NotFound(f"no tracked branch {tracked_id}")
+    return tracked
+
+
+def update(session: Session, tracked_id: int, data: TrackedBranchUpdate) -> TrackedBranch:
+    """Change the trigger, the interval, the cases or the confirm trials. Raises NotFound (no
+    such tracked branch), BadRequest (a suite, shape or set that is not usable on it)."""
+    tracked = get(session, tracked_id, lock=True)
+    if data.benchmarks is not None or data.benchmark_set is not None:
+        try:
+            cases = suites.cases_for(session, tracked.repository, data.benchmarks, data.benchmark_set)
+        except NotFound as exc:  # the set named in the body: the body is what is wrong
+            raise BadRequest(exc.message) from exc
+        jobs.check_suites_fit_class(tracked.device_class, cases)
+        tracked.cases = cases
+    if data.trigger is not None:
+        tracked.trigger = TrackTrigger(data.trigger)
+    for field in ("interval_s", "confirm_trials"):
+        if getattr(data, field) is not None:
+            setattr(tracked, field, getattr(data, field))
+    session.flush()
     return tracked
 
 

@@ -64,3 +64,23 @@ def test_an_alert_whose_bisect_named_nothing_does_not_read_bisecting_forever() -
     assert "culprit none: bisect job 14 inconclusive" in alert_lines([alert])[0]
     running = SimpleNamespace(**{**vars(alert), "note": "looking into it"})
     assert "culprit bisecting" in alert_lines([running])[0]
+
+
+def test_track_edit_changes_a_tracked_branch_and_refuses_bad_input(embedded, tmp_path: Path) -> None:  # noqa: F811
+    repo = tmp_path / "lib"
+    make_repo(repo, ["initial (#1)", "gemm (#2)"])
+    assert track("add", "--repo", str(repo), *GEMM, "--no-start").exit_code == 0
+    edited = track("edit", "1", "--trigger", "schedule", "--interval", "900", "--confirm-trials", "0",
+                   "--suite", "gemm", "--target", "lib.gemm:matmul", "--shape", "M=32,N=32,K=32,dtype=fp32")
+    assert edited.exit_code == 0, edited.output
+    assert "#1 main: schedule, every 900 s, 1 case(s), 0 confirm trial(s)" in edited.stdout
+    [tracked] = json.loads(track("list", "--json").stdout)
+    assert (tracked["trigger"], tracked["interval_s"], tracked["confirm_trials"]) == ("schedule", 900, 0)
+    assert tracked["cases"][0]["name"] == "gemm M=32,N=32,K=32,dtype=fp32"
+    for args, message in ((["1"], "nothing to change"), (["1", "--trigger", "hourly"], "trigger"),
+                          (["1", "--interval", "5"], "interval_s"), (["1", "--suite", "gemm"], "--target"),
+                          (["1", "--benchmark-set", "nosuch"], "no benchmark set 'nosuch'"),
+                          (["9", "--interval", "600"], "no tracked branch 9")):
+        refused = track("edit", *args)
+        assert refused.exit_code == USAGE and message in refused.output, (args, refused.output)
+    assert json.loads(track("list", "--json").stdout)[0]["interval_s"] == 900  # nothing changed
