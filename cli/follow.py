@@ -137,11 +137,32 @@ def bar_position(job: JobRead) -> tuple[int, int | None]:
     return done, None if expected is None else max(expected, done)
 
 
-def progress_line(job: JobRead, elapsed_s: float) -> str:
+class MonotoneBar:
+    """What the bar shows across polls: the planner re-estimates the work every round, so its
+    expected total can fall and rise again, which drew a bar that went backwards each round.
+    Here the done count never shrinks and the total only grows (until the job ends: then it is
+    what was done, and the bar is full)."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.total: int | None = None
+
+    def update(self, job: JobRead) -> tuple[int, int | None]:
+        done, expected = bar_position(job)
+        self.done = max(self.done, done)
+        if job.status in FINISHED:
+            self.total = max(self.done, 1)
+        elif expected is not None:
+            self.total = max(self.total or 0, expected, self.done)
+        return self.done, self.total
+
+
+def progress_line(job: JobRead, elapsed_s: float, position: tuple[int, int | None] | None = None) -> str:
     """One line of where a job stands, for a log (a CI job, nohup): revisions, trials, culprits
-    so far and an ETA from the pace so far when the planner has said how many trials to expect."""
+    so far and an ETA from the pace so far when the planner has said how many trials to expect.
+    `position` is the (done, expected) a MonotoneBar keeps across the lines."""
     p = job.progress
-    done, expected = bar_position(job)
+    done, expected = position or bar_position(job)
     eta = ""
     if expected and done and job.status not in FINISHED:
         eta = f", ETA {_minutes(elapsed_s * (expected - done) / done)}"
@@ -163,32 +184,45 @@ def follow(read: Callable[[], JobRead], console: Console, *, show: bool = True, 
     Raises CLIError when an embedded job stops making progress."""
     if show and not console.is_terminal:
         return _follow_lines(read, console, poll_s, stalled)
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
-               TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
-    with Progress(*columns, console=console, disable=not show, transient=False) as bar:
+    with Progress(*bar_columns(), console=console, disable=not show, transient=False) as bar:
         task = bar.add_task("bisect", total=None, detail="planning")
+        shown = MonotoneBar()
         while True:
             job = read()
-            p = job.progress
-            done, expected = bar_position(job)
-            detail = (f"{done}/{expected or '?'} trials, {p.get('measured', 0)}/{p.get('revisions', '?')} revisions, "
-                      f"round {p.get('rounds', 0)}, {p.get('culprits', 0)} culprit(s)")
-            bar.update(task, description=f"job {job.id} {job.status}", detail=detail, total=expected, completed=done)
+            done, expected = shown.update(job)
+            bar.update(task, description=f"job {job.id} {job.status}", detail=bar_detail(job, done, expected),
+                       total=expected, completed=done)
             if job.status in FINISHED:
                 return job
             _check_stalled(read, stalled)
             time.sleep(poll_s)
 
 
+def bar_columns() -> list:
+    """The live bar's columns, sized so that elapsed and ETA still show in 100 columns: a
+    20-column bar, and the elapsed/ETA before the free-text detail, which is what a narrow
+    terminal cuts."""
+    return [TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), TaskProgressColumn(),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[detail]}")]
+
+
+def bar_detail(job: JobRead, done: int, expected: int | None) -> str:
+    p = job.progress
+    return (f"{done}/{expected or '?'} trials, {p.get('measured', 0)}/{p.get('revisions', '?')} revs, "
+            f"round {p.get('rounds', 0)}, {p.get('culprits', 0)} culprit(s)")
+
+
 def _follow_lines(read: Callable[[], JobRead], console: Console, poll_s: float,
                   stalled: Callable[[], bool]) -> JobRead:
     started = time.monotonic()
     last = None
+    shown = MonotoneBar()
     while True:
         job = read()
+        position = shown.update(job)
         state = (job.status, job.progress.get("rounds", 0))
         if state != last:
-            console.print(progress_line(job, time.monotonic() - started), soft_wrap=True, highlight=False)
+            console.print(progress_line(job, time.monotonic() - started, position), soft_wrap=True, highlight=False)
             last = state
         if job.status in FINISHED:
             return job

@@ -240,6 +240,7 @@ def demo(
     runs.print_job(job, as_json)
     if not as_json:
         runs.print_truth_check(job, truth)
+        print(f"\n{runs.next_step(job.id)}")
     exit_with(exit_code(job))
 
 

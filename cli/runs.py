@@ -215,6 +215,12 @@ def print_job(job: JobRead, as_json: bool, *, wide: bool = False) -> None:
     out.print(Text("\n").join(report_lines(job, wide=wide)))
 
 
+def next_step(job_id: int, base: str = "http://127.0.0.1:8000") -> str:
+    """The demo's last line: where a newcomer sees what it found (the job's page, served by
+    `perfbisect serve` from the same database)."""
+    return f"next: run `perfbisect serve` and open {base}/dashboard/jobs/{job_id} to see the culprits and their charts"
+
+
 def truth_check(job: JobRead, truth: dict) -> dict[str, list[str]]:
     """Match culprits with the demo's planted events (only the CLI's check and the tests read
     the ground truth; the service never does). An event is found if a culprit's range holds it;

@@ -124,7 +124,7 @@ def bounded_view(session: Session, read: HistoryRead, width: int, *, panels: boo
         revisions.update(repository.revision_meta(session, read.repository.id, missing))
     histories = assemble_histories(series, culprits, positions, failed)
     repo = read.repository
-    links, devices = repo_links(repo.url), views.device_names(session, histories)
+    links, devices = repo_links(repo.url, repo.name), views.device_names(session, histories)
     charts = views.chart_panels(histories, positions, revisions, links, devices, repo.name, overlay) if panels else []
     for panel in charts:
         panel.chart.update(zoom_source(repo.name, panel.histories, width))

@@ -424,12 +424,28 @@ def job_min_effect(session: Session, revision_id: int) -> float | None:
     return spec.min_effect if spec is not None and spec.min_effect else None
 
 
+def newest_min_effect(session: Session, repository_id: int) -> float | None:
+    """The minimum effect of the repository's newest job that has one (an attribution has none)."""
+    stmt = select(Job.spec).where(Job.repository_id == repository_id).order_by(Job.id.desc()).limit(20)
+    return next((s.min_effect for s in session.scalars(stmt) if getattr(s, "min_effect", None)), None)
+
+
 def measured_revisions(session: Session, repository_id: int, limit: int = 200) -> list[Revision]:
     """The newest revisions that have case points (what the compare form offers)."""
     stmt = (select(Revision).where(Revision.repository_id == repository_id,
                                    exists().where(CasePoint.revision_id == Revision.id))
             .order_by(Revision.position.desc().nulls_last(), Revision.id.desc()).limit(limit))
     return list(session.scalars(stmt))
+
+
+def measured_before(session: Session, repository_id: int, revision: Revision) -> Revision | None:
+    """The newest revision with case points before `revision` in first-parent order."""
+    if revision.position is None:
+        return None
+    stmt = (select(Revision).where(Revision.repository_id == repository_id, Revision.position < revision.position,
+                                   exists().where(CasePoint.revision_id == Revision.id))
+            .order_by(Revision.position.desc()).limit(1))
+    return session.scalar(stmt)
 
 
 def finished_culprits(session: Session, *, repository_id: int | None = None, limit: int = 200):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
@@ -14,7 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from perfbisect.dashboards import bounded, repository, triage, views
+from perfbisect.dashboards import bounded, export, repository, triage, views
 from perfbisect.dashboards.charts import format_value
 from perfbisect.dashboards.payload import bounded_history_json
 from perfbisect.service.api.deps import SessionDep, get_viewer
@@ -94,8 +95,9 @@ def dashboard_history(request: Request, session: SessionDep, name: RepoName, sui
     read = bounded.read_history(session, name, suite=suite, target=target, case=case, last=last, shape=wanted)
     view = bounded.bounded_view(session, read, bounded.CHART_POINTS, panels=True, overlay=overlay)
     alerts_of_jobs = triage.alerts_of_jobs(session, sorted({m.job_id for h in view.histories for m in h.steps}))
+    download = urlencode({k: v for k, v in (("suite", suite), ("target", target), ("case", case), ("last", last)) if v})
     return templates.TemplateResponse(request, "history.html", {"view": view, "filters": filters, "shape": wanted,
-                                                                "alerts_of_jobs": alerts_of_jobs})
+                                                                "alerts_of_jobs": alerts_of_jobs, "download": download})
 
 
 @router.get("/dashboard/regressions", response_class=HTMLResponse, include_in_schema=False)
@@ -186,6 +188,21 @@ def history(request: Request, session: SessionDep, name: RepoName, suite: Filter
     read = bounded.read_history(session, name, suite=suite, target=target, case=case, last=last, start=start, end=end)
     tag = etag_of(f"{read.digest} {width} {BOUNDED_ENCODING}".encode())  # known before the points are read
     return built_once(request, tag, BODIES, lambda: bounded_history_json(bounded.bounded_view(session, read, width), width))
+
+
+@router.get("/api/history/{name}/download", tags=["history"],
+            responses={200: {"content": {t: {} for t in export.FORMATS.values()}}})
+def history_download(session: SessionDep, name: RepoName, suite: Filter = None, target: Filter = None,
+                     case: Filter = None, last: int | None = Query(None, ge=2, le=100_000),
+                     format: str = Query("csv", pattern="^(csv|json)$")) -> Response:
+    """Every point of repository `name`'s history (filtered as /api/history) as a file to
+    download: CSV, one row per case, fingerprint and revision, or the /api/history JSON."""
+    body = views.history_json(views.repository_history(session, name, suite=suite, target=target, case=case,
+                                                       last=last))
+    content = export.history_csv(body) if format == "csv" else FastJSONResponse(body).body
+    filename = export.download_name(name, format, suite, target, case)
+    return Response(content, media_type=export.FORMATS[format],
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
 
 @router.get("/api/history/{name}/overview", tags=["history"], responses=JSON_OBJECT)

@@ -164,7 +164,8 @@ def repository_history(session: Session, name: str, *, suite: str | None = None,
     if missing := sorted(positions.keys() - revisions.keys()):  # marks (culprits, failures) without a point
         revisions.update(repository.revision_meta(session, repo.id, missing))
     return RepositoryHistory(repository=repo, positions=positions, revisions=revisions, histories=histories,
-                             panels=[], cases=[], links=repo_links(repo.url), devices=device_names(session, histories))
+                             panels=[], cases=[], links=repo_links(repo.url, repo.name),
+                             devices=device_names(session, histories))
 
 
 def first_position(session: Session, repository_id: int, last: int | None, start: int | None) -> int | None:
@@ -274,7 +275,7 @@ def job_page(session: Session, job_id: int) -> JobPage:
     rows = repository.measurement_rows(session, job.repository_id, job_id=job.id)
     histories = build_histories(rows, repository.culprit_rows(session, job.repository_id, job_id=job.id), order,
                                 repository.failed_trials(session, job.repository_id, job_id=job.id))
-    links, devices = repo_links(job.repository.url), device_names(session, histories)
+    links, devices = repo_links(job.repository.url, job.repository.name), device_names(session, histories)
     return JobPage(job=read, culprit_rows=culprit_rows(read), panels=chart_panels(histories, order, revisions, links, devices,
                                                                           job.repository.name),
                    trial_counts=repository.trial_counts(session, job.id), links=links, devices=devices,
@@ -304,7 +305,8 @@ def alerts_page(session: Session, *, repository_name: str | None = None, kind: s
         shas.setdefault(repo.id, set()).add(culprit.last_sha)
     metas = {rid: repository.revision_meta(session, rid, sorted(found)) for rid, found in shas.items()}
     rows = [row for culprit, job, repo in loaded
-            for row in culprit_alerts(culprit, job, repo, metas[repo.id].get(culprit.last_sha), repo_links(repo.url))]
+            for row in culprit_alerts(culprit, job, repo, metas[repo.id].get(culprit.last_sha),
+                                      repo_links(repo.url, repo.name))]
     if kind:
         rows = [r for r in rows if r.kind == kind]
     return AlertsPage(rows=rows, source="culprits of finished jobs")
@@ -318,7 +320,7 @@ class ComparePage:
     rows: list[CompareRow]
     choices: list[RevisionMeta]
     links: RepoLinks
-    min_effect: float  # the newest job's at the head, else PERFBISECT_DEFAULT_MIN_EFFECT
+    min_effect: float  # the newest job's at the head, else the repository's newest job's, else the default
     devices: dict[str, str] = field(default_factory=dict)
 
 
@@ -346,8 +348,10 @@ def compare_page(session: Session, name: str, base: str | None, head: str | None
                  min_effect: float | None = None) -> ComparePage:
     """Two stored revisions of repository `name` (sha or a unique prefix) compared from their
     per-revision medians, with each case's verdict at `min_effect` (default: that of the newest
-    job that measured the head). Without both refs, only the revisions to choose from. Raises
-    NotFound for an unknown repository or a ref that names no single stored revision."""
+    job that measured the head, else of the repository's newest job, which the form shows).
+    A head alone (a commit link) is compared with the measured revision before it; without a
+    head, only the revisions to choose from. Raises NotFound for an unknown repository or a
+    ref that names no single stored revision."""
     repo = find_repository(session, name)
     revs = []
     for ref in (base, head):
@@ -358,12 +362,15 @@ def compare_page(session: Session, name: str, base: str | None, head: str | None
         if rev is None:
             raise NotFound(f"no single stored revision of {name!r} starts with {ref!r}")
         revs.append(rev)
+    if revs[1] and not revs[0]:  # one commit (a local repository's commit link): against the one before it
+        revs[0] = repository.measured_before(session, repo.id, revs[1])
+    if min_effect is None:
+        min_effect = ((revs[1] and repository.job_min_effect(session, revs[1].id))
+                      or repository.newest_min_effect(session, repo.id) or get_settings().default_min_effect)
     rows: list[CompareRow] = []
     if revs[0] and revs[1]:
         points = repository.revision_points(session, repo.id, [revs[0].id, revs[1].id])
         rows = compare_rows([p for rid, p in points if rid == revs[0].id], [p for rid, p in points if rid == revs[1].id])
-        if min_effect is None:
-            min_effect = repository.job_min_effect(session, revs[1].id) or get_settings().default_min_effect
         rows = _with_verdicts(session, repo.id, rows, revs[0].sha, revs[1].sha, min_effect)
     meta = repository.revision_meta(session, repo.id, [r.sha for r in revs if r])
     fps = [r.fingerprint for r in rows if r.fingerprint]
@@ -372,5 +379,5 @@ def compare_page(session: Session, name: str, base: str | None, head: str | None
                for r in repository.measured_revisions(session, repo.id)]
     return ComparePage(repository=repo, base=meta.get(revs[0].sha) if revs[0] else None,
                        head=meta.get(revs[1].sha) if revs[1] else None, rows=rows, choices=choices,
-                       links=repo_links(repo.url), devices=devices,
-                       min_effect=min_effect or get_settings().default_min_effect)
+                       links=repo_links(repo.url, repo.name), devices=devices,
+                       min_effect=min_effect)

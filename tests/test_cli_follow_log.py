@@ -3,11 +3,12 @@ trials, revisions, culprits and an ETA; a bar is drawn only on a terminal."""
 from __future__ import annotations
 
 import io
+import re
 from datetime import datetime, timezone
 
 from rich.console import Console
 
-from perfbisect.cli.follow import follow, progress_line
+from perfbisect.cli.follow import MonotoneBar, follow, progress_line
 from perfbisect.service.jobs.schemas import JobRead
 
 
@@ -35,3 +36,35 @@ def test_a_log_gets_one_line_per_round_and_one_at_the_end():
 def test_the_eta_follows_the_pace_so_far():
     assert progress_line(job("running", 2, 10, 40), elapsed_s=60).endswith("1m00s elapsed, ETA 3m00s")
     assert "ETA" not in progress_line(job("running", 1, 0, None), elapsed_s=5)
+
+
+def test_the_bar_never_goes_backwards_when_the_planner_re_estimates():
+    """Issue 42: the expected total fell and rose again each round and the bar went backwards.
+    The done count never shrinks, the total only grows, and a finished job is a full bar."""
+    shown = MonotoneBar()
+    assert shown.update(job("queued", 0, 0, None)) == (0, None)
+    assert shown.update(job("running", 1, 6, 40)) == (6, 40)
+    assert shown.update(job("running", 2, 12, 30)) == (12, 40)
+    assert shown.update(job("running", 2, 10, 55)) == (12, 55)
+    assert shown.update(job("succeeded", 3, 30, 30)) == (30, 30)
+
+
+def test_a_log_line_keeps_the_bar_s_position():
+    polls = iter([job("running", 1, 6, 40), job("running", 2, 12, 20), job("succeeded", 3, 30, 30)])
+    out = io.StringIO()
+    follow(lambda: next(polls), Console(file=out, force_terminal=False, width=200), poll_s=0)
+    lines = out.getvalue().splitlines()
+    assert "round 2, 12/40 trials" in lines[1]
+
+
+def test_elapsed_and_eta_fit_in_100_columns():
+    """Issue 42: at 100 columns the live bar cut its elapsed time and ETA."""
+    out = io.StringIO()
+    polls = iter([job("running", 12, 130, 260, culprits=3)] * 2 + [job("succeeded", 20, 260, 260, 3)])
+    follow(lambda: next(polls), Console(file=out, force_terminal=True, width=100, color_system=None), poll_s=0)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # the cursor moves of a live display
+    drawn = [line for line in text.replace("\r", "\n").splitlines() if "job 7" in line]
+    assert drawn
+    for line in drawn:
+        assert len(line) <= 100 and "ETA" in line
+    assert "0:00:00" in drawn[-1] and "100%" in drawn[-1]

@@ -213,3 +213,11 @@ def test_the_demo_truth_check_scores_each_culprit_per_case(demo_repo, capsys) ->
     print_truth_check(job, truth)
     out = capsys.readouterr().out
     assert f"false culprits (commit, case): 2\n  false: #945 on {rms}\n  false: #935 on {k_right}\n" in out
+
+
+def test_the_demo_ends_with_the_next_step_for_a_newcomer() -> None:
+    """Issue 42: the demo ended with no next step; its last line names the server and the job's page."""
+    from perfbisect.cli.runs import next_step
+
+    assert next_step(12) == ("next: run `perfbisect serve` and open http://127.0.0.1:8000/dashboard/jobs/12 "
+                             "to see the culprits and their charts")

@@ -151,6 +151,13 @@ def test_repo_links_follow_the_hosts_url_forms(url: str, commit, pull) -> None:
     assert (links.commit("abc"), links.pull(7)) == (commit, pull)
 
 
+def test_a_local_repository_s_commits_link_to_the_dashboard_s_commit_view() -> None:
+    """Issue 42: a local path's commits had no link; they open the commit in the compare view."""
+    assert repo_links("/srv/git/kern", "kern demo").commit("abc") == "/dashboard/repositories/kern%20demo/compare?head=abc"
+    assert repo_links("/srv/git/kern", "kern").pull(7) is None
+    assert repo_links("https://github.com/acme/kern.git", "kern").commit("abc") == "https://github.com/acme/kern/commit/abc"
+
+
 def test_only_steps_whose_interval_passed_are_marked() -> None:
     assert stored_step_moved({"rel": -0.54, "ci": [-0.6, -0.5]}, 0.02)
     assert not stored_step_moved({"rel": 0.018, "ci": [-0.01, 0.05]}, 0.02)  # interval spans zero
@@ -472,6 +479,55 @@ def test_compare_view_reads_two_stored_revisions(client, measured) -> None:
     assert client.get("/dashboard/repositories/kern/compare", params={"base": "zzzz", "head": SHAS[3]}).status_code == 404
     chooser = client.get("/dashboard/repositories/kern/compare").text
     assert chooser.count(f'<option value="{SHAS[0]}"') == 2  # base and head selects
+
+
+def test_the_compare_form_defaults_to_the_newest_job_s_minimum_effect(client, session, measured) -> None:
+    """Issue 42: the form offered 2% while the repository's jobs asked 15%."""
+    spec = {**measured["job"].spec.model_dump(mode="json"), "min_effect": 0.15}
+    session.add(Job(kind=JobKind.bisect, repository_id=measured["repo"].id, spec=spec, revision_shas=SHAS[:5],
+                    status=JobStatus.succeeded, progress={}))
+    session.flush()
+    chooser = client.get("/dashboard/repositories/kern/compare").text
+    assert 'name="min_effect" min="0.001" max="0.99" step="0.001" value="0.15"' in chooser
+    head_measured = client.get("/dashboard/repositories/kern/compare", params={"base": SHAS[2], "head": SHAS[3]}).text
+    assert "verdict at 2.0%" in head_measured  # the job that measured the head asked 2%
+
+
+def test_a_case_s_history_downloads_as_csv_and_json_from_its_page(client, measured) -> None:
+    """Issue 42: the page links a download of the series it shows, as CSV and as JSON."""
+    page = client.get("/dashboard/repositories/kern", params={"case": GEMM}).text
+    query = "case=gemm+M%3D64%2CN%3D64%2CK%3D64%2Cdtype%3Dfp32"
+    assert f'<a href="/api/history/kern/download?{query}&amp;format=csv" download>download CSV</a>' in page
+    assert f'<a href="/api/history/kern/download?{query}&amp;format=json" download>download JSON</a>' in page
+    csv_file = client.get(f"/api/history/kern/download?{query}&format=csv")
+    assert csv_file.status_code == 200
+    assert csv_file.headers["content-type"] == "text/csv; charset=utf-8"
+    assert csv_file.headers["content-disposition"] == \
+        'attachment; filename="kern-history-gemm_M=64,N=64,K=64,dtype=fp32.csv"'
+    rows = csv_file.text.splitlines()
+    assert rows[0] == ("suite,target,case,fingerprint,unit,subject,pr_number,sha,index,value,control_value,ratio,"
+                       "trials,value_min,value_max,ratio_min,ratio_max")
+    assert (f'gemm,{TARGET},"{GEMM}",{"f" * 64},TFLOP/s,commit 0 <b>,10,{SHAS[0]},0,605.0,700.0,'
+            f"{605 / 700!r},2,600.0,610.0,{600 / 700!r},{610 / 700!r}") in rows
+    assert len(rows) == 1 + 5  # four revisions on one device, one on the other
+    json_file = client.get(f"/api/history/kern/download?{query}&format=json")
+    assert json_file.headers["content-type"] == "application/json"
+    assert json_file.headers["content-disposition"].endswith('.json"')
+    assert json_file.json() == client.get(f"/api/history/kern?{query}").json()
+    assert client.get("/api/history/kern/download", params={"format": "xls"}).status_code == 422
+    assert client.get("/api/history/nope/download").status_code == 404
+
+
+def test_a_commit_alone_is_compared_with_the_measured_revision_before_it(client, session, measured) -> None:
+    """The commit view a local repository's commit links open: head only, base the revision before."""
+    measured["repo"].url = "/srv/git/kern"
+    session.flush()
+    html = client.get("/dashboard/repositories/kern/compare", params={"head": SHAS[3]}).text
+    assert f'<option value="{SHAS[2]}" selected>' in html and f'<option value="{SHAS[3]}" selected>' in html
+    assert "-8.1%" in html  # 605 -> 556 on the device measured at both
+    assert f'<a href="/dashboard/repositories/kern/compare?head={SHAS[3]}"><code>{SHAS[3][:10]}</code></a>' in html
+    first = client.get("/dashboard/repositories/kern/compare", params={"head": SHAS[0]}).text
+    assert first.count(" selected>") == 1  # the head: nothing was measured before the first commit
 
 
 def test_unknown_repository_or_job_is_404(client, measured) -> None:
