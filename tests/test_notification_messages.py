@@ -8,17 +8,21 @@ to the dashboard pages of the alert, the job and the case's chart. One renderer
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import pytest
 
 from perfbisect.service.models import AlertKind, Culprit, CulpritKind, Job, JobKind, JobStatus, Revision
+from perfbisect.service.alerts import service as alerts
 from perfbisect.service.notifications import channels
 from perfbisect.service.notifications import service as notifications
 from perfbisect.service.notifications.models import Delivery
 from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.settings import get_settings
+from perfbisect.service.tracking import service as tracking
 from tests.alerts.test_alert_bot import _bisected, alert  # noqa: F401 (alert: a fixture)
-from tests.alerts.test_loop_service import lib  # noqa: F401 (a fixture)
+from tests.alerts.test_loop_service import CASE_NAME, lib, measure, result, step_at, track  # noqa: F401 (lib)
+from tests.gitrepo import git
 from tests.test_notifications import subscribe
 
 BASE = "https://perf.example"
@@ -128,3 +132,40 @@ def test_the_alert_page_shows_before_after_with_units_or_the_error_against_the_t
     _bisected(session, alert, kind, effects)
     html = client.get(f"/dashboard/alerts/{alert.id}").text
     assert '<th scope="col">ratio to the control, before</th>' in html and cell in html
+
+
+def wrong_with_error(case_values: dict) -> dict:
+    """A harness result whose wrong cases carry the error and the message naming the tolerance."""
+    out = result(case_values)
+    for case in out["cases"]:
+        if case["status"] == "wrong_results":
+            case["accuracy_error"], case["error"] = 0.25, "max abs error 0.25 above tolerance 0.01"
+    return out
+
+
+def raised(session, lib, values, as_result=result) -> dict:  # noqa: F811
+    subscribe(session, lib["repo"].name, "email", "team@example.com", ["alert"])
+    tracked = track(session, lib)
+    measure(session, tracking.start_run(session, tracked.id).job.id, values, as_result)
+    for index in (11, 13, 15):
+        git(lib["path"], "update-ref", "refs/heads/main", lib["shas"][index])
+        measure(session, tracking.start_run(session, tracked.id, lib["shas"][index]).job.id, values, as_result)
+    [delivery_id] = notifications.alerts_raised(session, alerts.detect(session, tracked.id).raised)
+    return session.get(Delivery, delivery_id).payload
+
+
+def test_a_raised_regression_gives_the_step_with_its_unit_and_the_pages(session, lib, public_url) -> None:  # noqa: F811
+    payload = raised(session, lib, step_at(lib, 10))
+    [line] = payload["lines"]
+    assert line.startswith(f"{CASE_NAME}: -") and ", ratio to the control " in line and line.endswith(" TFLOP/s")
+    alert_id = payload["alert"]["id"]
+    assert [x["url"] for x in payload["links"]] == [
+        f"{BASE}/dashboard/alerts/{alert_id}",
+        f"{BASE}/dashboard/repositories/{lib['repo'].name}?case={quote(CASE_NAME, safe='')}"]
+
+
+def test_a_raised_wrong_results_alert_gives_the_error_against_the_tolerance(session, lib, public_url) -> None:  # noqa: F811
+    shas = lib["shas"]
+    payload = raised(session, lib, lambda sha: {CASE_NAME: "wrong" if shas.index(sha) >= 9 else 1.0},
+                     wrong_with_error)
+    assert payload["lines"] == [f"{CASE_NAME}: wrong results, error 0.25 against tolerance 0.01"]
