@@ -157,6 +157,7 @@ def raised(session, lib, values, as_result=result) -> dict:  # noqa: F811
 def test_a_raised_regression_gives_the_step_with_its_unit_and_the_pages(session, lib, public_url) -> None:  # noqa: F811
     payload = raised(session, lib, step_at(lib, 10))
     [line] = payload["lines"]
+    assert " step of the ratio to the control in " in payload["title"]
     assert line.startswith(f"{CASE_NAME}: -") and ", ratio to the control " in line and line.endswith(" TFLOP/s")
     alert_id = payload["alert"]["id"]
     assert [x["url"] for x in payload["links"]] == [
@@ -169,3 +170,4 @@ def test_a_raised_wrong_results_alert_gives_the_error_against_the_tolerance(sess
     payload = raised(session, lib, lambda sha: {CASE_NAME: "wrong" if shas.index(sha) >= 9 else 1.0},
                      wrong_with_error)
     assert payload["lines"] == [f"{CASE_NAME}: wrong results, error 0.25 against tolerance 0.01"]
+    assert payload["title"].endswith(f"first wrong in {shas[8][:10]}..{shas[11][:10]}") and "%" not in payload["title"]

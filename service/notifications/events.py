@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from perfbisect.gitrepo import pr_number
-from perfbisect.service.alerts.render import Link, commit_text, page_links, step_text, wrong_text
+from perfbisect.service.alerts.render import METRIC_SHORT, Link, commit_text, page_links, step_text, wrong_text
 from perfbisect.service.models import Alert, Culprit, Job, Revision, TrackedBranch
 from perfbisect.service.notifications.models import Event
 from perfbisect.service.settings import get_settings
@@ -51,13 +51,21 @@ def _case_line(name: str, wrong: bool, effect: Mapping[str, Any] | None, metric:
     return wrong_text(name, effect) if wrong else step_text(name, effect or {}, metric)
 
 
+def _what(tracked: TrackedBranch, alert: Alert) -> str:
+    """The alert in a few words: the failing head, the wrong range, or the step with what it measured."""
+    span = f"{alert.first_sha[:10]}..{alert.last_sha[:10]}"
+    if alert.kind.value == "broken":
+        return f"the head {alert.last_sha[:10]} fails to build or import ({alert.note})"
+    if alert.kind.value == "wrong_results":
+        return f"first wrong in {span}"
+    return f"a {alert.magnitude * 100:.1f}% step of the {METRIC_SHORT.get(tracked.metric, tracked.metric)} in {span}"
+
+
 def alert_raised(tracked: TrackedBranch, alert: Alert, measured: Mapping[str, Mapping[str, Any]] | None = None) -> Notice:
     """A new alert on a tracked branch (its cases loaded). `measured`: per case, the medians with
     their unit at both heads, or a wrong case's error and tolerance (alerts.one_commit.measured)."""
     where = f"{tracked.repository.name}@{tracked.branch} ({tracked.device_class})"
-    what = (f"the head {alert.last_sha[:10]} fails to build or import ({alert.note})" if alert.kind.value == "broken"
-            else f"{alert.magnitude * 100:.1f}% in {alert.first_sha[:10]}..{alert.last_sha[:10]}")
-    title = f"perfbisect: {alert.kind.value.replace('_', ' ')} on {where}, {what}"
+    title = f"perfbisect: {alert.kind.value.replace('_', ' ')} on {where}, {_what(tracked, alert)}"
     cases = [{"case": c.case.name, "kind": c.kind.value, "rel": c.rel} for c in alert.cases]
     measured = measured or {}
     lines = [_case_line(
