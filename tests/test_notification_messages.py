@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
-from perfbisect.service.models import AlertKind, Culprit, CulpritKind, Job, JobKind, JobStatus, Revision
+from perfbisect.service.models import AlertKind, Culprit, CulpritKind, Job, JobKind, JobStatus, Revision, TrackedBranch
 from perfbisect.service.alerts import service as alerts
 from perfbisect.service.notifications import channels
 from perfbisect.service.notifications import service as notifications
@@ -171,3 +171,19 @@ def test_a_raised_wrong_results_alert_gives_the_error_against_the_tolerance(sess
                      wrong_with_error)
     assert payload["lines"] == [f"{CASE_NAME}: wrong results, error 0.25 against tolerance 0.01"]
     assert payload["title"].endswith(f"first wrong in {shas[8][:10]}..{shas[11][:10]}") and "%" not in payload["title"]
+
+
+def test_a_one_commit_alerts_comment_links_the_track_job_that_named_it(session, alert, monkeypatch) -> None:  # noqa: F811
+    from perfbisect.service.alerts import bot
+
+    monkeypatch.setattr(get_settings(), "public_url", BASE)
+    job = Job(kind=JobKind.track, repository_id=session.get(TrackedBranch, alert.tracked_branch_id).repository_id, status=JobStatus.succeeded,
+              revision_shas=[alert.last_sha], progress={},
+              spec={"min_effect": 0.05, "cases": [], "tracked_branch_id": alert.tracked_branch_id})
+    session.add(job)
+    session.flush()
+    session.add(Culprit(job_id=job.id, kind=CulpritKind.performance, first_sha=alert.last_sha,
+                        last_sha=alert.last_sha, effects={}))
+    session.flush()
+    work = bot.comment_work(session, alert.id)
+    assert f"[track job {job.id}]({BASE}/dashboard/jobs/{job.id})" in work.links

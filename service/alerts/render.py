@@ -125,9 +125,10 @@ def page_links(public_url: str | None, repository: str, alert_id: int | None, jo
 
 
 def links(public_url: str | None, repository: str, alert_id: int, job_id: int | None,
-          cases: Sequence[str]) -> list[str]:
+          cases: Sequence[str], job_label: str = "bisect job") -> list[str]:
     """The page links as Markdown, for the PR comment."""
-    return [f"[{link.label}]({link.url})" for link in page_links(public_url, repository, alert_id, job_id, cases)]
+    found = page_links(public_url, repository, alert_id, job_id, cases, job_label)
+    return [f"[{link.label}]({link.url})" for link in found]
 
 
 def plain_text(payload: Mapping[str, Any]) -> str:
