@@ -68,10 +68,10 @@ def alert_raised(tracked: TrackedBranch, alert: Alert, measured: Mapping[str, Ma
     title = f"perfbisect: {alert.kind.value.replace('_', ' ')} on {where}, {_what(tracked, alert)}"
     cases = [{"case": c.case.name, "kind": c.kind.value, "rel": c.rel} for c in alert.cases]
     measured = measured or {}
-    lines = [_case_line(
-        c.case.name, c.rel is None, {"rel": c.rel, "before": c.mean_before, "after": c.mean_after,
-                                     **measured.get(c.case.name, {})} if c.rel is not None
-        else measured.get(c.case.name), tracked.metric) for c in alert.cases]
+    lines = [wrong_text(c.case.name, measured.get(c.case.name)) if c.rel is None else
+             step_text(c.case.name, {"rel": c.rel, "before": c.mean_before, "after": c.mean_after,
+                                     **measured.get(c.case.name, {})}, tracked.metric)
+             for c in alert.cases]
     body = {"id": alert.id, "kind": alert.kind.value, "status": alert.status.value, "magnitude": alert.magnitude,
             "before_sha": alert.before_sha, "first_sha": alert.first_sha, "last_sha": alert.last_sha,
             "tracked_branch_id": tracked.id, "device_class": tracked.device_class, "cases": cases}
