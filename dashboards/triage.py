@@ -13,11 +13,13 @@ from urllib.parse import urlencode
 from sqlalchemy.orm import Session
 
 from perfbisect.dashboards.links import RepoLinks, repo_links
+from perfbisect.service.alerts import one_commit
 from perfbisect.service.alerts import repository as alerts_repository
 from perfbisect.service.alerts import service as alerts_service
+from perfbisect.service.alerts.render import METRIC_SHORT, error_text, measured_text
 from perfbisect.service.alerts.schemas import AlertChangeRead, AlertRead
 from perfbisect.service.alerts.views import alert_reads
-from perfbisect.service.models import AlertKind, AlertStatus, TrackedBranch, TrackTrigger
+from perfbisect.service.models import Alert, AlertKind, AlertStatus, TrackedBranch, TrackTrigger
 from perfbisect.service.tracking import repository as tracking_repository
 
 STATUSES = [s.value for s in AlertStatus]
@@ -45,6 +47,8 @@ class AlertsPage:
     filters: dict[str, str | None]
     tracked: list[TrackedBranch]
     changes: list[AlertChangeRead] = field(default_factory=list)
+    metric: str = "ratio to the control"  # what the cases' before and after are
+    measured: dict[str, str] = field(default_factory=dict)  # case -> value with its unit, or error vs tolerance
 
 
 def chart_url(repository: str, case: str | None, target: str | None) -> str | None:
@@ -78,14 +82,30 @@ def alerts_page(session: Session, filters: dict[str, str | None], limit: int = 3
                       tracked=list(tracking_repository.list_all(session)))
 
 
+def _measured(session: Session, tracked: TrackedBranch, alert: Alert) -> dict[str, str]:
+    """Per case, the measured value before → after with its unit, or a wrong case's error against
+    the tolerance: the culprit's stored effects, else the medians at the alert's two heads."""
+    culprit = alerts_repository.bisect_culprit(session, alert)
+    effects = (culprit.effects if culprit is not None else None) or one_commit.measured(session, tracked, alert)
+    out = {}
+    for c in alert.cases:
+        effect = effects.get(c.case.name)
+        text = error_text(effect) if c.rel is None else (measured_text(effect) if effect else None)
+        out[c.case.name] = text or "–"
+    return out
+
+
 def alert_page(session: Session, alert_id: int) -> AlertsPage:
-    """One alert with its cases, links and triage history. Raises NotFound."""
+    """One alert with its cases (before → after with units, or the error against the tolerance),
+    links and triage history. Raises NotFound."""
     alert = alerts_service.get(session, alert_id)
+    tracked = tracking_repository.get(session, alert.tracked_branch_id)
     targets = {alert.id: alert.cases[0].case.target} if alert.cases else {}
     changes = [AlertChangeRead.model_validate(c, from_attributes=True)
                for c in alerts_repository.changes(session, alert_id)]
     return AlertsPage(alerts=_views(session, alert_reads(session, [alert]), targets), filters={}, tracked=[],
-                      changes=changes)
+                      changes=changes, metric=METRIC_SHORT.get(tracked.metric, tracked.metric),
+                      measured=_measured(session, tracked, alert))
 
 
 @dataclass

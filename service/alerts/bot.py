@@ -59,6 +59,15 @@ def _table(session: Session, alert: Alert, metric: str) -> list[str]:
     return case_table(steps, metric, (culprit.effects or {}) if culprit is not None else {})
 
 
+def _job_of(session: Session, alert: Alert) -> tuple[int | None, str]:
+    """The job that named the culprit: the alert's bisect, or the track job that measured a
+    one-commit alert's culprit (its culprit row's job)."""
+    if alert.bisect_job_id is not None:
+        return alert.bisect_job_id, "bisect job"
+    culprit = repository.bisect_culprit(session, alert)
+    return (culprit.job_id if culprit is not None else None), "track job"
+
+
 def _commit(session: Session, repository_id: int, sha: str) -> Commit:
     revision = revisions_by_sha(session, repository_id, [sha]).get(sha)
     return Commit(sha, revision.subject if revision else "")
@@ -86,8 +95,9 @@ def comment_work(session: Session, alert_id: int) -> CommentWork | None:
     kind = "broken head" if alert.kind == AlertKind.broken else alert.kind.value.replace('_', ' ')
     headline = (f"a {kind} on `{tracked.branch}` of **{tracked.repository.name}** "
                 f"({tracked.device_class}), alert #{alert.id}")
-    see = links(get_settings().public_url, tracked.repository.name, alert.id, alert.bisect_job_id,
-                [c.case.name for c in alert.cases])
+    job_id, job_label = _job_of(session, alert)
+    see = links(get_settings().public_url, tracked.repository.name, alert.id, job_id,
+                [c.case.name for c in alert.cases], job_label)
     return CommentWork(alert.id, slug, headline, _table(session, alert, tracked.metric),
                        _commit(session, tracked.repository_id, alert.culprit_last_sha), fix,
                        fix_alert.id if fix_alert else None, known, see,

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from perfbisect.service.bisect.effect import bootstrap_effect
-from perfbisect.service.jobs.advance import wrong_effects
+from perfbisect.service.jobs.advance import raw_medians, wrong_effects
 from perfbisect.service.job_spec import field as spec_field
 from perfbisect.service.models import (Alert, AlertKind, Culprit, CulpritKind, Job, JobKind, Measurement, Revision,
                                       TrackedBranch, Trial, TrialStatus)
@@ -73,3 +73,18 @@ def record(session: Session, tracked: TrackedBranch, alert: Alert) -> Culprit | 
     session.add(culprit)
     session.flush()
     return culprit
+
+
+def measured(session: Session, tracked: TrackedBranch, alert: Alert) -> dict[str, dict]:
+    """What a raised alert's message says of each case beyond its step: the medians with their
+    unit at the heads on both sides (TFLOP/s, GB/s), or a wrong case's error and tolerance."""
+    if alert.kind == AlertKind.broken:
+        return {}
+    trials = tracking_repo.finished_trials_at(session, tracked.repository_id, tracked.device_class,
+                                              [alert.before_sha, alert.last_sha])
+    names = [c.case.name for c in alert.cases]
+    if alert.kind == AlertKind.wrong_results:
+        return wrong_effects(trials, alert.last_sha, names)
+    before, after = raw_medians(trials, alert.before_sha), raw_medians(trials, alert.last_sha)
+    return {name: {"before_value": before[name][0], "after_value": after[name][0], "unit": after[name][1]}
+            for name in names if name in before and name in after}

@@ -1,7 +1,9 @@
-"""The per-case table and the links of an alert's PR comment, as a bisect or compare report
-labels them: the decision metric with its name, the measured value with its unit, the step with
-its 95% interval (from the alert's bisect, which measured both sides of the culprit), and links
-to the alert, the bisect job and each case's chart. Pure: rows and effects in, Markdown out."""
+"""One renderer for every message about an alert or a culprit: the PR comment's per-case table
+(Markdown) and the plain text of the notifications (webhook JSON's `lines`, Slack, email). Both
+say the same things the same way: the culprit's PR number and subject, the step per case with its
+95% interval, the decision metric before → after with its name and the measured value with its
+unit (TFLOP/s, GB/s), the error against the tolerance for wrong results, and links to the
+dashboard pages of the alert, the job and each case's chart (never the JSON API). Pure."""
 
 from __future__ import annotations
 
@@ -23,19 +25,32 @@ class CaseStep:
     pvalue: float | None
 
 
+@dataclass(frozen=True)
+class Link:
+    """A page a person follows: the alert, the job, a case's chart, the PR."""
+
+    label: str
+    url: str
+
+
 METRIC_NAMES = {"ratio": "ratio to the control (higher is faster)", "raw": "target metric"}
+METRIC_SHORT = {"ratio": "ratio to the control", "raw": "target metric"}
 
 
 def _num(x: Any) -> str:
     return f"{float(x):.4g}" if x is not None else "?"
 
 
+def error_text(wrong: Mapping[str, Any] | None) -> str:
+    """A wrong case's largest error against the tolerance it broke (never a bare percentage)."""
+    if not wrong or wrong.get("error") is None:
+        return "error not recorded"
+    tolerance = f" against tolerance {_num(wrong['tolerance'])}" if wrong.get("tolerance") is not None else ""
+    return f"error {_num(wrong['error'])}{tolerance}"
+
+
 def _wrong_row(step: CaseStep, wrong: Mapping[str, Any] | None) -> str:
-    detail = ""
-    if wrong and wrong.get("error") is not None:
-        tolerance = f" vs tolerance {_num(wrong['tolerance'])}" if wrong.get("tolerance") is not None else ""
-        detail = f" (error {_num(wrong['error'])}{tolerance})"
-    return f"| `{step.case}` | passes → wrong results{detail} | – | – |"
+    return f"| `{step.case}` | passes → wrong results ({error_text(wrong)}) | – | – |"
 
 
 def _perf_row(step: CaseStep, effect: Mapping[str, Any] | None) -> str:
@@ -62,15 +77,66 @@ def case_table(steps: Sequence[CaseStep], metric: str, effects: Mapping[str, Map
     return rows
 
 
-def links(public_url: str | None, repository: str, alert_id: int, job_id: int | None,
-          cases: Sequence[str]) -> list[str]:
-    """Links to the dashboard pages of the alert, the bisect job and each case's chart (never the
-    JSON API: a person follows them); [] without a public URL."""
+def measured_text(effect: Mapping[str, Any]) -> str | None:
+    """The measured value before → after with its unit (612 → 259.5 TFLOP/s); None unknown."""
+    if effect.get("before_value") is None or effect.get("after_value") is None:
+        return None
+    return f"{_num(effect['before_value'])} → {_num(effect['after_value'])} {effect.get('unit') or ''}".rstrip()
+
+
+def step_text(case: str, effect: Mapping[str, Any], metric: str) -> str:
+    """One case's step in plain text: the step [95% CI], the decision metric before → after with
+    its name, the measured value with its unit. `effect`: a culprit's stored effect (rel, ci,
+    before, after, before_value, after_value, unit), or as much of it as is known."""
+    ci = effect.get("ci")
+    parts = [f"{case}: {effect['rel']:+.1%}" + (f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else "")]
+    if effect.get("before") is not None and effect.get("after") is not None:
+        parts.append(f"{METRIC_SHORT.get(metric, metric)} {_num(effect['before'])} → {_num(effect['after'])}")
+    measured = measured_text(effect)
+    if measured:
+        parts.append(measured)
+    return ", ".join(parts)
+
+
+def wrong_text(case: str, wrong: Mapping[str, Any] | None) -> str:
+    return f"{case}: wrong results, {error_text(wrong)}"
+
+
+def commit_text(sha: str, subject: str | None, pr: int | None) -> str:
+    """The culprit as a person names it: its PR number and subject (without a trailing `(#N)` that
+    repeats the number), then the commit."""
+    if pr and subject and subject.endswith(f" (#{pr})"):
+        subject = subject[: -len(f" (#{pr})")]
+    named = " ".join(x for x in (f"#{pr}" if pr else "", subject or "") if x)
+    return f"{named} ({sha[:10]})" if named else sha[:10]
+
+
+def page_links(public_url: str | None, repository: str, alert_id: int | None, job_id: int | None,
+               cases: Sequence[str], job_label: str = "bisect job") -> list[Link]:
+    """The dashboard pages of the alert, the job and each case's chart (never the JSON API: a
+    person follows them); [] without a public URL."""
     if not public_url:
         return []
     base = public_url.rstrip("/")
-    out = [f"[alert #{alert_id}]({base}/dashboard/alerts/{alert_id})"]
+    out = [Link(f"alert #{alert_id}", f"{base}/dashboard/alerts/{alert_id}")] if alert_id is not None else []
     if job_id is not None:
-        out.append(f"[bisect job {job_id}]({base}/dashboard/jobs/{job_id})")
-    out += [f"[chart: {case}]({base}{history_path(repository, case)})" for case in cases]
-    return out
+        out.append(Link(f"{job_label} {job_id}", f"{base}/dashboard/jobs/{job_id}"))
+    return out + [Link(f"chart: {case}", f"{base}{history_path(repository, case)}") for case in cases]
+
+
+def links(public_url: str | None, repository: str, alert_id: int, job_id: int | None,
+          cases: Sequence[str], job_label: str = "bisect job") -> list[str]:
+    """The page links as Markdown, for the PR comment."""
+    found = page_links(public_url, repository, alert_id, job_id, cases, job_label)
+    return [f"[{link.label}]({link.url})" for link in found]
+
+
+def plain_text(payload: Mapping[str, Any]) -> str:
+    """A notification as text (Slack's message, the email's body): its title, its lines, then
+    each link as `label: url` (or its one page without links)."""
+    out = [payload["title"], *payload["lines"]]
+    if payload.get("links"):
+        out += [f"{link['label']}: {link['url']}" for link in payload["links"]]
+    elif payload.get("url"):
+        out.append(payload["url"])
+    return "\n".join(out)

@@ -132,7 +132,8 @@ def config_of(job: Job, trials: Sequence[Trial], hints: tuple[int, ...] = ()) ->
     )
 
 
-def _raw_medians(trials: Sequence[Trial], sha: str) -> dict[str, tuple[float, str | None]]:
+def raw_medians(trials: Sequence[Trial], sha: str) -> dict[str, tuple[float, str | None]]:
+    """Per case, the median of its ok raw values at `sha` and its unit (TFLOP/s, GB/s)."""
     per_case: dict[str, list[float]] = defaultdict(list)
     units: dict[str, str | None] = {}
     for trial in trials:
@@ -183,8 +184,8 @@ def _write_culprits(session: Session, job: Job, plan: Plan, findings: Sequence[C
     for report in plan.culprits:
         before_i = _nearest_ok(observations, report.first - 1, -1, len(shas))
         after_i = _nearest_ok(observations, report.last, 1, len(shas))
-        before = _raw_medians(trials, shas[before_i]) if before_i is not None else {}
-        after = _raw_medians(trials, shas[after_i]) if after_i is not None else {}
+        before = raw_medians(trials, shas[before_i]) if before_i is not None else {}
+        after = raw_medians(trials, shas[after_i]) if after_i is not None else {}
         effects: dict[str, Any] = {}
         for case, effect in report.effects.items():
             effects[case] = {

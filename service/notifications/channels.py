@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from perfbisect.service.alerts.render import plain_text
 from perfbisect.service.notifications.models import Channel
 from perfbisect.service.outbound import GuardedTransport, OutboundRefused
 from perfbisect.service.settings import get_settings
@@ -72,7 +73,7 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
 
 
 def _webhook(target: str, secret: str | None, delivery_id: int, payload: dict[str, Any]) -> int:
-    body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    body = webhook_body(payload)
     headers = {"X-Perfbisect-Event": payload["event"], "X-Perfbisect-Delivery": str(delivery_id),
                "User-Agent": "perfbisect-notifications"}
     if secret:
@@ -80,24 +81,31 @@ def _webhook(target: str, secret: str | None, delivery_id: int, payload: dict[st
     return _post(target, body, headers)
 
 
-def _text(payload: dict[str, Any]) -> str:
-    lines = [payload["title"], *payload["lines"]]
-    if payload.get("url"):
-        lines.append(payload["url"])
-    return "\n".join(lines)
+def webhook_body(payload: dict[str, Any]) -> bytes:
+    """The webhook's signed body: the payload as is (its lines and links as the other channels show them)."""
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+
+
+def slack_body(payload: dict[str, Any]) -> bytes:
+    return json.dumps({"text": plain_text(payload)}).encode()
+
+
+def email_message(sender: str, target: str, payload: dict[str, Any]) -> EmailMessage:
+    message = EmailMessage()
+    message["Subject"], message["From"], message["To"] = payload["title"], sender, target
+    message.set_content(plain_text(payload))
+    return message
 
 
 def _slack(target: str, payload: dict[str, Any]) -> int:
-    return _post(target, json.dumps({"text": _text(payload)}).encode(), {})
+    return _post(target, slack_body(payload), {})
 
 
 def _email(target: str, payload: dict[str, Any]) -> None:
     settings = get_settings()
     if not settings.smtp_host:
         raise Refused("no SMTP server: set PERFBISECT_SMTP_HOST")
-    message = EmailMessage()
-    message["Subject"], message["From"], message["To"] = payload["title"], settings.smtp_from, target
-    message.set_content(_text(payload))
+    message = email_message(settings.smtp_from, target, payload)
     try:
         with smtplib.SMTP(settings.smtp_host, settings.smtp_port, timeout=TIMEOUT_S) as smtp:
             if settings.smtp_starttls:

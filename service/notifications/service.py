@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from perfbisect.service import outbound
+from perfbisect.service.alerts import one_commit
 from perfbisect.service.alerts import repository as alerts_repo
 from perfbisect.service.alerts import same_change
 from perfbisect.service.alerts import service as alerts
@@ -24,11 +25,12 @@ from perfbisect.service.auth.principal import Principal
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
 from perfbisect.service.jobs import views as job_views
-from perfbisect.service.models import JobKind, JobStatus, utcnow
+from perfbisect.service.models import Alert, Culprit, JobKind, JobStatus, Revision, utcnow
 from perfbisect.service.notifications import events, repository
 from perfbisect.service.notifications.models import Channel, Delivery, DeliveryStatus, Subscription
 from perfbisect.service.notifications.schemas import SubscriptionCreate
 from perfbisect.service.repos import service as repos
+from perfbisect.service.repos.repository import revisions_by_sha
 from perfbisect.service.webhooks.check import check_verdict
 
 
@@ -78,7 +80,18 @@ def alerts_raised(session: Session, alert_ids: Iterable[int]) -> list[int]:
         return []
     alerts = [alerts_repo.get(session, alert_id) for alert_id in ids]
     branches = alerts_repo.branches(session, [a.tracked_branch_id for a in alerts if a is not None])
-    return [d for a in alerts if a is not None for d in notify(session, events.alert_raised(branches[a.tracked_branch_id], a))]
+    return [d for a in alerts if a is not None
+            for d in notify(session, events.alert_raised(branches[a.tracked_branch_id], a,
+                                                         one_commit.measured(session, branches[a.tracked_branch_id], a)))]
+
+
+def _revisions(session: Session, repository_id: int, culprits: Iterable[Culprit]) -> dict[str, Revision]:
+    """The exact culprits' commits (their subjects name them and their PRs)."""
+    return revisions_by_sha(session, repository_id, [c.last_sha for c in culprits if c.first_sha == c.last_sha])
+
+
+def _known_pr(alert: Alert | None) -> dict[str, int]:
+    return {alert.culprit_last_sha: alert.culprit_pr} if alert is not None and alert.culprit_pr else {}
 
 
 def culprits_of_alerts(session: Session, alert_ids: Iterable[int]) -> list[int]:
@@ -92,7 +105,9 @@ def culprits_of_alerts(session: Session, alert_ids: Iterable[int]) -> list[int]:
         if job is None:
             continue
         tracked = alerts_repo.branches(session, [alert.tracked_branch_id])[alert.tracked_branch_id]
-        out += notify(session, events.culprits_named(job, tracked, alert.id, culprits=[culprit]))
+        out += notify(session, events.culprits_named(job, tracked, alert.id, culprits=[culprit],
+                                                     revisions=_revisions(session, job.repository_id, [culprit]),
+                                                     prs=_known_pr(alert)))
     return out
 
 
@@ -107,7 +122,9 @@ def job_finished(session: Session, job_id: int) -> list[int]:
         if alert is not None and same_change.twin(session, alert, alerts.culprit_of(job, alert)) is not None:
             return []  # another branch's alert is this change and was told already (one alert per change)
         tracked = alerts_repo.branches(session, [alert.tracked_branch_id])[alert.tracked_branch_id] if alert else None
-        return notify(session, events.culprits_named(job, tracked, alert.id if alert else None))
+        return notify(session, events.culprits_named(job, tracked, alert.id if alert else None,
+                                                     revisions=_revisions(session, job.repository_id, job.culprits),
+                                                     prs=_known_pr(alert)))
     if job.kind == JobKind.compare:
         verdict = check_verdict(job_views.job_read(session, job))
         if verdict.conclusion == "failure":

@@ -177,7 +177,7 @@ def test_a_wrong_results_alert_comment_names_the_error_and_tolerance(session, to
     alert.cases[0].kind, alert.cases[0].rel = AlertKind.wrong_results, None
     _bisected(session, alert, CulpritKind.correctness, {"gemm M=1": {"error": 0.31, "tolerance": 0.01}})
     body = bot.post(bot.comment_work(session, alert.id), client=FakeGitHub().client())["comments"][0]["body"]
-    assert "| `gemm M=1` | passes → wrong results (error 0.31 vs tolerance 0.01) | – | – |" in body
+    assert "| `gemm M=1` | passes → wrong results (error 0.31 against tolerance 0.01) | – | – |" in body
 
 
 def test_an_unbisected_alert_says_it_has_no_interval(session, token, alert) -> None:

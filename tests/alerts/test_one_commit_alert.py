@@ -46,6 +46,9 @@ def test_a_one_commit_alert_is_on_the_chart_the_regressions_page_and_in_a_culpri
     assert sorted(r.event for r in rows) == [Event.alert, Event.culprit]
     [named] = [r.payload for r in rows if r.event == Event.culprit]
     assert named["key"] == f"alert:{alert_id}" and named["job"]["alert_id"] == alert_id
-    assert named["job"]["culprits"][0]["last_sha"] == shas[5] and named["lines"] == [f"{shas[5][:10]}: {CASE_NAME} -39.7%"]
+    assert named["job"]["culprits"][0]["last_sha"] == shas[5]
+    head, step = named["lines"]  # its PR and subject, then the step with its interval and unit
+    assert head == f"culprit #105 change 5 ({shas[5][:10]})"
+    assert step.startswith(f"  {CASE_NAME}: -39.7% [") and step.endswith(" TFLOP/s")
     assert all(r.subscription_id == subscription.id for r in rows)
     assert notifications.culprits_of_alerts(session, found.named) == []  # told once
