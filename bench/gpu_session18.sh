@@ -10,7 +10,7 @@ out=${1:-/tmp/gpu18}; mkdir -p "$out"
 source bench/gpu_node_setup.sh
 run() { echo "== $*"; local s=$(date +%s); "$@"; echo "== rc=$? in $(( $(date +%s) - s )) s"; }
 work=/tmp/g18; mkdir -p $work && chmod 755 $work   # the sandbox user must traverse the homes
-export PERFBISECT_HOME=$work/home
+export PERFBISECT_HOME=$work/home; mkdir -p $PERFBISECT_HOME && chmod 755 $PERFBISECT_HOME
 run python3 -m pytest -q -p no:cacheprovider --confcutdir=tests/kernels tests/kernels/test_gpu.py
 run python3 -m perfbisect.cli.main doctor
 run python3 bench/trial_phases.py --device cuda --cases attention --trials 6 --sandbox slot --json "$out/phases-slot.json"
