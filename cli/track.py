@@ -163,12 +163,10 @@ def run(tracked_id: int) -> None:
     from perfbisect.service.tracking import service
 
     prepare_database()
-    try:
+    with refused():
         with session_scope() as session:
             service.get(session, tracked_id)
         run_loop(tracked_id)
-    except PerfbisectError as exc:
-        fail(exc.message)
     print(f"ran #{tracked_id}" if get_settings().embedded else f"queued a run of #{tracked_id}")
 
 
@@ -179,11 +177,8 @@ def remove(tracked_id: int) -> None:
     from perfbisect.service.tracking import service
 
     prepare_database()
-    try:
-        with session_scope() as session:
-            service.remove(session, tracked_id)
-    except PerfbisectError as exc:
-        fail(exc.message)
+    with refused(), session_scope() as session:
+        service.remove(session, tracked_id)
     print(f"removed #{tracked_id}")
 
 
