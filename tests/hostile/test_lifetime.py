@@ -25,7 +25,7 @@ from perfbisect.workers.runner import execute
 from tests.hostile import BUILD_COMMAND, ESCAPES, SUITE, TARGET, reported, write_hostile_repo
 from tests.test_hostile import POLICY, namespaced, shared_sandbox  # noqa: F401 - fixtures
 
-TOKEN = f"{random.randrange(10**9):09d}"  # names this run's survivors among the host's processes
+TOKEN = str(random.randrange(10**8, 10**9))  # names this run's survivors among the host's processes; nine digits, no leading zero (the probe writes it as an int literal)
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user needs a root worker")]
 
