@@ -11,7 +11,7 @@ revision caches (a new interpreter, an empty Triton cache, the reference recompu
 
 "--sandbox slot" runs each trial as a worker does, in a sandbox slot taken and wiped per trial
 (the slot's uid and limits, the worktree copied into it); "--sandbox namespaces" adds the
-bubblewrap namespaces (workers/namespaces.py). As root both run the trial as the slot's uid.
+bubblewrap namespaces (kernels/harness/contain/bwrap.py). As root both run the trial as the slot's uid.
 
     python bench/trial_phases.py --device cpu --trials 6 --sandbox slot          # containment before
     python bench/trial_phases.py --device cpu --trials 6 --sandbox namespaces    # and with namespaces

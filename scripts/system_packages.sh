@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages perfbisect's workers need besides Python: bubblewrap, which puts every build and
-# trial in Linux namespaces (workers/namespaces.py, docs/containment.md). Reuses an installed one;
+# trial in Linux namespaces (kernels/harness/contain/bwrap.py, docs/containment.md). Reuses an installed one;
 # without root or apt it only says so: workers then run repository code without namespaces (and
 # say so loudly at every trial; production refuses), and the tests that need them skip, naming why.
 set -euo pipefail

@@ -72,7 +72,7 @@ class Settings(BaseSettings):
                                         "(CPU) or data (GPU) cap; 0 = none; default: 85% of the host's memory / sandbox_slots")
     sandbox_slots: int | None = Field(default=None, ge=1, description="trials this host runs at once (the memory "
                                       "cap's divisor); default: its GPUs, else its cores")
-    # Namespaces (workers/namespaces.py): auto uses bubblewrap where the host allows it and says
+    # Namespaces (kernels/harness/contain/bwrap.py): auto uses bubblewrap where the host allows it and says
     # loudly when it does not; required refuses to run repository code without (production's
     # auto is required); off is today's containment only (uid, limits, tree kill).
     sandbox_namespaces: Literal["auto", "required", "off"] = "auto"

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from perfbisect.gitrepo import Mirror, TreeEntry
 from perfbisect.cli.common import USAGE
 from perfbisect.cli.main import app
+from perfbisect.gitrepo import Mirror, TreeEntry
 from perfbisect.service.jobs import advance
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials import service as trials
-from perfbisect.workers import buildcache, sandbox
 from perfbisect.workers import build as build_module
+from perfbisect.workers import buildcache, sandbox, slotpolicy
 from perfbisect.workers.build import BUILD_DIR, BuildResult, build_revision
 from perfbisect.workers.runner import execute
 from perfbisect.workers.sandbox import slot
@@ -174,7 +174,7 @@ def test_a_build_that_points_at_its_worktree_is_not_cached(extlib, cache_dir) ->
 def test_as_root_the_sandbox_user_builds_and_gets_a_copy_it_cannot_use_to_change_the_cache(
         extlib, cache_dir, monkeypatch, sandbox_home) -> None:
     repo, shas = extlib
-    nobody = sandbox.lookup_user("nobody")
+    nobody = slotpolicy.lookup_user("nobody")
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))  # pytest's tmp_path is root-only
     shared.chmod(0o755)
     monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
@@ -215,7 +215,7 @@ def test_a_setuid_program_built_by_a_revision_is_cached_and_restored_without_pri
     directory with the setuid and setgid bits; the worker (root) caches it and restores it for
     the next revision. No copy may be a root-owned setuid program, and the cache is root's alone."""
     repo, shas = extlib
-    nobody = sandbox.lookup_user("nobody")
+    nobody = slotpolicy.lookup_user("nobody")
     slot_uid = sandbox.slot_user(nobody, 0, get_settings()).uid  # the slot's own uid, in nobody's group
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))
     shared.chmod(0o755)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.kernels.harness.launch import Containment
+from perfbisect.kernels.harness.contain import bwrap
+from perfbisect.kernels.harness.contain.process import Containment
 from perfbisect.service.settings import get_settings
-from perfbisect.workers import cgroups, hostshare, namespaces, sandbox
+from perfbisect.workers import cgroups, hostshare, sandbox, slotpolicy
 
 
 @pytest.fixture
@@ -95,7 +96,7 @@ def test_a_slots_commands_enter_its_cgroup_then_run_as_its_uid(delegated, monkey
     command runs as the slot's uid."""
     monkeypatch.setattr(get_settings(), "sandbox_dir", sandbox_home / "sandbox")
     monkeypatch.setattr(get_settings(), "sandbox_namespaces", "off")
-    nobody = sandbox.lookup_user("nobody")
+    nobody = slotpolicy.lookup_user("nobody")
     with sandbox.slot(user=nobody) as box:
         assert box.cgroup and Path(box.cgroup).parent == delegated
         procs = Path(box.cgroup) / "cgroup.procs"
@@ -138,7 +139,7 @@ def test_without_one_the_report_says_memory_is_bounded_per_process_only(monkeypa
     assert f"{cap} MiB per process" in said and f"hold N x {cap} MiB" in said
     monkeypatch.setattr(settings, "trial_memory_mb", 2048)
     assert (hostshare.tmpfs_mb(settings), hostshare.memory_cap_mb(settings)) == (256, 1536)
-    assert namespaces.argv(namespaces.View((), tmpfs_bytes=256 << 20)).count(str(256 << 20)) == 2
+    assert bwrap.argv(bwrap.View((), tmpfs_bytes=256 << 20)).count(str(256 << 20)) == 2
 
 
 def test_doctor_says_which_memory_bound_applies(monkeypatch) -> None:

@@ -12,7 +12,8 @@ import time
 import pytest
 from celery.signals import worker_process_shutdown
 
-from perfbisect.kernels.harness import launch
+from perfbisect.kernels.harness import launch, procfs
+from perfbisect.kernels.harness.contain import forkserver
 from perfbisect.workers import tasks  # noqa: F401 - connects the worker's signal receivers
 
 pytestmark = pytest.mark.skipif(not launch.fork_available(), reason="the fork server needs Linux fork")
@@ -24,7 +25,7 @@ def test_a_pool_process_leaving_stops_its_fork_servers_and_removes_their_directo
     server_pid = server.hello["pid"]
     assert server.dir.parent == tmp_path and server.dir.is_dir()
     worker_process_shutdown.send(sender=None, pid=os.getpid(), exitcode=0)
-    assert list(tmp_path.iterdir()) == [] and launch.process_gone(server_pid)
+    assert list(tmp_path.iterdir()) == [] and procfs.process_gone(server_pid)
 
 
 def test_the_worker_says_which_memory_bound_applies_when_it_starts(tmp_path):
@@ -49,4 +50,4 @@ def test_the_worker_says_which_memory_bound_applies_when_it_starts(tmp_path):
     line = next((line for line in log.read_text().splitlines() if line.startswith("memory: ")), None)
     assert line is not None and line.startswith("memory: bounded per process only ("), log.read_text()[-3000:]
     assert "MiB per process" in line and "/tmp and /dev/shm" in line
-    assert not list(tmp_path.glob(launch.DIR_PREFIX + "*"))
+    assert not list(tmp_path.glob(forkserver.DIR_PREFIX + "*"))

@@ -24,12 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.kernels.harness import launch
+from perfbisect.kernels.harness import launch, procfs
+from perfbisect.kernels.harness.contain import forkserver
+from perfbisect.kernels.harness.contain import tree as proctree
 from perfbisect.kernels.harness.phases import PHASES
 from perfbisect.kernels.harness.result import validate_result
 from perfbisect.kernels.harness.runner import HARNESS_ROOT, run_harness
 from perfbisect.service.settings import get_settings
-from perfbisect.workers import proctree, sandbox
+from perfbisect.workers import sandbox, slotpolicy
 from tests.kernels.conftest import CUSTOM_SUITE, write_files
 
 pytestmark = pytest.mark.skipif(not launch.fork_available(), reason="the fork server needs Linux fork")
@@ -105,9 +107,9 @@ SPEC = {"cases": [{"suite": "file:bench/tanh_bwd.py", "target": "probekern.ops:p
 
 
 def _nobody_can_run_the_harness() -> bool:
-    nobody = sandbox.lookup_user("nobody")
+    nobody = slotpolicy.lookup_user("nobody")
     try:
-        done = subprocess.run([sys.executable, "-c", "import perfbisect.kernels.harness.zygote"], cwd="/",
+        done = subprocess.run([sys.executable, "-c", "import perfbisect.kernels.harness.contain.zygote"], cwd="/",
                               user=nobody.uid, group=nobody.gid, extra_groups=[], capture_output=True, timeout=120)
     except OSError:
         return False
@@ -121,7 +123,7 @@ AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs ro
 def nobody() -> sandbox.SandboxUser:
     if not _nobody_can_run_the_harness():
         pytest.skip(f"nobody cannot run {sys.executable} and the harness (e.g. an interpreter under /root)")
-    return sandbox.lookup_user("nobody")
+    return slotpolicy.lookup_user("nobody")
 
 
 @pytest.fixture(autouse=True)
@@ -169,7 +171,7 @@ def _cpu_and_gpu_trials(user: sandbox.SandboxUser | None, monkeypatch) -> dict[s
             assert result["launcher"] == "sandbox-fork-server"
             seen[memory] = {**json.loads(out.read_text()), "slot_marker": box.marker, "slot_home": str(box.home)}
         assert seen[memory]["ppid"] != os.getpid()  # forked from a server, which lives on
-        assert not launch.process_gone(seen[memory]["ppid"])
+        assert not procfs.process_gone(seen[memory]["ppid"])
     return seen
 
 
@@ -222,7 +224,7 @@ except OSError as exc:
     return done.stdout.strip()
 
 
-def _server(tmp_path: Path) -> launch.ForkServer:
+def _server(tmp_path: Path) -> forkserver.ForkServer:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(HARNESS_ROOT)}
     return launch.server_for(env, launch.Containment())
 
@@ -252,13 +254,13 @@ def test_the_fork_server_forks_only_for_the_process_that_started_it(tmp_path: Pa
 def test_a_revision_server_forks_only_trials_of_its_own_view(tmp_path: Path):
     """A revision's server enters its trials' view (and drops its capabilities) when it starts;
     a request for another view, or none, is refused, never forked with the server's view."""
-    from perfbisect.kernels.harness.trialview import TrialView
+    from perfbisect.kernels.harness.contain.trialview import TrialView
 
     (tmp_path / "tree" / "one").mkdir(parents=True)
     (tmp_path / "tree" / "two").mkdir()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(HARNESS_ROOT)}
     view = TrialView(str(tmp_path / "tree"), (str(tmp_path / "tree" / "one"),))
-    server = launch.ForkServer(env, launch.Containment(), view=view)
+    server = forkserver.ForkServer(env, launch.Containment(), view=view)
     try:
         status = Path(f"/proc/{server.server_pid}/status").read_text()
         assert "CapEff:\t0000000000000000" in status and "CapBnd:\t0000000000000000" in status, status
@@ -298,7 +300,7 @@ def _marked(marker: str) -> list[int]:
 
 
 def _user_for_tree_tests() -> sandbox.SandboxUser | None:
-    return sandbox.lookup_user("nobody") if os.geteuid() == 0 and _nobody_can_run_the_harness() else None
+    return slotpolicy.lookup_user("nobody") if os.geteuid() == 0 and _nobody_can_run_the_harness() else None
 
 
 @pytest.mark.parametrize("ending", ["cancelled", "timeout"])
@@ -321,7 +323,7 @@ def test_a_stopped_forked_trial_leaves_no_process_behind(ending, shared_sandbox)
         took = time.monotonic() - started
         pids = json.loads(out.read_text())["pids"]  # the trial, the setsid sleep, the forked orphan
         assert _marked(box.marker) == []
-        left = [pid for pid in pids if not launch.process_gone(pid)]
+        left = [pid for pid in pids if not procfs.process_gone(pid)]
     assert left == [] and _zombies_of_this_process(besides=zombies_before) == []  # killed and reaped
     assert result["status"] in ("error", "timeout") and ending in result["error"], result
     if ending == "cancelled":
@@ -353,7 +355,7 @@ def test_a_trial_dies_with_its_fork_server_and_is_cleaned_up(shared_sandbox):
         assert _marked(box.marker) == []
     assert killed and killed[0] != os.getpid()
     assert result["status"] == "error" and "without a result" in result["error"] and took < 30, result
-    assert [pid for pid in pids if not launch.process_gone(pid)] == []
+    assert [pid for pid in pids if not procfs.process_gone(pid)] == []
     assert _zombies_of_this_process(besides=zombies_before) == []
 
 
@@ -413,7 +415,7 @@ def test_a_contained_revision_server_preloads_the_suites_modules(shared_sandbox,
     """PRELOAD in a worker's sandbox: the revision's server runs contained like the shared one
     (same slot, same limits), imports the module once, and each trial is still its own fork."""
     from perfbisect.kernels.harness.caches import revision_caches
-    from perfbisect.workers import namespaces as ns
+    from perfbisect.kernels.harness.contain import bwrap as ns
 
     if namespaces == "required" and (missing := ns.unusable(None, None)):
         pytest.skip(f"bubblewrap cannot make namespaces here: {missing}")

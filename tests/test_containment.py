@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from perfbisect.kernels.harness.contain import tree as proctree
 from perfbisect.service.db import get_engine
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import TrialWork
-from perfbisect.workers import proctree, redact, sandbox
+from perfbisect.workers import redact, sandbox, slotpolicy
 from perfbisect.workers.build import run_build
 from perfbisect.workers.runner import execute
 from perfbisect.workers.trialcache import caches_for
@@ -140,7 +141,7 @@ def test_the_memory_cap_fails_an_oversized_allocation(monkeypatch) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 def test_as_root_repository_code_runs_as_the_sandbox_user(monkeypatch, sandbox_home) -> None:
-    nobody = sandbox.lookup_user("nobody")
+    nobody = slotpolicy.lookup_user("nobody")
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))  # pytest's tmp_path is root-only
     shared.chmod(0o755)
     monkeypatch.setattr(get_settings(), "sandbox_dir", shared)
@@ -170,7 +171,7 @@ def test_a_home_the_sandbox_user_cannot_enter_is_refused_at_start(monkeypatch, t
         monkeypatch.setattr(settings, "home", shared / "home")
         monkeypatch.setattr(settings, "sandbox_dir", shared / "sandbox")
         try:
-            assert sandbox.sandbox_user() == sandbox.lookup_user("nobody")
+            assert sandbox.sandbox_user() == slotpolicy.lookup_user("nobody")
         except sandbox.SandboxError as exc:
             if sys.executable in str(exc):
                 pytest.skip(f"nobody cannot run this checkout's interpreter: {exc}")
@@ -190,7 +191,7 @@ def test_a_slots_caches_are_its_own_uids_alone(monkeypatch, sandbox_home) -> Non
     """Without namespaces too (the uid barrier alone): a slot's uid fills its own revision cache,
     and cannot enter another slot's (mode 0700), so it cannot plant a kernel or a reference
     that the other slot's trials of the revision would read."""
-    nobody = sandbox.lookup_user("nobody")
+    nobody = slotpolicy.lookup_user("nobody")
     shared = Path(tempfile.mkdtemp(prefix="perfbisect-sandbox-"))
     shared.chmod(0o755)
     monkeypatch.setattr(get_settings(), "sandbox_dir", shared)

@@ -27,7 +27,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from perfbisect.workers import proctree
+from perfbisect.kernels.harness.contain import tree as proctree
 from tests.e2e_support import database_url, wait_for_job
 from tests.fault_support import (
     BUILD_COMMAND,

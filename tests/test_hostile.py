@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from perfbisect.kernels.harness import launch
+from perfbisect.kernels.harness.contain import tree as proctree
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import TrialWork
-from perfbisect.workers import proctree, sandbox
+from perfbisect.workers import sandbox
 from perfbisect.workers.runner import execute
 from perfbisect.workers.trialcache import caches_for
 from tests.hostile import BUILD_COMMAND, SUITE, TARGET, reported, write_hostile_repo
@@ -34,7 +35,7 @@ pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user nee
 
 def _namespaces_missing() -> str | None:
     try:
-        from perfbisect.workers import namespaces
+        from perfbisect.kernels.harness.contain import bwrap as namespaces
         first_slot = sandbox.slot_user(sandbox.sandbox_user(), 0, get_settings())
     except (ImportError, AttributeError):
         return None  # code without namespaces: the tests run, and must fail

@@ -9,6 +9,7 @@ nothing of the rest."""
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -153,3 +154,57 @@ KNOWN_CYCLES = {("api", "notifications"), ("attribution", "jobs"), ("jobs", "rep
 def test_no_new_import_cycle_between_service_packages(imports: list[Import]) -> None:
     pairs, _ = service_cycles(imports)
     assert set(pairs) <= KNOWN_CYCLES, set(pairs) - KNOWN_CYCLES
+
+
+# Containment in one place (kernels/harness/contain/): the worker's sandbox and the harness's
+# launcher start, wait for and kill untrusted processes only through it. A module of workers/ or
+# of the rest of the harness that started a process itself, or any module that built a bwrap
+# command line, would be a second way around the slot's uid, limits and namespaces.
+CONTAIN = "perfbisect.kernels.harness.contain"
+STARTERS = ("perfbisect.workers", "perfbisect.kernels.harness")
+PROCESS_MODULES = {"subprocess", "multiprocessing", "pty", "pexpect"}
+PROCESS_CALLS = {"fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "execv", "execve", "execvp",
+                 "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv", "spawnve", "spawnl", "spawnle"}
+BWRAP_FLAGS = ("--unshare-", "--ro-bind", "--dev-bind", "--cap-add", "--die-with-parent", "--as-pid-1")
+
+
+def process_starts(module: str, tree: ast.AST, imports: list[Import]) -> list[str]:
+    """Where `module` (its `tree` and its `imports`) starts a process or builds bwrap's command
+    line outside the containment package."""
+    if _in(module, (CONTAIN,)):
+        return []
+    found = []
+    if _in(module, STARTERS):
+        found += [f"imports {i.target}" for i in imports if i.source == module and _top(i.target) in PROCESS_MODULES]
+        found += [f"calls os.{node.func.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and isinstance(node.func.value, ast.Name) and node.func.value.id == "os"
+                  and node.func.attr in PROCESS_CALLS]
+    found += [f"builds a bwrap command line ({node.value!r})" for node in ast.walk(tree)
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and (node.value == "bwrap" or node.value.startswith(BWRAP_FLAGS))]
+    return found
+
+
+def test_untrusted_processes_start_only_through_the_containment_package(imports: list[Import]) -> None:
+    from tests.import_graph import module_name, product_files
+
+    offences = {}
+    for path in product_files():
+        module = module_name(path)
+        if found := process_starts(module, ast.parse(path.read_text()), imports):
+            offences[module] = found
+    assert offences == {}
+
+
+@pytest.mark.parametrize(("module", "code", "imported"), [
+    ("perfbisect.workers.sandbox", "import subprocess", "subprocess"),
+    ("perfbisect.workers.build", "from multiprocessing import Process", "multiprocessing"),
+    ("perfbisect.kernels.harness.launch", "pid = os.fork()", None),
+    ("perfbisect.workers.tasks", "os.execv('/bin/sh', ['sh'])", None),
+    ("perfbisect.service.jobs.service", "ARGV = ['bwrap', '--unshare-net']", None),
+])
+def test_a_process_started_outside_the_containment_package_is_named(module, code, imported) -> None:
+    imps = [_imp(module, imported)] if imported else []
+    assert process_starts(module, ast.parse(code), imps) != []
+    assert process_starts(CONTAIN + ".process", ast.parse(code), imps) == []

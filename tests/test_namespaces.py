@@ -3,7 +3,7 @@ flags every sandbox has (tests/test_hostile.py runs real ones)."""
 
 from __future__ import annotations
 
-from perfbisect.workers import namespaces
+from perfbisect.kernels.harness.contain import bwrap as namespaces
 
 
 def test_a_worker_pinned_to_one_nvidia_gpu_binds_only_that_gpus_node(monkeypatch):
@@ -53,8 +53,8 @@ def test_the_interpreters_import_dirs_show_inside_even_under_tmp_but_never_the_h
     site = tmp_path / "site"
     site.mkdir()
     monkeypatch.setattr(sys, "path", [*sys.path, str(site), str(home), str(home.parent), "/"])
-    paths = namespaces.readonly_paths()
+    paths = namespaces.readonly_paths(str(home))
     assert str(site.resolve()) in paths
     assert str(home.resolve()) not in paths and str(home.parent.resolve()) not in paths and "/" not in paths
-    args = namespaces.argv(namespaces.View(writable=(), devices=(), network=False))
+    args = namespaces.argv(namespaces.View(writable=(), devices=(), network=False, private=str(home)))
     assert args.index("/tmp") < args.index(str(site.resolve()))

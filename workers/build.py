@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect.gitrepo import GitError, Mirror
+from perfbisect.kernels.harness import procfs
 from perfbisect.kernels.harness.caches import toolchain_fingerprint
 from perfbisect.service.settings import Settings, get_settings
 from perfbisect.workers import buildcache
@@ -74,14 +75,7 @@ def build_cache_root(settings: Settings) -> Path:
 def gpu_models() -> list[str]:
     """The NVIDIA GPUs of this host as the driver names them (an extension compiled for the
     visible GPU's architecture must not be served to another)."""
-    models = []
-    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
-        try:
-            models += [line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
-                       if line.startswith("Model:")]
-        except OSError:
-            pass
-    return models
+    return [fields["Model"] for fields in procfs.nvidia_gpus() if "Model" in fields]
 
 
 def build_toolchain(build_env: dict[str, str], device: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from perfbisect.service.settings import Settings
-from perfbisect.workers import namespaces
+from perfbisect.kernels.harness.contain import bwrap
 
 TMPFS_MAX_MB = 1024
 TMPFS_SHARE = 8  # each of /tmp and /dev/shm gets at most this fraction of the slot's budget
@@ -15,7 +15,7 @@ TMPFS_SHARE = 8  # each of /tmp and /dev/shm gets at most this fraction of the s
 
 def host_slots(settings: Settings) -> int:
     """How many trials this host runs at once: the setting, else one per GPU, else per core."""
-    return settings.sandbox_slots or len(namespaces.nvidia_minors()) or os.cpu_count() or 1
+    return settings.sandbox_slots or len(bwrap.nvidia_minors()) or os.cpu_count() or 1
 
 
 def host_memory_mb() -> int:

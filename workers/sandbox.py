@@ -6,8 +6,10 @@ output log. The number of slots is the number of trials running at once, so disk
 by it; a slot is wiped (and every process still carrying its marker killed) when it is taken and
 when it is released, so nothing of a finished, cancelled or dead worker's trial stays behind.
 
-Inside a slot a command gets:
-- Linux namespaces made by bubblewrap (workers/namespaces.py): its own PID namespace that dies
+How a process starts contained, is waited for and killed is kernels/harness/contain/'s (the one
+interface of containment); who runs it, with which environment and limits, workers/slotpolicy.py
+says. This module holds the slots. Inside a slot a command gets:
+- Linux namespaces made by bubblewrap (contain/bwrap.py): its own PID namespace that dies
   with it, no network (builds of repositories in PERFBISECT_BUILD_NETWORK_REPOS excepted), a
   mount view of the system read-only and its slot (and its own revision caches) writable, the
   slot's GPU device nodes only;
@@ -23,10 +25,10 @@ Inside a slot a command gets:
   delegates a cgroup v2 directory, the slot's own cgroup (memory.max, pids.max, cpuset.cpus:
   workers/cgroups.py);
 - its output in a file, never a pipe, and a deadline enforced on its whole process tree,
-  including processes that called setsid (workers/proctree.py), with a stop check (a cancel)
+  including processes that called setsid (contain/tree.py), with a stop check (a cancel)
   polled while it runs.
 
-A trial's harness is forked from a fork server (kernels/harness/launch.py, zygote.py) that has
+A trial's harness is forked from a fork server (launch.py, contain/forkserver.py) that has
 imported torch and runs as the slot's user under the same limits, inside the slot's namespaces
 as their init (one server per slot and environment), so that the forked trial inherits them; it
 carries the slot's marker and is waited for, cancelled and killed like a subprocess. A
@@ -39,175 +41,29 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import pwd
-import resource
-import socket
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from perfbisect.kernels.harness import safefs, trialview
+from perfbisect.kernels.harness import safefs
 from perfbisect.kernels.harness.caches import RevisionCaches
-from perfbisect.kernels.harness.launch import (Containment, ForkServerUnavailable, LaunchRequest, forkable,
-                                               start_contained, wait_exit)
-from perfbisect.kernels.harness.runner import HARNESS_ROOT, Launched, Launcher, read_tail
-from perfbisect.service.settings import Settings, get_settings
-from perfbisect.workers import cgroups, hostshare, namespaces, proctree
-from perfbisect.workers.trialcache import cache_root, slot_cache_root
+from perfbisect.kernels.harness.contain import bwrap, trialview, tree
+from perfbisect.kernels.harness.contain.process import Subprocess, supervise
+from perfbisect.kernels.harness.launch import ForkServerUnavailable, LaunchRequest, forkable, start_contained
+from perfbisect.kernels.harness.runner import Launched, Launcher, read_tail
+from perfbisect.service.settings import get_settings
+from perfbisect.workers import cgroups, hostshare
+from perfbisect.workers.slotpolicy import (MemoryKind, SandboxError, SandboxUser, containment_of, sandbox_user,
+                                           scrubbed_env, slot_user, slots_root, use_namespaces)
+from perfbisect.workers.trialcache import slot_cache_root
 
 log = logging.getLogger(__name__)
 
 MAX_SLOTS = 256
-ALLOWED_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "CUDA_HOME", "ROCM_PATH")
-ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "HSA_", "TRITON_", "OMP_", "MKL_", "AITER_", "FLYDSL_")
-MemoryKind = Literal["as", "data"]
-
-
-class SandboxError(Exception):
-    """The sandbox cannot be set up (unknown user, an install the user cannot read)."""
-
-
-@dataclass(frozen=True)
-class SandboxUser:
-    name: str
-    uid: int
-    gid: int
-
-
-def _secret_like(name: str) -> bool:
-    from perfbisect.workers.redact import SECRET_NAME
-
-    return bool(SECRET_NAME.search(name))
-
-
-def scrubbed_env(extra: dict[str, str], home: Path, tmp: Path) -> dict[str, str]:
-    """The allow-listed part of this process's environment, a HOME and TMPDIR of the slot, then
-    the repository's own env (admin-registered) on top."""
-    env = {k: v for k, v in os.environ.items()
-           if (k in ALLOWED_NAMES or k.startswith(ALLOWED_PREFIXES)) and not _secret_like(k)}
-    env["PATH"] = interpreter_path(env.get("PATH", "/usr/local/bin:/usr/bin:/bin"))
-    env.update(HOME=str(home), TMPDIR=str(tmp), USER="perfbisect-sandbox")
-    env.update({str(k): str(v) for k, v in extra.items()})
-    return env
-
-
-def interpreter_path(path: str) -> str:
-    """PATH with the worker interpreter's directory first, as an activated virtualenv has it:
-    `python` and `pip` in a build command are the interpreter the trials run on (with torch),
-    never one found through the worker's own PATH, whose entries the sandbox user may not be
-    able to enter (pyenv's shims under /root, mode 0700: "python: Permission denied")."""
-    bin_dir = os.path.dirname(sys.executable)
-    return os.pathsep.join([bin_dir, *(p for p in path.split(os.pathsep) if p and p != bin_dir)])
-
-
-@lru_cache
-def sandbox_user() -> SandboxUser | None:
-    """Who runs repository code: PERFBISECT_SANDBOX_USER when this worker is root, else nobody
-    is switched to (a worker that is not root runs it as itself). Raises SandboxError when the
-    user does not exist or cannot run this interpreter and the harness (in production; elsewhere
-    that is logged and repository code runs as the worker's own user)."""
-    settings = get_settings()
-    if os.geteuid() != 0:
-        return None
-    if not settings.sandbox_user:
-        log.warning("running repository code as root: PERFBISECT_SANDBOX_USER is empty")
-        return None
-    try:
-        user = lookup_user(settings.sandbox_user)
-    except KeyError as exc:
-        raise SandboxError(f"PERFBISECT_SANDBOX_USER {settings.sandbox_user!r} does not exist") from exc
-    problem = _probe(user)
-    if problem is None:
-        return user
-    message = (f"the sandbox user {user.name} cannot run {sys.executable} with the harness in {slots_root()} "
-               f"({problem}); install perfbisect where that user can read it and make the sandbox directory "
-               "traversable by it (see the README)")
-    if settings.environment == "production":
-        raise SandboxError(message)
-    log.warning("%s; running repository code as root", message)
-    return None
-
-
-def lookup_user(name: str) -> SandboxUser:
-    entry = pwd.getpwnam(name)
-    return SandboxUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
-
-
-# Run as the sandbox user: import the harness and enter the directories trials work in. (A
-# subprocess changes directory before it switches user, so `cwd=` alone proves nothing: a 0700
-# parent such as /root passes as root, then fails every trial.)
-_PROBE = """
-import os, sys
-import perfbisect.kernels.harness
-for path in sys.argv[1:]:
-    try:
-        os.listdir(path)
-    except OSError as exc:
-        sys.exit(f"cannot enter {path}: {exc.strerror}")
-"""
-
-
-def _probe(user: SandboxUser) -> str | None:
-    """Why `user` cannot run the harness from a slot or reach the revision caches, or None."""
-    directories = (slots_root(), cache_root(get_settings()))
-    for directory in directories:
-        directory.mkdir(parents=True, exist_ok=True)
-    try:
-        done = subprocess.run([sys.executable, "-c", _PROBE, *map(str, directories)], cwd="/", capture_output=True,
-                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(HARNESS_ROOT)},
-                              user=user.uid, group=user.gid, extra_groups=[], timeout=120, text=True)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return str(exc)
-    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["exit code"])[-1]
-
-
-def slot_user(user: SandboxUser | None, index: int, settings: Settings) -> SandboxUser | None:
-    """The uid slot `index` runs as: its own one (in the sandbox user's group) when uids are
-    given out per slot, else the sandbox user."""
-    if user is None or not settings.sandbox_uid_base:
-        return user
-    return SandboxUser(f"slot-{index}", settings.sandbox_uid_base + index, user.gid)
-
-
-def containment(user: SandboxUser | None, memory_kind: MemoryKind | None,
-                wrapper: tuple[str, ...] = (), cgroup: str = "") -> Containment:
-    """How repository code of a slot starts: in its cgroup (workers/cgroups.py, where the host
-    delegates one), as `user` (under `wrapper`, its namespaces), with the memory cap of
-    `memory_kind`, the file size cap, the slot's process limit, no core dumps, and death with
-    the worker. A subprocess applies it itself; a fork server runs under it and its trials
-    inherit it."""
-    settings = get_settings()
-    limits = []
-    memory_mb = hostshare.memory_cap_mb(settings)
-    if memory_mb and memory_kind:
-        limits.append((resource.RLIMIT_AS if memory_kind == "as" else resource.RLIMIT_DATA, memory_mb * 2**20))
-    if settings.max_file_mb:
-        limits.append((resource.RLIMIT_FSIZE, settings.max_file_mb * 2**20))
-    # RLIMIT_NPROC counts every process and thread of the uid: a limit per slot only where the
-    # slot has a uid of its own (the shared sandbox user may run other slots' processes)
-    own_uid = user is not None and user.uid >= settings.sandbox_uid_base > 0
-    if settings.sandbox_max_procs and own_uid:
-        limits.append((resource.RLIMIT_NPROC, settings.sandbox_max_procs))
-    limits.append((resource.RLIMIT_CORE, 0))
-    # nothing a slot writes is writable by another uid (its caches are its own: Slot.cache_root)
-    return Containment(uid=user.uid if user else None, gid=user.gid if user else None, limits=tuple(limits),
-                       wrapper=wrapper, umask=0o022, cgroup=cgroup)
-
-
-def use_namespaces(user: SandboxUser | None) -> bool:
-    """Whether this slot's code runs in bwrap's namespaces (namespaces.wanted); SandboxError
-    where they are required and the host cannot make them."""
-    try:
-        return namespaces.wanted(user.uid if user else None, user.gid if user else None, get_settings())
-    except namespaces.Unavailable as exc:
-        raise SandboxError(str(exc)) from exc
 
 
 @dataclass
@@ -274,7 +130,7 @@ class Slot:
         os.chown(self.cache_root, *owner)
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
-        return scrubbed_env({**(namespaces.gpu_env() if self.contained else {}), **extra}, self.home, self.tmp)
+        return scrubbed_env({**(bwrap.gpu_env() if self.contained else {}), **extra}, self.home, self.tmp)
 
     def wrapper(self, cwd: Path, *, network: bool = False, trial: trialview.TrialView | None = None,
                 fork_server: bool = False) -> tuple[str, ...]:
@@ -287,9 +143,10 @@ class Slot:
             return ()
         extra = {"capabilities": trialview.CAPABILITIES} if fork_server else {"trial": trial}
         writable = (self.path, self.cache_root) if fork_server else (self.path,)
-        view = namespaces.View(writable=tuple(map(str, writable)), network=network, devices=namespaces.gpu_nodes(),
-                               tmpfs_bytes=hostshare.tmpfs_mb(get_settings()) << 20, **extra)
-        return (*namespaces.argv(view, chdir=str(cwd), as_pid_1=fork_server),)
+        settings = get_settings()
+        view = bwrap.View(writable=tuple(map(str, writable)), network=network, devices=bwrap.gpu_nodes(),
+                          tmpfs_bytes=hostshare.tmpfs_mb(settings) << 20, private=str(settings.home), **extra)
+        return (*bwrap.argv(view, chdir=str(cwd), as_pid_1=fork_server),)
 
     def trial_view(self, caches: RevisionCaches | None) -> trialview.TrialView | None:
         """What a trial may write of the slot's cache tree: its revision's `caches` (None: none)."""
@@ -305,18 +162,12 @@ class Slot:
         a trial's in its `trial` view); returns how it ended. `should_stop` is polled about every half
         second: when it says so, the whole tree is killed."""
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        wrapped = [*self.wrapper(cwd, network=network, trial=trial), *argv]
+        containment = containment_of(self.user, memory, self.wrapper(cwd, network=network, trial=trial), self.cgroup)
         with open(self.log_path, "wb") as out:
-            proc = subprocess.Popen(wrapped, cwd=cwd, env={**env, proctree.MARKER: self.marker},
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True,
-                                    **containment(self.user, memory, cgroup=self.cgroup).popen_args())
-            stopped = _wait(lambda timeout: wait_exit(proc, timeout), time.monotonic() + timeout_s, should_stop)
-            proctree.kill_tree(proc.pid, self.marker)  # also after a clean exit: nothing outlives it
-            proc.wait()
-            # bwrap's child, killed with it, is adopted by this (subreaper) process only now
-            proctree.kill_tree(proc.pid, self.marker)
-        return Launched(None if stopped else proc.returncode, read_tail(self.log_path), stopped)
+            process = Subprocess(argv, containment, cwd=cwd, env={**env, tree.MARKER: self.marker},
+                                 out=out.fileno(), marker=self.marker)
+            stopped = supervise(process, self.marker, timeout_s, should_stop)
+        return Launched(None if stopped else process.returncode, read_tail(self.log_path), stopped)
 
     def run_forked(self, request: LaunchRequest, *, timeout_s: float, memory: MemoryKind | None,
                    should_stop: Callable[[], bool] | None = None) -> Launched:
@@ -324,19 +175,15 @@ class Slot:
         under its limits (started on first use, shared by the slots of the same containment);
         contained like `run`: output in the slot's log, the deadline and `should_stop` enforced
         on the trial's whole tree. Raises ForkServerUnavailable (then use `run`)."""
-        request = replace(request, env={**request.env, proctree.MARKER: self.marker})
+        request = replace(request, env={**request.env, tree.MARKER: self.marker})
         # the server's own directory is the slot's HOME: the same for every trial of the slot
         wrapper = self.wrapper(self.home, fork_server=True)
         with open(self.log_path, "wb") as out:
-            trial = start_contained(request, containment(self.user, memory, wrapper, self.cgroup), out.fileno())
-        try:
-            stopped = _wait(trial.poll, time.monotonic() + timeout_s, should_stop)
-        finally:
-            proctree.kill_tree(trial.pid, self.marker, reap_root=True)  # also after a clean exit
-            # the server serves this slot only: all else in its namespace is the trial's, and so
-            # is what its /tmp and /dev/shm hold; it kills and empties them (kernels/harness/teardown.py)
-            trial.end()
-            trial.close()
+            trial = start_contained(request, containment_of(self.user, memory, wrapper, self.cgroup), out.fileno())
+        # also after a clean exit: the whole tree is killed; the server serves this slot only, so
+        # all else in its namespace is the trial's, and so is what its /tmp and /dev/shm hold: it
+        # kills and empties them (contain/teardown.py)
+        stopped = supervise(trial, self.marker, timeout_s, should_stop)
         return Launched(None if stopped else trial.returncode, read_tail(self.log_path), stopped,
                         how="sandbox-fork-server", preloaded=trial.preloaded)
 
@@ -364,23 +211,6 @@ class Slot:
         return launch
 
 
-def _wait(poll: Callable[[float], int | None], deadline: float, should_stop: Callable[[], bool] | None) -> str | None:
-    """Wait until `poll(timeout)` gives an exit code (None), the deadline ("timeout") or
-    `should_stop` ("cancelled"), checking the last two about every half second."""
-    while True:
-        if poll(max(0.0, min(0.5, deadline - time.monotonic()))) is not None:
-            return None
-        if time.monotonic() >= deadline:
-            return "timeout"
-        if should_stop is not None and should_stop():
-            return "cancelled"
-
-
-def slots_root() -> Path:
-    settings = get_settings()
-    return ((settings.sandbox_dir or settings.home / "sandbox") / socket.gethostname()).resolve()
-
-
 def _marker_prefix(path: Path) -> str:
     return f"{path}/#"
 
@@ -388,7 +218,7 @@ def _marker_prefix(path: Path) -> str:
 def _wipe(path: Path) -> None:
     """Kill whatever still carries the slot's marker and remove its files. The slot's directory
     stays (emptied): the slot's fork servers have it mounted."""
-    proctree.kill_marked(_marker_prefix(path))
+    tree.kill_marked(_marker_prefix(path))
     try:
         anchor = safefs.open_anchor(path)
     except OSError:  # none yet
@@ -408,7 +238,7 @@ def slot(user: SandboxUser | None | Literal["configured"] = "configured") -> Ite
     """Take the first free slot of this host (a lock held by a dead process is free again),
     wiped and ready; wipe and release it afterwards. `user` defaults to the configured sandbox
     user. Raises SandboxError."""
-    proctree.harden_worker_process()
+    tree.harden_worker_process()
     if user == "configured":
         user = sandbox_user()
     root = slots_root()
@@ -434,7 +264,7 @@ def slot(user: SandboxUser | None | Literal["configured"] = "configured") -> Ite
             return
         finally:
             _wipe(path)
-            proctree.reap_adopted()
+            tree.reap_adopted()
             fcntl.flock(handle, fcntl.LOCK_UN)
             handle.close()
     raise SandboxError(f"all {MAX_SLOTS} sandbox slots of this host are in use")

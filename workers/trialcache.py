@@ -6,7 +6,7 @@ Each slot has its own tree, HOME/trial-cache/<host>/slot-N/<toolchain>/<sha>/{ji
 (mode 0700, the slot's uid; <toolchain> names the repository too: toolchain_key): what a trial
 writes there (compiled kernels, reference outputs) is read only by later trials of the same
 slot, repository and revision: its namespace mounts only its slot's tree, and a trial's view of
-it holds its own revision's directories only (kernels/harness/trialview.py).
+it holds its own revision's directories only (kernels/harness/contain/trialview.py).
 
 Repository code writes in that tree, so the worker (root) creates, marks and prunes its
 directories only through kernels/harness/safefs.py, from the fd of the slot's tree (whose own

@@ -1,7 +1,7 @@
 """Child-process entry point: python -m perfbisect.kernels.harness --spec SPEC.json --out RESULT.json
 
 Runs inside the checked-out revision (cwd = the worktree), in a fresh interpreter or forked
-from the fork server (zygote.py). Always writes a result file, even when the trial fails, so
+from the fork server (contain/zygote.py). Always writes a result file, even when the trial fails, so
 the parent can tell a failure from a crash.
 """
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """The one reader of /proc for containment: processes, their parents, sessions and start times,
-and a variable of a process's initial environment. Used by the harness's launcher and fork server
-(launch.py, zygote.py, teardown.py) and by the worker's process-tree killer (workers/proctree.py).
+a variable of a process's initial environment, a process's status lines and the NVIDIA driver's
+GPU list. Used by the containment package (kernels/harness/contain/: the fork server and its
+client, the teardown, the trial view, the process-tree killer, the sandbox's device nodes) and by
+the worker's build cache key (workers/build.py).
 Standard library only: kernels/ imports no service code. Linux; elsewhere every process reads as
 gone and the process list is empty."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 PROC = "/proc"
 
@@ -82,3 +85,35 @@ def environ_value(pid: int, name: str) -> str | None:
         if entry.startswith(prefix):
             return entry[len(prefix):].decode(errors="replace")
     return None
+
+
+def status(pid: int | str = "self") -> dict[str, str]:
+    """/proc/PID/status as {field: value}, values stripped ({} when unreadable)."""
+    try:
+        with open(f"{PROC}/{pid}/status") as lines:
+            return {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    except OSError:
+        return {}
+
+
+def nvidia_gpus() -> list[dict[str, str]]:
+    """The fields of each NVIDIA GPU's /proc/driver/nvidia/gpus/*/information ("Model", "GPU UUID",
+    "Device Minor"...), in PCI bus order (CUDA's order for identical GPUs); [] without the driver."""
+    found = []
+    for info in sorted(Path(f"{PROC}/driver/nvidia/gpus").glob("*/information")):
+        try:
+            lines = info.read_text().splitlines()
+        except OSError:
+            continue
+        found.append({name.strip(): value.strip() for name, colon, value in (line.partition(":") for line in lines)
+                      if colon})
+    return found
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace ("pid:[4026531836]"), in which an owner file's pid means
+    something; "" where /proc does not say."""
+    try:
+        return os.readlink(f"{PROC}/self/ns/pid")
+    except OSError:
+        return ""

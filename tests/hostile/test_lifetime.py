@@ -18,11 +18,18 @@ from pathlib import Path
 
 import pytest
 
+from perfbisect.kernels.harness.contain import tree as proctree
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import TrialWork
-from perfbisect.workers import proctree
 from perfbisect.workers.runner import execute
-from tests.hostile import BUILD_COMMAND, ESCAPES, SUITE, TARGET, reported, write_hostile_repo
+from tests.hostile import (
+    BUILD_COMMAND,
+    ESCAPES,
+    SUITE,
+    TARGET,
+    reported,
+    write_hostile_repo,
+)
 from tests.test_hostile import POLICY, namespaced, shared_sandbox  # noqa: F401 - fixtures
 
 TOKEN = str(random.randrange(10**8, 10**9))  # names this run's survivors among the host's processes; nine digits, no leading zero (the probe writes it as an int literal)
@@ -240,7 +247,7 @@ def fork_servers() -> set[int]:
     """This process's fork servers (and their bwraps), not those of other tests on this host."""
     mine = proctree.descendants(os.getpid(), proctree.all_processes())
     return {p.pid for p in mine if not p.zombie
-            and b"perfbisect.kernels.harness.zygote" in Path(f"/proc/{p.pid}/cmdline").read_bytes()}
+            and b"perfbisect.kernels.harness.contain.zygote" in Path(f"/proc/{p.pid}/cmdline").read_bytes()}
 
 
 def test_a_tmp_too_deep_to_empty_ends_its_fork_server_and_the_next_trial_gets_a_new_one(repos, namespaced):

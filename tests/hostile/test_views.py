@@ -3,7 +3,7 @@ slot: a hostile repository's trial plants a file in the JIT cache and the accura
 another repository's revision (their path is no secret: the slot's cache tree, its toolchain's
 directory and that revision's sha), and in / and /dev of the slot's fork server; the other
 repository's next trial in the same slot, forked by the same server, must find none of it, and
-must run without a capability (kernels/harness/trialview.py).
+must run without a capability (kernels/harness/contain/trialview.py).
 
 Run as root with the sandbox user, through the real build and trial path (`execute`), like
 tests/test_hostile.py; skipped where bubblewrap cannot make namespaces, naming why."""

@@ -7,6 +7,7 @@ import torch
 from perfbisect.kernels.demo import DEMO_GPU_POLICY
 from perfbisect.kernels.harness.result import validate_result
 from perfbisect.kernels.harness.runner import run_harness
+from perfbisect.workers import slotpolicy
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -69,7 +70,7 @@ def test_a_contained_forked_trial_uses_the_gpu_under_the_data_cap(demo, tmp_path
     monkeypatch.setattr(get_settings(), "home", shared)
     spec = {"cases": SMALL_ATTENTION, "device": "cuda", "policy": DEMO_GPU_POLICY, "seed": 3}
     try:
-        with sandbox.slot(user=sandbox.lookup_user("nobody") if os.geteuid() == 0 else None) as box:
+        with sandbox.slot(user=slotpolicy.lookup_user("nobody") if os.geteuid() == 0 else None) as box:
             shutil.copytree(demo.worktree(demo.shas[-1]), box.worktree, ignore=shutil.ignore_patterns(".git"))
             box.give(box.worktree)
             results = [run_harness(spec, box.worktree, timeout_s=600, base_env=box.env({}), scratch_root=box.scratch,
@@ -104,7 +105,11 @@ def test_the_device_layer_describes_this_gpu_and_the_doctor_accepts_its_class():
     import subprocess
     import sys
 
-    from perfbisect.kernels.harness.provenance import describe_device, gpu_vendor, open_clock
+    from perfbisect.kernels.harness.provenance import (
+        describe_device,
+        gpu_vendor,
+        open_clock,
+    )
 
     info = describe_device("cuda")
     vendor = gpu_vendor()

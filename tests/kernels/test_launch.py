@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.kernels.harness import launch
+from perfbisect.kernels.harness import procfs
 from perfbisect.kernels.harness.caches import revision_caches
+from perfbisect.kernels.harness.contain import forkserver
 from perfbisect.kernels.harness.launch import fork_available, stop_servers
 from perfbisect.kernels.harness.phases import PHASES
 from perfbisect.kernels.harness.result import validate_result
@@ -119,7 +120,11 @@ def test_revision_caches_share_the_jit_dir_and_the_reference_per_seed(probe_repo
 def test_a_fork_server_that_cannot_start_says_why():
     """A wrapper (a sandbox) that fails before the server is up: the error carries what it said,
     not a guess (a bwrap that cannot bind a directory used to read "torch not importable?")."""
-    from perfbisect.kernels.harness.launch import Containment, ForkServer, ForkServerUnavailable
+    from perfbisect.kernels.harness.launch import (
+        Containment,
+        ForkServer,
+        ForkServerUnavailable,
+    )
 
     wrapper = ("sh", "-c", "echo 'bwrap: Can not access /root/.perfbisect: Permission denied' >&2; exit 1", "sh")
     with pytest.raises(ForkServerUnavailable, match="Can not access /root/.perfbisect: Permission denied"):
@@ -134,24 +139,24 @@ def _dead_pid() -> int:
 
 def test_a_sweep_removes_the_directories_of_dead_fork_servers_only(tmp_path):
     def made(name: str, owner: str | None, age_s: float = 0) -> Path:
-        path = tmp_path / (launch.DIR_PREFIX + name)
+        path = tmp_path / (forkserver.DIR_PREFIX + name)
         (path / "home").mkdir(parents=True)
         (path / "home" / "left-by-a-trial").write_text("x")
         if owner is not None:
-            (path / launch.OWNER_FILE).write_text(owner)
+            (path / forkserver.OWNER_FILE).write_text(owner)
         if age_s:
             old = time.time() - age_s
             os.utime(path, (old, old))
         return path
 
-    ns = launch.pid_namespace()
-    me = f"{os.getpid()} {launch.process_start(os.getpid())} {ns}"
+    ns = procfs.pid_namespace()
+    me = f"{os.getpid()} {procfs.process_start(os.getpid())} {ns}"
     live, reused, young, other = made("live", me), made("reused", f"{os.getpid()} 1 {ns}"), made("young", None), tmp_path / "x"
-    dead, old = made("dead", f"{_dead_pid()} 12345 {ns}"), made("old", None, age_s=launch.STALE_UNOWNED_S + 60)
+    dead, old = made("dead", f"{_dead_pid()} 12345 {ns}"), made("old", None, age_s=forkserver.STALE_UNOWNED_S + 60)
     elsewhere = made("elsewhere", f"{_dead_pid()} 12345 pid:[1]")  # another container's: not ours to judge
-    garbled = made("garbled", "12345", age_s=launch.STALE_UNOWNED_S + 60)
+    garbled = made("garbled", "12345", age_s=forkserver.STALE_UNOWNED_S + 60)
     other.mkdir()
-    removed = launch.sweep_stale_dirs(tmp_path)
+    removed = forkserver.sweep_stale_dirs(tmp_path)
     # a pid reused by a live process whose start time differs is not the owner: its directory goes
     assert sorted(removed) == sorted([dead, old, reused, garbled])
     assert live.exists() and young.exists() and other.exists() and elsewhere.exists() and not dead.exists()
@@ -163,20 +168,20 @@ def test_a_killed_process_leaves_its_fork_server_directory_and_the_next_one_remo
     script = textwrap.dedent(f"""
         import os, signal, sys, tempfile
         tempfile.tempdir = {str(tmp_path)!r}
-        from perfbisect.kernels.harness import launch
-        server = launch.ForkServer(dict(os.environ))
+        from perfbisect.kernels.harness.contain import forkserver
+        server = forkserver.ForkServer(dict(os.environ))
         print(server.dir, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     left = Path(out.stdout.strip())
-    assert out.returncode == -signal.SIGKILL and left.parent == tmp_path and (left / launch.OWNER_FILE).exists()
-    assert launch.sweep_stale_dirs(tmp_path) == [left] and not left.exists()
+    assert out.returncode == -signal.SIGKILL and left.parent == tmp_path and (left / forkserver.OWNER_FILE).exists()
+    assert forkserver.sweep_stale_dirs(tmp_path) == [left] and not left.exists()
 
 
 def test_a_stopped_fork_server_leaves_no_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    server = launch.ForkServer(dict(os.environ))
+    server = forkserver.ForkServer(dict(os.environ))
     (server.dir / "home" / "written-by-the-server").write_text("x")
     server.stop()
     assert list(tmp_path.iterdir()) == []
@@ -207,7 +212,7 @@ def test_a_sigtermed_process_removes_its_fork_server_directories(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == -signal.SIGTERM
     assert not directory.exists() and list(tmp_path.iterdir()) == []
-    assert launch.process_gone(server_pid)
+    assert procfs.process_gone(server_pid)
 
 
 def test_a_process_that_handles_sigterm_itself_keeps_its_handler_and_stops_its_servers_at_exit(tmp_path):

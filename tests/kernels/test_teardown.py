@@ -1,4 +1,4 @@
-"""Emptying a trial's /tmp (kernels/harness/teardown.py) on a real directory: everything under
+"""Emptying a trial's /tmp (kernels/harness/contain/teardown.py) on a real directory: everything under
 it goes, through links to nowhere (the link goes, not its target), unreadable directories, FIFOs;
 a tree deeper than the bound, or a top it cannot open, says False (the fork server then quits)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from perfbisect.kernels.harness import teardown
+from perfbisect.kernels.harness.contain import teardown
 
 
 def _soon() -> float:

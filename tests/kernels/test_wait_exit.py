@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.kernels.harness.launch import LaunchRequest, SubprocessTrial, wait_exit
+from perfbisect.kernels.harness.contain.process import wait_exit
+from perfbisect.kernels.harness.launch import LaunchRequest, SubprocessTrial
 
 
 @pytest.fixture(params=["pidfd", "poll"])
@@ -46,7 +47,7 @@ def test_a_subprocess_trial_gives_its_exit_code(tmp_path: Path, way: str) -> Non
 def test_a_kill_round_waits_for_the_killed_process_not_its_full_pause(way: str) -> None:
     import time
 
-    from perfbisect.workers.proctree import _await_exit
+    from perfbisect.kernels.harness.contain.tree import _await_exit
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
     started = time.monotonic()

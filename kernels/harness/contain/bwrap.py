@@ -10,20 +10,21 @@ What a sandbox sees and may do:
 - the system, the interpreter and the harness read-only; the slot's directory (worktree, build
   directory, HOME, TMPDIR, scratch) writable, and a trial's own revision caches (no other
   revision's, no other slot's: a fork server has its slot's cache tree and gives each trial
-  its view of it, kernels/harness/trialview.py);
+  its view of it, trialview.py);
   every mount nosuid and nodev (bwrap's defaults); nothing else: not the service's home (other
   slots, mirrors, the build cache), not /run or /var (PostgreSQL's and Redis's sockets);
   /tmp and /dev/shm are small private tmpfs;
 - GPU device nodes of the slot's GPUs only: /dev/nvidia<minor> of each visible GPU plus
   nvidiactl and nvidia-uvm, or /dev/kfd plus the visible GPUs' /dev/dri/renderD*.
+
+Whether a slot uses them (PERFBISECT_SANDBOX_NAMESPACES) is the worker's policy
+(workers/sandbox.py use_namespaces); this module builds the command line and probes the host.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,10 +32,9 @@ from pathlib import Path
 
 import perfbisect
 import perfbisect.kernels
-from perfbisect.kernels.harness.trialview import READ_ONLY, TrialView
-from perfbisect.workers import proctree
-
-log = logging.getLogger(__name__)
+from perfbisect.kernels.harness import procfs
+from perfbisect.kernels.harness.contain.process import Containment, run_captured
+from perfbisect.kernels.harness.contain.trialview import READ_ONLY, TrialView
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys")
 TMPFS_BYTES = 1 << 30
@@ -51,13 +51,14 @@ class View:
     tmpfs_bytes: int = TMPFS_BYTES  # the size of each of /tmp and /dev/shm (in the slot's budget)
     capabilities: tuple[str, ...] = ()  # kept in the user namespace (a fork server's, for its trials' views)
     trial: TrialView | None = None  # a trial's view of its slot, made as trialview.enter makes it
+    private: str = ""  # the service's home: never shown, even read-only (readonly_paths)
 
 
 def bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def readonly_paths() -> list[str]:
+def readonly_paths(private: str = "") -> list[str]:
     """The interpreter (its prefixes: a virtualenv and the Python it was made from) and the
     perfbisect packages a trial imports (the harness), besides the system directories."""
     paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
@@ -65,19 +66,20 @@ def readonly_paths() -> list[str]:
     packages = [os.path.dirname(perfbisect.__file__), *perfbisect.kernels.__path__]
     # and every directory this worker imports from (a GPU node's image keeps torch under /opt,
     # a carried service stack may sit in a PYTHONPATH directory under /tmp)
-    packages += [p for p in sys.path if p and os.path.isdir(p) and not _holds_home(p)]
+    packages += [p for p in sys.path if p and os.path.isdir(p) and not _holds(p, private)]
     paths |= {os.path.realpath(p) for p in packages}
     covered = (*SYSTEM_DIRS, *paths)  # a path inside another comes with it
     return sorted(p for p in paths if not any(p == d and d in SYSTEM_DIRS or p.startswith(d + "/") for d in covered))
 
 
-def _holds_home(path: str) -> bool:
-    """True for the service's home or a directory above it (a worker started with `python -m`
-    from there has it on sys.path): never shown to repository code, even read-only."""
-    from perfbisect.service.settings import get_settings
-
-    home, path = os.path.realpath(get_settings().home), os.path.realpath(path)
-    return path == "/" or home == path or home.startswith(path.rstrip("/") + "/")
+def _holds(path: str, home: str) -> bool:
+    """True for "/", and for the service's `home` or a directory above it (a worker started with
+    `python -m` from there has it on sys.path): never shown to repository code, even read-only."""
+    path = os.path.realpath(path)
+    if path == "/":
+        return True
+    home = os.path.realpath(home) if home else ""
+    return bool(home) and (home == path or home.startswith(path.rstrip("/") + "/"))
 
 
 def _system_args() -> list[str]:
@@ -100,7 +102,7 @@ def argv(view: View, *, chdir: str = "/", as_pid_1: bool = False) -> list[str]:
     # before the binds, so that a bound path under /tmp (an interpreter's or a slot's) shows on it
     args += ["--dev", "/dev", "--proc", "/proc", "--size", str(view.tmpfs_bytes), "--tmpfs", "/dev/shm",
              "--size", str(view.tmpfs_bytes), "--tmpfs", "/tmp"]
-    for path in readonly_paths():
+    for path in readonly_paths(view.private):
         args += ["--ro-bind", path, path]
     for path in view.writable:
         args += ["--bind", path, path]
@@ -141,11 +143,10 @@ def _visible(variable: str) -> list[int] | None:
 def nvidia_gpus() -> list[tuple[int, str]]:
     """(device minor, UUID) of the NVIDIA GPUs in PCI bus order (CUDA's order for identical GPUs)."""
     gpus = []
-    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+    for fields in procfs.nvidia_gpus():
         try:
-            fields = dict(line.split(":", 1) for line in info.read_text().splitlines() if ":" in line)
-            gpus.append((int(fields["Device Minor"]), fields.get("GPU UUID", "").strip()))
-        except (OSError, ValueError, KeyError):
+            gpus.append((int(fields["Device Minor"]), fields.get("GPU UUID", "")))
+        except (ValueError, KeyError):
             pass
     return gpus
 
@@ -194,26 +195,6 @@ def gpu_nodes(present=os.path.exists) -> tuple[str, ...]:
     return tuple(n for n in nodes if present(n))
 
 
-class Unavailable(RuntimeError):
-    """Namespaces are required and this host cannot make them."""
-
-
-def wanted(uid: int | None, gid: int | None, settings) -> bool:
-    """Whether a slot of `uid` runs in namespaces: per PERFBISECT_SANDBOX_NAMESPACES, where the
-    host can make them. Where it cannot, "required" (and production's "auto") raises
-    Unavailable and "auto" says so loudly at every slot."""
-    if settings.sandbox_namespaces == "off":
-        return False
-    why = unusable(uid, gid)
-    if why is None:
-        return True
-    if settings.sandbox_namespaces == "required" or settings.environment == "production":
-        raise Unavailable(f"repository code cannot be contained in namespaces: {why} (see the README, Deployment)")
-    log.error("NOT CONTAINED IN NAMESPACES: %s; repository code can reach the network and the host's "
-              "files and sockets (set PERFBISECT_SANDBOX_NAMESPACES=off to accept that)", why)
-    return False
-
-
 @lru_cache
 def unusable(uid: int | None, gid: int | None) -> str | None:
     """Why bwrap cannot make a sandbox for `uid` on this host (None: it can). Checked once."""
@@ -221,19 +202,11 @@ def unusable(uid: int | None, gid: int | None) -> str | None:
         return "not Linux"
     if bwrap() is None:
         return "bwrap is not installed (apt-get install bubblewrap; scripts/system_packages.sh)"
-    command = [*argv(View(writable=())), "true"]
-    user = {} if uid is None else {"user": uid, "group": gid, "extra_groups": []}
+    containment = Containment(uid=uid, gid=gid, die_with_parent=False)
     try:
-        proc = subprocess.Popen(command, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, **user)
+        code, stderr = run_captured([*argv(View(writable=())), "true"], containment, cwd="/", env=None, timeout_s=60)
     except OSError as exc:
         return f"bwrap failed: {exc}"
-    try:
-        _, stderr = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, stderr = proc.communicate()
-    proctree.kill_tree(proc.pid, marker="\0")  # reap bwrap's own children, adopted by this subreaper
-    if proc.returncode != 0:
+    if code != 0:
         return f"bwrap cannot make namespaces here: {stderr.strip()[-300:]} (user namespaces disabled?)"
     return None

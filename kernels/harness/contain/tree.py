@@ -6,8 +6,9 @@ trial is re-parented to the worker, not to init, so it stays among the worker's 
 can be found by walking /proc. Every process of a trial carries the trial's marker in its
 environment (inherited across fork and exec unless a program clears it on purpose) and, unless it
 called setsid, the session of the trial's root. A trial forked from a fork server has the marker
-written into its environment block (kernels/harness/zygote.py) and is a child subreaper, so
-its orphans stay among its descendants while it lives. Linux only; elsewhere these are no-ops.
+written into its environment block (zygote.py) and is a child subreaper, so its orphans stay
+among its descendants while it lives. /proc is read through kernels/harness/procfs.py. Linux
+only; elsewhere these are no-ops.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import signal
 import subprocess
 import time
 
-from perfbisect.kernels.harness.procfs import ProcInfo, all_processes, environ_value
-from perfbisect.kernels.harness.zygote import MARKER_NAME, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, prctl
+from perfbisect.kernels.harness.contain.zygote import MARKER_NAME, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, prctl
+from perfbisect.kernels.harness.procfs import ProcInfo, all_processes, environ_value, stat_fields
 
 log = logging.getLogger(__name__)
 
@@ -127,17 +128,9 @@ def _sigkill(processes) -> int:
 def kill_marked(marker: str) -> int:
     """SIGKILL every process on this host that carries `marker` (the janitor's sweep after a
     worker died: its orphans were re-parented to init and only the marker finds them)."""
-    killed = 0
-    for info in all_processes():
-        if info.pid != os.getpid() and not info.zombie:
-            found = marker_of(info.pid)
-            if found is not None and found.startswith(marker):
-                try:
-                    os.kill(info.pid, signal.SIGKILL)
-                    killed += 1
-                except ProcessLookupError:
-                    pass
-    return killed
+    me = os.getpid()
+    return _sigkill(info for info in all_processes()
+                    if info.pid != me and not info.zombie and (marker_of(info.pid) or "").startswith(marker))
 
 
 _POPENS = (subprocess.Popen, multiprocessing.popen_fork.Popen)
@@ -165,3 +158,17 @@ def _reap(pids) -> None:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
+
+
+def reap_adopted_pid(pid: int, wait_s: float = 1.0) -> None:
+    """Reap `pid`, a wrapper's child killed with it, should it be re-parented to this process
+    (a child subreaper) within `wait_s`: else it would stay a zombie."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:  # not (yet) this process's child
+            if stat_fields(pid) is None:  # gone, not even a zombie
+                return
+        time.sleep(0.01)

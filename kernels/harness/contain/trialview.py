@@ -35,7 +35,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from perfbisect.kernels.harness import safefs
+from perfbisect.kernels.harness import procfs, safefs
 
 CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETPCAP")  # what a fork server needs for its trials' views
 CLONE_NEWNS = 0x00020000
@@ -170,11 +170,9 @@ def drop_capabilities() -> None:
 
 
 def capability_sets() -> dict[str, int]:
-    """CapInh, CapPrm, CapEff, CapBnd and CapAmb of this process (/proc/self/status)."""
-    found = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("Cap"):
-                name, value = line.split(":", 1)
-                found[name] = int(value, 16)
-    return found
+    """CapInh, CapPrm, CapEff, CapBnd and CapAmb of this process (/proc/self/status); raises
+    OSError when it cannot be read (the drop cannot then be checked)."""
+    fields = procfs.status("self")
+    if not fields:
+        raise OSError("/proc/self/status is unreadable")
+    return {name: int(value, 16) for name, value in fields.items() if name.startswith("Cap")}

@@ -1,8 +1,8 @@
 """A fork server for trials: one interpreter that has imported torch, forking one fresh child
 per trial, so a trial skips the interpreter start and the torch import (2-4 s of each trial).
 
-    python -m perfbisect.kernels.harness.zygote --fd N --client-uid UID [--preload MODULE ...]
-                                                                  (started by launch.ForkServer)
+    python -m perfbisect.kernels.harness.contain.zygote --fd N --client-uid UID [--preload MODULE ...]
+                                                                  (started by forkserver.ForkServer)
 
 The server imports torch and triton: it never initialises CUDA (a CUDA context does not
 survive fork) and imports nothing of the measured repository unless started with --preload
@@ -20,12 +20,12 @@ resource limits; every child inherits both):
   read its memory, and so cannot poison the trials forked after it;
 - a child dies with the server (PR_SET_PDEATHSIG) and is a child subreaper, so the orphans of
   its descendants stay in its subtree while it lives;
-- the trial's marker (PERFBISECT_SANDBOX, see workers/proctree.py) is written into the child's
+- the trial's marker (PERFBISECT_SANDBOX, see tree.py) is written into the child's
   own environment block, in the room the server's placeholder value keeps there, so that
   /proc/<pid>/environ of the child and of everything it forks names the trial (a forked
   process shows its initial environment there, not os.environ).
 
-In a sandbox (launch.Containment.wrapper) the server is the init process of the slot's PID
+In a sandbox (process.Containment.wrapper) the server is the init process of the slot's PID
 namespace: no process in there can stop or kill it (init receives only the signals it handles,
 and it handles none), and the process that started it, outside, shows as pid 0. There it keeps
 CAP_SYS_ADMIN and CAP_SETPCAP of the slot's user namespace (nothing it executes inherits them):
@@ -58,17 +58,17 @@ import sys
 import tempfile
 import traceback
 
-from perfbisect.kernels.harness import teardown, trialview
+from perfbisect.kernels.harness import procfs
+from perfbisect.kernels.harness.contain import teardown, trialview
+from perfbisect.kernels.harness.contain.trialview import TrialView
 from perfbisect.kernels.harness.preload import import_preloaded
-from perfbisect.kernels.harness.procfs import stat_fields
-from perfbisect.kernels.harness.trialview import TrialView
 
 # What the server imports before forking: the frameworks and the harness itself, never the
 # measured repository. Names that are not installed (triton on a CPU box) are skipped.
 PRELOAD = ("torch", "numpy", "triton", "perfbisect.kernels.harness.trial")
 IDLE_POLL_S = 1.0
 MAX_REQUEST_BYTES = 1 << 22
-# The environment variable that names the trial a process belongs to (workers/proctree.py) and
+# The environment variable that names the trial a process belongs to (tree.py) and
 # the server's own value of it: room for a trial's marker, matching no sandbox slot.
 MARKER_NAME = "PERFBISECT_SANDBOX"
 MARKER_PLACEHOLDER = "fork-server#" + "_" * 1024
@@ -114,7 +114,7 @@ def _preload(revision_modules: list[str]) -> tuple[list[str], dict[str, str]]:
 def marker_room() -> tuple[int, int] | None:
     """(address, size) of the placeholder's value inside this process's environment block, the
     memory /proc/<pid>/environ shows; None when the block holds no placeholder."""
-    fields = stat_fields("self")
+    fields = procfs.stat_fields("self")
     try:
         env_start, env_end = int(fields[47]), int(fields[48])  # fields 50 and 51 of proc(5)
     except (TypeError, ValueError, IndexError):
@@ -287,11 +287,7 @@ def _end_trials(conn: socket.socket) -> None:
 
 def traced() -> bool:
     """True when a debugger is attached to this process (TracerPid in /proc/self/status)."""
-    try:
-        with open("/proc/self/status") as status:
-            return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in status)
-    except OSError:
-        return False
+    return procfs.status("self").get("TracerPid", "0") != "0"
 
 
 def serve(listen_fd: int, client_uid: int, preload: list[str] = (), view: TrialView | None = None) -> None:
@@ -324,7 +320,7 @@ def serve(listen_fd: int, client_uid: int, preload: list[str] = (), view: TrialV
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m perfbisect.kernels.harness.zygote")
+    parser = argparse.ArgumentParser(prog="python -m perfbisect.kernels.harness.contain.zygote")
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
     parser.add_argument("--client-uid", type=int, required=True, help="the uid allowed to connect")
     parser.add_argument("--preload", action="append", default=[], metavar="MODULE",
