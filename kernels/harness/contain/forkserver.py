@@ -118,7 +118,7 @@ class ForkServerUnavailable(RuntimeError):
     """The fork server could not start or stopped answering: use a subprocess."""
 
 class ForkServer:
-    """One `python -m perfbisect.kernels.harness.zygote` process and its socket. This process
+    """One `python -m perfbisect.kernels.harness.contain.zygote` process and its socket. This process
     binds the socket (in a directory only it may list) and hands it to the server; the server
     accepts connections from this process only."""
 
