@@ -66,6 +66,12 @@ from perfbisect.kernels.harness.preload import import_preloaded
 # What the server imports before forking: the frameworks and the harness itself, never the
 # measured repository. Names that are not installed (triton on a CPU box) are skipped.
 PRELOAD = ("torch", "numpy", "triton", "perfbisect.kernels.harness.trial")
+# Per-process caches of Triton that need no GPU, filled once in the server so that no forked trial
+# recomputes them at its first compile (a cache hit included): the hash of Triton's own install
+# (triton_key: every compiler source and libtriton.so, hundreds of MB, read and hashed) and the
+# ptxas version (a subprocess). Where Triton keeps them varies by version: the names that exist.
+JIT_WARMERS = (("triton.runtime.cache", "triton_key"), ("triton.compiler.compiler", "triton_key"),
+               ("triton.backends.nvidia.compiler", "get_ptxas_version"))
 IDLE_POLL_S = 1.0
 MAX_REQUEST_BYTES = 1 << 22
 # The environment variable that names the trial a process belongs to (tree.py) and
@@ -105,10 +111,28 @@ def _preload(revision_modules: list[str]) -> tuple[list[str], dict[str, str]]:
         except ImportError:
             continue
     revision_loaded, failed = import_preloaded(revision_modules)
+    warm_jit()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():  # pragma: no cover - a bug, not a state
         raise RuntimeError("CUDA was initialised in the fork server; its children could not use it")
     return loaded + revision_loaded, failed
+
+
+def warm_jit() -> list[str]:
+    """Fill JIT_WARMERS' caches where Triton is imported (never CUDA: these read files and run
+    ptxas); returns the names called. A failure is the trial's to meet, as it would without this."""
+    if "triton" not in sys.modules:
+        return []
+    called = []
+    for module, name in JIT_WARMERS:
+        try:
+            warmer = getattr(importlib.import_module(module), name, None)
+            if callable(warmer) and f"{warmer.__module__}.{name}" not in called:
+                warmer()
+                called.append(f"{warmer.__module__}.{name}")
+        except Exception:  # noqa: BLE001 - an optional speed-up: the trial computes it itself
+            continue
+    return called
 
 
 def marker_room() -> tuple[int, int] | None:
