@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from perfbisect.kernels.harness.contain import bwrap
+from perfbisect.kernels.harness.contain import bwrap, cgroup
 from perfbisect.kernels.harness.contain.process import Containment
 from perfbisect.service.settings import get_settings
 from perfbisect.workers import cgroups, hostshare, sandbox, slotpolicy
@@ -60,7 +60,7 @@ def test_a_set_memory_cap_and_no_process_limit(delegated, monkeypatch) -> None:
     (0, 3, [0, 1, 2, 3, 4, 5, 6], "0,1"), (5, 8, [0, 1, 2, 3], "1"),
 ])
 def test_cpu_shares(index, slots, cpus, share) -> None:
-    assert cgroups.cpu_share(index, slots, cpus) == share
+    assert cgroup.cpu_share(index, slots, cpus) == share
 
 
 def test_without_a_delegated_cgroup_rlimits_stand_alone_said_once(tmp_path, monkeypatch, caplog) -> None:

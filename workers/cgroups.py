@@ -12,7 +12,8 @@ drops to the slot's uid (Containment.cgroup), so all it starts is counted there.
 
 The worker's own processes move to `<dir>/worker` (cgroup v2 allows processes only in leaves
 once controllers are enabled below). Where the directory is unset, not cgroup v2 or not
-writable, the rlimits of workers/sandbox.py stand alone, said once in the log.
+writable, the rlimits of workers/slotpolicy.py stand alone, said once in the log. This module
+says which directory and which limits; kernels/harness/contain/cgroup.py writes them.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from perfbisect.kernels.harness.contain import cgroup
 from perfbisect.service.settings import Settings, get_settings
 from perfbisect.workers import hostshare
 
 log = logging.getLogger(__name__)
-
-CONTROLLERS = ("cpuset", "memory", "pids")
 
 
 @lru_cache
@@ -35,54 +35,13 @@ def delegated() -> Path | None:
     """The delegated cgroup directory, prepared (controllers enabled below it, the worker's
     processes moved into a leaf); None, logged once per process, where there is none usable."""
     directory = get_settings().sandbox_cgroup_dir
-    why = _unusable(directory)
+    why = cgroup.unusable(directory)
     if why is not None:
         log.warning("cgroup v2 limits off (%s): slots are limited by rlimits only (memory: RLIMIT_AS or "
                     "RLIMIT_DATA, processes: RLIMIT_NPROC of a slot's uid, no CPU set)", why)
         return None
-    _to_leaf(directory)
-    (directory / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in CONTROLLERS))
+    cgroup.prepare(directory)
     return directory
-
-
-def _unusable(directory: Path | None) -> str | None:
-    if directory is None:
-        return "PERFBISECT_SANDBOX_CGROUP_DIR is unset"
-    try:
-        available = (directory / "cgroup.controllers").read_text().split()
-    except OSError:
-        return f"{directory} is not a cgroup v2 directory"
-    missing = [c for c in CONTROLLERS if c not in available]
-    if missing:
-        return f"{directory} lacks the {', '.join(missing)} controller(s): delegate them"
-    if not os.access(directory / "cgroup.subtree_control", os.W_OK) or not os.access(directory, os.W_OK):
-        return f"{directory} is not writable by this worker: delegate it (systemd Delegate=yes, or chown)"
-    return None
-
-
-def _to_leaf(directory: Path) -> None:
-    """Move the processes in `directory` itself (this worker's) into `directory/worker`."""
-    pids = (directory / "cgroup.procs").read_text().split()
-    if pids:
-        leaf = directory / "worker"
-        leaf.mkdir(exist_ok=True)
-        for pid in pids:
-            try:
-                (leaf / "cgroup.procs").write_text(pid)
-            except OSError:  # exited meanwhile, or a kernel thread
-                pass
-
-
-def cpu_share(index: int, slots: int, cpus: list[int]) -> str:
-    """The CPUs of slot `index` of `slots`: `cpus` split into contiguous equal parts (a slot
-    past the count wraps around; fewer CPUs than slots: one CPU each, shared)."""
-    cpus = sorted(cpus)
-    slots = max(1, slots)
-    if len(cpus) < slots:
-        return str(cpus[index % len(cpus)])
-    per = len(cpus) // slots
-    part = cpus[(index % slots) * per:(index % slots + 1) * per]
-    return ",".join(map(str, part))
 
 
 def slot_cgroup(settings: Settings, index: int) -> str:
@@ -91,15 +50,11 @@ def slot_cgroup(settings: Settings, index: int) -> str:
     directory = delegated()
     if directory is None:
         return ""
-    path = directory / f"slot-{index}"
-    path.mkdir(exist_ok=True)
     memory_mb = hostshare.slot_budget_mb(settings)  # the slot's processes and its /tmp and /dev/shm
     limits = {"memory.max": str(memory_mb << 20) if memory_mb else "max",
               "pids.max": str(settings.sandbox_max_procs or "max"),
-              "cpuset.cpus": cpu_share(index, hostshare.host_slots(settings), list(os.sched_getaffinity(0)))}
-    for name, value in limits.items():
-        (path / name).write_text(value)
-    return str(path)
+              "cpuset.cpus": cgroup.cpu_share(index, hostshare.host_slots(settings), list(os.sched_getaffinity(0)))}
+    return cgroup.make(directory, f"slot-{index}", limits)
 
 
 def memory_report(settings: Settings) -> str:
@@ -110,7 +65,7 @@ def memory_report(settings: Settings) -> str:
     slots, procs = hostshare.host_slots(settings), settings.sandbox_max_procs or "no limit on"
     shared = (f"{slots} slot(s) x {budget} MiB = {slots * budget} MiB of the host's {hostshare.host_memory_mb()} MiB; "
               f"/tmp and /dev/shm {tmpfs} MiB each, in the slot's budget")
-    why = _unusable(settings.sandbox_cgroup_dir)
+    why = cgroup.unusable(settings.sandbox_cgroup_dir)
     if why is None:
         return (f"memory: bounded per trial by cgroup v2 ({settings.sandbox_cgroup_dir}): memory.max {budget} MiB "
                 f"and pids.max {procs} per slot, all its processes and its /tmp and /dev/shm counted; {shared}")

@@ -9,6 +9,7 @@ fork server serves a trial) both go through it; nothing else starts repository c
                    deadline and a stop check, then kill the tree and end it), run_captured (probes)
     bwrap.py       the bubblewrap command line of a slot (View: writable paths, network, devices,
                    tmpfs sizes, a trial's view, capabilities), the slot's GPU nodes, the host probe
+    cgroup.py      a delegated cgroup v2 directory prepared, a slot's cgroup made with its limits
     forkserver.py  the fork server's client: ForkServer (started under a Containment, as the
                    namespace's init under bwrap), ForkedTrial (a Supervised process), stale dirs
     zygote.py      the fork server itself (python -m ...contain.zygote), forking one child per trial
