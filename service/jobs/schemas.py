@@ -88,6 +88,10 @@ class BisectCreate(BaseModel):
     side_by_side: bool = Field(default=True, description=(
         "confirm a culprit only on side-by-side blocks (its two revisions measured A B B A on one worker), so drift "
         "the control does not cancel cannot make one; false: on all the pair's trials, as before issue 23"))
+    evidence: bool = Field(default=False, description=(
+        "once the culprits are known, run one profiled trial at each end of every culprit (torch.profiler, the "
+        "Triton JIT cache, the autotuner's choice): the evidence of why it got slower "
+        "(GET /api/jobs/{id}/culprits/{sha}/evidence); profiled trials never enter the timing statistics"))
     attribute: bool | None = Field(default=None, description="after the bisect, measure the bad end with its culprits "
                                    "reverted: None (default) when two or more culprits moved one case, true for any "
                                    "culprit, false never")
@@ -138,6 +142,10 @@ class CompareCreate(BaseModel):
     side_by_side: bool = Field(default=True, description=(
         "measure base and head side by side (A B B A blocks on one worker) and decide on the within-block "
         "differences, so drift the control does not cancel cannot fail or pass the gate; false: separate trials"))
+    evidence: bool = Field(default=False, description=(
+        "once the culprits are known, run one profiled trial at each end of every culprit (torch.profiler, the "
+        "Triton JIT cache, the autotuner's choice): the evidence of why it got slower "
+        "(GET /api/jobs/{id}/culprits/{sha}/evidence); profiled trials never enter the timing statistics"))
 
     @model_validator(mode="after")
     def _one_form(self) -> CompareCreate:
@@ -189,6 +197,11 @@ class CulpritRead(BaseModel):
     effects: dict[str, CaseEffectRead] = {}
     wrong_cases: dict[str, WrongCaseRead] = Field(
         default={}, description="correctness: the cases that failed the accuracy check (others keep their timing)")
+    why: list[str] = Field(default=[], description=(
+        "a job run with evidence: why it got slower, one line per kind (the kernel that carries the step, the "
+        "compiled code, the autotuner's choice, the environment) or why that kind is missing"))
+    evidence_url: str | None = Field(default=None, description="the full evidence (GET): kernel table, "
+                                     "metadata and op-count tables, the TTGIR diff")
 
 
 class StepRead(BaseModel):

@@ -60,13 +60,14 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
         shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
         revisions = revisions_by_sha(session, job.repository_id, list(shas)) if shas else {}
     culprits = []
+    why = _evidence(session, job)
     for c in job.culprits:
         rev = revisions.get(c.last_sha)
         culprits.append(CulpritRead(
             kind=c.kind.value, first_sha=c.first_sha, last_sha=c.last_sha, fixed_sha=c.fixed_sha,
             exact=c.first_sha == c.last_sha, subject=rev.subject if rev else None,
             pr_number=rev.pr_number if rev else None,
-            **culprit_effects(c, logs),
+            **culprit_effects(c, logs), **why.get(c.last_sha, {}),
         ))
     secrets = env_secrets(job.repository.env)  # rows stored before values were scrubbed at the source
     stored = (job.result or {}).get("outcome")
@@ -84,6 +85,17 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
         fix_check=(job.result or {}).get("fix_check") or [],
         **_attribution(session, job),
     )
+
+
+def _evidence(session: Session, job: Job) -> dict[str, dict]:
+    """Per performance culprit (by last sha) of a finished job run with evidence: its 'why'
+    lines and the evidence's URL (service/evidence)."""
+    from perfbisect.service.evidence import service as evidence
+
+    if not job.status.finished or not evidence.wants_evidence(job):
+        return {}
+    return {sha: {"why": found.summary, "evidence_url": f"/api/jobs/{job.id}/culprits/{sha}/evidence"}
+            for sha, found in evidence.evidence_of_job(session, job.id).items()}
 
 
 def _attribution(session: Session, job: Job) -> dict:
