@@ -12,16 +12,17 @@ import pytest
 from sqlalchemy import select
 
 from perfbisect.kernels.harness import jitcache
+from perfbisect.service.alerts.render import why_line
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.evidence import diff
 from perfbisect.service.evidence.repository import profiled_trials as profiled_trials_of
 from perfbisect.service.evidence.service import evidence_of
-from perfbisect.service.evidence.summary import one_line
 from perfbisect.service.jobs import advance, views
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs.schemas import BisectCreate
 from perfbisect.service.models import JobStatus, Measurement
 from perfbisect.service.reports.culprits import culprit_table
+from perfbisect.service.reports.pr_comment import render_job
 from perfbisect.service.trials import service as trials
 from tests.factories import create_repository
 from tests.gitrepo import make_repo
@@ -187,7 +188,7 @@ def test_a_job_with_evidence_profiles_each_end_once_after_the_culprit(session, r
     assert "kernel (gemm M=256,N=256,K=256,dtype=fp32): `_layer_norm_bwd_kernel` +3.1 ms of +3.21 ms per call" \
         in evidence.summary
     assert any(line.startswith("compiled: softmax_kernel: num_stages 3->4, shared 0->16") for line in evidence.summary)
-    assert one_line(evidence).startswith("kernel (gemm")
+    assert why_line(evidence.summary).startswith("kernel (gemm")
 
     response = client.get(f"/api/jobs/{job_id}/culprits/{culprit.last_sha}/evidence")
     assert response.status_code == 200, response.text
@@ -203,6 +204,19 @@ def test_a_job_with_evidence_profiles_each_end_once_after_the_culprit(session, r
     text = culprit_table(read)
     assert "  why:" in text and "`_layer_norm_bwd_kernel` +3.1 ms of +3.21 ms per call" in text
     assert "autotuner: softmax_kernel chose {kwargs={'BLOCK_K': 64}" in text
+    comment = render_job(read, public_url="https://perf.example")
+    assert (f"**Why** (`{culprit.last_sha[:10]}`): kernel (gemm M=256,N=256,K=256,dtype=fp32): "
+            "`_layer_norm_bwd_kernel` +3.1 ms of +3.21 ms per call; compiled: softmax_kernel: num_stages 3->4") in comment
+    assert f"[evidence](https://perf.example/dashboard/jobs/{job_id}#evidence-{culprit.last_sha[:12]})" in comment
+
+    page = client.get(f"/dashboard/jobs/{job_id}")
+    assert page.status_code == 200
+    html = page.text
+    assert f'<section id="evidence-{culprit.last_sha[:12]}"' in html
+    assert "<code>_layer_norm_bwd_kernel</code>" in html and "+3.1" in html  # the kernel table
+    assert "<td>num_stages</td><td>3</td><td>4</td>" in html  # the metadata table
+    assert "<code>ex2.approx.f32</code></td><td class=\"num\">4</td><td class=\"num\">2</td>" in html  # op counts
+    assert "<details><summary>TTGIR diff</summary>" in html  # the IR diff, collapsed
 
 
 def test_a_job_without_evidence_runs_no_profiled_trial_and_says_why(session, repo) -> None:

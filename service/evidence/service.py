@@ -140,6 +140,17 @@ def evidence_of(session: Session, job_id: int, sha: str) -> CulpritEvidence:
     return build_evidence(job, culprit, before, after, compared, _hunks(session, job.id, culprit.last_sha))
 
 
+def why_of(session: Session, culprit: Culprit | None) -> list[str]:
+    """A culprit's 'why' lines where its job ran with evidence (the alert page's and the alert
+    bot's line); [] otherwise."""
+    if culprit is None or culprit.kind != CulpritKind.performance:
+        return []
+    job = repository.job_with_culprits(session, culprit.job_id)
+    if job is None or not job.status.finished or not wants_evidence(job):
+        return []
+    return evidence_of(session, job.id, culprit.last_sha).summary
+
+
 def evidence_of_job(session: Session, job_id: int) -> dict[str, CulpritEvidence]:
     """Every performance culprit's evidence, by its last sha (for reports); empty for a job
     that ran without --evidence."""

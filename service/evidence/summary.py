@@ -65,12 +65,3 @@ def why_lines(evidence: CulpritEvidence) -> list[str]:
                          else f"partial {kind} evidence: {section.reason}")
     return lines
 
-
-def one_line(evidence: CulpritEvidence) -> str:
-    """The PR comment's and the alert page's line: the kernel that carries the step and the first
-    compiled-code change, or why there is no evidence."""
-    shown = [line for line in evidence.summary if line.startswith(("kernel", "compiled", "autotuner: ", "hunk:"))
-             and "same configuration" not in line]
-    if shown:
-        return "; ".join(shown[:2])
-    return evidence.summary[0] if evidence.summary else "no evidence"

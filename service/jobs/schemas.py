@@ -116,11 +116,13 @@ class BisectCreate(BaseModel):
     def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> BisectSpec:
         """The job's spec: this request's fields of the same names, the resolved `cases`, and
         `max_trials` when the request gave none (Settings)."""
-        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap"})
+        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap", "evidence"})
         policy = self.policy.model_dump(exclude_none=True) if self.policy else None
         extra = {"attribute": self.attribute} if self.attribute is not None else {}  # None: unset, as before
         if self.max_gap is not None:  # stored only when given
             extra["max_gap"] = self.max_gap
+        if self.evidence:  # stored only when asked for, as before issue 43
+            extra["evidence"] = True
         return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
 
 
@@ -156,7 +158,8 @@ class CompareCreate(BaseModel):
     def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> CompareSpec:
         """The job's spec: the base is its good end, the head its bad one; two revisions a round."""
         extra = {"merge_base": True} if self.merge_base else {}  # stored only when asked for, as before
-        return CompareSpec(**shared_fields(self, CompareSpec, exclude={"merge_base"}), good=self.base, bad=self.head,
+        extra |= {"evidence": True} if self.evidence else {}
+        return CompareSpec(**shared_fields(self, CompareSpec, exclude={"merge_base", "evidence"}), good=self.base, bad=self.head,
                            cases=cases, workers=2, max_trials=max_trials, policy=None, **extra)
 
 
