@@ -22,6 +22,7 @@ from pathlib import Path
 IR_LEVELS = ("ttir", "ttgir", "llir", "ptx", "amdgcn")
 MAX_FILE_BYTES = 4 << 20      # an IR file larger than this is skipped, not read (its histogram absent)
 MAX_TTGIR_CHARS = 200_000     # what the stored TTGIR keeps, for the service's bounded diff
+MAX_TTGIR_TOTAL = 1_000_000   # and all kernels' together: past it, later kernels keep none (truncated)
 MAX_KERNELS = 64              # a trial compiling more is summarised on its first 64 (by name)
 META_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "shared", "enable_fp_fusion",
              "cluster_dims", "waves_per_eu", "matrix_instr_nonkdim", "kpack", "ptx_version",
@@ -160,6 +161,17 @@ def _kernel_dirs(root: Path) -> list[tuple[str, Path, dict]]:
     return found
 
 
+def _within_budget(kernels: list[dict], budget: int | None = None) -> None:
+    """Drop the TTGIR text of the kernels past MAX_TTGIR_TOTAL characters in all (marked truncated),
+    so a trial that compiles many kernels stores a bounded document."""
+    left = MAX_TTGIR_TOTAL if budget is None else budget
+    for kernel in kernels:
+        size = len(kernel.get("ttgir") or "")
+        if size > left:
+            kernel["ttgir"], kernel["ttgir_truncated"] = "", True
+        left -= min(size, max(left, 0))
+
+
 def read_cache(root: Path | None) -> dict:
     """Every kernel compiled in the JIT cache at `root`: {"kernels": [...], "note": why empty}.
     Never raises: a missing directory or one without kernels (or without IR files) is a note."""
@@ -176,6 +188,7 @@ def read_cache(root: Path | None) -> dict:
             except OSError:
                 continue
         kernels.append(summarize_kernel(name, meta, texts))
+    _within_budget(kernels)
     if not kernels:
         return {"kernels": [], "note": "the trial compiled no Triton kernel (its JIT cache holds none)"}
     if not any(k["ir_levels"] for k in kernels):

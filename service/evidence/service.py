@@ -91,6 +91,16 @@ def _case_reason(b: dict, a: dict, bp: dict, ap: dict) -> str | None:
     return None
 
 
+def sections(cases: list[str], before: dict, after: dict) -> tuple[KernelSection, CompiledSection, AutotuneSection]:
+    """The kernel, compiled-code and autotuner sections from two profiled trials' stored findings
+    (trials.evidence: service/trials/service.py:profiled_evidence); `cases` default to theirs."""
+    cases = cases or sorted(set(before.get("cases") or {}) | set(after.get("cases") or {}))
+    compiled = diff.compiled_diff(before.get("compiled") or {}, after.get("compiled") or {},
+                                  before.get("live"), after.get("live"))
+    return (kernel_section(cases, before, after), CompiledSection(**compiled),
+            AutotuneSection(**diff.autotune_diff(before.get("live"), after.get("live"))))
+
+
 def _hunks(session: Session, job_id: int, sha: str) -> HunkSection:
     # --- HUNK LOCALIZATION (helper D, issue 43): service/bisect/hunks.py provides
     # hunk_evidence(session, job_id, sha); its answer (a HunkSection-shaped dict) goes here as is.
@@ -115,12 +125,7 @@ def build_evidence(job: Job, culprit: Culprit, before: Trial | None, after: Tria
         kernels, compiled = KernelSection(available=False, reason=missing), CompiledSection(available=False, reason=missing)
         autotune = AutotuneSection(available=False, reason=missing)
     else:
-        b, a = before.evidence or {}, after.evidence or {}
-        cases = list(culprit.effects) or sorted(set(b.get("cases") or {}) | set(a.get("cases") or {}))
-        kernels = kernel_section(cases, b, a)
-        compiled = CompiledSection(**diff.compiled_diff(b.get("compiled") or {}, a.get("compiled") or {},
-                                                        b.get("live"), a.get("live")))
-        autotune = AutotuneSection(**diff.autotune_diff(b.get("live"), a.get("live")))
+        kernels, compiled, autotune = sections(list(culprit.effects), before.evidence or {}, after.evidence or {})
     evidence = CulpritEvidence(
         job_id=job.id, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
         before_sha=before.revision.sha if before else None, after_sha=after.revision.sha if after else None,

@@ -108,3 +108,10 @@ def test_profiled_cpu_trial_has_kernels_and_no_samples(demo) -> None:
     assert entry["profile"]["calls"] == profiling.PROFILED_CALLS and entry["profile"]["kernels"]
     assert result["evidence"]["compiled"]["kernels"] == []  # the CPU compiles no Triton kernel
     assert "no Triton" in result["evidence"]["compiled"]["note"]
+
+
+def test_the_stored_ttgir_is_bounded_over_all_kernels() -> None:
+    kernels = [{"name": f"k{i}", "ttgir": "x" * 600} for i in range(3)]
+    jitcache._within_budget(kernels, budget=1000)
+    assert [len(k["ttgir"]) for k in kernels] == [600, 0, 0]
+    assert "ttgir_truncated" not in kernels[0] and kernels[1]["ttgir_truncated"] and kernels[2]["ttgir_truncated"]
