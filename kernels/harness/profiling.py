@@ -151,12 +151,23 @@ def _compiled_of(jit) -> list:
     return [k for per_device in cache.values() for k in per_device.values()] if isinstance(cache, dict) else []
 
 
+def _constant_names(src) -> dict:
+    """The constexpr specialisation by argument name: Triton 3.3+ keys `constants` by argument
+    index paths ((3,): 32), older releases by name or index."""
+    constants = dict(getattr(src, "constants", None) or {})
+    names = list(getattr(getattr(src, "fn", None), "arg_names", None) or [])
+
+    def name_of(key):
+        index = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+        return names[index] if isinstance(index, int) and 0 <= index < len(names) else str(key)
+    return {name_of(k): _plain(v) for k, v in constants.items()}
+
+
 def _kernel_facts(kernel) -> dict:
     meta = getattr(kernel, "metadata", None)
     name = getattr(meta, "name", None) or getattr(kernel, "name", None)
-    constants = getattr(getattr(kernel, "src", None), "constants", None) or {}
     facts = {"name": name, "hash": getattr(meta, "hash", None),
-             "constants": {str(k): _plain(v) for k, v in dict(constants).items()}}
+             "constants": _constant_names(getattr(kernel, "src", None))}
     for key in ("n_regs", "n_spills", "n_max_threads"):
         value = getattr(kernel, key, None)
         if isinstance(value, int):

@@ -343,6 +343,8 @@ class TrialRead(BaseModel):
     failure_reason: str | None
     worker_host: str | None
     attempts: int
+    profile: bool = Field(default=False, description="a culprit's profiled trial (issue 43): kernels and compiled "
+                          "code, no measurements; GET /api/jobs/{id}/culprits/{sha}/evidence")
     block: int | None = Field(default=None, description="the side-by-side block it was measured in (issue 23): its "
                               "two revisions run A B B A on one worker; null: an unpaired trial")
     block_slot: int | None = Field(default=None, description="its place in the block's A B B A order (0..3)")

@@ -137,7 +137,7 @@ def trial_reads(session: Session, job_id: int, *, with_logs: bool = True, sample
         TrialRead(
             id=t.id, sha=t.revision.sha, status=t.status.value, device=t.device, fingerprint=t.fingerprint,
             failure_reason=log(t.failure_reason, FAILURE_WORDS.get(t.status.value, t.status.value)), worker_host=t.worker_host, attempts=t.attempts,
-            block=t.block, block_slot=t.block_slot,
+            block=t.block, block_slot=t.block_slot, profile=t.profile,
             build_s=t.build_s, build_cache=t.build_cache, run_s=t.run_s, phases=t.phases,
             samples_pruned_at=t.samples_pruned_at,
             measurements={m.case.name: {"status": m.status, "ratio": m.ratio, "value": m.value,

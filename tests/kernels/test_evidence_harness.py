@@ -115,3 +115,14 @@ def test_the_stored_ttgir_is_bounded_over_all_kernels() -> None:
     jitcache._within_budget(kernels, budget=1000)
     assert [len(k["ttgir"]) for k in kernels] == [600, 0, 0]
     assert "ttgir_truncated" not in kernels[0] and kernels[1]["ttgir_truncated"] and kernels[2]["ttgir_truncated"]
+
+
+def test_live_kernel_facts_name_the_constexprs() -> None:
+    from types import SimpleNamespace as NS
+    src = NS(constants={(3,): 32, (4,): 8}, fn=NS(arg_names=["a", "b", "c", "BLOCK_K", "GROUP_M"]))
+    kernel = NS(metadata=NS(name="matmul_kernel", hash="ab12"), src=src, n_regs=168, n_spills=0)
+    assert profiling._kernel_facts(kernel) == {"name": "matmul_kernel", "hash": "ab12", "n_regs": 168, "n_spills": 0,
+                                               "constants": {"BLOCK_K": 32, "GROUP_M": 8}}
+    jit = NS(device_caches={0: ({"key": kernel}, "target", "backend", "binder")})
+    tuner = NS(fn=NS(fn=jit), configs=[1, 2], cache={})
+    assert profiling._compiled_of(profiling._jit_of(tuner)) == [kernel]
