@@ -20,10 +20,14 @@ from perfbisect.service.evidence.service import evidence_of
 from perfbisect.service.jobs import advance, views
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs.schemas import BisectCreate
-from perfbisect.service.models import JobStatus, Measurement
+from perfbisect.service.alerts import bot
+from perfbisect.service.models import (CulpritKind, Job, JobStatus, Measurement, Revision, TrackedBranch, Trial,
+                                       TrialStatus)
 from perfbisect.service.reports.culprits import culprit_table
 from perfbisect.service.reports.pr_comment import render_job
 from perfbisect.service.trials import service as trials
+from perfbisect.service.trials.service import profiled_evidence
+from tests.alerts.test_alert_bot import CULPRIT, FakeGitHub, _bisected, alert, token  # noqa: F401 (fixtures)
 from tests.factories import create_repository
 from tests.gitrepo import make_repo
 from tests.test_job_rounds import harness_result
@@ -250,3 +254,28 @@ def test_a_profiler_that_failed_and_a_profiled_trial_that_failed_are_reasons(ses
 
 def test_recorded_tables_stay_json(session) -> None:
     assert json.loads(json.dumps(profile_result(STEP_AT)))["evidence"]["compiled"]["kernels"][0]["name"] == "softmax_kernel"
+
+
+def test_the_alert_comment_and_the_alert_page_carry_one_why_line(session, token, alert, monkeypatch, client) -> None:
+    monkeypatch.setattr(token, "public_url", "https://perf.example/")
+    _bisected(session, alert, CulpritKind.performance, {CASE: {
+        "rel": -0.2, "ci": [-0.22, -0.18], "before": 1.0, "after": 0.8, "unit": "TFLOP/s"}})
+    job = session.get(Job, alert.bisect_job_id)
+    job.spec = job.spec.updated(evidence=True)
+    tracked = session.get(TrackedBranch, alert.tracked_branch_id)
+    parent = Revision(repository_id=tracked.repository_id, sha="a" * 40, subject="before")
+    session.add(parent)
+    session.flush()
+    culprit_rev = session.scalars(select(Revision).where(Revision.sha == CULPRIT)).one()
+    for revision, index in ((parent, STEP_AT - 1), (culprit_rev, STEP_AT)):
+        session.add(Trial(job_id=job.id, revision_id=revision.id, profile=True, status=TrialStatus.ok,
+                          evidence=profiled_evidence(profile_result(index))))
+    session.flush()
+
+    body = bot.post(bot.comment_work(session, alert.id), client=FakeGitHub().client())["comments"][0]["body"]
+    assert (f"**Why** (`{CULPRIT[:10]}`): kernel ({CASE}): `_layer_norm_bwd_kernel` +3.1 ms of +3.21 ms per call; "
+            "compiled: softmax_kernel: num_stages 3->4") in body
+    assert f"[evidence](https://perf.example/dashboard/jobs/{job.id}#evidence-{CULPRIT[:12]})" in body
+    page = client.get(f"/dashboard/alerts/{alert.id}").text
+    assert f"<dt>why</dt><dd>kernel ({CASE}): `_layer_norm_bwd_kernel` +3.1 ms" in page
+    assert f'<a href="/dashboard/jobs/{job.id}#evidence-{CULPRIT[:12]}">evidence</a>' in page

@@ -39,7 +39,7 @@ def job_reads(session: Session, jobs: Sequence[Job]) -> list[JobRead]:
         wanted[job.repository_id] |= {sha for c in job.culprits for sha in (c.first_sha, c.last_sha)}
     revisions = {repo_id: revisions_by_sha(session, repo_id, list(shas)) if shas else {}
                  for repo_id, shas in wanted.items()}
-    return [job_read(session, job, revisions[job.repository_id]) for job in jobs]
+    return [job_read(session, job, revisions[job.repository_id], evidence=False) for job in jobs]
 
 
 def culprit_effects(culprit: Culprit, logs: bool = True) -> dict[str, Any]:
@@ -53,14 +53,15 @@ def culprit_effects(culprit: Culprit, logs: bool = True) -> dict[str, Any]:
 
 
 def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None = None, *,
-             logs: bool = False) -> JobRead:
+             logs: bool = False, evidence: bool = True) -> JobRead:
     """The job as the API shows it; the log texts of its failures only with `logs` (its submitter
-    and admins: service/jobs/logs.py), else each failure's kind and exit code."""
+    and admins: service/jobs/logs.py), else each failure's kind and exit code. With `evidence`
+    (not in lists), each culprit's 'why' lines where the job ran with evidence."""
     if revisions is None:
         shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
         revisions = revisions_by_sha(session, job.repository_id, list(shas)) if shas else {}
     culprits = []
-    why = _evidence(session, job)
+    why = _evidence(session, job) if evidence else {}
     for c in job.culprits:
         rev = revisions.get(c.last_sha)
         culprits.append(CulpritRead(
