@@ -19,7 +19,7 @@ from perfbisect.service.evidence.repository import profiled_trials as profiled_t
 from perfbisect.service.evidence.service import evidence_of
 from perfbisect.service.jobs import advance, views
 from perfbisect.service.jobs import service as jobs
-from perfbisect.service.jobs.schemas import BisectCreate
+from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate
 from perfbisect.service.alerts import bot
 from perfbisect.service.models import (CulpritKind, Job, JobStatus, Measurement, Revision, TrackedBranch, Trial,
                                        TrialStatus)
@@ -279,3 +279,13 @@ def test_the_alert_comment_and_the_alert_page_carry_one_why_line(session, token,
     page = client.get(f"/dashboard/alerts/{alert.id}").text
     assert f"<dt>why</dt><dd>kernel ({CASE}): `_layer_norm_bwd_kernel` +3.1 ms" in page
     assert f'<a href="/dashboard/jobs/{job.id}#evidence-{CULPRIT[:12]}">evidence</a>' in page
+
+
+def test_evidence_is_stored_in_the_spec_only_when_asked_for() -> None:
+    shapes = [{"suite": "gemm", "target": "minikern.gemm:matmul", "shapes": ["M=64,N=64,K=64,dtype=fp32"]}]
+    asked = BisectCreate(repository="lib", good="a", bad="b", benchmarks=shapes, evidence=True).to_spec([], 12)
+    assert asked.evidence and asked.stored()["evidence"] is True
+    plain = BisectCreate(repository="lib", good="a", bad="b", benchmarks=shapes).to_spec([], 12)
+    assert not plain.evidence and "evidence" not in plain.stored()
+    compare = CompareCreate(repository="lib", base="a", head="b", benchmarks=shapes, evidence=True).to_spec([], 12)
+    assert compare.evidence and compare.stored()["evidence"] is True
