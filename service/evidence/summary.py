@@ -52,8 +52,10 @@ def why_lines(evidence: CulpritEvidence) -> list[str]:
             lines.append(line)
     if evidence.autotune.available:
         flips = [c for c in evidence.autotune.choices if c.flipped]
-        lines.append(f"autotuner: {flips[0].kernel} chose {_value(flips[0].before)} -> {_value(flips[0].after)} "
-                     f"at {flips[0].key}" if flips else "autotuner: the same configuration at both ends")
+        lines.append(f"autotuner: the step comes with a flipped configuration: {flips[0].kernel} chose "
+                     f"{_value(flips[0].before)} -> {_value(flips[0].after)} at {flips[0].key}"
+                     + (f" (+{len(flips) - 1} more)" if len(flips) > 1 else "")
+                     if flips else "autotuner: the same configuration at both ends")
     env = evidence.environment
     if env.available and not env.same:
         lines.append("environment differs: " + ", ".join(f"{d.field} {_value(d.before)}->{_value(d.after)}"

@@ -212,8 +212,9 @@ def why_block(c: CulpritRead, width: int) -> list[Text]:
         return []
     lines = [Text("  why:", "bold")]
     for line in c.why:
-        lines.append(Text(textwrap.shorten("    " + line, width, placeholder=" ..."),
-                          "dim" if line.startswith(("no ", "partial ")) else ""))
+        style = "dim" if line.startswith(("no ", "partial ")) else ""
+        lines += [Text(part, style) for part in textwrap.wrap(line, width, initial_indent="    ",
+                                                              subsequent_indent="      ")]
     if c.evidence_url:
         lines.append(Text(f"    evidence: {c.evidence_url}", "dim"))
     return lines
