@@ -9,6 +9,7 @@ a JIT cache without IR files, a profiler that failed.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -108,11 +109,23 @@ def _hunks(session: Session, job_id: int, sha: str) -> HunkSection:
         from perfbisect.service.bisect.hunks import hunk_evidence  # type: ignore[import-not-found]
     except ImportError:
         return HunkSection(available=False, reason="hunk localization is not available in this build")
-    found: Any = hunk_evidence(session, job_id, sha)
+    return hunk_section(hunk_evidence(session, job_id, sha))
+    # --- end of hunk localization
+
+
+def hunk_section(found: Any) -> HunkSection:
+    """Hunk localization's answer as a section: a HunkSection or its dict as is; a list of hunks
+    (dicts or dataclasses); None or anything else is 'not localized'."""
     if isinstance(found, HunkSection):
         return found
-    return HunkSection.model_validate(found) if isinstance(found, dict) else HunkSection(available=False)
-    # --- end of hunk localization
+    if isinstance(found, dict) and "available" in found:
+        return HunkSection.model_validate(found)
+    if isinstance(found, (list, tuple)):
+        hunks = [h if isinstance(h, dict) else dataclasses.asdict(h) for h in found
+                 if isinstance(h, dict) or dataclasses.is_dataclass(h)]
+        return HunkSection(available=bool(hunks), hunks=hunks,
+                           reason=None if hunks else "no responsible hunk was localized")
+    return HunkSection(available=False, reason="hunk localization has not run for this culprit")
 
 
 def build_evidence(job: Job, culprit: Culprit, before: Trial | None, after: Trial | None,

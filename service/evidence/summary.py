@@ -42,7 +42,8 @@ def why_lines(evidence: CulpritEvidence) -> list[str]:
     """One line per kind of evidence: what it shows, or why there is none."""
     lines: list[str] = []
     if evidence.hunks.available and evidence.hunks.hunks:
-        lines.append(f"hunk: {len(evidence.hunks.hunks)} responsible hunk(s)")
+        files = sorted({str(h.get("file") or h.get("path") or "?") for h in evidence.hunks.hunks})
+        lines.append(f"hunk: {len(evidence.hunks.hunks)} responsible hunk(s) in {', '.join(files[:3])}")
     for case in evidence.kernels.cases:
         if case.headline:
             lines.append(f"kernel ({case.case}): {case.headline} per call")
