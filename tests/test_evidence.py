@@ -308,3 +308,16 @@ def test_hunk_localizations_answer_becomes_a_section() -> None:
     assert found.available and found.hunks == [{"file": "minikern/preshuffle_gemm.py", "start": 120, "share": 0.97}]
     assert not hunk_section([]).available and not hunk_section(None).available
     assert hunk_section({"available": False, "reason": "a merge commit"}).reason == "a merge commit"
+
+
+def test_the_kernel_tables_are_those_of_the_cases_that_moved() -> None:
+    from types import SimpleNamespace as NS
+
+    from perfbisect.service.evidence.service import moved_cases
+
+    job = NS(spec=NS(min_effect=0.05))
+    moved = {"rel": -0.3, "ci": [-0.35, -0.25]}
+    still = {"rel": -0.01, "ci": [-0.03, 0.01]}
+    unconfirmed = {**moved, "confirmed": False}
+    assert moved_cases(job, NS(effects={"a": still, "b": moved, "c": unconfirmed})) == ["b"]
+    assert moved_cases(job, NS(effects={"a": still, "c": unconfirmed})) == ["a", "c"]  # none moved: all shown

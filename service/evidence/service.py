@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from perfbisect.service.bisect.model import stored_step_moved
 from perfbisect.service.errors import NotFound
 from perfbisect.service.evidence import diff, repository
 from perfbisect.service.evidence.schemas import (AutotuneSection, CaseKernels, CompiledSection, CulpritEvidence,
@@ -62,6 +63,13 @@ def _missing_trials(job: Job, before: Trial | None, after: Trial | None) -> str 
         if trial.status != TrialStatus.ok:
             return f"the profiled trial {side} the culprit failed ({trial.status.value}): {(trial.failure_reason or '')[:200]}"
     return None
+
+
+def moved_cases(job: Job, culprit: Culprit) -> list[str]:
+    """The cases that moved at the culprit (the reports' rule, `stored_step_moved`), all of its
+    cases when none did: the kernel tables of the others would show only the profiler's noise."""
+    effects = culprit.effects or {}
+    return sorted(c for c, e in effects.items() if stored_step_moved(e, job.spec.min_effect)) or sorted(effects)
 
 
 def kernel_section(cases: list[str], before: dict, after: dict) -> KernelSection:
@@ -138,7 +146,7 @@ def build_evidence(job: Job, culprit: Culprit, before: Trial | None, after: Tria
         kernels, compiled = KernelSection(available=False, reason=missing), CompiledSection(available=False, reason=missing)
         autotune = AutotuneSection(available=False, reason=missing)
     else:
-        kernels, compiled, autotune = sections(list(culprit.effects), before.evidence or {}, after.evidence or {})
+        kernels, compiled, autotune = sections(moved_cases(job, culprit), before.evidence or {}, after.evidence or {})
     evidence = CulpritEvidence(
         job_id=job.id, first_sha=culprit.first_sha, last_sha=culprit.last_sha,
         before_sha=before.revision.sha if before else None, after_sha=after.revision.sha if after else None,
