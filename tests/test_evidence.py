@@ -251,7 +251,7 @@ def test_a_profiler_that_failed_and_a_profiled_trial_that_failed_are_reasons(ses
     failed = jobs.get(session, failed_id)
     assert failed.status == JobStatus.succeeded  # never a failed job
     found = evidence_of(session, failed_id, failed.culprits[0].last_sha)
-    assert "failed (import_error)" in found.kernels.reason and "failed (import_error)" in found.compiled.reason
+    assert "failed (import_error;" in found.kernels.reason and "failed (import_error;" in found.compiled.reason
 
 
 def test_recorded_tables_stay_json(session) -> None:

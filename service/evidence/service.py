@@ -61,7 +61,8 @@ def _missing_trials(job: Job, before: Trial | None, after: Trial | None) -> str 
         if not trial.status.finished:
             return f"the profiled trial {side} the culprit is still {trial.status.value}"
         if trial.status != TrialStatus.ok:
-            return f"the profiled trial {side} the culprit failed ({trial.status.value}): {(trial.failure_reason or '')[:200]}"
+            # its kind only: the log text of repository code is its submitter's (service/jobs/logs.py)
+            return f"the profiled trial {side} the culprit failed ({trial.status.value}; its log is in the job's trials)"
     return None
 
 
@@ -94,7 +95,7 @@ def _case_reason(b: dict, a: dict, bp: dict, ap: dict) -> str | None:
         if not entry:
             return f"the case was not profiled {side} the culprit"
         if entry.get("status") not in (None, "ok"):
-            return f"the case failed {side} the culprit ({entry.get('status')}): {(entry.get('error') or '')[:200]}"
+            return f"the case failed {side} the culprit ({entry.get('status')})"
         if not prof.get("kernels"):
             return f"{side} the culprit: {prof.get('note') or 'the profiler recorded nothing'}"
     return None
