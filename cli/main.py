@@ -222,6 +222,9 @@ def demo(
              "disturb each other's timing)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     track: Annotated[bool, typer.Option("--track", help="replay the history as pushes to a tracked branch")] = False,
+    evidence: Annotated[bool, typer.Option("--evidence/--no-evidence", help=(
+        "profile each culprit's two ends once more and print why it got slower: the kernel, the compiled "
+        "code, the autotuner's choice"))] = False,
 ) -> None:
     """Write the demo kernel repository, bisect its whole history on this machine, print the culprits.
 
@@ -236,7 +239,8 @@ def demo(
         demo_track(path, device, workers, as_json, console())
         return
     with user_errors():
-        job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console())
+        job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console(),
+                                   evidence=evidence)
     runs.print_job(job, as_json)
     if not as_json:
         runs.print_truth_check(job, truth)

@@ -149,7 +149,7 @@ def attribute_job(job_id: int, api: str | None, *, show_progress: bool, console:
     return read_remote(api, job_id) if api else read_local(job_id)
 
 
-def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> BisectCreate:
+def _demo_request(repo_name: str, path: Path, device: str, workers: int, evidence: bool = False) -> BisectCreate:
     cases = demo.DEMO_GPU_CASES if device == "cuda" else demo.DEMO_CPU_CASES
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for case in cases:
@@ -161,6 +161,7 @@ def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> Bise
         device_class=device, min_effect=DEMO_MIN_EFFECT[device], workers=workers,
         policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY,
         check_accuracy=True,  # every planted wrong-results range is found, not only where the search builds
+        evidence=evidence,  # a profiled trial at each end of every culprit: the report's 'why' (issue 43)
     )
 
 
@@ -185,7 +186,7 @@ def demo_device(device: str) -> str:
 
 
 def run_demo(path: Path, device: str, workers: int | None = None, *, show_progress: bool,
-             console: Console) -> tuple[JobRead, dict]:
+             console: Console, evidence: bool = False) -> tuple[JobRead, dict]:
     device = demo_device(device)
     if workers is None:
         # One trial at a time, on a CPU too: two side by side share the last-level cache and the
@@ -199,7 +200,7 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     if settings.embedded:  # W revisions per round, run side by side in this process
         settings.embedded_workers = workers
     name = register_path(path, demo.DEMO_BUILD_COMMAND, name=f"minikern-demo-{device}")
-    request = _demo_request(name, path, device, workers)
+    request = _demo_request(name, path, device, workers, evidence)
     console.print(f"bisecting {len(request.benchmarks)} suite(s) on {device} over the demo history")
     job_id = submit_local(request)
     job = follow_job(job_id, api=None, show_progress=show_progress, console=console)

@@ -67,6 +67,9 @@ def bisect(
         "--side-by-side/--no-side-by-side", help="confirm a culprit only on its two revisions measured side by side "
         "(A B B A on one worker), so drift the control does not cancel cannot make one; --no-side-by-side: on all "
         "their trials, fewer trials on a quiet machine")] = True,
+    evidence: Annotated[bool, typer.Option(
+        "--evidence/--no-evidence", help="once the culprits are known, profile one extra trial at each end of "
+        "each (kernels, compiled code, autotuner choice): the report's 'why' block")] = False,
     api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
 ) -> None:
     """Bisect good..bad, follow its progress, print every culprit with the step per shape.
@@ -86,7 +89,7 @@ def bisect(
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
                             policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, max_gap=max_gap,
-                            attribute=attribute, side_by_side=side_by_side)
+                            attribute=attribute, side_by_side=side_by_side, evidence=evidence)
         job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console())
     _finish(job, as_json, wide, fail_on)
 
@@ -104,6 +107,9 @@ def compare(
     side_by_side: Annotated[bool, typer.Option(
         "--side-by-side/--no-side-by-side", help="measure base and head side by side (A B B A on one worker) and "
         "decide on their within-block differences; --no-side-by-side: separate trials in turn")] = True,
+    evidence: Annotated[bool, typer.Option(
+        "--evidence/--no-evidence", help="once the culprits are known, profile one extra trial at each end of "
+        "each (kernels, compiled code, autotuner choice): the report's 'why' block")] = False,
     build: BuildOpt = None, import_root: ImportRootOpt = None, env: EnvOpt = None,
     api: ApiOpt = None, as_json: JsonOpt = False, fail_on: FailOnOpt = FailOn.never, wide: WideOpt = False,
 ) -> None:
@@ -114,7 +120,7 @@ def compare(
         request = validated(CompareCreate, repository=repo, base=base, head=head,
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, pr_number=pr,
-                            side_by_side=side_by_side)
+                            side_by_side=side_by_side, evidence=evidence)
         job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console())
     _finish(job, as_json, wide, fail_on)
 

@@ -16,9 +16,10 @@ from perfbisect.dashboards.links import RepoLinks, repo_links
 from perfbisect.service.alerts import one_commit
 from perfbisect.service.alerts import repository as alerts_repository
 from perfbisect.service.alerts import service as alerts_service
-from perfbisect.service.alerts.render import METRIC_SHORT, error_text, measured_text
+from perfbisect.service.alerts.render import METRIC_SHORT, error_text, evidence_page, measured_text, why_line
 from perfbisect.service.alerts.schemas import AlertChangeRead, AlertRead
 from perfbisect.service.alerts.views import alert_reads
+from perfbisect.service.evidence import service as evidence
 from perfbisect.service.models import Alert, AlertKind, AlertStatus, TrackedBranch, TrackTrigger
 from perfbisect.service.tracking import repository as tracking_repository
 
@@ -49,6 +50,8 @@ class AlertsPage:
     changes: list[AlertChangeRead] = field(default_factory=list)
     metric: str = "ratio to the control"  # what the cases' before and after are
     measured: dict[str, str] = field(default_factory=dict)  # case -> value with its unit, or error vs tolerance
+    why: str | None = None  # the culprit's evidence in one line (issue 43), and its page
+    why_url: str | None = None
 
 
 def chart_url(repository: str, case: str | None, target: str | None) -> str | None:
@@ -103,9 +106,12 @@ def alert_page(session: Session, alert_id: int) -> AlertsPage:
     targets = {alert.id: alert.cases[0].case.target} if alert.cases else {}
     changes = [AlertChangeRead.model_validate(c, from_attributes=True)
                for c in alerts_repository.changes(session, alert_id)]
+    culprit = alerts_repository.bisect_culprit(session, alert)
+    why = why_line(evidence.why_of(session, culprit))
     return AlertsPage(alerts=_views(session, alert_reads(session, [alert]), targets), filters={}, tracked=[],
                       changes=changes, metric=METRIC_SHORT.get(tracked.metric, tracked.metric),
-                      measured=_measured(session, tracked, alert))
+                      measured=_measured(session, tracked, alert), why=why,
+                      why_url=evidence_page(culprit.job_id, culprit.last_sha) if why and culprit else None)
 
 
 @dataclass

@@ -28,6 +28,8 @@ from perfbisect.dashboards.links import RepoLinks, repo_links
 from perfbisect.dashboards.overview import OverviewRow, overview_row
 from perfbisect.dashboards.repository import CaseKey, RevisionMeta
 from perfbisect.service.errors import NotFound
+from perfbisect.service.evidence import service as evidence
+from perfbisect.service.evidence.schemas import CulpritEvidence
 from perfbisect.service.jobs import views as job_views
 from perfbisect.service.jobs.schemas import JobRead
 from perfbisect.service.models import JobStatus, Repository
@@ -77,6 +79,7 @@ class JobPage:
     phase_rows: list[PhaseRow] = field(default_factory=list)
     builds: str | None = None  # what the build cache did, in words
     attribution: list[CaseChart] = field(default_factory=list)  # per case: table, bars, sentence
+    evidence: list[CulpritEvidence] = field(default_factory=list)  # per culprit of a job run with evidence (43)
 
     @property
     def finished(self) -> bool:
@@ -281,7 +284,8 @@ def job_page(session: Session, job_id: int) -> JobPage:
                    trial_counts=repository.trial_counts(session, job.id), links=links, devices=devices,
                    phase_rows=phase_table(repository.trial_phases(session, job.id)),
                    builds=build_cache_summary(repository.trial_builds(session, job.id)),
-                   attribution=attribution_charts(read.attribution))
+                   attribution=attribution_charts(read.attribution),
+                   evidence=list(evidence.evidence_of_job(session, job.id).values()) if job.status.finished else [])
 
 
 def jobs_list(session: Session, *, status: JobStatus | None = None, limit: int = 50) -> list[JobRead]:

@@ -95,6 +95,7 @@ class _SearchSpec(_Spec):
     max_gap: int | None = None  # with scan "auto": the widest unmeasured stretch (None: DEFAULT_MAX_GAP)
     check_accuracy: bool = False  # the correctness sweep (service/jobs/sweep.py)
     side_by_side: bool = False  # jobs from before issue 23 decided on all trials
+    evidence: bool = False  # a profiled trial at each end of every culprit (issue 43; service/evidence)
 
 
 class BisectSpec(_SearchSpec):

@@ -228,6 +228,11 @@ class Trial(Base):
     block: Mapped[int | None] = mapped_column(
         Integer, doc="side-by-side block (issue 23), unique within the job; None: an unpaired trial")
     block_slot: Mapped[int | None] = mapped_column(Integer, doc="position in the block's A B B A order (0..3)")
+    profile: Mapped[bool] = mapped_column(
+        default=False, server_default=text("false"),
+        doc="a culprit's profiled trial (issue 43): kernels and compiled code, never a measurement")
+    evidence: Mapped[dict[str, Any] | None] = mapped_column(
+        doc="a profiled trial's findings: per case the profiler's kernel table, the JIT cache, the live Triton objects")
     device: Mapped[str | None] = mapped_column(String(200), doc="device model as the harness saw it")
     fingerprint: Mapped[str | None] = mapped_column(String(64))
     provenance: Mapped[dict[str, Any] | None]

@@ -116,6 +116,8 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
     trial_spec = harness_spec(work.cases, work.device_class, work.policy, work.sha, work.suite_sources)
     if work.accuracy_only:
         trial_spec["accuracy_only"] = True  # a correctness sweep: the accuracy check, no timing loop
+    if work.profile:
+        trial_spec["profile"] = True  # a culprit's evidence (issue 43): profiled, never timed
     try:
         with slot() as box:
             result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,

@@ -16,7 +16,9 @@ import torch
 
 from perfbisect.kernels.cases import case_name
 from perfbisect.kernels.harness.devices import CACHE_OVERRIDE_ENV
+from perfbisect.kernels.harness.jitcache import read_cache
 from perfbisect.kernels.harness.phases import PhaseClock
+from perfbisect.kernels.harness.profiling import live_triton, profile_case
 from perfbisect.kernels.harness.provenance import describe_device, open_clock
 from perfbisect.kernels.harness.refcache import ReferenceCache
 from perfbisect.kernels.harness.result import HARNESS_VERSION, SCHEMA_ID, failure_result, fingerprint_basis
@@ -92,6 +94,10 @@ def measure_case(case, suite, params, fn, timer, clock, policy, seed, device,
     except Exception as exc:
         entry["status"] = "compile_error" if is_compile_error(exc) else "error"
         entry["error"] = describe_exception(exc)
+        return entry
+    if policy.get("profile"):  # a culprit's evidence (issue 43): profiled, never timed nor checked
+        with phases.track("timing"):
+            entry["profile"] = profile_case(run_target, device)
         return entry
     accuracy_only = bool(policy.get("accuracy_only"))  # a correctness sweep: no timing loop
     if not accuracy_only:
@@ -201,6 +207,8 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
     phases = phases or PhaseClock()
     policy = {**DEFAULT_POLICY, **(spec.get("policy") or {})}
     policy["accuracy_only"] = bool(spec.get("accuracy_only"))  # no warm-up, no timing loop
+    if spec.get("profile"):  # a profiled trial: kernels and compiled code, no timing (issue 43)
+        policy["profile"] = True
     cold = bool(spec.get("cold", True))
     # Fresh random inputs per trial unless the caller pins the seed (recorded either way).
     seed = int(spec["seed"]) if spec.get("seed") is not None else int.from_bytes(os.urandom(4), "little")
@@ -248,10 +256,22 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
             torch.cuda.empty_cache()
     if clock.available:
         info["telemetry"]["end"] = clock.telemetry()
-    return {"schema": SCHEMA_ID, "harness_version": HARNESS_VERSION, "status": "ok", "error": None,
+    extra = {"evidence": compiled_evidence(repo_root)} if policy.get("profile") else {}
+    return {**extra, "schema": SCHEMA_ID, "harness_version": HARNESS_VERSION, "status": "ok", "error": None,
             "device": info, "fingerprint_basis": fingerprint_basis(info, cold), "cases": cases,
             "seed": seed, "policy": policy, "reference_cache": references.stats(),
             "wall_s": round(time.perf_counter() - started, 3)}
+
+
+def compiled_evidence(repo_root: Path) -> dict:
+    """A profiled trial's compiled code: its JIT cache's kernels (jitcache.py) and what the live
+    Triton objects say (the autotuner's choices, registers, spills, specialisation)."""
+    cache = os.environ.get("TRITON_CACHE_DIR")
+    try:
+        return {"compiled": read_cache(Path(cache) if cache else None), "live": live_triton(repo_root)}
+    except Exception as exc:  # evidence is an extra: never a failed trial
+        return {"compiled": {"kernels": [], "note": f"reading the JIT cache failed: {describe_exception(exc)}"},
+                "live": {"autotune": [], "kernels": [], "note": None}}
 
 
 def _error_case(case, suite, params) -> dict:

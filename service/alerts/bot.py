@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 
 from perfbisect.gitrepo import pr_number
 from perfbisect.service.alerts import repository
-from perfbisect.service.alerts.render import CaseStep, case_table, links
+from perfbisect.service.alerts.render import CaseStep, case_table, links, why_markdown
+from perfbisect.service.evidence import service as evidence
 from perfbisect.service.integrations.github.client import GitHubClient, connect
 from perfbisect.service.models import Alert, AlertKind, AlertStatus
 from perfbisect.service.repos.repository import revisions_by_sha
@@ -56,7 +57,10 @@ def _table(session: Session, alert: Alert, metric: str) -> list[str]:
         return [f"The head `{alert.last_sha[:10]}` fails to build or import ({alert.note or 'see the alert'})."]
     culprit = repository.bisect_culprit(session, alert)
     steps = [CaseStep(c.case.name, c.rel, c.mean_before, c.mean_after, c.pvalue) for c in alert.cases]
-    return case_table(steps, metric, (culprit.effects or {}) if culprit is not None else {})
+    table = case_table(steps, metric, (culprit.effects or {}) if culprit is not None else {})
+    why = why_markdown(evidence.why_of(session, culprit), culprit.job_id, culprit.last_sha,
+                       get_settings().public_url) if culprit is not None else None
+    return table + (["", why] if why else [])
 
 
 def _job_of(session: Session, alert: Alert) -> tuple[int | None, str]:

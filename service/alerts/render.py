@@ -140,3 +140,30 @@ def plain_text(payload: Mapping[str, Any]) -> str:
     elif payload.get("url"):
         out.append(payload["url"])
     return "\n".join(out)
+
+
+WHY_KINDS = ("hunk:", "kernel", "compiled:", "autotuner: ")
+
+
+def why_line(lines: Sequence[str]) -> str | None:
+    """A culprit's evidence in one line (issue 43): its two most telling 'why' lines (the hunk,
+    the kernel that carries the step, the compiled code, a flipped autotuner choice), else the
+    first, which then says why there is none; None without evidence."""
+    shown = [line for line in lines if line.startswith(WHY_KINDS) and "same configuration" not in line]
+    if shown:
+        return "; ".join(shown[:2])
+    return lines[0] if lines else None
+
+
+def evidence_page(job_id: int, sha: str, public_url: str | None = None) -> str:
+    """The job page's evidence of one culprit (its kernel, metadata and op-count tables, IR diff)."""
+    return f"{(public_url or '').rstrip('/')}/dashboard/jobs/{job_id}#evidence-{sha[:12]}"
+
+
+def why_markdown(lines: Sequence[str], job_id: int, sha: str, public_url: str | None) -> str | None:
+    """The PR comment's line for one culprit: `**Why** (abc1234567): ... · [evidence](...)`."""
+    line = why_line(lines)
+    if line is None:
+        return None
+    link = f" · [evidence]({evidence_page(job_id, sha, public_url)})" if public_url else ""
+    return f"**Why** (`{sha[:10]}`): {line.replace('|', '/')}{link}"

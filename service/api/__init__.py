@@ -21,6 +21,7 @@ def create_app() -> FastAPI:
     from perfbisect.service.alerts.endpoints import router as alerts_router
     from perfbisect.service.api.health import router as health_router
     from perfbisect.service.api.metrics import router as metrics_router
+    from perfbisect.service.evidence.endpoints import router as evidence_router
     from perfbisect.service.jobs.endpoints import router as jobs_router
     from perfbisect.service.notifications.endpoints import router as notifications_router
     from perfbisect.service.repos.endpoints import router as repos_router
@@ -43,7 +44,7 @@ def create_app() -> FastAPI:
     install_error_handler(app)
     pages.mount(app)
     for router in (health_router, repos_router, jobs_router, suites_router, webhooks_router, dashboard_router,
-                   tracking_router, alerts_router, notifications_router, metrics_router):
+                   tracking_router, alerts_router, notifications_router, metrics_router, evidence_router):
         app.include_router(router)
     settings = get_settings()
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, webhook_max_bytes=settings.webhook_max_body_bytes)

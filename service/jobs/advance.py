@@ -265,6 +265,8 @@ def advance(session: Session, job_id: int) -> Round:
         return Round([t.id for t in new], queue=job.spec.device_class, finished=finished,
                      blocks=[[t.id for t in b] for b in blocks])
     every = repository.trials_of(session, job.id)
+    profiled = [t for t in every if t.profile]  # a culprit's evidence (issue 43): never a timing statistic
+    every = [t for t in every if not t.profile]
     every_timed = [t for t in every if not t.accuracy_only]  # the pauses count these, in the order they finished
     config = config_of(job, every, () if every else scan_hints(session, job))  # hints: the first round's scan
     aside = outcome.set_aside_ids(job.progress, every_timed, config)  # measured while the machine was unsteady
@@ -282,6 +284,9 @@ def advance(session: Session, job_id: int) -> Round:
             repository.cancel_in_flight(session, job.id, accuracy_only=True)
         if sweep.in_flight(trials):  # the sweep's last result advances the job again
             return Round([])
+        if job.spec.evidence and not profiled and plan.culprits:  # one profiled trial at each end, then conclude
+            new = _profile_trials(session, job, plan, observations)
+            return Round([t.id for t in new], queue=job.spec.device_class)
         findings = sweep.findings(trials, job.revision_shas) if job.spec.check_accuracy else plan.correctness
         _write_culprits(session, job, plan, findings, trials, observations)
         job.progress["correctness"] = len(findings)
@@ -310,6 +315,21 @@ def advance(session: Session, job_id: int) -> Round:
     session.flush()
     return Round([t.id for t in new], queue=job.spec.device_class, blocks=[[t.id for t in b] for b in blocks],
                  countdown=pause_s)
+
+
+def _profile_trials(session: Session, job: Job, plan: Plan, observations: dict[int, Observation]) -> list[Trial]:
+    """One profiled trial at each end of every culprit (issue 43): the nearest measured revision
+    before its first commit and its last commit, each revision once. Added and flushed."""
+    shas, ends = job.revision_shas, set()
+    for report in plan.culprits:
+        before = _nearest_ok(observations, report.first - 1, -1, len(shas))
+        ends |= {report.last} | ({before} if before is not None else set())
+    revisions = revisions_by_sha(session, job.repository_id, shas)
+    new = [Trial(job_id=job.id, revision_id=revisions[shas[i]].id, device_class=job.spec.device_class, profile=True)
+           for i in sorted(ends)]
+    session.add_all(new)
+    session.flush()
+    return new
 
 
 def _block_trials(job: Job, trials: Sequence[Trial], blocks: Sequence[PairBlock],

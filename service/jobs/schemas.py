@@ -88,6 +88,10 @@ class BisectCreate(BaseModel):
     side_by_side: bool = Field(default=True, description=(
         "confirm a culprit only on side-by-side blocks (its two revisions measured A B B A on one worker), so drift "
         "the control does not cancel cannot make one; false: on all the pair's trials, as before issue 23"))
+    evidence: bool = Field(default=False, description=(
+        "once the culprits are known, run one profiled trial at each end of every culprit (torch.profiler, the "
+        "Triton JIT cache, the autotuner's choice): the evidence of why it got slower "
+        "(GET /api/jobs/{id}/culprits/{sha}/evidence); profiled trials never enter the timing statistics"))
     attribute: bool | None = Field(default=None, description="after the bisect, measure the bad end with its culprits "
                                    "reverted: None (default) when two or more culprits moved one case, true for any "
                                    "culprit, false never")
@@ -112,11 +116,13 @@ class BisectCreate(BaseModel):
     def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> BisectSpec:
         """The job's spec: this request's fields of the same names, the resolved `cases`, and
         `max_trials` when the request gave none (Settings)."""
-        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap"})
+        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap", "evidence"})
         policy = self.policy.model_dump(exclude_none=True) if self.policy else None
         extra = {"attribute": self.attribute} if self.attribute is not None else {}  # None: unset, as before
         if self.max_gap is not None:  # stored only when given
             extra["max_gap"] = self.max_gap
+        if self.evidence:  # stored only when asked for, as before issue 43
+            extra["evidence"] = True
         return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
 
 
@@ -138,6 +144,10 @@ class CompareCreate(BaseModel):
     side_by_side: bool = Field(default=True, description=(
         "measure base and head side by side (A B B A blocks on one worker) and decide on the within-block "
         "differences, so drift the control does not cancel cannot fail or pass the gate; false: separate trials"))
+    evidence: bool = Field(default=False, description=(
+        "once the culprits are known, run one profiled trial at each end of every culprit (torch.profiler, the "
+        "Triton JIT cache, the autotuner's choice): the evidence of why it got slower "
+        "(GET /api/jobs/{id}/culprits/{sha}/evidence); profiled trials never enter the timing statistics"))
 
     @model_validator(mode="after")
     def _one_form(self) -> CompareCreate:
@@ -148,7 +158,8 @@ class CompareCreate(BaseModel):
     def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> CompareSpec:
         """The job's spec: the base is its good end, the head its bad one; two revisions a round."""
         extra = {"merge_base": True} if self.merge_base else {}  # stored only when asked for, as before
-        return CompareSpec(**shared_fields(self, CompareSpec, exclude={"merge_base"}), good=self.base, bad=self.head,
+        extra |= {"evidence": True} if self.evidence else {}
+        return CompareSpec(**shared_fields(self, CompareSpec, exclude={"merge_base", "evidence"}), good=self.base, bad=self.head,
                            cases=cases, workers=2, max_trials=max_trials, policy=None, **extra)
 
 
@@ -189,6 +200,11 @@ class CulpritRead(BaseModel):
     effects: dict[str, CaseEffectRead] = {}
     wrong_cases: dict[str, WrongCaseRead] = Field(
         default={}, description="correctness: the cases that failed the accuracy check (others keep their timing)")
+    why: list[str] = Field(default=[], description=(
+        "a job run with evidence: why it got slower, one line per kind (the kernel that carries the step, the "
+        "compiled code, the autotuner's choice, the environment) or why that kind is missing"))
+    evidence_url: str | None = Field(default=None, description="the full evidence (GET): kernel table, "
+                                     "metadata and op-count tables, the TTGIR diff")
 
 
 class StepRead(BaseModel):
@@ -327,6 +343,8 @@ class TrialRead(BaseModel):
     failure_reason: str | None
     worker_host: str | None
     attempts: int
+    profile: bool = Field(default=False, description="a culprit's profiled trial (issue 43): kernels and compiled "
+                          "code, no measurements; GET /api/jobs/{id}/culprits/{sha}/evidence")
     block: int | None = Field(default=None, description="the side-by-side block it was measured in (issue 23): its "
                               "two revisions run A B B A on one worker; null: an unpaired trial")
     block_slot: int | None = Field(default=None, description="its place in the block's A B B A order (0..3)")

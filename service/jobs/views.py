@@ -39,7 +39,7 @@ def job_reads(session: Session, jobs: Sequence[Job]) -> list[JobRead]:
         wanted[job.repository_id] |= {sha for c in job.culprits for sha in (c.first_sha, c.last_sha)}
     revisions = {repo_id: revisions_by_sha(session, repo_id, list(shas)) if shas else {}
                  for repo_id, shas in wanted.items()}
-    return [job_read(session, job, revisions[job.repository_id]) for job in jobs]
+    return [job_read(session, job, revisions[job.repository_id], evidence=False) for job in jobs]
 
 
 def culprit_effects(culprit: Culprit, logs: bool = True) -> dict[str, Any]:
@@ -53,20 +53,22 @@ def culprit_effects(culprit: Culprit, logs: bool = True) -> dict[str, Any]:
 
 
 def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None = None, *,
-             logs: bool = False) -> JobRead:
+             logs: bool = False, evidence: bool = True) -> JobRead:
     """The job as the API shows it; the log texts of its failures only with `logs` (its submitter
-    and admins: service/jobs/logs.py), else each failure's kind and exit code."""
+    and admins: service/jobs/logs.py), else each failure's kind and exit code. With `evidence`
+    (not in lists), each culprit's 'why' lines where the job ran with evidence."""
     if revisions is None:
         shas = {c.first_sha for c in job.culprits} | {c.last_sha for c in job.culprits}
         revisions = revisions_by_sha(session, job.repository_id, list(shas)) if shas else {}
     culprits = []
+    why = _evidence(session, job) if evidence else {}
     for c in job.culprits:
         rev = revisions.get(c.last_sha)
         culprits.append(CulpritRead(
             kind=c.kind.value, first_sha=c.first_sha, last_sha=c.last_sha, fixed_sha=c.fixed_sha,
             exact=c.first_sha == c.last_sha, subject=rev.subject if rev else None,
             pr_number=rev.pr_number if rev else None,
-            **culprit_effects(c, logs),
+            **culprit_effects(c, logs), **why.get(c.last_sha, {}),
         ))
     secrets = env_secrets(job.repository.env)  # rows stored before values were scrubbed at the source
     stored = (job.result or {}).get("outcome")
@@ -84,6 +86,17 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
         fix_check=(job.result or {}).get("fix_check") or [],
         **_attribution(session, job),
     )
+
+
+def _evidence(session: Session, job: Job) -> dict[str, dict]:
+    """Per performance culprit (by last sha) of a finished job run with evidence: its 'why'
+    lines and the evidence's URL (service/evidence)."""
+    from perfbisect.service.evidence import service as evidence
+
+    if not job.status.finished or not evidence.wants_evidence(job):
+        return {}
+    return {sha: {"why": found.summary, "evidence_url": f"/api/jobs/{job.id}/culprits/{sha}/evidence"}
+            for sha, found in evidence.evidence_of_job(session, job.id).items()}
 
 
 def _attribution(session: Session, job: Job) -> dict:
@@ -125,7 +138,7 @@ def trial_reads(session: Session, job_id: int, *, with_logs: bool = True, sample
         TrialRead(
             id=t.id, sha=t.revision.sha, status=t.status.value, device=t.device, fingerprint=t.fingerprint,
             failure_reason=log(t.failure_reason, FAILURE_WORDS.get(t.status.value, t.status.value)), worker_host=t.worker_host, attempts=t.attempts,
-            block=t.block, block_slot=t.block_slot,
+            block=t.block, block_slot=t.block_slot, profile=t.profile,
             build_s=t.build_s, build_cache=t.build_cache, run_s=t.run_s, phases=t.phases,
             samples_pruned_at=t.samples_pruned_at,
             measurements={m.case.name: {"status": m.status, "ratio": m.ratio, "value": m.value,

@@ -203,6 +203,20 @@ def _culprit_block(job: JobRead, c: CulpritRead, width: int) -> list[Text]:
         line.append(f"{step_text(e)} {word}", STYLE[word])
         decided, absolute = before_after(job, e)
         lines += [line, Text(f"      {decided_on(job)} {decided}; {absolute}")]
+    return lines + why_block(c, width)
+
+
+def why_block(c: CulpritRead, width: int) -> list[Text]:
+    """A culprit's evidence (a job run with --evidence): one line per kind, then where the rest is."""
+    if not c.why:
+        return []
+    lines = [Text("  why:", "bold")]
+    for line in c.why:
+        style = "dim" if line.startswith(("no ", "partial ")) else ""
+        lines += [Text(part, style) for part in textwrap.wrap(line, width, initial_indent="    ",
+                                                              subsequent_indent="      ")]
+    if c.evidence_url:
+        lines.append(Text(f"    evidence: {c.evidence_url}", "dim"))
     return lines
 
 
@@ -276,6 +290,8 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
         if wide:
             lines += _wide_table(job)
             lines += [Text(f"{where(c)}: {note}") for c in perf if (note := range_note(job, c))]
+            for c in perf:
+                lines += [Text(f"{where(c)}:")] + why_block(c, width) if c.why else []
         else:
             for c in perf:
                 lines += _culprit_block(job, c, width)

@@ -86,7 +86,16 @@ def _step_tables(job: JobRead, culprits: list[CulpritRead], public_url: str | No
         if groups[regression]:
             out += ["", f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             out += ["| " + " | ".join(_cell(x) for x in row) + " |" for row in groups[regression]]
-    return out
+    return out + _why_lines(job, culprits, public_url)
+
+
+def _why_lines(job: JobRead, culprits: list[CulpritRead], public_url: str | None) -> list[str]:
+    """One line per culprit run with evidence: why it got slower, and a link to the evidence."""
+    from perfbisect.service.alerts.render import why_markdown  # alerts' renderer imports reports at module level
+
+    lines = [why_markdown(c.why, job.id, c.last_sha, public_url) for c in culprits if c.kind == "performance"]
+    found = [line for line in lines if line]
+    return ["", *found] if found else []
 
 
 def _error_block(error: str | None) -> list[str]:

@@ -49,6 +49,7 @@ class TrialWork:
     policy: dict[str, Any] | None
     attempt: int = 1
     accuracy_only: bool = False
+    profile: bool = False  # a culprit's profiled trial (issue 43): the harness profiles, never times
     suite_sources: dict[str, str] = field(default_factory=dict)  # sha256 -> text of the suite files sent with the job
     build_inputs: tuple[str, ...] = ()  # declared build inputs: the build cache's key (none: build every trial)
     reverts: tuple[tuple[str, str], ...] = ()  # attribution: culprit ranges (first, last) reverted at `sha`
@@ -86,6 +87,7 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
         sha=session.get_one(Revision, trial.revision_id).sha, cases=job.spec.cases, device_class=trial.device_class, policy=job.spec.policy,
         attempt=trial.attempts,
         accuracy_only=trial.accuracy_only,
+        profile=trial.profile,
         suite_sources=suites.sources_of(session, job.spec.cases),
         build_inputs=tuple(repo.build_inputs or ()),
         reverts=reverts_of(job.spec, trial.variant),
@@ -159,6 +161,10 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
         if missing:  # a name mismatch would drop every value silently: fail the trial loudly instead
             trial.status, trial.failure_reason = TrialStatus.error, missing
             log.error("trial %s of job %s: %s", trial.id, job.id, missing)
+    if trial.profile:  # its findings only: no measurement, so never a timing statistic (issue 43)
+        trial.evidence = profiled_evidence(result)
+        session.flush()
+        return trial
     stored: list[int] = []
     for case in result.get("cases", []):
         row = cases.get((case["suite"], case["target"], case["name"]))
@@ -178,6 +184,14 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     trials_repo.refresh_case_points(session, trial, stored)
     session.flush()
     return trial
+
+
+def profiled_evidence(result: dict[str, Any]) -> dict[str, Any]:
+    """What a profiled trial found: per case its status, error and the profiler's table, and the
+    compiled code (JIT cache and live Triton objects) the harness read after the cases."""
+    cases = {c["name"]: {"status": c.get("status"), "error": c.get("error"), "profile": c.get("profile")}
+             for c in result.get("cases", []) if isinstance(c, dict) and "name" in c}
+    return {"cases": cases, **(result.get("evidence") or {})}
 
 
 def _without_env(result: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
