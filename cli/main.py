@@ -197,6 +197,15 @@ def containment_line() -> str:
     return memory_report(get_settings())
 
 
+def incremental_builds() -> str:
+    """Incremental builds on this host: the compiler cache, and per repository its hits, misses
+    and build seconds saved (workers/buildtree.py)."""
+    from perfbisect.service.settings import get_settings
+    from perfbisect.workers.buildtree import doctor_lines
+
+    return "\n".join(doctor_lines(get_settings()))
+
+
 @app.command()
 def doctor(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda (ROCm's torch device is cuda too)")] = "auto",
@@ -210,6 +219,7 @@ def doctor(
     ok, text = doctor_run(device_class, device, flush_check)
     print(text)
     print(containment_line())
+    print(incremental_builds())
     raise typer.Exit(0 if ok else 1)
 
 
