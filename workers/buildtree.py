@@ -44,6 +44,7 @@ from typing import IO, Any
 
 from perfbisect.gitrepo import TreeEntry
 from perfbisect.kernels.harness import safefs
+from perfbisect.service.jobs.buildcosts import incremental
 from perfbisect.service.settings import Settings
 from perfbisect.workers.sandbox import Slot
 
@@ -56,13 +57,12 @@ STATS_FILE = "ccache-stats"  # in the slot's TMPDIR: what ccache did during the 
 CCACHE_WRAPPERS = Path("/usr/lib/ccache")  # Debian's gcc/g++/cc/c++ links to ccache
 OLD_MTIME = 946684800  # 2000-01-01: older than any object the tree holds
 CCACHE_ERROR = "ccache: error"
-TREE_NAMES = ("{build_tree}", "PERFBISECT_BUILD_TREE")
 KEEP_BITS = ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX | stat.S_IWGRP | stat.S_IWOTH)
 
 
 def wanted(command: str | None) -> bool:
     """Whether the repository opted in to incremental builds: its command names the build tree."""
-    return bool(command) and any(name in command for name in TREE_NAMES)
+    return incremental(command)
 
 
 def store_root(settings: Settings) -> Path:

@@ -95,3 +95,16 @@ def test_a_malformed_build_model_is_refused() -> None:
         load_history(compiled_history([1.0, 2.0], [[0, 100.0]]) | {"commits": 5})
     with pytest.raises(HistoryError, match="touch_s"):
         load_history(compiled_history([1.0, -2.0], [[0, 100.0]]))
+
+
+def test_the_builds_still_expected_count_this_rounds_and_the_future_probes() -> None:
+    from perfbisect.service.bisect.progress import expected_build_s
+
+    obs = {0: observed(100.0), 20: observed(60.0)}
+    costs = tuple(0.0 if r in (0, 20) else 10.0 for r in range(21))
+    plan = plan_next(21, obs, BisectConfig(build_costs=costs))
+    left, now = expected_build_s(obs, plan, costs, fallback=99.0, n=21)
+    assert now == [(10, 10.0)]
+    # 19 untried revisions: 5 probes at worst, one this round; 4 more at their pair's mean cost
+    assert left == 10.0 + 4 * 10.0
+    assert expected_build_s(obs, plan, (), fallback=7.0, n=21) == (7.0 + 4 * 7.0, [(10, 7.0)])
