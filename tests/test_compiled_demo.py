@@ -83,3 +83,26 @@ def test_the_planted_commit_after_its_parent_recompiles_only_its_unit(cppkern, s
     first, second = (b.cache["incremental"] for b in built)
     assert built[0].ok and built[1].ok and first["misses"] == 5 and first["hits"] == 0
     assert second["tree_reused"] is True and (second["hits"], second["misses"]) == (4, 1)
+
+
+def test_the_service_expects_each_revisions_build_from_the_commits_since_the_nearest_built_one(
+        cppkern, monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from perfbisect.service.jobs.buildcosts import job_build_costs
+    from perfbisect.service.settings import get_settings
+
+    root, shas, _ = cppkern
+    monkeypatch.setattr(get_settings(), "home", root.parent)  # mirrors_dir: the fixture's mirrors
+    repo = SimpleNamespace(build_command=compiled.build_command(True), name="cppkern", url=str(root))
+    session = SimpleNamespace(get=lambda model, key: repo)
+    job = SimpleNamespace(id=1, repository_id=1, revision_shas=shas)
+    trials = [SimpleNamespace(build_s=s, build_cache={"incremental": {}}, revision=SimpleNamespace(sha=shas[i]))
+              for i, s in ((0, 20.0), (19, 5.0))]
+    costs = job_build_costs(session, job, trials)  # a full build 20 s; 5 units: 4 s a unit
+    assert len(costs) == 20 and costs[0] == costs[19] == 0.0
+    assert costs[2] == 0.0  # only Python and docs since revision 0
+    assert costs[8] == 8.0 and costs[10] == 12.0  # two units since 0; three either way
+    assert job_build_costs(session, job, []) == ()  # nothing timed yet: unknown
+    repo.build_command = compiled.build_command(False)
+    assert job_build_costs(session, job, trials) == ()  # not incremental: midpoints as before

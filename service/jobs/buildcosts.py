@@ -39,7 +39,7 @@ def job_build_costs(session: Session, job: Job, trials: Sequence[Trial]) -> tupl
     repo = session.get(Repository, job.repository_id)
     if repo is None or not incremental(repo.build_command):
         return ()
-    timed = [t.build_s for t in trials if t.build_s and isinstance(t.build_cache, dict) and t.build_cache.get("incremental")]
+    timed = [t.build_s for t in trials if t.build_s and isinstance(t.build_cache, dict) and "incremental" in t.build_cache]
     if not timed:
         return ()
     settings = get_settings()
