@@ -106,3 +106,13 @@ def test_the_service_expects_each_revisions_build_from_the_commits_since_the_nea
     assert job_build_costs(session, job, []) == ()  # nothing timed yet: unknown
     repo.build_command = compiled.build_command(False)
     assert job_build_costs(session, job, trials) == ()  # not incremental: midpoints as before
+
+
+def test_plain_builds_without_compiled_is_one_line_and_exit_2() -> None:
+    from typer.testing import CliRunner
+
+    from perfbisect.cli.main import app
+
+    done = CliRunner().invoke(app, ["demo", "--plain-builds"])
+    assert done.exit_code == 2 and "--plain-builds applies to --compiled" in done.output
+    assert "Traceback" not in done.output
