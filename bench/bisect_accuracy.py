@@ -4,6 +4,7 @@ beside two baselines, for W = 1, 4 and 8 workers.
     python bench/bisect_accuracy.py [--quick] [--histories N] [--jobs J]
     python bench/bisect_accuracy.py --drift [--histories N] [--jobs J] [--first K] [--save F] [--load F]
                                                                          (issue 23)
+    python bench/bisect_accuracy.py --builds [--histories N] [--jobs J]   (issue 45)
 
 Histories: 30 to 2000 commits (log-uniform), 0 to 4 steps of 1% to 30% (log-uniform; each on a
 random non-empty subset of 1 to 3 cases; a later step may partly undo an earlier one), per-sample
@@ -26,6 +27,12 @@ of the same planner and of today's (no blocks). A long run is resumable: `--save
 history's rows to F (JSON lines) as it finishes, `--load F` reads them back and skips those
 histories, `--first K` starts at history K (histories K..K+N-1).
 
+`--builds` gives each random history a compiled library's build costs (`random_build`) and
+runs it three ways at W = 1: every revision a full build with midpoint probes (today), incremental
+builds (a rebuild costs what the commits since the nearest built revision touched, `buildcost`),
+and incremental builds with cost-aware probes; it prints trials, builds, build and simulated wall
+hours, the revision bound and whether the culprits are the same.
+
 Baselines (one culprit each, run on every history, on the case that moved most end to end):
 - git-bisect: one sample of the raw target per revision, bad when nearer the bad end's sample;
 - FlyDSL's skill: median of 3 runs (trial medians of the raw target) per revision, bad when beyond
@@ -40,14 +47,14 @@ import math
 import sys
 import time
 from multiprocessing import Pool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfbisect.service.bisect.history import History, load_history  # noqa: E402
+from perfbisect.service.bisect.history import BuildModel, History, load_history  # noqa: E402
 from perfbisect.service.bisect.model import SIDE_BY_SIDE, BisectConfig  # noqa: E402
 from perfbisect.service.bisect.simulate import simulate  # noqa: E402
 
@@ -307,6 +314,58 @@ def drift_bench(args: argparse.Namespace, count: int, pool: Pool, start: float) 
     print(f"{len({r['index'] for r in rows})} histories:\n{summarize_drift(rows)}")
 
 
+def random_build(rng: np.random.Generator, n: int) -> BuildModel:
+    """`--builds`: a compiled library's build costs. A full build of 120 to 1200 s; a commit
+    touches one or two translation units with probability 0.25 (5% to 15% of a full build each),
+    a header or build file (a full build) with 0.03, else only Python or tests; a trial 10 s."""
+    full = float(math.exp(rng.uniform(math.log(120), math.log(1200))))
+    touch = []
+    for _ in range(n):
+        u = rng.random()
+        units = int(rng.integers(1, 3)) if u < 0.25 else 0
+        touch.append(full if u > 0.97 else units * full * float(rng.uniform(0.05, 0.15)))
+    return BuildModel(tuple(touch), full, 10.0)
+
+
+BUILD_METHODS = (("full builds", False, False), ("incremental", True, False), ("incremental+cost-aware", True, True))
+
+
+def run_builds(index: int) -> list[dict]:
+    """One random history with a build model (`--builds`), W=1: full builds, incremental builds
+    with midpoint probes, incremental builds with cost-aware probes."""
+    truth = random_history(np.random.default_rng([20261202, index]))
+    history = replace(truth.history, build=random_build(np.random.default_rng([45, index]), truth.history.n_revisions))
+    n, k = history.n_revisions, len(truth.steps)
+    bound = k * math.ceil(math.log2(n - 1)) + 2 * k + 2
+    rows = []
+    for name, incremental, aware in BUILD_METHODS:
+        r = simulate(history, workers=1, seed=index, incremental=incremental, cost_aware=aware)
+        rows.append({"method": name, "index": index, "revisions": r["revisions_measured"], "trials": r["trials"],
+                     "bound": bound, "builds": r["builds"], "build_s": r["build_s"], "wall_s": r["wall_s"],
+                     "culprits": [c["range"] for c in r["culprits"]],
+                     **score(truth, [c["range"] for c in r["culprits"]])})
+    return rows
+
+
+def summarize_builds(rows: list[dict]) -> str:
+    """Per method: precision, recall (>= 3 trial noises and 2%), revisions and the bound, trials,
+    builds, build hours and simulated wall hours; and how often the culprits equal midpoint's."""
+    out = [f"{'method':<24} {'precision':>9} {'recall':>7} {'revisions':>9} {'within bound':>12} {'trials':>7} "
+           f"{'builds':>6} {'build h':>8} {'wall h':>7} {'same culprits':>13}"]
+    by_index = {(r["method"], r["index"]): r for r in rows}
+    for name, _, _ in BUILD_METHODS:
+        sel = [r for r in rows if r["method"] == name]
+        rep, right = sum(r["reported"] for r in sel), sum(r["right"] for r in sel)
+        big, big_f = sum(r["big"] for r in sel), sum(r["big_found"] for r in sel)
+        same = np.mean([r["culprits"] == by_index[("incremental", r["index"])]["culprits"] for r in sel])
+        out.append(f"{name:<24} {right / max(rep, 1):>9.3f} {big_f / max(big, 1):>7.3f} "
+                   f"{np.mean([r['revisions'] for r in sel]):>9.1f} {np.mean([r['revisions'] <= r['bound'] for r in sel]):>12.1%} "
+                   f"{np.mean([r['trials'] for r in sel]):>7.1f} {np.mean([r['builds'] for r in sel]):>6.1f} "
+                   f"{sum(r['build_s'] for r in sel) / 3600:>8.1f} {sum(r['wall_s'] for r in sel) / 3600:>7.1f} {same:>13.1%}")
+    out.append(f"({len(rows) // len(BUILD_METHODS)} histories; build and wall hours summed over them)")
+    return "\n".join(out)
+
+
 def summarize(rows: list[dict]) -> str:
     methods = list(dict.fromkeys(r["method"] for r in rows))
     out = [f"{'method':<22} {'precision':>9} {'recall>=3sd':>11} {'recall>=3sd&2%':>14} {'..not cancelled':>15} "
@@ -342,12 +401,16 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=0, help="with --drift: the first history's index")
     parser.add_argument("--save", help="with --drift: append each history's rows to this file (JSON lines)")
     parser.add_argument("--load", help="with --drift: rows of an earlier --save run; their histories are skipped")
+    parser.add_argument("--builds", action="store_true", help="compiled histories (issue 45): full vs incremental "
+                        "builds vs incremental + cost-aware probes: trials, builds, simulated wall time")
     args = parser.parse_args()
     count = args.histories or (60 if args.quick else 500)
     start = time.time()
     with Pool(args.jobs) as pool:
         if args.drift:
             drift_bench(args, count, pool, start)
+        elif args.builds:
+            print(summarize_builds([row for batch in pool.map(run_builds, range(count)) for row in batch]))
         else:
             rows = [row for batch in pool.map(run_one, [(i, (1, 4, 8)) for i in range(count)]) for row in batch]
             print(summarize(rows))

@@ -3,6 +3,11 @@ and demo repository, and print per run the events found, the false (commit, case
 verdict, the time the job waited for a steadier machine, the exit code and the time.
 
     python bench/demo_repeat.py --runs 10 [--parallel 1] [--cpus-per-run 2] [--device cpu] [--track] [--out DIR]
+    python bench/demo_repeat.py --compiled --runs 3 [--plain-builds]
+
+--compiled runs `perfbisect demo --compiled` (cppkern, a C++ extension: issue 45): a run counts when
+it found the planted loop order, named no other culprit and exited 0; its row has the builds run,
+the cache hits and the build seconds.
 
 --track runs `perfbisect demo --track` instead (pushes to a tracked branch): a run counts when it
 alerted every planted step, named every culprit exactly and exited 0; its row has the load average
@@ -15,6 +20,7 @@ so a many-core machine stands in for P unloaded small machines.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -32,6 +38,22 @@ UNCHANGED = re.compile(r"cases with no planted step unchanged: (\d+)/(\d+)")
 INTERACTION = re.compile(r"planted interaction found: (\d+)/(\d+)(; interactions not planted: (.*))?")
 FALSE = re.compile(r"^false culprits \(commit, case\): (\d+)", re.M)
 WAITED = re.compile(r"waited\s+(\d+)\s+s\s+in\s+(\d+)\s+pauses")  # the report's warning, wrapped
+
+
+def compiled_run(i: int, out: Path, plain: bool) -> dict:
+    """One `perfbisect demo --compiled --json` in a fresh home: its result line, with the exit code."""
+    home = out / f"run{i}"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(PERFBISECT_HOME=str(home / "home"), PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "perfbisect.cli.main", "demo", "--compiled", "--json", "--path", str(home / "cppkern")]
+    done = subprocess.run(cmd + (["--plain-builds"] if plain else []), env=env, capture_output=True, text=True)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "stdout.txt").write_text(done.stdout)
+    (home / "stderr.txt").write_text(done.stderr)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {}
+    return {"run": i, "rc": done.returncode, **result,
+            "all": bool(result) and done.returncode == 0 and not result["missed"] and not result["false"]}
 
 
 def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool = False) -> dict:
@@ -80,9 +102,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (the demo's own choice)")
     parser.add_argument("--track", action="store_true", help="perfbisect demo --track (a tracked branch's pushes)")
     parser.add_argument("--out", type=Path, default=None, help="keep each run's home and output here")
+    parser.add_argument("--compiled", action="store_true", help="perfbisect demo --compiled (a C++ extension)")
+    parser.add_argument("--plain-builds", action="store_true", help="with --compiled: today's builds")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="perfbisect-demo-repeat-"))
     out.mkdir(parents=True, exist_ok=True)
+    if args.compiled:
+        compiled_repeat(args.runs, out, args.plain_builds)
+        return
     pin = args.parallel > 1 and shutil.which("taskset")
 
     def run(i: int) -> dict:
@@ -104,6 +131,20 @@ def main() -> None:
               f"median wall {sorted(r['wall_s'] for r in results)[len(results) // 2]} s; outputs in {out}")
         return
     print("\n" + "\n".join(summary(results, out)))
+
+
+def compiled_repeat(runs: int, out: Path, plain: bool) -> None:
+    """--compiled: one run after another (their builds would share the cores), a row each."""
+    results = []
+    for i in range(1, runs + 1):
+        r = compiled_run(i, out, plain)
+        results.append(r)
+        print(f"run {i:>2}: found {len(r.get('found', []))}/1, false {len(r.get('false', []))}, exit {r['rc']}, "
+              f"{r.get('wall_s', '?')} s, builds {r.get('builds', '?')} run / {r.get('build_cache_hits', '?')} cached, "
+              f"ccache {r.get('ccache_hits', '?')}/{r.get('ccache_misses', '?')}, {r.get('build_s', '?')} s building",
+              flush=True)
+    print(f"\nthe planted loop order found, no false culprit, exit 0 in {sum(r['all'] for r in results)} of "
+          f"{runs} runs; outputs in {out}")
 
 
 def run_line(result: dict) -> str:

@@ -165,10 +165,36 @@ def progress_line(job: JobRead, elapsed_s: float, position: tuple[int, int | Non
     done, expected = position or bar_position(job)
     eta = ""
     if expected and done and job.status not in FINISHED:
-        eta = f", ETA {_minutes(elapsed_s * (expected - done) / done)}"
-    return (f"job {job.id} {job.status}: round {p.get('rounds', 0)}, {done}/{expected or '?'} trials, "
-            f"{p.get('measured', 0)}/{p.get('revisions', '?')} revisions, {p.get('culprits', 0)} culprit(s), "
+        eta = f", ETA {_minutes(eta_s(p, elapsed_s, done, expected))}"
+    return (f"job {job.id} {job.status}: round {p.get('rounds', 0)}{building_phase(job)}, {done}/{expected or '?'} "
+            f"trials, {p.get('measured', 0)}/{p.get('revisions', '?')} revisions, {p.get('culprits', 0)} culprit(s), "
             f"{_minutes(elapsed_s)} elapsed{eta}")
+
+
+def eta_s(progress: dict, elapsed_s: float, done: int, expected: int) -> float:
+    """Seconds left: the trials still expected at the pace of those done, their builds apart
+    (a compiled library's build can outlast all its trials): the pace leaves out the seconds
+    spent building, and the builds still expected are added at their expected cost."""
+    built = float(progress.get("build_s_done") or 0.0)
+    builds_left = float(progress.get("expected_build_s") or 0.0)
+    pace = max(0.0, elapsed_s - built) / done if built < elapsed_s else elapsed_s / done
+    return pace * (expected - done) + builds_left
+
+
+def building_phase(job: JobRead) -> str:
+    """`, building 3f2a1b (est. 4m)`: the round's first revision still to build (and how many
+    more), while the job runs; "" where it builds nothing."""
+    builds = job.progress.get("building") or []
+    if job.status in FINISHED or not builds:
+        return ""
+    first = builds[0]
+    more = f" +{len(builds) - 1}" if len(builds) > 1 else ""
+    return f", building {str(first.get('sha', ''))[:6]} (est. {_rough(float(first.get('est_s') or 0))}){more}"
+
+
+def _rough(seconds: float) -> str:
+    """4m, 40s: an estimate's precision."""
+    return f"{round(seconds / 60)}m" if seconds >= 90 else f"{round(seconds)}s"
 
 
 def _minutes(seconds: float) -> str:
@@ -209,7 +235,7 @@ def bar_columns() -> list:
 def bar_detail(job: JobRead, done: int, expected: int | None) -> str:
     p = job.progress
     return (f"{done}/{expected or '?'} trials, {p.get('measured', 0)}/{p.get('revisions', '?')} revs, "
-            f"round {p.get('rounds', 0)}, {p.get('culprits', 0)} culprit(s)")
+            f"round {p.get('rounds', 0)}{building_phase(job)}, {p.get('culprits', 0)} culprit(s)")
 
 
 def _follow_lines(read: Callable[[], JobRead], console: Console, poll_s: float,

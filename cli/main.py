@@ -197,6 +197,15 @@ def containment_line() -> str:
     return memory_report(get_settings())
 
 
+def incremental_builds() -> str:
+    """Incremental builds on this host: the compiler cache, and per repository its hits, misses
+    and build seconds saved (workers/buildtree.py)."""
+    from perfbisect.service.settings import get_settings
+    from perfbisect.workers.buildtree import doctor_lines
+
+    return "\n".join(doctor_lines(get_settings()))
+
+
 @app.command()
 def doctor(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda (ROCm's torch device is cuda too)")] = "auto",
@@ -210,6 +219,7 @@ def doctor(
     ok, text = doctor_run(device_class, device, flush_check)
     print(text)
     print(containment_line())
+    print(incremental_builds())
     raise typer.Exit(0 if ok else 1)
 
 
@@ -225,14 +235,26 @@ def demo(
     evidence: Annotated[bool, typer.Option("--evidence/--no-evidence", help=(
         "profile each culprit's two ends once more and print why it got slower: the kernel, the compiled "
         "code, the autotuner's choice"))] = False,
+    compiled: Annotated[bool, typer.Option("--compiled", help="a library with a C++ extension (setuptools): "
+                                           "incremental builds, ccache and cost-aware probes; prints what the "
+                                           "builds cost")] = False,
+    plain_builds: Annotated[bool, typer.Option("--plain-builds", help="with --compiled: today's builds (each "
+                                               "compiles everything) for comparison")] = False,
 ) -> None:
     """Write the demo kernel repository, bisect its whole history on this machine, print the culprits.
 
     Embedded by default; with DATABASE_URL and REDIS_URL set, the trials go to `perfbisect worker`s.
-    With --track: pushes to a tracked branch raise alerts, whose bisects name the culprits."""
+    With --track: pushes to a tracked branch raise alerts, whose bisects name the culprits.
+    With --compiled: cppkern, a C++ library with one planted regression (at var/demo/cppkern)."""
     from perfbisect.cli import runs  # the job machinery: each command imports it when it runs (start-up time)
 
     demo_pauses()
+    if plain_builds and not compiled:
+        fail("--plain-builds applies to --compiled")
+    if compiled:
+        compiled_demo(Path("var/demo/cppkern") if path == Path("var/demo/minikern") else path, not plain_builds,
+                      as_json)
+        return
     if track:
         from perfbisect.cli.track_demo import demo_track
 
@@ -245,6 +267,26 @@ def demo(
     if not as_json:
         runs.print_truth_check(job, truth)
         print(f"\n{runs.next_step(job.id)}")
+    exit_with(exit_code(job))
+
+
+def compiled_demo(path: Path, incremental: bool, as_json: bool) -> None:
+    """`demo --compiled`: the bisect, its truth check and what its builds cost (one JSON line
+    with --json)."""
+    from perfbisect.cli import runs
+    from perfbisect.cli.compiled_demo import compiled_truth_check, figures_line, run_compiled_demo
+
+    with user_errors():
+        job, truth, figures = run_compiled_demo(path, incremental, show_progress=not as_json, console=console())
+    check = compiled_truth_check(job, truth)
+    if as_json:
+        print(json.dumps({"job": job.id, "status": job.status, **figures, **check,
+                          "culprits": [[c.first_sha, c.last_sha] for c in job.culprits]}))
+    else:
+        runs.print_job(job, False)
+        print(f"\nplanted: found {check['found'] or 'none'}, missed {check['missed'] or 'none'}, "
+              f"false culprits {check['false'] or 'none'}")
+        print(figures_line(figures))
     exit_with(exit_code(job))
 
 

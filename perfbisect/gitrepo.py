@@ -291,6 +291,23 @@ class Mirror:
         repo = self.ensure(fetch=False)
         return int(repo.git.rev_list("--first-parent", "--count", f"{good_sha}..{bad_sha}"))
 
+    def changed_paths(self, good_sha: str, bad_sha: str) -> dict[str, list[str]]:
+        """The paths each first-parent commit of good..bad changed against its first parent,
+        by sha (one `git log`, no checkout). Raises GitError."""
+        try:
+            out = self.ensure(fetch=False).git.log("--first-parent", "--diff-merges=first-parent", "--name-only",
+                                                   "--format=@%H", "--end-of-options", f"{good_sha}..{bad_sha}")
+        except git.GitCommandError as exc:
+            raise GitError(f"cannot list the changes of {good_sha[:12]}..{bad_sha[:12]}: {exc}") from exc
+        paths: dict[str, list[str]] = {}
+        current: list[str] = []
+        for line in out.splitlines():
+            if line.startswith("@"):
+                current = paths.setdefault(line[1:].strip(), [])
+            elif line.strip():
+                current.append(line.strip())
+        return paths
+
     def tree_entries(self, sha: str) -> list[TreeEntry]:
         """Every file of `sha`'s tree with its object id and size (`git ls-tree -r -l`: object
         headers only, no checkout). Raises GitError."""

@@ -36,6 +36,11 @@ class Settings(BaseSettings):
     max_trials_per_revision: int = 12
     # Worker behaviour.
     build_timeout_s: int = 900
+    build_ccache: bool = Field(default=True, description="incremental builds (a build command that names "
+                               "{build_tree}) compile through ccache, one cache per repository and toolchain")
+    build_ccache_max_mb: int = Field(default=5120, ge=64, description="the size past which ccache evicts")
+    build_ccache_min_free_mb: int = Field(default=512, ge=0, description="free disk below which builds run "
+                                          "without ccache (a warning says so)")
     trial_timeout_s: int = 900
     gpu_caches: str | None = Field(default=None, description="the cache levels a GPU worker's cold flush covers, "
                                    "e.g. L2=4MiB*8,MALL=256MiB (default: detected; kernels/harness/devices.py)")

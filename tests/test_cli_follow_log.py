@@ -68,3 +68,16 @@ def test_elapsed_and_eta_fit_in_100_columns():
     for line in drawn:
         assert len(line) <= 100 and "ETA" in line
     assert "0:00:00" in drawn[-1] and "100%" in drawn[-1]
+
+
+def test_a_build_is_its_own_phase_and_the_eta_counts_the_builds_still_expected():
+    compiled = job("running", 2, 10, 40)
+    # 10 trials in 160 s, 100 s of them building: 6 s a trial; 30 trials and 240 s of builds to go
+    compiled.progress.update({"build_s_done": 100.0, "expected_build_s": 240.0,
+                              "building": [{"sha": "3f2a1b9c0d11", "est_s": 240.0}, {"sha": "77aa", "est_s": 5.0}]})
+    line = progress_line(compiled, elapsed_s=160)
+    assert "round 2, building 3f2a1b (est. 4m) +1, 10/40 trials" in line
+    assert line.endswith("2m40s elapsed, ETA 7m00s")  # 30 x 6 s + 240 s
+    done = job("succeeded", 3, 30, 30)
+    done.progress["building"] = [{"sha": "3f2a1b9c0d11", "est_s": 240.0}]
+    assert "building" not in progress_line(done, elapsed_s=300)

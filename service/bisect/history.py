@@ -85,6 +85,28 @@ class DriftModel:
 
 
 @dataclass(frozen=True)
+class BuildModel:
+    """What building costs (issue 45): each commit's touch cost (`buildcost`: the compile seconds
+    its own changes cause), a full build's seconds and one trial's seconds."""
+
+    touch_s: tuple[float, ...]
+    full_s: float
+    trial_s: float = 0.0
+
+
+def _build_model(given: Any, n: int) -> BuildModel | None:
+    """`build`: {"touch_s": [n numbers], "full_s": F, "trial_s": T}; absent: None."""
+    if given is None:
+        return None
+    touch = given.get("touch_s") if isinstance(given, Mapping) else None
+    numbers = [given.get("full_s"), given.get("trial_s", 0.0)] if isinstance(given, Mapping) else []
+    if (not isinstance(touch, list) or len(touch) != n
+            or any(not isinstance(v, (int, float)) or v < 0 for v in [*touch, *numbers])):
+        raise HistoryError(f"build: needs touch_s (one non-negative number per revision, {n}), full_s and trial_s")
+    return BuildModel(tuple(float(v) for v in touch), float(numbers[0]), float(numbers[1]))
+
+
+@dataclass(frozen=True)
 class History:
     """A parsed history; `shas` only when it came from a repository."""
 
@@ -99,6 +121,7 @@ class History:
     higher_is_better: bool = True
     shas: tuple[str, ...] | None = None
     drift: DriftModel = DriftModel()
+    build: BuildModel | None = None
 
     def is_wrong(self, revision: int) -> bool:
         return any(lo <= revision < hi for lo, hi in self.wrong_results)
@@ -206,4 +229,5 @@ def load_history(path_or_dict: str | Path | Mapping[str, Any],
         higher_is_better=bool(data.get("higher_is_better", True)),
         shas=shas,
         drift=DriftModel(**{k: float(v) for k, v in drift.items()}),
+        build=_build_model(data.get("build"), n),
     )

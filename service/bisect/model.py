@@ -124,6 +124,9 @@ class BisectConfig:
     - `max_gap` (`--scan auto`, 0: off): instead of `scan`, as many evenly spaced points as leave
       no stretch between measured revisions wider than this many commits, and finer points beside
       a pair judged DIFFERENT (`coverage`); `hints` (where a tracked history moved) are among them.
+    - `build_costs`: each revision's expected build seconds now (`buildcost.expected_costs`; empty:
+      unknown). Among the revisions near an open pair's midpoint that split it almost as evenly,
+      the cheapest is probed (`probes.allocate`), never one that could cost a probe more.
     """
 
     min_effect: float = 0.02
@@ -146,6 +149,7 @@ class BisectConfig:
     max_gap: int = 0
     hints: tuple[int, ...] = ()
     paired_blocks: int = 0
+    build_costs: tuple[float, ...] = ()
 
 
 SIDE_BY_SIDE = 2  # `paired_blocks` for side-by-side confirmation (the simulator's --drift bench)

@@ -22,7 +22,8 @@ One round:
    - UNKNOWN: add `block` trials to the side with fewer (both when equal), up to `max_trials`.
      More trials are cheaper than more builds, so no revision is built inside an UNKNOWN pair.
    - DIFFERENT with untried revisions between: an open pair; build evenly spaced revisions in it,
-     `initial_trials` (one) each.
+     `initial_trials` (one) each; of the revisions that split the pair almost as evenly as its
+     midpoint, the one cheapest to build (`build_costs`, issue 45).
    - DIFFERENT with none left between: a culprit candidate, confirmed on the pair's own trials
      (Bonferroni over cases): on the t route once both sides have `replicates` (two) trials, so
      one trial in a rare mode never makes a culprit; otherwise both sides go to `confirm_trials`
@@ -359,7 +360,7 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
         elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests, rank_only):
             settled.append((pair, _culprit(pair, observations, ok, config)))  # paired_blocks=0: no blocks
     culprits = [c for _, c in settled]
-    for revision in allocate(open_pairs, config.workers, observations):
+    for revision in allocate(open_pairs, config.workers, observations, config.build_costs):
         requests.new(revision, config.initial_trials)
     if config.max_gap:  # --scan auto: beside a step seen, finer points (another step may sit close by)
         alike = [(p.a, p.b) for p in judgements if p.verdict == Verdict.SAME]

@@ -3,6 +3,7 @@ points inside open pairs, and the boundaries of wrong-results runs. Pure index a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from perfbisect.service.bisect.model import CorrectnessFinding, Observation, RevisionState
@@ -57,12 +58,56 @@ def nearest_candidate(target: float, candidates: Sequence[int], taken: set[int])
     return min(free, key=lambda c: (abs(c - target), c))
 
 
+# How unevenly a cost-aware probe may split an open pair: its larger side at most this share of the
+# pair's candidates (at least one revision) beyond the midpoint's larger side.
+NEAR_SHARE = 0.1
+
+
+def worst_probes(m: int) -> int:
+    """Probes a binary search needs, at worst, to place a step among `m` untried revisions."""
+    return math.ceil(math.log2(m + 1))
+
+
+def near_midpoint(candidates: Sequence[int]) -> list[int]:
+    """The candidates of one open pair that split it almost as evenly as its midpoint does: the
+    larger side at most NEAR_SHARE of the candidates (one at least) beyond the midpoint's, and
+    never so large that the search could need one probe more than from the midpoint (its larger
+    side + 1 within 2^(worst_probes(m) - 1)): the revision bound holds at worst, not only on average."""
+    m = len(candidates)
+    if m == 0:
+        return []
+    ideal = (m - 1) - (m - 1) // 2  # the midpoint's larger side
+    limit = min(ideal + max(1, int(NEAR_SHARE * m)), 2 ** (worst_probes(m) - 1) - 1)
+    return [c for i, c in enumerate(candidates) if max(i, m - 1 - i) <= max(limit, ideal)]
+
+
+def cheapest(target: float, candidates: Sequence[int], taken: set[int], costs: Sequence[float],
+             window: Sequence[int]) -> int | None:
+    """Of the untaken candidates in `window`, the one cheapest to build (then the nearest to
+    `target`, then the lower); without costs (or an empty window) the nearest candidate."""
+    free = [c for c in window if c not in taken]
+    if not costs or not free:
+        return nearest_candidate(target, candidates, taken)
+    return min(free, key=lambda c: (costs[c] if c < len(costs) else math.inf, abs(c - target), c))
+
+
+def _window(candidates: Sequence[int], target: float, count: int) -> list[int]:
+    """Where a point of `count` in a pair may go: near the midpoint for one point; for several,
+    within NEAR_SHARE of the spacing of the ideal position."""
+    if count == 1:
+        return near_midpoint(candidates)
+    reach = NEAR_SHARE * len(candidates) / (count + 1)
+    return [c for c in candidates if abs(c - target) <= reach]
+
+
 def allocate(open_pairs: Sequence[tuple[int, int]], workers: int,
-             measured: Mapping[int, Observation]) -> list[int]:
+             measured: Mapping[int, Observation], costs: Sequence[float] = ()) -> list[int]:
     """Revisions to build this round inside the open pairs: one per pair at least, `workers` in
     all when there are fewer pairs, extra points going to the pair with the most candidates per
     point. Inside a pair the points are evenly spaced (nearest untried revision to each ideal
-    position), so a pair of N candidates shrinks by a factor j+1 per round with j points."""
+    position), so a pair of N candidates shrinks by a factor j+1 per round with j points. With
+    `costs` (expected build seconds per revision), each point is the cheapest revision of those
+    that split the pair almost as evenly (`near_midpoint`, `_window`)."""
     candidates = {pair: unmeasured_between(*pair, measured) for pair in open_pairs}
     share = {pair: 1 for pair in open_pairs if candidates[pair]}
     spare = max(0, workers - len(share))
@@ -76,7 +121,8 @@ def allocate(open_pairs: Sequence[tuple[int, int]], workers: int,
     for (lo, hi), count in share.items():
         taken: set[int] = set()
         for t in range(1, count + 1):
-            pick = nearest_candidate(lo + (hi - lo) * t / (count + 1), candidates[(lo, hi)], taken)
+            target = lo + (hi - lo) * t / (count + 1)
+            pick = cheapest(target, candidates[(lo, hi)], taken, costs, _window(candidates[(lo, hi)], target, count))
             if pick is not None:
                 taken.add(pick)
         chosen.extend(sorted(taken))

@@ -1,10 +1,12 @@
 """How much work a search still expects: for a progress bar that counts planned trials and can
-show an ETA. Pure; an estimate that is recomputed every round, and exact once the job is done."""
+show an ETA, and the builds it still expects (issue 45: a build of a compiled library can take
+longer than all its trials). Pure; an estimate that is recomputed every round, and exact once the
+job is done."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from perfbisect.service.bisect.model import BisectConfig, Observation, Plan
 from perfbisect.service.bisect.probes import unmeasured_between
@@ -20,14 +22,40 @@ def expected_trials(finished: int, observations: Mapping[int, Observation], plan
     if plan.done:
         return finished
     planned = sum(r.trials for r in plan.requests)
+    future = sum(probes * config.initial_trials + 2 * max(0, config.confirm_trials - config.initial_trials)
+                 for _, probes in _future_probes(observations, plan, n))
+    return finished + planned + future
+
+
+def _future_probes(observations: Mapping[int, Observation], plan: Plan,
+                   n: int | None) -> list[tuple[list[int], int]]:
+    """Per open pair (the whole range before its ends are measured): its untried revisions and
+    the probes a binary search of them still needs beyond this round's."""
     probing = {r.revision for r in plan.requests}
-    future = 0
     pairs = list(plan.open_pairs)
     if n is not None and n > 2 and not pairs and (0 not in observations or n - 1 not in observations):
         pairs = [(0, n - 1)]
+    out = []
     for a, b in pairs:
         untried = unmeasured_between(a, b, observations)
         probes_now = sum(1 for r in untried if r in probing)
-        probes_left = max(0, math.ceil(math.log2(len(untried) + 1)) - probes_now)
-        future += probes_left * config.initial_trials + 2 * max(0, config.confirm_trials - config.initial_trials)
-    return finished + planned + future
+        out.append((untried, max(0, math.ceil(math.log2(len(untried) + 1)) - probes_now)))
+    return out
+
+
+def expected_build_s(observations: Mapping[int, Observation], plan: Plan, costs: Sequence[float],
+                     fallback: float, n: int | None = None) -> tuple[float, list[tuple[int, float]]]:
+    """The build seconds a search still expects, and this round's builds (revision, expected
+    seconds) in dispatch order: each revision of this round not measured yet at its cost, then
+    every future probe at the mean cost of its pair's untried revisions. Without `costs` (or past
+    their end) a build costs `fallback` (the job's mean build so far)."""
+    if plan.done:
+        return 0.0, []
+
+    def cost(r: int) -> float:
+        return float(costs[r]) if r < len(costs) else fallback
+
+    now = [(r, cost(r)) for r in dict.fromkeys(plan.dispatch_order()) if r not in observations]
+    later = sum(probes * (sum(cost(r) for r in untried) / len(untried) if untried else fallback)
+                for untried, probes in _future_probes(observations, plan, n))
+    return sum(c for _, c in now) + later, now

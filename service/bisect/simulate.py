@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from perfbisect.service.bisect.buildcost import expected_costs
 from perfbisect.service.bisect.history import History, HistoryError, load_history
 from perfbisect.service.bisect.model import BisectConfig, Observation, Plan, RevisionState
 from perfbisect.service.bisect.planner import plan_next
@@ -48,6 +49,7 @@ class _Bench:
         self._round = 1.0
         self._blocks = 0
         self._slow: set[str] = set()
+        self.builds: Any = None  # run()'s _Builds
 
     def run_round(self, plan: Plan) -> None:
         self._round = self.history.drift.round_factor(self._drift_rng)
@@ -87,29 +89,68 @@ class _Bench:
                 for i, state in self.states.items()}
 
 
-def run(history: History, config: BisectConfig, seed: int = 0) -> tuple[Plan, _Bench, int]:
+class _Builds:
+    """The builds a simulated bisect pays for (`History.build`): a revision is built once, at a
+    full build's cost, or with `incremental` trees and compiler cache at its `buildcost`
+    rebuild cost from the revisions built before its round."""
+
+    def __init__(self, history: History, incremental: bool) -> None:
+        self.model = history.build
+        self.incremental = incremental
+        self.built: set[int] = set()
+        self.seconds = 0.0
+
+    def costs(self) -> tuple[float, ...]:
+        """What the planner is told each revision costs now."""
+        if self.model is None:
+            return ()
+        if not self.incremental:
+            return tuple(0.0 if r in self.built else self.model.full_s for r in range(len(self.model.touch_s)))
+        return expected_costs(self.model.touch_s, self.model.full_s, self.built)
+
+    def pay(self, plan: Plan) -> None:
+        if self.model is None:
+            return
+        new = {r.revision for r in plan.requests} | {r for b in plan.blocks for r in b.order()}
+        new -= self.built
+        costs = self.costs()
+        self.seconds += sum(costs[r] for r in new)
+        self.built |= new
+
+
+def run(history: History, config: BisectConfig, seed: int = 0, *, cost_aware: bool = False,
+        incremental: bool = True) -> tuple[Plan, _Bench, int]:
     """Plan, run every requested trial, repeat until done. Returns the final plan, the trials
-    and the number of rounds. Raises RuntimeError if the planner never finishes."""
+    and the number of rounds (the bench's `builds` what the builds cost). With `cost_aware` the
+    planner is told each revision's expected build cost every round. Raises RuntimeError if the
+    planner never finishes."""
     bench = _Bench(history, seed, max(1, config.workers))
+    bench.builds = builds = _Builds(history, incremental)
     for rounds in range(MAX_ROUNDS):
+        if cost_aware:
+            config = replace(config, build_costs=builds.costs())
         plan = plan_next(history.n_revisions, bench.observations(), config)
         if plan.done:
             return plan, bench, rounds
+        builds.pay(plan)
         bench.run_round(plan)
     raise RuntimeError(f"planner did not finish in {MAX_ROUNDS} rounds")
 
 
 def simulate(history: History, workers: int = 1, seed: int = 0,
-             config: BisectConfig | None = None) -> dict[str, Any]:
+             config: BisectConfig | None = None, *, cost_aware: bool = False,
+             incremental: bool = True) -> dict[str, Any]:
     """Run one simulated bisect and return the `--json` result of issue 4: culprits (revision,
     range, per-case rel/ci/before/after, sha when the history names a repository), correctness
     findings, revisions measured, trials, rounds. `revision` is None for a range culprit.
     `rel`/`ci` are on the decision value (control ratio); `before`/`after` are the median ratios
     times the control's nominal value, i.e. the target metric with the drift cancelled (a raw
-    target median would carry the process drift). Raises RuntimeError if the planner never
-    finishes."""
+    target median would carry the process drift). A history with a build model (`build`) adds
+    builds, build seconds and the simulated wall time (builds and trials spread over the
+    workers), with builds incremental or full and probes cost-aware or not. Raises RuntimeError
+    if the planner never finishes."""
     config = replace(config or BisectConfig(), workers=workers, higher_is_better=history.higher_is_better)
-    plan, bench, rounds = run(history, config, seed)
+    plan, bench, rounds = run(history, config, seed, cost_aware=cost_aware, incremental=incremental)
     shas = history.shas
     culprits = []
     scale = history.control_value
@@ -130,7 +171,17 @@ def simulate(history: History, workers: int = 1, seed: int = 0,
         "revisions_measured": len(bench.states),
         "trials": bench.trials,
         "rounds": rounds,
+        **_build_figures(history, bench, workers),
     }
+
+
+def _build_figures(history: History, bench: _Bench, workers: int) -> dict[str, Any]:
+    """builds, build_s and wall_s of a history with a build model; nothing otherwise."""
+    if history.build is None:
+        return {}
+    build_s = bench.builds.seconds
+    wall = (build_s + bench.trials * history.build.trial_s) / max(1, workers)
+    return {"builds": len(bench.builds.built), "build_s": round(build_s, 1), "wall_s": round(wall, 1)}
 
 
 def format_simulation(result: dict[str, Any]) -> str:
@@ -154,4 +205,7 @@ def format_simulation(result: dict[str, Any]) -> str:
         lines.append(f"wrong results from revision {f['first_bad']}, {fixed}")
     lines.append(f"revisions measured {result['revisions_measured']}, trials {result['trials']}, "
                  f"rounds {result['rounds']}")
+    if "wall_s" in result:
+        lines.append(f"builds {result['builds']}, build {result['build_s']:.0f} s, "
+                     f"simulated wall time {result['wall_s']:.0f} s")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,12 +21,13 @@ from sqlalchemy.orm import Session
 from perfbisect.service.bisect import BisectConfig, CorrectnessFinding, Observation, Plan, RevisionState, plan_next
 from perfbisect.service.bisect.coverage import DEFAULT_MAX_GAP, history_edges
 from perfbisect.service.bisect.model import SIDE_BY_SIDE, PairBlock
-from perfbisect.service.bisect.progress import expected_trials
+from perfbisect.service.bisect.progress import expected_build_s, expected_trials
 from perfbisect.service.bisect.probes import nothing_built
 from perfbisect.service.attribution import fixcheck
 from perfbisect.service.attribution import service as attribution
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import outcome, repository, resolution, sweep
+from perfbisect.service.jobs.buildcosts import job_build_costs
 from perfbisect.service.jobs.schemas import AUTO_SCAN, AUTO_SCAN_ABOVE
 from perfbisect.service.models import (Culprit, CulpritKind, Job, JobKind, JobStatus, Revision, Trial, TrialStatus,
                                        utcnow)
@@ -227,7 +228,22 @@ def _progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observa
         "open_pairs": [[job.revision_shas[a][:12], job.revision_shas[b][:12]] for a, b in plan.open_pairs],
         "culprits": len(plan.culprits),
         "correctness": len(plan.correctness),
+        **_build_progress(job, trials, observations, plan, config),
     }
+
+
+def _build_progress(job: Job, trials: Sequence[Trial], observations: dict[int, Observation], plan: Plan,
+                    config: BisectConfig) -> dict:
+    """For a repository whose builds take time: the seconds its trials spent building, the build
+    seconds still expected, and this round's builds (short sha, expected seconds): the progress
+    line's "building 3f2a1b (est. 4m)" and an ETA that counts builds apart from trials."""
+    built = [t.build_s for t in trials if t.build_s]
+    if not built and not config.build_costs:
+        return {}
+    fallback = sum(built) / len(built) if built else 0.0
+    left, now = expected_build_s(observations, plan, config.build_costs, fallback, len(job.revision_shas))
+    return {"build_s_done": round(sum(built), 1), "expected_build_s": round(left, 1),
+            "building": [{"sha": job.revision_shas[r][:12], "est_s": round(c, 1)} for r, c in now[:5]]}
 
 
 @dataclass(frozen=True)
@@ -269,6 +285,7 @@ def advance(session: Session, job_id: int) -> Round:
     every = [t for t in every if not t.profile]
     every_timed = [t for t in every if not t.accuracy_only]  # the pauses count these, in the order they finished
     config = config_of(job, every, () if every else scan_hints(session, job))  # hints: the first round's scan
+    config = replace(config, build_costs=job_build_costs(session, job, every))  # cost-aware probes (issue 45)
     aside = outcome.set_aside_ids(job.progress, every_timed, config)  # measured while the machine was unsteady
     trials = [t for t in every if t.id not in aside]
     timed = [t for t in trials if not t.accuracy_only]  # sweep trials never enter the timing comparison

@@ -2,6 +2,7 @@
 
     phase_table([trial.phases, ...]) -> [PhaseRow(name, median_s, share), ...]
     build_cache_summary([trial.build_cache, ...]) -> "4 built, 8 from the build cache" or None
+        (with the incremental builds' compiler cache hits, misses and build seconds saved)
 """
 
 from __future__ import annotations
@@ -50,4 +51,17 @@ def build_cache_summary(builds: list[dict[str, Any] | None]) -> str | None:
     refused = sorted({b["note"].split("not cached: ", 1)[1] for b in used
                       if not b.get("cached") and "not cached: " in (b.get("note") or "")})
     words = f"{len(used) - cached} built ({stored} stored), {cached} from the build cache"
-    return words + "".join(f"; not cached: {reason}" for reason in refused[:3])
+    return words + "".join(f"; not cached: {reason}" for reason in refused[:3]) + incremental_summary(used)
+
+
+def incremental_summary(builds: list[dict[str, Any]]) -> str:
+    """`; incremental: 3 of 4 on a reused tree, compiler cache 12 hits, 3 misses, ~80 s of build
+    saved` over the builds that were incremental (workers/buildtree.py); "" where none was."""
+    done = [b["incremental"] for b in builds if isinstance(b.get("incremental"), dict)]
+    if not done:
+        return ""
+    reused = sum(1 for i in done if i.get("tree_reused"))
+    hits, misses = sum(int(i.get("hits") or 0) for i in done), sum(int(i.get("misses") or 0) for i in done)
+    saved = sum(float(i.get("saved_s") or 0.0) for i in done)
+    return (f"; incremental: {reused} of {len(done)} on a reused tree, compiler cache {hits} hits, {misses} misses, "
+            f"~{saved:.0f} s of build saved")
