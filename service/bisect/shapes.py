@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from perfbisect.service.bisect.model import BisectConfig, Observation, ShapeFinding
 from perfbisect.service.bisect.paired import shared_blocks
 from perfbisect.service.bisect.pairs import max_blocks
 from perfbisect.service.bisect.probes import allocate
 from perfbisect.service.bisect.spread import (
-    Trials, histograms, modes, new_mode, rise_test, spread_rise, tail_excess, tail_grew,
+    Trials, body_ratio, histograms, modes, new_mode, rise_test, spread_rise, tail_excess, tail_grew,
 )
 
 
@@ -55,9 +56,13 @@ def _trials(obs: Observation, case: str, blocks: Sequence[int] | None = None,
     return [s for s, k in zip(samples, ids) if k in blocks and len(s)]
 
 
-# A pair whose spread or tail looks raised at this level, but not at alpha, is ambiguous: a block
-# more on its side with fewer trials (up to `confirm_trials`), as an UNKNOWN speed verdict gets.
-HINT_LEVEL = 0.1
+# The search's level, below `alpha` split over the cases: every round judges every revision again
+# against its level, and at alpha itself a third of simulated bisects with no spread step
+# (large_step_two_cases) were sent after one.
+NAVIGATION_STRICTER = 10
+# A revision whose spread or tail looks raised at this level, but not at the search's, is ambiguous:
+# `block` trials more (up to `confirm_trials`), as an UNKNOWN speed verdict gets.
+HINT_LEVEL = 0.05
 # Without side-by-side blocks a finding is confirmed on trials of several rounds, each re-judged
 # every round: at the split alpha, 2 of 20 simulated bisects with no spread step named one.
 UNPAIRED_STRICTER = 10
@@ -141,6 +146,9 @@ def _confirm(a: int, b: int, case: str, observations: Mapping[int, Observation],
         split /= UNPAIRED_STRICTER
     before, after = _trials(oa, case, blocks), _trials(ob, case, blocks)
     step = shape_step(before, after, split, config, a + 1, b, case)
+    if step is not None and step.kind == "noisier" and (step.ratio_ci[0] <= 1.0 or (
+            body_ratio(before, after) or 0.0) < config.spread_ratio):
+        step = None  # the interval must rule out an unchanged spread, and the calls' body must have widened
     if step is None or (blocks is not None and not _every_block_agrees(oa, ob, case, blocks, step.kind)):
         if seen_kind(before, after, HINT_LEVEL, config) is not None:
             if blocks is None:
@@ -162,10 +170,10 @@ def _one_more(a: int, b: int, have_a: int, have_b: int, config: BisectConfig, pl
 
 
 def levels(observations: Mapping[int, Observation], ok: Sequence[int], case: str, config: BisectConfig,
-           plan: ShapePlan) -> list[tuple[int, int]]:
+           plan: ShapePlan, level: float) -> list[tuple[int, int]]:
     """Walk the measured revisions from the good end: each joins the current level (the revisions
     since the last step, their trials pooled) unless `seen_kind` tells it from that level at
-    `alpha`, which starts a new level. A slow path on a tenth of the calls is then told from the
+    `level`, which starts a new level. A slow path on a tenth of the calls is then told from the
     many calls of a level, not from one neighbour's few. Returns the steps, as (last revision of
     a level, first of the next). The spread is judged on `replicates` trials or more: a revision
     of one trial whose spread looks raised gets a second; one only hinted at (HINT_LEVEL) gets
@@ -178,12 +186,12 @@ def levels(observations: Mapping[int, Observation], ok: Sequence[int], case: str
         if not mine:
             continue
         replicated = len(mine) >= config.replicates  # one trial's spread alone misled 1 round in 25
-        if pool and seen_kind(pool, mine, config.alpha, config, spread=replicated) is not None:
+        if pool and seen_kind(pool, mine, level, config, spread=replicated) is not None:
             steps.append((last, r))
             pool = []
         elif not pool or len(mine) >= config.confirm_trials:
             pass
-        elif not replicated and seen_kind(pool, mine, config.alpha, config) is not None:
+        elif not replicated and seen_kind(pool, mine, level, config) is not None:
             plan.up_to[r] = max(plan.up_to.get(r, 0), config.replicates)
         elif replicated and seen_kind(pool, mine, HINT_LEVEL, config) is not None:
             plan.up_to[r] = max(plan.up_to.get(r, 0), len(mine) + config.block)
@@ -206,7 +214,7 @@ def plan_shapes(observations: Mapping[int, Observation], ok: Sequence[int], unme
     split = config.alpha / len(cases)
     open_pairs = set()
     for case in cases:
-        for a, b in levels(observations, ok, case, config, plan):
+        for a, b in levels(observations, ok, case, config, plan, split / NAVIGATION_STRICTER):
             if any(a < r < b for r in unmeasured):
                 open_pairs.add((a, b))
                 continue
@@ -215,3 +223,14 @@ def plan_shapes(observations: Mapping[int, Observation], ok: Sequence[int], unme
                 plan.findings.append(finding)
     plan.probes = allocate(sorted(open_pairs), config.workers, observations)
     return plan
+
+
+def shape_json(finding: ShapeFinding) -> dict[str, Any]:
+    """A spread or mode finding as JSON: the same keys the service stores for a noisier or
+    bimodal culprit (`Culprit.effects[case]`), with its kind, case and range."""
+    return {"kind": finding.kind, "case": finding.case, "range": [finding.first, finding.last],
+            "before": finding.before, "after": finding.after, "before_ci": list(finding.before_ci),
+            "after_ci": list(finding.after_ci), "ratio": finding.ratio, "ratio_ci": list(finding.ratio_ci),
+            "pvalue": finding.pvalue, "mode_share": finding.mode_share, "mode_location": finding.mode_location,
+            "histogram": {"before": list(finding.histogram[0]), "after": list(finding.histogram[1]),
+                          "edges": list(finding.edges)}}

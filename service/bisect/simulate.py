@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from perfbisect.service.bisect.history import History, HistoryError, load_history
-from perfbisect.service.bisect.model import BisectConfig, Observation, Plan, RevisionState, ShapeFinding
+from perfbisect.service.bisect.model import BisectConfig, Observation, Plan, RevisionState
+from perfbisect.service.bisect.shapes import shape_json
 from perfbisect.service.bisect.planner import plan_next
 
 __all__ = ["History", "HistoryError", "format_simulation", "load_history", "run", "simulate"]
@@ -139,17 +140,6 @@ def simulate(history: History, workers: int = 1, seed: int = 0,
         "trials": bench.trials,
         "rounds": rounds,
     }
-
-
-def shape_json(finding: ShapeFinding) -> dict[str, Any]:
-    """A spread or mode finding as JSON: the same keys the service stores for a noisier or
-    bimodal culprit (`Culprit.effects[case]`), with its kind, case and range."""
-    return {"kind": finding.kind, "case": finding.case, "range": [finding.first, finding.last],
-            "before": finding.before, "after": finding.after, "before_ci": list(finding.before_ci),
-            "after_ci": list(finding.after_ci), "ratio": finding.ratio, "ratio_ci": list(finding.ratio_ci),
-            "pvalue": finding.pvalue, "mode_share": finding.mode_share, "mode_location": finding.mode_location,
-            "histogram": {"before": list(finding.histogram[0]), "after": list(finding.histogram[1]),
-                          "edges": list(finding.edges)}}
 
 
 def format_simulation(result: dict[str, Any]) -> str:

@@ -25,7 +25,6 @@ Pure; numpy and scipy only.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -285,6 +284,17 @@ def new_mode(a_trials: Trials, b_trials: Trials, min_share: float = 0.05) -> Mod
     if before is not None and before.bimodal:
         return None
     return after
+
+
+def body_ratio(a_trials: Trials, b_trials: Trials) -> float | None:
+    """b's robust spread over a's with the far calls of both left out (beyond TAIL_WIDTHS of a's
+    width): whether the body of the calls widened, apart from any slow path. None as `rise_test`."""
+    a, b = centred_logs(a_trials), centred_logs(b_trials)
+    if a.size < 2 or b.size < 2 or _sd(a) == 0:
+        return None
+    edge = TAIL_WIDTHS * float(_sd(a))
+    a, b = a[np.abs(a) <= edge], b[np.abs(b) <= edge]
+    return float(_sd(b) / _sd(a)) if a.size and b.size and _sd(a) > 0 else None
 
 
 def tail_grew(a_trials: Trials, b_trials: Trials, level: float, min_share: float = 0.05) -> Tail | None:
