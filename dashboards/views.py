@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from perfbisect.dashboards import repository
 from perfbisect.dashboards.alerts import AlertRow, culprit_alerts
 from perfbisect.dashboards.attribution import CaseChart, attribution_charts
+from perfbisect.dashboards.shapes import ShapeChart, shape_charts
 from perfbisect.dashboards.charts import case_chart, commit_info, describe_device
 from perfbisect.dashboards.compare import CompareRow, case_verdict, compare_rows
 from perfbisect.dashboards.history import (
@@ -77,6 +78,7 @@ class JobPage:
     phase_rows: list[PhaseRow] = field(default_factory=list)
     builds: str | None = None  # what the build cache did, in words
     attribution: list[CaseChart] = field(default_factory=list)  # per case: table, bars, sentence
+    shapes: list[ShapeChart] = field(default_factory=list)  # per noisier or bimodal finding: before/after plot
 
     @property
     def finished(self) -> bool:
@@ -281,7 +283,7 @@ def job_page(session: Session, job_id: int) -> JobPage:
                    trial_counts=repository.trial_counts(session, job.id), links=links, devices=devices,
                    phase_rows=phase_table(repository.trial_phases(session, job.id)),
                    builds=build_cache_summary(repository.trial_builds(session, job.id)),
-                   attribution=attribution_charts(read.attribution))
+                   attribution=attribution_charts(read.attribution), shapes=shape_charts(read.outcome))
 
 
 def jobs_list(session: Session, *, status: JobStatus | None = None, limit: int = 50) -> list[JobRead]:

@@ -310,8 +310,8 @@ def shape_sentence(s: ShapeRead) -> str:
     """One line for a noisier or bimodal finding: where, the spread before and after with their
     intervals, and for a new mode its share of the calls and where it sits."""
     at = s.first_sha[:10] if s.exact else f"{s.first_sha[:10]}..{s.last_sha[:10]}"
-    spread = (f"spread {pct(s.before)} [{pct(s.before_ci[0])}, {pct(s.before_ci[1])}] -> {pct(s.after)} "
-              f"[{pct(s.after_ci[0])}, {pct(s.after_ci[1])}], x{s.ratio:.2f} [{s.ratio_ci[0]:.2f}, {s.ratio_ci[1]:.2f}]")
+    spread = (f"spread {s.before:.1%} [{s.before_ci[0]:.1%}, {s.before_ci[1]:.1%}] -> {s.after:.1%} "
+              f"[{s.after_ci[0]:.1%}, {s.after_ci[1]:.1%}], x{s.ratio:.2f} [{s.ratio_ci[0]:.2f}, {s.ratio_ci[1]:.2f}]")
     if s.kind == "bimodal" and s.mode_share is not None and s.mode_location is not None:
         return (f"{s.case}: bimodal from {at}: a new mode carries {s.mode_share:.0%} of the calls at "
                 f"{s.mode_location:+.0%} of the main mode's time; {spread}")
