@@ -60,8 +60,10 @@ def _trials(obs: Observation, case: str, blocks: Sequence[int] | None = None,
 # against its level, and at alpha itself a third of simulated bisects with no spread step
 # (large_step_two_cases) were sent after one.
 NAVIGATION_STRICTER = 10
-# A revision whose spread or tail looks raised at this level, but not at the search's, is ambiguous:
-# `block` trials more (up to `confirm_trials`), as an UNKNOWN speed verdict gets.
+# A revision whose far calls look more at this level, but not at the search's, is ambiguous: `block`
+# trials more (up to `confirm_trials`), as an UNKNOWN speed verdict gets. Only the tail: a slow path
+# on a tenth of 20 calls a trial needs calls to be seen, a wider spread is seen on few, and hinting
+# at it cost trials on quiet histories (large_step_two_cases: 16 trials against its target of 14).
 HINT_LEVEL = 0.05
 # Without side-by-side blocks a finding is confirmed on trials of several rounds, each re-judged
 # every round: at the split alpha, 2 of 20 simulated bisects with no spread step named one.
@@ -193,7 +195,7 @@ def levels(observations: Mapping[int, Observation], ok: Sequence[int], case: str
             pass
         elif not replicated and seen_kind(pool, mine, level, config) is not None:
             plan.up_to[r] = max(plan.up_to.get(r, 0), config.replicates)
-        elif replicated and seen_kind(pool, mine, HINT_LEVEL, config) is not None:
+        elif replicated and seen_kind(pool, mine, HINT_LEVEL, config, spread=False) is not None:
             plan.up_to[r] = max(plan.up_to.get(r, 0), len(mine) + config.block)
         pool = pool + list(mine)
         last = r
