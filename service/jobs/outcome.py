@@ -184,7 +184,8 @@ def to_dict(outcome: JobOutcome, shas: Sequence[str], failures: Sequence[Failure
                        "ci": list(s.effect.ci), "regression": s.regression} for s in c.steps],
         } for c in outcome.cases],
         "noise": [{"case": r.case, "noise": r.noise, "control_spread": r.control_spread, "throttled": r.throttled,
-                   "samples": r.samples, "detectable": r.detectable, "noisy": r.noisy} for r in outcome.noise],
+                   "samples": r.samples, "detectable": r.detectable, "noisy": r.noisy, "call_spread": r.call_spread}
+                  for r in outcome.noise],
         "failures": _failure_rows(failures, shas),
     }
 

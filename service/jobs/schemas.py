@@ -232,6 +232,8 @@ class NoiseRead(BaseModel):
     samples: int
     detectable: float = Field(description="smallest relative step this run could tell from noise")
     noisy: bool
+    call_spread: float | None = Field(default=None, description="sd of log of one call's time within its trial, "
+                                      "pooled over every trial (the spread the noisier verdict judges; issue 46)")
 
 
 class FailureRead(BaseModel):
