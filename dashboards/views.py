@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from perfbisect.dashboards import repository
 from perfbisect.dashboards.alerts import AlertRow, culprit_alerts
 from perfbisect.dashboards.attribution import CaseChart, attribution_charts
+from perfbisect.dashboards.shapes import ShapeChart, shape_charts
 from perfbisect.dashboards.charts import case_chart, commit_info, describe_device
 from perfbisect.dashboards.compare import CompareRow, case_verdict, compare_rows
 from perfbisect.dashboards.history import (
@@ -80,6 +81,7 @@ class JobPage:
     builds: str | None = None  # what the build cache did, in words
     attribution: list[CaseChart] = field(default_factory=list)  # per case: table, bars, sentence
     evidence: list[CulpritEvidence] = field(default_factory=list)  # per culprit of a job run with evidence (43)
+    shapes: list[ShapeChart] = field(default_factory=list)  # per noisier or bimodal finding: before/after plot
 
     @property
     def finished(self) -> bool:
@@ -284,7 +286,7 @@ def job_page(session: Session, job_id: int) -> JobPage:
                    trial_counts=repository.trial_counts(session, job.id), links=links, devices=devices,
                    phase_rows=phase_table(repository.trial_phases(session, job.id)),
                    builds=build_cache_summary(repository.trial_builds(session, job.id)),
-                   attribution=attribution_charts(read.attribution),
+                   attribution=attribution_charts(read.attribution), shapes=shape_charts(read.outcome),
                    evidence=list(evidence.evidence_of_job(session, job.id).values()) if job.status.finished else [])
 
 

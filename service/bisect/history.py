@@ -15,6 +15,11 @@ and control alike; every sample gets its own lognormal noise (`cv`); with probab
 lands in a mode shifted by `shift`. The decision value of a trial is the median over its samples
 of target/control. Pure apart from reading the file in `load_history`.
 
+A case may declare a spread step, `"spread": [[40, 0.2]]` (the per-sample cv from revision 40
+on), and a per-call slow path, `"slow_path": {"from": 40, "p": 0.1, "shift": 1.0}` (from revision
+40 on, each call runs 1 + shift times slower with probability p): the planted steps of the
+spread and mode verdicts (issue 46).
+
 A case may declare `"regime": {"p": 0.4, "shift": 0.2}`: a machine whose state moves in windows
 of a trial or two, which that case's control cancels only in part (a memory-bound kernel on a
 shared VM whose bandwidth jumps between two levels): before each trial the state flips with
@@ -56,6 +61,20 @@ class CaseModel:
     bimodal_shift: float = 0.0
     regime_p: float = 0.0
     regime_shift: float = 0.0
+    spreads: tuple[tuple[int, float], ...] = ()  # (from revision, per-sample cv): a spread step
+    slow_path: tuple[int, float, float] | None = None  # (from revision, p, shift): a per-call slow path
+
+    def cv_at(self, revision: int) -> float:
+        """The per-sample cv at `revision`: `cv`, or the last `spreads` entry at or before it."""
+        return next((cv for start, cv in reversed(self.spreads) if start <= revision), self.cv)
+
+    def calls(self, revision: int, rng: np.random.Generator, size: int) -> Any:
+        """Per-call factors at `revision`: a call on the slow path runs `shift` slower (its metric
+        divided by 1 + shift). All ones before `slow_path` starts (no draw: the stream stays)."""
+        if self.slow_path is None or revision < self.slow_path[0]:
+            return np.ones(size)
+        _, p, shift = self.slow_path
+        return np.where(rng.random(size) < p, 1.0 / (1.0 + shift), 1.0)
 
     def level_at(self, revision: int) -> float:
         """The true mean of the target at `revision` (the first level also covers earlier ones)."""
@@ -127,18 +146,24 @@ class History:
         return any(lo <= revision < hi for lo, hi in self.wrong_results)
 
     def draw_trial(self, revision: int, rng: np.random.Generator, target_drift: float = 1.0,
-                   slow: Collection[str] = ()) -> dict[str, tuple[float, float]]:
+                   slow: Collection[str] = (), samples: dict[str, tuple[Any, Any]] | None = None,
+                   ) -> dict[str, tuple[float, float]]:
         """One trial at `revision`: per case (decision value, median raw target). Uses `rng`.
         `target_drift` multiplies the target only (the drift the control does not cancel); the
-        cases in `slow` are in the slow state of their regime."""
+        cases in `slow` are in the slow state of their regime. `samples`, when given, receives per
+        case the trial's per-call target and control values."""
         drift = _lognormal(rng, self.process_drift_cv, ())
         result = {}
         for name, case in self.cases.items():
             mode = 1.0 + case.bimodal_shift if rng.random() < case.bimodal_p else 1.0
             if name in slow:
                 mode /= 1.0 + case.regime_shift
-            target = case.level_at(revision) * target_drift * drift * mode * _lognormal(rng, case.cv, self.samples_per_trial)
+            target = (case.level_at(revision) * target_drift * drift * mode
+                      * _lognormal(rng, case.cv_at(revision), self.samples_per_trial)
+                      * case.calls(revision, rng, self.samples_per_trial))
             control = self.control_value * drift * _lognormal(rng, self.control_cv, self.samples_per_trial)
+            if samples is not None:
+                samples[name] = (target, control)
             result[name] = (float(np.median(target / control)), float(np.median(target)))
         return result
 
@@ -179,9 +204,14 @@ def _case(name: str, given: Mapping[str, Any], shas: tuple[str, ...] | None, n: 
         raise HistoryError(f"cases.{name}.levels: needs positive [revision, value] pairs")
     bimodal = given.get("bimodal") or {}
     regime = given.get("regime") or {}
+    slow = given.get("slow_path")
+    spreads = tuple(sorted((_index(r, shas, n, f"cases.{name}.spread"), float(cv)) for r, cv in given.get("spread", [])))
     return CaseModel(cv=float(given.get("cv", 0.0)), levels=tuple(levels),
                      bimodal_p=float(bimodal.get("p", 0.0)), bimodal_shift=float(bimodal.get("shift", 0.0)),
-                     regime_p=float(regime.get("p", 0.0)), regime_shift=float(regime.get("shift", 0.0)))
+                     regime_p=float(regime.get("p", 0.0)), regime_shift=float(regime.get("shift", 0.0)),
+                     spreads=spreads,
+                     slow_path=(_index(slow["from"], shas, n, f"cases.{name}.slow_path"), float(slow.get("p", 0.0)),
+                                float(slow.get("shift", 0.0))) if slow else None)
 
 
 def load_history(path_or_dict: str | Path | Mapping[str, Any],

@@ -68,6 +68,11 @@ class Observation:
     # Per case, parallel to `values` when they are ratios to the control: the target's own metric
     # of each trial (so the control's is target / ratio). Empty: not known.
     targets: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    # Per case, parallel to `values`: each trial's per-call samples of the target (its times, or
+    # its metric) and of the control, for the spread and mode verdicts (issue 46). Empty, or an
+    # empty trial: not known (the samples were not kept).
+    samples: Mapping[str, Sequence[Sequence[float]]] = field(default_factory=dict)
+    control_samples: Mapping[str, Sequence[Sequence[float]]] = field(default_factory=dict)
 
     def own(self, side: str) -> Observation:
         """The same trials and blocks with the target's own metric (`side` "target") or the
@@ -127,6 +132,10 @@ class BisectConfig:
     - `build_costs`: each revision's expected build seconds now (`buildcost.expected_costs`; empty:
       unknown). Among the revisions near an open pair's midpoint that split it almost as evenly,
       the cheapest is probed (`probes.allocate`), never one that could cost a probe more.
+    - `spread_ratio` (0: off): the smallest rise of a case's within-trial spread that is a
+      `noisier` finding (issue 46, `shapes`); `mode_share`: the smallest share of the samples a
+      new mode must carry to be a `bimodal` one. Both need the trials' samples
+      (`Observation.samples`); without them nothing is judged.
     """
 
     min_effect: float = 0.02
@@ -150,6 +159,8 @@ class BisectConfig:
     hints: tuple[int, ...] = ()
     paired_blocks: int = 0
     build_costs: tuple[float, ...] = ()
+    spread_ratio: float = 1.5
+    mode_share: float = 0.05
 
 
 SIDE_BY_SIDE = 2  # `paired_blocks` for side-by-side confirmation (the simulator's --drift bench)
@@ -244,6 +255,33 @@ class CorrectnessFinding:
 
 
 @dataclass(frozen=True)
+class ShapeFinding:
+    """A step in a case's spread or shape (issue 46) between revision `first - 1` and `last`
+    (`first == last`: exact). `kind`: "noisier" (the within-trial spread rose) or "bimodal" (a
+    new mode). Spreads are sd of the log samples centred on their trial's median (~ relative),
+    with bootstrap intervals; `ratio` is after/before. `mode_share` and `mode_location` (the new
+    mode's share of the samples and its place relative to the main mode, +1.0: twice its value)
+    for a bimodal finding. `histogram`: before and after counts over `edges` (centred log
+    samples), for the job page's plot."""
+
+    kind: str
+    first: int
+    last: int
+    case: str
+    before: float
+    after: float
+    before_ci: tuple[float, float]
+    after_ci: tuple[float, float]
+    ratio: float
+    ratio_ci: tuple[float, float]
+    pvalue: float
+    mode_share: float | None = None
+    mode_location: float | None = None
+    histogram: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    edges: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class Plan:
     """The planner's answer for one round.
 
@@ -259,6 +297,7 @@ class Plan:
     open_pairs: tuple[tuple[int, int], ...] = ()
     verdicts: Mapping[tuple[int, int], Mapping[str, Verdict]] = field(default_factory=dict)
     blocks: tuple[PairBlock, ...] = ()
+    shapes: tuple[ShapeFinding, ...] = ()  # spread and mode steps (issue 46), confirmed
 
     def dispatch_order(self) -> list[int]:
         """The revision of each trial to start, round-robin over the requests ([a, b, a, b, a],

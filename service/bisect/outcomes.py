@@ -35,6 +35,7 @@ from perfbisect.service.bisect.paired import block_residual, paired_comparison
 from perfbisect.service.bisect.pairs import case_noise_df, effective_min_effect
 from perfbisect.service.bisect.planner import step_effect, undecided_at_culprit
 from perfbisect.service.bisect.probes import nothing_built
+from perfbisect.service.bisect.spread import spread_of
 from perfbisect.service.bisect.steadiness import too_unsteady
 
 # A run whose throttled samples exceed this share of its samples gets a noise warning.
@@ -121,6 +122,7 @@ class NoiseReport:
     detectable: float  # the smallest relative step this run could tell from noise
     noisy: bool
     call_ratio: float | None = None  # median of a control call's time over a target call's
+    call_spread: float | None = None  # within-trial spread of the calls (sd of log time, pooled; issue 46)
 
 
 @dataclass(frozen=True)
@@ -274,7 +276,8 @@ def case_noise(case: str, observations: Mapping[int, Observation], inputs: CaseN
     detectable = effective_min_effect(config, noise)
     ratios = sorted(r for r in inputs.call_ratios if r and r > 0)
     call_ratio = ratios[len(ratios) // 2] if ratios else None
-    report = NoiseReport(case, noise, control, inputs.throttled, inputs.samples, detectable, False, call_ratio)
+    calls = spread_of([t for o in observations.values() for t in o.samples.get(case, ())]).within
+    report = NoiseReport(case, noise, control, inputs.throttled, inputs.samples, detectable, False, call_ratio, calls)
     return replace(report, noisy=detectable > config.min_effect or _unsteady_machine(report, config))
 
 

@@ -66,6 +66,7 @@ from perfbisect.service.bisect.model import (
     PairBlock,
     Plan,
     RevisionState,
+    ShapeFinding,
     TrialRequest,
     Verdict,
     step_moved,
@@ -82,6 +83,7 @@ from perfbisect.service.bisect.pairs import (
     max_blocks,
 )
 from perfbisect.service.bisect.probes import allocate, correctness, edge_probes, scan_points
+from perfbisect.service.bisect.shapes import plan_shapes
 
 
 class _Requests:
@@ -372,7 +374,22 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
         stepped = {case for c in culprits for case, e in c.effects.items() if e.ci[0] > 0 or e.ci[1] < 0}
         _tighten_ends(observations, ok, counts, config, requests, skip=stepped,
                       ends=judgements[0] if len(judgements) == 1 else None)
+    shapes = _shapes(observations, ok, unmeasured, config, requests)
     wanted, blocks = requests.as_tuple(), requests.as_blocks()
     verdicts = {(p.a, p.b): {case: c.verdict for case, c in p.cases.items()} for p in judgements}
     return Plan(wanted, done=not wanted and not blocks, culprits=tuple(culprits), correctness=tuple(findings),
-                open_pairs=tuple(open_pairs), verdicts=verdicts, blocks=blocks)
+                open_pairs=tuple(open_pairs), verdicts=verdicts, blocks=blocks, shapes=tuple(shapes))
+
+
+def _shapes(observations: Mapping[int, Observation], ok: Sequence[int], unmeasured: set[int],
+            config: BisectConfig, requests: _Requests) -> list[ShapeFinding]:
+    """The spread and mode search's round (`shapes.plan_shapes`), its trials added to this
+    round's: `replicates` at each probe, blocks at a pair to confirm. Its confirmed findings."""
+    shape = plan_shapes(observations, ok, unmeasured, config)
+    for revision in shape.probes:
+        requests.new(revision, config.replicates)
+    for revision, total in shape.up_to.items():
+        requests.up_to(revision, total)
+    for (a, b), count in shape.blocks.items():
+        requests.side_by_side(a, b, count)
+    return shape.findings

@@ -17,6 +17,7 @@ import numpy as np
 from perfbisect.service.bisect.buildcost import expected_costs
 from perfbisect.service.bisect.history import History, HistoryError, load_history
 from perfbisect.service.bisect.model import BisectConfig, Observation, Plan, RevisionState
+from perfbisect.service.bisect.shapes import shape_json
 from perfbisect.service.bisect.planner import plan_next
 
 __all__ = ["History", "HistoryError", "format_simulation", "load_history", "run", "simulate"]
@@ -40,6 +41,8 @@ class _Bench:
         self.values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.blocks: dict[int, dict[str, list[int | None]]] = defaultdict(lambda: defaultdict(list))
         self.rounds: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        self.samples: dict[int, dict[str, list[tuple[float, ...]]]] = defaultdict(lambda: defaultdict(list))
+        self.control: dict[int, dict[str, list[tuple[float, ...]]]] = defaultdict(lambda: defaultdict(list))
         self.round = 0  # rounds run so far (the current round's number)
         self.states: dict[int, RevisionState] = {}
         self.trials = 0
@@ -77,15 +80,20 @@ class _Bench:
             self.states[revision] = RevisionState.wrong_results
             return
         self.states[revision] = RevisionState.ok
-        for case, (value, _target) in self.history.draw_trial(revision, self.rng, drift, self._slow).items():
+        calls: dict[str, tuple] = {}
+        for case, (value, _target) in self.history.draw_trial(revision, self.rng, drift, self._slow, calls).items():
             self.values[revision][case].append(value)
+            self.samples[revision][case].append(tuple(calls[case][0]))
+            self.control[revision][case].append(tuple(calls[case][1]))
             self.blocks[revision][case].append(block)
             self.rounds[revision][case].append(self.round)
 
     def observations(self) -> dict[int, Observation]:
         return {i: Observation(state, {c: tuple(v) for c, v in self.values[i].items()},
                                blocks={c: tuple(v) for c, v in self.blocks[i].items()},
-                               rounds={c: tuple(v) for c, v in self.rounds[i].items()})
+                               rounds={c: tuple(v) for c, v in self.rounds[i].items()},
+                               samples={c: tuple(v) for c, v in self.samples[i].items()},
+                               control_samples={c: tuple(v) for c, v in self.control[i].items()})
                 for i, state in self.states.items()}
 
 
@@ -167,6 +175,7 @@ def simulate(history: History, workers: int = 1, seed: int = 0,
         culprits.append(entry)
     return {
         "culprits": culprits,
+        "shapes": [shape_json(f) for f in plan.shapes],
         "correctness": [{"first_bad": f.first_bad, "fixed_at": f.fixed_at} for f in plan.correctness],
         "revisions_measured": len(bench.states),
         "trials": bench.trials,
@@ -200,6 +209,10 @@ def format_simulation(result: dict[str, Any]) -> str:
             label = ""
     if not result["culprits"]:
         lines.append("no performance culprit")
+    for f in result.get("shapes", ()):
+        first, last = f["range"]
+        lines.append(f"{f['kind']} from {first if first == last else f'{first}..{last}'} on {f['case']}: spread "
+                     f"{f['before']:.1%} -> {f['after']:.1%} (x{f['ratio']:.2f} [{f['ratio_ci'][0]:.2f}, {f['ratio_ci'][1]:.2f}])")
     for f in result["correctness"]:
         fixed = "not fixed in range" if f["fixed_at"] is None else f"fixed at {f['fixed_at']}"
         lines.append(f"wrong results from revision {f['first_bad']}, {fixed}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,7 +39,8 @@ WORKER_RETRIES = 3  # a revision whose every trial failed on the worker is tried
 BROKEN_CASE = ("compile_error", "error")
 
 
-def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str) -> dict[int, Observation]:
+def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str,
+                      raw: Mapping[int, dict] | None = None) -> dict[int, Observation]:
     """Per revision index: its state and, per case, one decision value per finished trial.
     A case that failed the accuracy check is recorded as wrong there and gives no value; the
     other cases of the trial keep theirs (the revision stays ok for them), and only a revision
@@ -49,11 +50,15 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
     revision with nothing else is left unobserved (so tried again) until WORKER_RETRIES such
     failures, then skipped like one that does not build. Each value keeps the side-by-side block
     its trial was measured in (`Observation.blocks`; None for an unpaired trial), so the planner
-    can confirm a culprit on within-block differences."""
+    can confirm a culprit on within-block differences. With `raw` (measurement id -> its raw
+    samples), each value also keeps its trial's per-call target and control times, for the
+    spread and mode verdicts (issue 46; an empty trial where none were kept)."""
     index = {sha: i for i, sha in enumerate(shas)}
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     blocks: dict[int, dict[str, list[int | None]]] = defaultdict(lambda: defaultdict(list))
     targets: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    calls: dict[int, dict[str, list[tuple[float, ...]]]] = defaultdict(lambda: defaultdict(list))
+    control_calls: dict[int, dict[str, list[tuple[float, ...]]]] = defaultdict(lambda: defaultdict(list))
     seen: dict[int, set[RevisionState]] = defaultdict(set)
     wrong: dict[int, set[str]] = defaultdict(set)
     failed: dict[int, int] = defaultdict(int)  # trials that gave no value: they count against the cap
@@ -77,6 +82,10 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
                 blocks[i][m.case.name].append(trial.block)
                 if metric == "ratio" and m.value is not None:
                     targets[i][m.case.name].append(m.value)
+                if raw is not None:
+                    kept = raw.get(m.id) or {}
+                    calls[i][m.case.name].append(_times(kept.get("target_ms")))
+                    control_calls[i][m.case.name].append(_times(kept.get("control_ms")))
                 gave = True
         all_wrong = bool(trial.measurements) and all(m.status == "wrong_results" for m in trial.measurements)
         seen[i].add(RevisionState.wrong_results if all_wrong else RevisionState.ok)
@@ -87,8 +96,14 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str)
     precedence = (RevisionState.ok, RevisionState.wrong_results, RevisionState.unbuildable)
     return {i: Observation(state=next(s for s in precedence if s in states), values=dict(values.get(i, {})),
                            failed=failed[i], wrong=frozenset(wrong.get(i, ())), blocks=dict(blocks.get(i, {})),
-                           targets=dict(targets.get(i, {})))
+                           targets=dict(targets.get(i, {})), samples=dict(calls.get(i, {})),
+                           control_samples=dict(control_calls.get(i, {})))
             for i, states in seen.items()}
+
+
+def _times(kept: Any) -> tuple[float, ...]:
+    """A measurement's stored per-call times as floats (empty when none were kept)."""
+    return tuple(float(t) for t in kept or () if isinstance(t, (int, float)) and t > 0)
 
 
 def device_missing(trials: Sequence[Trial]) -> bool:
@@ -289,7 +304,8 @@ def advance(session: Session, job_id: int) -> Round:
     aside = outcome.set_aside_ids(job.progress, every_timed, config)  # measured while the machine was unsteady
     trials = [t for t in every if t.id not in aside]
     timed = [t for t in trials if not t.accuracy_only]  # sweep trials never enter the timing comparison
-    observations = observations_from(timed, job.revision_shas, job.spec.metric)
+    raw = samples_of(session, [m.id for t in timed for m in t.measurements])
+    observations = observations_from(timed, job.revision_shas, job.spec.metric, raw)
     plan = plan_next(len(job.revision_shas), observations, config)
     if not plan.done and device_missing(timed):  # stop at the ends: every revision would fail alike
         plan = Plan((), done=True, correctness=plan.correctness)

@@ -17,8 +17,9 @@ from dataclasses import asdict
 from typing import Any
 
 from perfbisect.service.bisect import BisectConfig, Observation, Plan
-from perfbisect.service.bisect.model import CorrectnessFinding
+from perfbisect.service.bisect.model import CorrectnessFinding, ShapeFinding
 from perfbisect.service.bisect.outcomes import FAILURE_WORDS, CaseNoise, Failure, JobOutcome, Outcome, decide
+from perfbisect.service.bisect.shapes import shape_json
 from perfbisect.service.bisect.steadiness import Wait, check_steadiness, report, set_aside
 from perfbisect.service.jobs.logs import exit_code
 from perfbisect.service.job_spec import JobSpec
@@ -183,7 +184,8 @@ def to_dict(outcome: JobOutcome, shas: Sequence[str], failures: Sequence[Failure
                        "ci": list(s.effect.ci), "regression": s.regression} for s in c.steps],
         } for c in outcome.cases],
         "noise": [{"case": r.case, "noise": r.noise, "control_spread": r.control_spread, "throttled": r.throttled,
-                   "samples": r.samples, "detectable": r.detectable, "noisy": r.noisy} for r in outcome.noise],
+                   "samples": r.samples, "detectable": r.detectable, "noisy": r.noisy, "call_spread": r.call_spread}
+                  for r in outcome.noise],
         "failures": _failure_rows(failures, shas),
     }
 
@@ -216,4 +218,13 @@ def conclude(shas: Sequence[str], spec: JobSpec, trials: Sequence[Trial],
     error = summary(outcome)
     if not plan.done:
         status, error = JobStatus.failed, "the planner asked for no trials but is not done"
-    return status, error, {"outcome": {**to_dict(outcome, shas, failures), "environment": environment(trials)}}
+    return status, error, {"outcome": {**to_dict(outcome, shas, failures), "environment": environment(trials),
+                                       "shapes": [shape_dict(f, shas) for f in plan.shapes]}}
+
+
+def shape_dict(finding: ShapeFinding, shas: Sequence[str]) -> dict[str, Any]:
+    """JSON of a spread or mode finding (issue 46) for job.result["outcome"]["shapes"] (read back
+    by schemas.ShapeRead): the simulator's keys (`simulate.shape_json`), the range as shas."""
+    out = shape_json(finding)
+    first, last = out.pop("range")
+    return {**out, "first_sha": shas[first], "last_sha": shas[last], "exact": first == last}

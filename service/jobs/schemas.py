@@ -248,6 +248,8 @@ class NoiseRead(BaseModel):
     samples: int
     detectable: float = Field(description="smallest relative step this run could tell from noise")
     noisy: bool
+    call_spread: float | None = Field(default=None, description="sd of log of one call's time within its trial, "
+                                      "pooled over every trial (the spread the noisier verdict judges; issue 46)")
 
 
 class FailureRead(BaseModel):
@@ -257,6 +259,33 @@ class FailureRead(BaseModel):
     case: str | None = Field(description="None: the whole trial failed")
     trials: int
     error: str | None
+
+
+class ShapeHistogramRead(BaseModel):
+    before: list[int]
+    after: list[int]
+    edges: list[float] = Field(description="bin edges, log of a call's time over its trial's median")
+
+
+class ShapeRead(BaseModel):
+    """A step in a case's spread or shape (issue 46): its calls got noisier, or a new mode appeared."""
+
+    kind: Literal["noisier", "bimodal"]
+    case: str
+    first_sha: str
+    last_sha: str
+    exact: bool
+    before: float = Field(description="within-trial spread before (robust sd of log call time: ~ relative)")
+    after: float = Field(description="within-trial spread after")
+    before_ci: tuple[float, float]
+    after_ci: tuple[float, float]
+    ratio: float = Field(description="after / before")
+    ratio_ci: tuple[float, float]
+    pvalue: float = Field(description="one-sided rank test (Brown-Forsythe) that the spread rose")
+    mode_share: float | None = Field(default=None, description="bimodal: the new mode's share of the calls")
+    mode_location: float | None = Field(default=None, description="bimodal: where it sits relative to the main mode "
+                                        "(+1.0: calls twice as slow)")
+    histogram: ShapeHistogramRead | None = None
 
 
 class OutcomeRead(BaseModel):
@@ -274,6 +303,8 @@ class OutcomeRead(BaseModel):
     noise: list[NoiseRead] = []
     failures: list[FailureRead] = []
     environment: dict[str, Any] | None = Field(default=None, description="device and toolchain of the trials")
+    shapes: list[ShapeRead] = Field(default=[], description="noisier and bimodal findings: a case whose calls' spread "
+                                    "rose, or that gained a mode, at a culprit (issue 46)")
 
 
 class JobRead(BaseModel):

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from rich.text import Text
 
 from perfbisect.service.bisect.model import step_moved
-from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead
+from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, ShapeRead
 from perfbisect.service.reports.attribution import text_lines as attribution_lines
 
 STYLE = {"regressed": "bold red", "regression": "red", "improved": "bold green", "improvement": "green",
@@ -308,6 +308,11 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
                 vs = f" vs tolerance {w.tolerance:.3g}" if w.tolerance is not None else ""
                 err = f": error {w.error:.3g}{vs}" if w.error is not None else ""
                 lines.append(Text(textwrap.shorten(f"    {case}{err}", width, placeholder=" ..."), STYLE["regression"]))
+    shapes = job.outcome.shapes if job.outcome else []
+    if shapes:
+        lines += [Text(""), Text("Spread and shape (the calls' spread inside a trial; never the control's):")]
+        lines += [Text(part, STYLE["regression"]) for s in shapes
+                  for part in textwrap.wrap(shape_sentence(s), width, initial_indent="  ", subsequent_indent="    ")]
     case_lines = _case_outcomes(job, width, wide)
     if case_lines:
         lines += [Text(""), *case_lines]
@@ -315,6 +320,18 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
     if job.error and not case_lines:
         lines += [Text(""), Text(f"error: {job.error}", STYLE["failed"])]
     return lines
+
+
+def shape_sentence(s: ShapeRead) -> str:
+    """One line for a noisier or bimodal finding: where, the spread before and after with their
+    intervals, and for a new mode its share of the calls and where it sits."""
+    at = s.first_sha[:10] if s.exact else f"{s.first_sha[:10]}..{s.last_sha[:10]}"
+    spread = (f"spread {s.before:.1%} [{s.before_ci[0]:.1%}, {s.before_ci[1]:.1%}] -> {s.after:.1%} "
+              f"[{s.after_ci[0]:.1%}, {s.after_ci[1]:.1%}], x{s.ratio:.2f} [{s.ratio_ci[0]:.2f}, {s.ratio_ci[1]:.2f}]")
+    if s.kind == "bimodal" and s.mode_share is not None and s.mode_location is not None:
+        return (f"{s.case}: bimodal from {at}: a new mode carries {s.mode_share:.0%} of the calls at "
+                f"{s.mode_location:+.0%} of the main mode's time; {spread}")
+    return f"{s.case}: noisier from {at}: {spread}"
 
 
 def culprit_table(job: JobRead, *, width: int = 100, wide: bool = False) -> str:

@@ -23,6 +23,7 @@ from perfbisect.service.reports.culprits import (
     is_regression,
     moved_effects,
     ref,
+    shape_sentence,
     step_text,
     where,
 )
@@ -176,6 +177,8 @@ def render_job(job: JobRead, public_url: str | None = None) -> str:
                     + (f" #{c.pr_number}" if c.pr_number else "")
                     + (f", fixed at `{c.fixed_sha[:10]}`" if c.fixed_sha else ", not fixed in this range")
                     + " (a fast kernel that computes the wrong thing is a failure, not a speed-up)"]
+    for shape in job.outcome.shapes if job.outcome else []:
+        out += ["", f":chart_with_upwards_trend: {_cell(shape_sentence(shape))}"]
     out += _case_lists(job, public_url)
     out += attribution_markdown(job)
     if job.outcome and job.outcome.warning:

@@ -50,6 +50,9 @@ class PrPolicy(BaseModel):
         default="neutral", description="the check's conclusion when a case could not be decided (too noisy, trial cap)")
     failed: Literal["neutral", "failure"] = Field(
         default="neutral", description="the check's conclusion when a case could not be measured or the job failed")
+    shapes: Literal["warn", "failure"] = Field(
+        default="warn", description="a case whose calls got noisier or gained a mode (issue 46): named in the check "
+                                    "(warn), or a failed check (failure)")
     benchmark_set: SET_NAME | None = Field(
         default=None, description="the benchmark set a PR is compared on (default: the cases of the tracked branch "
                                   "the PR targets, else of every benchmark set and tracked branch of the repository)")

@@ -7,7 +7,9 @@ CheckVerdict out).
 - success: only when every case of the job was decided unchanged or improved;
 - otherwise the job did not decide everything: a case inconclusive (too noisy, trial cap) reads
   `policy.inconclusive`, a case or a job that failed (or was cancelled) reads `policy.failed`;
-  each is `neutral` unless the repository asks for `failure`.
+  each is `neutral` unless the repository asks for `failure`;
+- a noisier or bimodal case (issue 46) is named in the summary and the title, and fails the
+  check only when the repository's `pr_policy.shapes` is `failure` (default `warn`).
 The summary always names every case that was not decided, with why and the smallest step the
 run could have detected on it.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfbisect.service.jobs.schemas import CaseOutcomeRead, JobRead
-from perfbisect.service.reports.culprits import moved
+from perfbisect.service.reports.culprits import moved, shape_sentence
 from perfbisect.service.reports.pr_comment import base_note
 
 CHECK_NAME = "perfbisect"
@@ -35,6 +37,7 @@ class GatePolicy:
 
     inconclusive: Conclusion = "neutral"
     failed: Conclusion = "neutral"
+    shapes: Literal["warn", "failure"] = "warn"  # a noisier or bimodal case: named only, or a failure
 
 
 @dataclass(frozen=True)
@@ -104,13 +107,17 @@ def check_verdict(job: JobRead, policy: GatePolicy = GatePolicy()) -> CheckVerdi
     lines = [f"- regressed: {r}" for r in regressed] + [f"- improved: {i}" for i in improved]
     lines += [f"- wrong results: {w}" for w in wrong]
     lines += _undecided_lines(job, inconclusive, failed)
+    shapes = job.outcome.shapes if job.outcome else []
+    lines += [f"- {s.kind}: {shape_sentence(s)}" for s in shapes]
     if job.status in ("failed", "cancelled") and job.error:
         lines.append(f"\nJob {job.id} {job.status}: {job.error}")
     summary = "\n".join(lines) or f"No case moved by more than the {threshold}."
     if (note := base_note(job.spec)) is not None:
         summary += f"\n\n{note}"
-    if wrong or regressed:
+    shaped = sorted({s.case for s in shapes})
+    if wrong or regressed or (shaped and policy.shapes == "failure"):
         parts = [f"{_plural(len(regressed), 'case')} regressed"] if regressed else []
+        parts += [f"{_plural(len(shaped), 'case')} noisier or bimodal"] if shaped else []
         parts += ["wrong results"] if wrong else []
         parts += [f"{_plural(len(inconclusive) + len(failed), 'case')} not decided"] if inconclusive or failed else []
         return CheckVerdict("failure", ", ".join(parts) + f" ({threshold})", summary)
@@ -125,4 +132,6 @@ def check_verdict(job: JobRead, policy: GatePolicy = GatePolicy()) -> CheckVerdi
             title += f" (smallest detectable step {step * 100:.1f}%, {threshold})"
         return CheckVerdict(policy.inconclusive, title, summary)
     title = f"{len(improved)} improved, none regressed" if improved else "no performance change"
+    if shaped:  # policy "warn": named in the title, the conclusion stands
+        title += f"; {_plural(len(shaped), 'case')} noisier or bimodal"
     return CheckVerdict("success", f"{title} ({threshold})", summary)

@@ -157,7 +157,7 @@ def post_check(session: Session, job_id: int, client: httpx.Client | None = None
     if job.kind.value != "compare" or slug is None or not job.revision_shas:
         return None
     policy = job.repository.pr_policy or {}
-    gate = GatePolicy(**{k: policy[k] for k in ("inconclusive", "failed") if k in policy})
+    gate = GatePolicy(**{k: policy[k] for k in ("inconclusive", "failed", "shapes") if k in policy})
     verdict = check_verdict(views.job_read(session, job), gate)
     result: dict[str, Any] = {"head_sha": job.revision_shas[-1], "conclusion": verdict.conclusion,
                               "title": verdict.title, "via": None, "posted": False, "error": None}

@@ -26,7 +26,7 @@ def test_json_shape_is_the_issue_s(tmp_path):
     path = tmp_path / "h.json"
     path.write_text(json.dumps(HISTORY))
     result = simulate(load_history(path), workers=4, seed=0)
-    assert set(result) == {"culprits", "correctness", "revisions_measured", "trials", "rounds"}
+    assert set(result) == {"culprits", "shapes", "correctness", "revisions_measured", "trials", "rounds"}
     assert [c["revision"] for c in result["culprits"]] == [37, 90]
     culprit = result["culprits"][0]
     assert set(culprit) == {"revision", "range", "cases"}  # no sha without a repository
