@@ -16,6 +16,7 @@ import torch
 
 from perfbisect.kernels.cases import case_name
 from perfbisect.kernels.harness.devices import CACHE_OVERRIDE_ENV
+from perfbisect.kernels.harness.imports import worktree_imports
 from perfbisect.kernels.harness.phases import PhaseClock
 from perfbisect.kernels.harness.provenance import describe_device, open_clock
 from perfbisect.kernels.harness.refcache import ReferenceCache
@@ -251,6 +252,7 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
     return {"schema": SCHEMA_ID, "harness_version": HARNESS_VERSION, "status": "ok", "error": None,
             "device": info, "fingerprint_basis": fingerprint_basis(info, cold), "cases": cases,
             "seed": seed, "policy": policy, "reference_cache": references.stats(),
+            "imported": worktree_imports(repo_root),  # the files hunk localization searches
             "wall_s": round(time.perf_counter() - started, 3)}
 
 

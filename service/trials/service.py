@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 from perfbisect.kernels.harness.result import vendor_identity
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
-from perfbisect.service.job_spec import AttributeSpec, JobSpec
+from perfbisect.service.job_spec import AttributeSpec, JobSpec, LocalizeSpec
+from perfbisect.service.hunks.variants import hunk_patch
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
 from perfbisect.service.repos.redaction import env_secrets, scrub
@@ -52,6 +53,7 @@ class TrialWork:
     suite_sources: dict[str, str] = field(default_factory=dict)  # sha256 -> text of the suite files sent with the job
     build_inputs: tuple[str, ...] = ()  # declared build inputs: the build cache's key (none: build every trial)
     reverts: tuple[tuple[str, str], ...] = ()  # attribution: culprit ranges (first, last) reverted at `sha`
+    patch: str | None = None  # hunk localization: a subset of a culprit's hunks applied at its parent `sha`
 
 
 def beating(trial: Trial, now: datetime, timeout_s: float) -> bool:
@@ -89,6 +91,7 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
         suite_sources=suites.sources_of(session, job.spec.cases),
         build_inputs=tuple(repo.build_inputs or ()),
         reverts=reverts_of(job.spec, trial.variant),
+        patch=hunk_patch(job.spec, trial.variant) if isinstance(job.spec, LocalizeSpec) else None,
     )
 
 
@@ -151,6 +154,7 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     trial.build_cache = result.get("build")
     trial.run_s = result.get("wall_s")
     trial.phases = result.get("phases")
+    trial.imported = result.get("imported") or null()  # hunk localization keeps these files' hunks
     if job.status == JobStatus.cancelled:
         trial.status = TrialStatus.cancelled
     cases = jobs_repo.cases_by_name(session, repo.id, [c["name"] for c in result.get("cases", [])])
