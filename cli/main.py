@@ -239,7 +239,12 @@ def demo(
         job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console())
     runs.print_job(job, as_json)
     if not as_json:
+        from perfbisect.cli import hunks
+
+        evidence = hunks.evidence_of(job)
+        hunks.print_why(job, evidence)
         runs.print_truth_check(job, truth)
+        hunks.print_hunk_check(job, truth, evidence, path)
         print(f"\n{runs.next_step(job.id)}")
     exit_with(exit_code(job))
 

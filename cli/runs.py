@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
+from perfbisect.cli.hunks import follow_localization
 from perfbisect.cli.common import CLIError, Interrupted, prepare_database, validation_message
 from perfbisect.cli.follow import (attribute_local, attribute_remote, cancel_local, cancel_remote, embedded_stalled,
                                    follow, read_local, read_remote, submit_local, submit_remote)
@@ -161,6 +162,7 @@ def _demo_request(repo_name: str, path: Path, device: str, workers: int) -> Bise
         device_class=device, min_effect=DEMO_MIN_EFFECT[device], workers=workers,
         policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY,
         check_accuracy=True,  # every planted wrong-results range is found, not only where the search builds
+        localize=True,  # then each culprit's responsible hunk (issue 43)
     )
 
 
@@ -203,7 +205,9 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     console.print(f"bisecting {len(request.benchmarks)} suite(s) on {device} over the demo history")
     job_id = submit_local(request)
     job = follow_job(job_id, api=None, show_progress=show_progress, console=console)
-    return follow_attribution(job, api=None, show_progress=show_progress, console=console), truth
+    job = follow_attribution(job, api=None, show_progress=show_progress, console=console)
+    follow_localization(job, show_progress=show_progress, console=console)  # the hunks (issue 43)
+    return job, truth
 
 
 def print_job(job: JobRead, as_json: bool, *, wide: bool = False) -> None:

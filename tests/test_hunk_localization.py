@@ -47,16 +47,20 @@ def _commit(repo: Path, subject: str) -> None:
     git(repo, "commit", "-q", "-m", subject)
 
 
-def make_history(path: Path, cleanup_at: int = 5) -> None:
+def make_history(path: Path, cleanup_at: int = 5, moves_only: bool = False) -> None:
     """17 commits; commit `cleanup_at` is the cleanup: hunks in every module, the costly one in
-    lib/gemm.py's kloop (line 31), and docs/notes.md."""
+    lib/gemm.py's kloop (line 31), and docs/notes.md (`moves_only`: a rename and a binary file)."""
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main")
     for i in range(17):
         files: dict[str, str | bytes] = {"history.txt": f"{i}\n"}
         if i == 0:
-            files.update({name: _module(name, set()) for name in FILES} | {"lib/__init__.py": "", "docs/notes.md": "a\n"})
-        if i == cleanup_at:
+            files.update({name: _module(name, set()) for name in FILES} | {"lib/__init__.py": "", "docs/notes.md": "a\n",
+                                                                          "lib/table.bin": b"\0\1"})
+        if i == cleanup_at and moves_only:
+            (path / "lib/io.py").rename(path / "lib/io2.py")
+            files["lib/table.bin"] = b"\0\2"
+        elif i == cleanup_at:
             lines = _module("lib/gemm.py", {5, 50}).splitlines(keepends=True)
             lines.insert(31, COSTLY[1:])
             files.update({"lib/gemm.py": "".join(lines), "lib/attn.py": _module("lib/attn.py", {10, 40}),
@@ -66,10 +70,13 @@ def make_history(path: Path, cleanup_at: int = 5) -> None:
         _commit(path, f"change {i} (#{100 + i})")
 
 
-def localize_truth(shas: list[str], at: int, control_own: bool = False):
+def localize_truth(shas: list[str], at: int, control_own: bool = False, broken: str | None = None):
     """The bisect sees the step at `at` (0.8 of before on CASE_BIG); a localization variant
-    carries it when its patch holds the costly hunk; the culprit's own trials carry it."""
+    carries it when its patch holds the costly hunk; the culprit's own trials carry it. `broken`:
+    a variant with that file's hunks but not the costly one does not build."""
     def result_of(work, rng):
+        if work.patch is not None and broken and broken in work.patch and COSTLY not in work.patch:
+            return {**harness_result({}, rng, status="build_error"), "error": "SyntaxError"}
         if work.patch is not None:
             big = 0.8 if COSTLY in work.patch else 1.0
         else:
@@ -87,6 +94,7 @@ def cleanup_repo(session, tmp_path: Path):
 
 
 def bisect_and_localize(session, **truth):
+    """Bisect the history (with `localize`); returns its id, shas and the job that followed."""
     body = BisectCreate(repository="lib", good="HEAD~16", bad="main", localize=True,
                         benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
                                      "shapes": ["M=256,N=256,K=256,dtype=fp32", "M=64,N=64,K=64,dtype=fp32"]}])
@@ -146,3 +154,25 @@ def test_evidence_for_a_sha_that_is_no_culprit_or_an_unknown_job(session, cleanu
     assert not pending.available and "no answer yet" in pending.reason
     with pytest.raises(NotFound):
         hunks.hunk_evidence(session, 999_999, shas[5])
+
+
+def test_a_subset_that_does_not_build_is_recorded_and_never_blamed(session, cleanup_repo) -> None:
+    bisect_id, shas, localize_id = bisect_and_localize(session)
+    drive(session, localize_id, localize_truth(shas, 5, broken="lib/attn.py"))
+    evidence = hunks.hunk_evidence(session, bisect_id, shas[5])
+    (case,) = evidence.culprit.cases
+    assert case.status == "found" and [h.path for h in case.hunks] == ["lib/gemm.py"]
+    assert case.broken and all(b.problem == "does not build with these hunks" for b in case.broken)
+
+
+def test_a_culprit_of_renames_and_binary_files_only_has_no_hunk_evidence(session, tmp_path: Path) -> None:
+    make_history(tmp_path / "lib", moves_only=True)
+    create_repository(session, tmp_path / "lib", name="lib")
+    bisect_id, shas, localize_id = bisect_and_localize(session)
+    (target,) = jobs.get(session, localize_id).spec.targets
+    assert target.skipped == ("no text hunk in a file the trials imported (binary file; not imported by the trial; "
+                              "renamed from lib/io.py)")
+    drive(session, localize_id, localize_truth(shas, 5))
+    assert jobs.get(session, localize_id).status.value == "succeeded"
+    (line,) = why_lines(hunks.hunk_evidence(session, bisect_id, shas[5]))
+    assert line.startswith("hunk: no evidence of this kind, because no text hunk")

@@ -31,7 +31,6 @@ from perfbisect.service.hunks.schemas import CulpritHunksRead, HunkEvidence
 from perfbisect.service.hunks.targets import targets_of
 from perfbisect.service.hunks.variants import arm_key, parse_arm
 from perfbisect.service.job_spec import LocalizeSpec, LocalizeTarget
-from perfbisect.service.jobs import repository
 from perfbisect.service.models import Job, JobKind, JobStatus, Trial, TrialStatus, utcnow
 from perfbisect.service.repos.repository import revisions_by_sha
 
@@ -40,7 +39,7 @@ Arms = dict[Variant, Observation]  # per target: HEAD the culprit, (sorted hunk 
 
 def maybe_create(session: Session, bisect: Job) -> Job | None:
     """The localization job of finished bisect `bisect` when its spec asked for one
-    (`localize`), and it named a performance culprit; an open identical one is not made twice."""
+    (`localize`), and it named a performance culprit."""
     if bisect.kind != JobKind.bisect or not getattr(bisect.spec, "localize", None) \
             or bisect.status == JobStatus.cancelled:
         return None
@@ -50,9 +49,8 @@ def maybe_create(session: Session, bisect: Job) -> Job | None:
     shared = bisect.spec.model_dump(include={"device_class", "min_effect", "metric", "policy", "max_trials"})
     spec = LocalizeSpec(good_sha=bisect.spec.bad_sha, bad_sha=bisect.spec.bad_sha, cases=bisect.spec.cases,
                         parent_job_id=bisect.id, targets=targets, **shared)
+    # made once, in the round that concludes the bisect (or its attribution): a finished job's round is a no-op
     request_hash = hashlib.sha256(json.dumps({"kind": "localize", **spec.stored()}, sort_keys=True).encode()).hexdigest()
-    if repository.open_job_by_request(session, request_hash) is not None:
-        return None
     shas = sorted({s for t in targets for s in (t.parent_sha, t.last_sha) if s and not t.skipped}) or [bisect.spec.bad_sha]
     job = Job(kind=JobKind.localize, repository_id=bisect.repository_id, spec=spec, revision_shas=shas,
               status=JobStatus.queued, progress={"targets": len(targets), "rounds": 0, "trials": 0},
@@ -126,12 +124,12 @@ def search_case(spec: LocalizeSpec, index: int, case: str, arms: Arms, broken: d
     return found, contrasts
 
 
-def advance(session: Session, job: Job) -> tuple[list[Trial], list[list[Trial]], bool]:
-    """One round of localization job `job` (locked by the caller, nothing in flight): the blocks
-    of every subset a search asks for (one `head v v head` block each, a round), or (True) the
-    job concluded with its report in job.result["hunks"]."""
+def advance(session: Session, job: Job, trials: Sequence[Trial]) -> tuple[list[Trial], list[list[Trial]], bool]:
+    """One round of localization job `job` (locked by the caller, nothing in flight; `trials`:
+    all of its trials, with their measurements): the blocks of every subset a search asks for
+    (one `head v v head` block each, a round), or (True) the job concluded with its report in
+    job.result["hunks"]."""
     spec: LocalizeSpec = job.spec
-    trials = repository.trials_of(session, job.id)
     arms, broken, attempts = arms_of(trials, spec.metric)
     searches = {(i, case): search_case(spec, i, case, arms.get(i, {}), broken, attempts)
                 for i, target in enumerate(spec.targets) if not target.skipped for case in target.cases}
@@ -187,7 +185,7 @@ def hunk_evidence(session: Session, job_id: int, sha: str) -> HunkEvidence:
     bisect `job_id`, from its newest localization job. Never raises for a missing kind of
     evidence: `available` is false with the reason. Raises NotFound when there is no job
     `job_id`, BadRequest for a sha that is not hexadecimal."""
-    job = repository.get_job(session, job_id)
+    job = session.get(Job, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}")
     wanted = sha.strip().lower()

@@ -63,19 +63,18 @@ def _target(session: Session, parent: Job, mirror: Mirror, culprit: Culprit, cas
               "hunks": [SpecHunk(index=h.index, path=h.path, old_start=h.old_start, old_len=h.old_len,
                                  new_start=h.new_start, new_len=h.new_len, lines=list(h.lines), header=list(h.header),
                                  section=h.section) for h in kept.hunks]}
-    reason = _nothing_to_search(split, kept)
+    reason = _nothing_to_search(kept)
     return base.model_copy(update={**fields, "skipped": reason, **({"hunks": []} if reason else {})})
 
 
-def _nothing_to_search(split: SplitDiff, kept: SplitDiff) -> str | None:
+def _nothing_to_search(kept: SplitDiff) -> str | None:
+    """Why the kept hunks cannot be searched (none, or too many), or None."""
     if len(kept.hunks) > MAX_HUNKS:
         return f"{len(kept.hunks)} hunks in the imported files: more than the {MAX_HUNKS} a search takes"
     if kept.hunks:
         return None
-    if not split.hunks:
-        reasons = sorted({a.reason.split(":")[0] for a in split.set_aside}) or ["an empty diff"]
-        return "no text hunk in the culprit's diff (" + "; ".join(reasons) + ")"
-    return "none of the files the culprit changes was imported by the trials"
+    reasons = sorted({a.reason.split(":")[0] for a in kept.set_aside}) or ["an empty diff"]
+    return "no text hunk in a file the trials imported (" + "; ".join(reasons) + ")"
 
 
 def imported_files(session: Session, job_id: int, shas: Sequence[str]) -> set[str]:

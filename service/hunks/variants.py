@@ -35,6 +35,16 @@ def hunks_of(target: LocalizeTarget) -> list[Hunk]:
                  h.section) for h in target.hunks]
 
 
+def trial_cases(spec: JobSpec, variant: str | None) -> list[dict]:
+    """The cases a trial measures: a localization trial only its culprit's moved cases (a
+    round then costs what those cases cost, not the whole bisect's); every other trial the
+    job's."""
+    if not variant or not isinstance(spec, LocalizeSpec):
+        return spec.cases
+    wanted = spec.targets[parse_arm(variant)[0]].cases
+    return [case for case in spec.cases if case["name"] in wanted]
+
+
 def hunk_patch(spec: JobSpec, variant: str | None) -> str | None:
     """The patch a localization trial applies at its revision (the culprit's parent); None for
     the culprit's own trials and for other jobs."""

@@ -262,7 +262,8 @@ def advance(session: Session, job_id: int) -> Round:
     if job.kind == JobKind.track:  # a tracked branch's heads: measured, never bisected
         return _measure_heads(session, job)
     if job.kind in (JobKind.attribute, JobKind.localize):  # variants beside the bad end, or beside a culprit
-        new, blocks, finished = (attribution.advance if job.kind == JobKind.attribute else hunks.advance)(session, job)
+        new, blocks, finished = (attribution.advance(session, job) if job.kind == JobKind.attribute
+                                 else hunks.advance(session, job, repository.trials_of(session, job.id)))
         after = _localization_after(session, job) if finished and job.kind == JobKind.attribute else None
         return Round([t.id for t in new], queue=job.spec.device_class, finished=finished,
                      blocks=[[t.id for t in b] for b in blocks], follow_up=after.id if after is not None else None)
