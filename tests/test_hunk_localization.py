@@ -176,3 +176,17 @@ def test_a_culprit_of_renames_and_binary_files_only_has_no_hunk_evidence(session
     assert jobs.get(session, localize_id).status.value == "succeeded"
     (line,) = why_lines(hunks.hunk_evidence(session, bisect_id, shas[5]))
     assert line.startswith("hunk: no evidence of this kind, because no text hunk")
+
+
+def test_the_localization_job_reads_and_follows_like_any_job(session, cleanup_repo) -> None:
+    from perfbisect.cli.common import exit_code
+    from perfbisect.cli.follow import progress_line
+    from perfbisect.service.jobs import views
+    from perfbisect.service.reports.culprits import report_lines
+
+    _bisect_id, shas, localize_id = bisect_and_localize(session)
+    drive(session, localize_id, localize_truth(shas, 5))
+    read = views.job_read(session, jobs.get(session, localize_id))
+    assert read.kind == "localize" and read.status == "succeeded" and exit_code(read) == 0
+    assert "succeeded" in progress_line(read, 1.0)
+    assert report_lines(read)
