@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from perfbisect.cli.hunks import hunk_check
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.bisect.hunks import bound
 from perfbisect.service.errors import NotFound
 from perfbisect.service.hunks import service as hunks
 from perfbisect.service.hunks.report import why_lines
 from perfbisect.service.jobs import service as jobs
+from perfbisect.service.jobs import views
 from perfbisect.service.jobs.schemas import BisectCreate
 from perfbisect.service.models import Culprit, JobKind, Trial
 from tests.factories import create_repository
@@ -87,6 +89,12 @@ def localize_truth(shas: list[str], at: int, control_own: bool = False, broken: 
     return result_of
 
 
+def cleanup_repo_path(session) -> Path:
+    from perfbisect.service.models import Repository
+
+    return Path(session.query(Repository).filter(Repository.name == "lib").one().url)
+
+
 @pytest.fixture()
 def cleanup_repo(session, tmp_path: Path):
     make_history(tmp_path / "lib")
@@ -130,6 +138,15 @@ def test_the_costly_hunk_of_a_cleanup_is_named_within_the_bound(session, cleanup
     lines = why_lines(evidence)
     assert lines[0].startswith(f"hunk on {CASE_BIG}: lib/gemm.py:") and f"(bound {bound(8)})" in lines[0]
     assert any("whole-tile copy" in line for line in lines[1:])
+    # the demo's truth check scores the named hunk against the planted one
+    read = views.job_read(session, jobs.get(session, bisect_id))
+    event = {"event": "cleanup", "kind": "perf", "index": 5, "sha": shas[5], "parent": shas[4],
+             "cases": {"cpu": [CASE_BIG]}, "hunks": {"cpu": ["whole-tile copy"]}}
+    found = {c.last_sha: evidence for c in read.culprits}
+    assert hunk_check(read, {"events": [event]}, found, cleanup_repo_path(session)) == {
+        "exact": ["cleanup"], "harmless": [], "missed": []}
+    harmless = {**event, "hunks": {"cpu": ["cleaned lib/attn.py"]}}
+    assert hunk_check(read, {"events": [harmless]}, found, cleanup_repo_path(session))["harmless"] == ["cleanup"]
 
 
 def test_a_step_that_is_the_controls_own_has_no_hunk_evidence(session, cleanup_repo) -> None:
@@ -181,7 +198,6 @@ def test_a_culprit_of_renames_and_binary_files_only_has_no_hunk_evidence(session
 def test_the_localization_job_reads_and_follows_like_any_job(session, cleanup_repo) -> None:
     from perfbisect.cli.common import exit_code
     from perfbisect.cli.follow import progress_line
-    from perfbisect.service.jobs import views
     from perfbisect.service.reports.culprits import report_lines
 
     _bisect_id, shas, localize_id = bisect_and_localize(session)
