@@ -72,12 +72,18 @@ def make_history(path: Path, cleanup_at: int = 5, moves_only: bool = False) -> N
         _commit(path, f"change {i} (#{100 + i})")
 
 
-def localize_truth(shas: list[str], at: int, control_own: bool = False, broken: str | None = None):
+def localize_truth(shas: list[str], at: int, control_own: bool = False, broken: str | None = None,
+                   failing_case: bool = False):
     """The bisect sees the step at `at` (0.8 of before on CASE_BIG); a localization variant
     carries it when its patch holds the costly hunk; the culprit's own trials carry it. `broken`:
-    a variant with that file's hunks but not the costly one does not build."""
+    a variant with that file's hunks but not the costly one does not build (`failing_case`: its
+    case fails)."""
     def result_of(work, rng):
         if work.patch is not None and broken and broken in work.patch and COSTLY not in work.patch:
+            if failing_case:  # the code builds; the case fails (a definition the subset left out)
+                failed = harness_result({CASE_BIG: 1.0}, rng)
+                failed["cases"][0].update(status="error", error="NameError: name '_check' is not defined")
+                return {**failed, "imported": IMPORTED}
             return {**harness_result({}, rng, status="build_error"), "error": "SyntaxError"}
         if work.patch is not None:
             big = 0.8 if COSTLY in work.patch else 1.0
@@ -173,13 +179,16 @@ def test_evidence_for_a_sha_that_is_no_culprit_or_an_unknown_job(session, cleanu
         hunks.hunk_evidence(session, 999_999, shas[5])
 
 
-def test_a_subset_that_does_not_build_is_recorded_and_never_blamed(session, cleanup_repo) -> None:
+@pytest.mark.parametrize("failing_case, problem", [(False, "does not build with these hunks"),
+                                                   (True, "a case fails with these hunks")])
+def test_a_subset_that_does_not_build_or_run_is_recorded_and_never_blamed(session, cleanup_repo, failing_case,
+                                                                         problem) -> None:
     bisect_id, shas, localize_id = bisect_and_localize(session)
-    drive(session, localize_id, localize_truth(shas, 5, broken="lib/attn.py"))
+    drive(session, localize_id, localize_truth(shas, 5, broken="lib/attn.py", failing_case=failing_case))
     evidence = hunks.hunk_evidence(session, bisect_id, shas[5])
     (case,) = evidence.culprit.cases
     assert case.status == "found" and [h.path for h in case.hunks] == ["lib/gemm.py"]
-    assert case.broken and all(b.problem == "does not build with these hunks" for b in case.broken)
+    assert case.broken and all(b.problem == problem for b in case.broken)
 
 
 def test_a_culprit_of_renames_and_binary_files_only_has_no_hunk_evidence(session, tmp_path: Path) -> None:

@@ -16,7 +16,9 @@ from perfbisect.service.hunks.variants import hunks_of
 from perfbisect.service.job_spec import LocalizeSpec, LocalizeTarget
 
 _BROKEN = {"revert_conflict": "the hunks do not apply on the parent", "build_error": "does not build with these hunks",
-           "import_error": "does not import with these hunks"}
+           "import_error": "does not import with these hunks", "error": "a case fails with these hunks",
+           "compile_error": "a kernel does not compile with these hunks",
+           "wrong_results": "a case gives wrong results with these hunks"}
 
 
 def broken_words(status: str) -> str:

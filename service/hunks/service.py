@@ -78,6 +78,8 @@ def arms_of(trials: Sequence[Trial], metric: str) -> tuple[dict[int, Arms], dict
             continue
         arm = HEAD if subset is None else tuple(sorted(subset))
         for m in trial.measurements if trial.status == TrialStatus.ok else ():
+            if subset is not None and m.status != "ok":  # a definition left out, a wrong result: never blamed
+                broken.setdefault((target, subset), report.broken_words(m.status))
             value = m.ratio if metric == "ratio" else m.value
             if m.status == "ok" and value is not None and value > 0:
                 values[target][arm][m.case.name].append((value, trial.block))
