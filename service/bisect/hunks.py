@@ -258,6 +258,18 @@ def bound(hunks: int) -> int:
     return math.ceil(math.log2(max(hunks, 1))) + 2
 
 
+def _balanced_cut(units: Sequence[Subset]) -> int:
+    """Where to cut `units` (in order) so the two halves hold as near half the hunks as can be,
+    at least one unit each: the search then halves hunks, not files, and stays near log2 H."""
+    total, running, best, best_gap = sum(len(u) for u in units), 0, 1, None
+    for cut in range(1, len(units)):
+        running += len(units[cut - 1])
+        gap = abs(2 * running - total)
+        if best_gap is None or gap < best_gap:
+            best, best_gap = cut, gap
+    return best
+
+
 class _Walk:
     """One replay of the search over the recorded outcomes; raises _Need at the first subset
     without one."""
@@ -281,7 +293,7 @@ class _Walk:
         """Halve `units` until one carries the whole step; (units left, True) when the search
         had to stop at a group (neither half, nor any drop of a quarter, carries it)."""
         while len(units) > 1:
-            half = len(units) // 2
+            half = _balanced_cut(units)
             a, b = units[:half], units[half:]
             out_a, out_b = self.measure([frozenset().union(*a), frozenset().union(*b)])
             if Outcome.full in (out_a, out_b):
@@ -315,10 +327,10 @@ def plan(files: Mapping[str, Sequence[int]], results: Mapping[Subset, Outcome], 
     every = frozenset(i for indices in files.values() for i in indices)
     if not every:
         return Search(reason="no hunk to search: the diff has no text hunk in a file the trial imported")
-    walk = _Walk({**results, **({every: Outcome.full} if complete else {})}, budget if budget is not None else bound(len(every)) + 2)
+    walk = _Walk(results, budget if budget is not None else bound(len(every)) + 2)
     broken = tuple(s for s, o in results.items() if o == Outcome.broken)
     try:
-        return _search(walk, files, every, broken)
+        return _search(walk, files, every, complete, broken)
     except _Need as need:
         return Search(requests=need.subsets, rounds=walk.rounds, broken=broken, path=tuple(walk.path))
     except StopIteration:
@@ -326,9 +338,9 @@ def plan(files: Mapping[str, Sequence[int]], results: Mapping[Subset, Outcome], 
                       broken=broken, path=tuple(walk.path))
 
 
-def _search(walk: _Walk, files: Mapping[str, Sequence[int]], every: Subset, broken: tuple[Subset, ...]) -> Search:
-    (together,) = walk.measure([every]) if every not in walk.results or walk.results[every] != Outcome.full \
-        else (Outcome.full,)
+def _search(walk: _Walk, files: Mapping[str, Sequence[int]], every: Subset, complete: bool,
+            broken: tuple[Subset, ...]) -> Search:
+    (together,) = (Outcome.full,) if complete else walk.measure([every])  # complete: the culprit itself
     if together != Outcome.full:
         why = {Outcome.broken: "the kept hunks together do not apply, build or import on the parent",
                Outcome.none: "the kept hunks together do not reproduce the step: it lies in what was set aside",

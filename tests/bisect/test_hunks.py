@@ -145,9 +145,10 @@ def test_one_responsible_hunk_among_h_is_found_within_the_bound(count):
     for i in range(count):
         files.setdefault(f"f{rng.randrange(max(1, count // 3))}.py", []).append(i)
     for target in range(count):
-        search = _run(files, frozenset([target]))
-        assert search.found == {target} and not search.group
-        assert search.rounds <= bound(count), (target, search.rounds)
+        for complete in (True, False):  # False: the kept hunks together are measured first, one round more
+            search = _run(files, frozenset([target]), complete=complete)
+            assert search.found == {target} and not search.group
+            assert search.rounds <= bound(count), (target, complete, search.rounds)
 
 
 def test_the_cost_bound_is_log2_plus_two():
