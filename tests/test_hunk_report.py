@@ -12,7 +12,7 @@ CASE = "gemm M=512,N=512,K=512,dtype=bf16"
 
 def evidence(*cases: CaseHunksRead, commits: int = 1, skipped: str | None = None) -> HunkEvidence:
     culprit = CulpritHunksRead(label="#930", first_sha="a" * 40, last_sha="b" * 40, commits=commits, searched_hunks=9,
-                               skipped=skipped, cases=list(cases))
+                               skipped=skipped, cases=list(cases), trials=40)
     return HunkEvidence(job_id=1, sha="b" * 40, available=True, localization_job_id=2, status="succeeded",
                         culprit=culprit)
 
@@ -26,7 +26,7 @@ def test_a_named_hunk_with_its_share_and_cost():
                           rounds=5, bound=6)
     lines = why_lines(evidence(found))
     assert lines[0] == (f"hunk on {CASE}: minikern/gemm.py:36-42, 97% of the step (80% to 115%) "
-                        "[5 rounds (bound 6), 9 hunks searched]")
+                        "[5 rounds (bound 6), 9 hunks searched, 40 trials]")
     assert lines[1:] == ["     CONFIGS = {", "    -    torch.bfloat16: GemmConfig(128, 256, 64,",
                          "    +    torch.bfloat16: GemmConfig(128, 256, 32,"]
 
@@ -36,7 +36,7 @@ def test_a_group_over_a_ranges_combined_diff():
                           rounds=4, bound=6)
     line = why_lines(evidence(group, commits=3))[0]
     assert line.startswith(f"hunks that only work together on {CASE}: minikern/gemm.py:36-42, minikern/a.py:3 [")
-    assert line.endswith("over the combined diff of 3 commits]")
+    assert line.endswith("over the combined diff of 3 commits, 40 trials]")
 
 
 def test_no_hunk_named_says_why_and_no_evidence_says_because():

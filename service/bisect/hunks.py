@@ -208,20 +208,22 @@ class Outcome(str, Enum):
 
 def classify(step_log: float, ci_log: tuple[float, float], full_log: float, min_effect: float) -> Outcome:
     """A subset's outcome from its step against the parent on the log scale (`step_log`, its
-    interval `ci_log`) and the culprit's step `full_log`. The margin is the larger of the
-    bisect's minimum effect and a quarter of the step: 'full' when the interval of the gap to
-    the culprit's step lies within it, 'none' when the step's interval does, 'partial' when the
-    interval clears both by the margin, else 'unknown'."""
+    interval `ci_log`) and the culprit's step `full_log` (F), oriented so F > 0. The margin is the
+    larger of the bisect's minimum effect and a quarter of F. 'partial' when the interval clears
+    both 0 and F by the margin; 'full' when it lies above F/2 and the margin (nearer the whole
+    step than none of it, and clearly a step); 'none' when it lies below F/2 and F less the
+    margin; else 'unknown' (more trials). Deciding at F/2 rather than within a margin of each end
+    lets the two halves of a round part at the noise of a CPU demo (bench/RESULTS.md)."""
     margin = max(math.log1p(min_effect), abs(full_log) / 4)
-    low, high = ci_log
-    if -margin < low - full_log and high - full_log < margin:
-        return Outcome.full
-    if -margin < low and high < margin:
-        return Outcome.none
     sign = 1.0 if full_log >= 0 else -1.0
-    lo, hi = sorted((sign * low, sign * high))
-    if lo > margin and hi < abs(full_log) - margin:
+    low, high = sorted((sign * ci_log[0], sign * ci_log[1]))
+    full = abs(full_log)
+    if low > margin and high < full - margin:
         return Outcome.partial
+    if low > max(full / 2, margin):
+        return Outcome.full
+    if high < min(full / 2, full - margin):
+        return Outcome.none
     return Outcome.unknown
 
 

@@ -72,7 +72,8 @@ def why_lines(evidence: HunkEvidence) -> list[str]:
     lines = []
     span = f" over the combined diff of {culprit.commits} commits" if culprit.commits > 1 else ""
     for case in culprit.cases:
-        cost = f"{case.rounds} rounds (bound {case.bound}), {culprit.searched_hunks} hunks searched{span}"
+        cost = (f"{case.rounds} rounds (bound {case.bound}), {culprit.searched_hunks} hunks searched{span}, "
+                f"{culprit.trials} trials")
         if case.status == "none":
             lines.append(f"hunk on {case.case}: none named, because {case.reason} [{cost}]")
             continue

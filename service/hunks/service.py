@@ -137,7 +137,9 @@ def advance(session: Session, job: Job, trials: Sequence[Trial]) -> tuple[list[T
                 for i, target in enumerate(spec.targets) if not target.skipped for case in target.cases}
     wanted = sorted({(i, s) for (i, _), (found, _) in searches.items() for s in found.requests},
                     key=lambda item: (item[0], sorted(item[1])))
-    job.progress = {"targets": len(spec.targets), "rounds": job.progress.get("rounds", 0) + (1 if wanted else 0),
+    job.progress = {"targets": len(spec.targets), "revisions": len(job.revision_shas),
+                    "measured": len({t.revision_id for t in trials if t.status == TrialStatus.ok}),
+                    "rounds": job.progress.get("rounds", 0) + (1 if wanted else 0),
                     "trials": sum(attempts.values()), "planned": 4 * len(wanted), "expected_trials":
                     sum(attempts.values()) + 4 * len(wanted)}
     if not wanted:

@@ -194,6 +194,10 @@ def test_classify_against_the_culprits_step():
     assert classify(0.0, (-0.02, 0.02), full, 0.02) == Outcome.none
     assert classify(math.log(1.14), (math.log(1.12), math.log(1.16)), full, 0.02) == Outcome.partial
     assert classify(math.log(1.15), (math.log(0.9), math.log(1.4)), full, 0.02) == Outcome.unknown
+    # decided at half the step: an interval twice the margin wide still parts the halves of a round
+    assert classify(0.25, (0.15, 0.35), full, 0.02) == Outcome.full
+    assert classify(0.0, (-0.11, 0.11), full, 0.02) == Outcome.none
+    assert classify(0.13, (0.03, 0.23), full, 0.02) == Outcome.unknown
     # a faster step (negative) classifies by the same rule
     assert classify(-0.25, (-0.27, -0.23), -0.26, 0.02) == Outcome.full
 
