@@ -1,13 +1,11 @@
-"""The demo's hunk evidence (issue 43): follow the localization job that follows a bisect asked
-to `localize`, print the "why" lines of each culprit's hunks, and score the named hunks against
-the planted ground truth (only the CLI and the tests read it)."""
+"""The demo's hunk evidence (issue 43): find the localization job that follows a bisect asked
+to `localize` (cli/runs.py follows it), print the "why" lines of each culprit's hunks, and score
+the named hunks against the planted ground truth (only the CLI and the tests read it)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-
-from rich.console import Console
 
 from perfbisect.service.bisect.hunks import split_diff
 from perfbisect.service.db import session_scope
@@ -22,16 +20,6 @@ def localization_id(job_id: int) -> int | None:
     with session_scope() as session:
         found = hunks.localizations_of(session, job_id)
         return found[0].id if found else None
-
-
-def follow_localization(job: JobRead, *, show_progress: bool, console: Console) -> None:
-    """Follow the bisect's localization job, when it made one (embedded: it ran already)."""
-    from perfbisect.cli.runs import follow_job
-
-    found = localization_id(job.id)
-    if found is not None:
-        console.print(f"localizing the culprits' hunks: job {found}")
-        follow_job(found, api=None, show_progress=show_progress, console=console)
 
 
 def evidence_of(job: JobRead) -> dict[str, HunkEvidence]:

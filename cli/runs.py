@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from perfbisect.cli.hunks import follow_localization
+from perfbisect.cli.hunks import localization_id
 from perfbisect.cli.common import CLIError, Interrupted, prepare_database, validation_message
 from perfbisect.cli.follow import (attribute_local, attribute_remote, cancel_local, cancel_remote, embedded_stalled,
                                    follow, read_local, read_remote, submit_local, submit_remote)
@@ -206,7 +206,10 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     job_id = submit_local(request)
     job = follow_job(job_id, api=None, show_progress=show_progress, console=console)
     job = follow_attribution(job, api=None, show_progress=show_progress, console=console)
-    follow_localization(job, show_progress=show_progress, console=console)  # the hunks (issue 43)
+    localized = localization_id(job.id)  # the hunks of its culprits (issue 43)
+    if localized is not None:
+        console.print(f"localizing the culprits' hunks: job {localized}")
+        follow_job(localized, api=None, show_progress=show_progress, console=console)
     return job, truth
 
 
