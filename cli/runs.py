@@ -15,10 +15,10 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from perfbisect.cli.hunks import localization_id
 from perfbisect.cli.common import CLIError, Interrupted, prepare_database, validation_message
 from perfbisect.cli.follow import (attribute_local, attribute_remote, cancel_local, cancel_remote, embedded_stalled,
                                    follow, read_local, read_remote, submit_local, submit_remote)
+from perfbisect.cli.hunks import localization_id
 from perfbisect.gitrepo import GitError, Mirror
 from perfbisect.kernels import demo
 from perfbisect.service.db import session_scope
