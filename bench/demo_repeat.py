@@ -36,6 +36,7 @@ VERDICT = re.compile(r"^verdict: (\w+)", re.M)
 TRACKED = re.compile(r"planted steps alerted: (\d+)/(\d+), culprits exact: (\d+)/(\d+), false alerts: (\d+)")
 UNCHANGED = re.compile(r"cases with no planted step unchanged: (\d+)/(\d+)")
 INTERACTION = re.compile(r"planted interaction found: (\d+)/(\d+)(; interactions not planted: (.*))?")
+HUNKS = re.compile(r"planted responsible hunks named exactly: (\d+)/(\d+)(?:; missed: [^;]*)?; harmless hunks blamed: (\d+)")
 FALSE = re.compile(r"^false culprits \(commit, case\): (\d+)", re.M)
 WAITED = re.compile(r"waited\s+(\d+)\s+s\s+in\s+(\d+)\s+pauses")  # the report's warning, wrapped
 
@@ -81,7 +82,10 @@ def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool 
     unchanged = UNCHANGED.search(done.stdout)
     false = FALSE.search(done.stdout)
     waited = WAITED.search(done.stdout)
-    return {"false": int(false[1]) if false else None,
+    hunks = HUNKS.search(done.stdout)
+    return {"hunks": f"{hunks[1]}/{hunks[2]}, harmless {hunks[3]}" if hunks else "?",
+            "hunks_exact": bool(hunks and hunks[1] == hunks[2]), "harmless": int(hunks[3]) if hunks else None,
+            "false": int(false[1]) if false else None,
             "false_list": re.findall(r"^  false: (.*)$", done.stdout, re.M),
             "waited": f"{waited[1]} s in {waited[2]} pauses" if waited else "0 s",
             "unchanged": f"{unchanged[1]}/{unchanged[2]}" if unchanged else "?",
@@ -152,7 +156,7 @@ def run_line(result: dict) -> str:
     false = "?" if result.get("false") is None else result["false"]
     return (f"run {result['run']:>2}: found {result['found']}, false {false}, unchanged {result['unchanged']}, "
             f"interaction {result['interaction']}{' (and one not planted)' if result['interaction_extra'] else ''}, "
-            f"verdict {result['verdict']}, waited {result.get('waited', '?')}, exit {result['rc']}, {result['wall_s']} s"
+            f"hunks {result.get('hunks', '?')}, verdict {result['verdict']}, waited {result.get('waited', '?')}, exit {result['rc']}, {result['wall_s']} s"
             + "".join(f"\n        false: {item}" for item in result.get("false_list", ())))
 
 
@@ -165,6 +169,8 @@ def summary(results: list[dict], out: Path) -> list[str]:
             f"planted interaction named in {sum(r['interaction_found'] for r in results)} of {runs} runs; "
             f"an interaction not planted in {sum(r['interaction_extra'] for r in results)}",
             f"a false (commit, case) culprit (or no truth check) in {len(falsely)} of {runs} runs",
+            f"every planted responsible hunk named exactly in {sum(r.get('hunks_exact', False) for r in results)} of "
+            f"{runs} runs; a harmless hunk blamed in {sum(bool(r.get('harmless')) for r in results)}",
             f"all planted events found in {complete} of {runs} runs; "
             f"median wall {sorted(r['wall_s'] for r in results)[runs // 2]} s; outputs in {out}"]
 

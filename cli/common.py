@@ -71,7 +71,7 @@ def exit_code(job: JobRead, fail_on: FailOn = FailOn.never) -> int:
         return CANCELLED
     if job.status in ("queued", "running"):
         return RUNNING
-    if job.kind == "attribute":  # no per-case outcome: its status says it all
+    if job.kind in ("attribute", "localize"):  # no per-case outcome: its status says it all
         return {"succeeded": OK, "inconclusive": INCONCLUSIVE}.get(job.status, FAILED)
     verdict = job.outcome.verdict if job.outcome else None
     if job.status == "failed" or verdict == "failed" or verdict is None:

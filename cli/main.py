@@ -265,7 +265,12 @@ def demo(
                                    evidence=evidence)
     runs.print_job(job, as_json)
     if not as_json:
+        from perfbisect.cli import hunks
+
+        evidence = hunks.evidence_of(job)
+        hunks.print_why(job, evidence)
         runs.print_truth_check(job, truth)
+        hunks.print_hunk_check(job, truth, evidence, path)
         print(f"\n{runs.next_step(job.id)}")
     exit_with(exit_code(job))
 

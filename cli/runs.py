@@ -18,6 +18,7 @@ from rich.text import Text
 from perfbisect.cli.common import CLIError, Interrupted, prepare_database, validation_message
 from perfbisect.cli.follow import (attribute_local, attribute_remote, cancel_local, cancel_remote, embedded_stalled,
                                    follow, read_local, read_remote, submit_local, submit_remote)
+from perfbisect.cli.hunks import localization_id
 from perfbisect.gitrepo import GitError, Mirror
 from perfbisect.kernels import demo
 from perfbisect.service.db import session_scope
@@ -162,6 +163,7 @@ def _demo_request(repo_name: str, path: Path, device: str, workers: int, evidenc
         policy=demo.DEMO_CPU_POLICY if device == "cpu" else demo.DEMO_GPU_POLICY,
         check_accuracy=True,  # every planted wrong-results range is found, not only where the search builds
         evidence=evidence,  # a profiled trial at each end of every culprit: the report's 'why' (issue 43)
+        localize=True,  # then each culprit's responsible hunk (issue 43)
     )
 
 
@@ -204,7 +206,12 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     console.print(f"bisecting {len(request.benchmarks)} suite(s) on {device} over the demo history")
     job_id = submit_local(request)
     job = follow_job(job_id, api=None, show_progress=show_progress, console=console)
-    return follow_attribution(job, api=None, show_progress=show_progress, console=console), truth
+    job = follow_attribution(job, api=None, show_progress=show_progress, console=console)
+    localized = localization_id(job.id)  # the hunks of its culprits (issue 43)
+    if localized is not None:
+        console.print(f"localizing the culprits' hunks: job {localized}")
+        follow_job(localized, api=None, show_progress=show_progress, console=console)
+    return job, truth
 
 
 def print_job(job: JobRead, as_json: bool, *, wide: bool = False) -> None:

@@ -63,6 +63,9 @@ def bisect(
     attribute: Annotated[Optional[bool], typer.Option(
         "--attribute/--no-attribute", help="afterwards, measure the bad end with each culprit reverted (alone and "
         "together): by default when two or more culprits moved one case")] = None,
+    localize: Annotated[bool, typer.Option(
+        "--localize", help="afterwards, search each performance culprit's diff for the hunks that carry its step "
+        "(subsets of its hunks applied to its parent, side by side with the culprit)")] = False,
     side_by_side: Annotated[bool, typer.Option(
         "--side-by-side/--no-side-by-side", help="confirm a culprit only on its two revisions measured side by side "
         "(A B B A on one worker), so drift the control does not cancel cannot make one; --no-side-by-side: on all "
@@ -89,7 +92,8 @@ def bisect(
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
                             policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, max_gap=max_gap,
-                            attribute=attribute, side_by_side=side_by_side, evidence=evidence)
+                            attribute=attribute, side_by_side=side_by_side, evidence=evidence,
+                            localize=localize)
         job = _submit(request, api, build, import_root, env, show_progress=not as_json, console=console())
     _finish(job, as_json, wide, fail_on)
 

@@ -372,6 +372,48 @@ class Mirror:
             _forget_revert(tree)  # a range leaves the sequencer's state behind; the next revert needs it gone
 
 
+    def culprit_diff(self, first: str, last: str) -> str:
+        """The first-parent diff of a culprit (first, last): `git diff -M first^1 last`, the
+        combined diff of a range of several commits, a merge's change against its first parent
+        (a root commit against the empty tree). Text diffs only (binary files say so)."""
+        repo = self.ensure(fetch=False)
+        empty = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's empty tree
+        parents = repo.commit(validate_ref(first)).parents
+        base = parents[0].hexsha if parents else empty
+        try:
+            return repo.git.diff("-M", "--no-color", "--no-ext-diff", "--end-of-options", base, validate_ref(last))
+        except git.GitCommandError as exc:
+            raise GitError(f"cannot diff {first[:12]}..{last[:12]}: {exc.stderr.strip() or exc}") from exc
+
+
+def apply_patch(worktree: Path, patch: str) -> None:
+    """Apply `patch` (a subset of a culprit's hunks, service/bisect/hunks.py:subset_patch) to the
+    checked-out `worktree` without committing. Raises PatchDoesNotApply with git's words, the
+    worktree left as it was (`git apply --check` first)."""
+    tree = git.Repo(worktree)
+    for check in (True, False):
+        try:
+            tree.git.apply(*(["--check"] if check else []), "--whitespace=nowarn", "-", istream=_stdin(patch))
+        except git.GitCommandError as exc:
+            raise PatchDoesNotApply(exc.stderr.strip() or str(exc)) from exc
+
+
+def _stdin(text: str):
+    import tempfile
+
+    handle = tempfile.TemporaryFile()
+    handle.write(text.encode())
+    handle.seek(0)
+    return handle
+
+
+class PatchDoesNotApply(GitError):
+    """A subset of a culprit's hunks does not apply on its parent (recorded, never blamed)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"the hunks do not apply on the parent: {detail.splitlines()[-1] if detail else ''}")
+
+
 def _forget_revert(tree: git.Repo) -> None:
     """Drop any revert in progress (its state, not the changes): a worktree reused after a
     variant's trial must accept the next revert or checkout."""

@@ -102,6 +102,7 @@ class BisectSpec(_SearchSpec):
     kind: Literal["bisect"] = "bisect"
     attribute: bool | None = None  # None: attribute when two culprits moved one case
     alert_id: int | None = None  # the alert this bisect was started for
+    localize: bool = False  # search each performance culprit's hunks afterwards (service/hunks, issue 43)
 
 
 class CompareSpec(_SearchSpec):
@@ -159,9 +160,54 @@ class AttributeSpec(_Spec):
                    **shared, **fields)
 
 
-JobSpec = BisectSpec | CompareSpec | TrackSpec | AttributeSpec
+class SpecHunk(BaseModel):
+    """One hunk of a culprit's diff as stored (service/bisect/hunks.py:Hunk)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    path: str
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    lines: list[str]
+    header: list[str]
+    section: str = ""
+
+
+class LocalizeTarget(BaseModel):
+    """One confirmed culprit to localize: its diff's kept hunks (the files its trials imported),
+    what was set aside and why, the cases it moved with their step (log of the decision value,
+    after over before), or why it is not searched (`skipped`: no evidence of this kind)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    label: str
+    first_sha: str
+    last_sha: str
+    parent_sha: str | None = None
+    commits: int = 1
+    cases: dict[str, float] = {}
+    hunks: list[SpecHunk] = []
+    set_aside: list[dict[str, str]] = []
+    complete: bool = True
+    skipped: str | None = None
+
+
+class LocalizeSpec(_Spec):
+    """The hunks of bisect `parent_job_id`'s culprits that carry their steps (service/hunks)."""
+
+    kind: Literal["localize"] = "localize"
+    parent_job_id: int | None = None
+    max_trials: int = STORED_MAX_TRIALS
+    targets: list[LocalizeTarget] = []
+    budget: int | None = None  # rounds per culprit (None: service/bisect/hunks.py's default)
+
+
+JobSpec = BisectSpec | CompareSpec | TrackSpec | AttributeSpec | LocalizeSpec
 MODELS: dict[str, type[_Spec]] = {"bisect": BisectSpec, "compare": CompareSpec, "track": TrackSpec,
-                                  "attribute": AttributeSpec}  # by JobKind value
+                                  "attribute": AttributeSpec, "localize": LocalizeSpec}  # by JobKind value
 
 
 def _legacy_kind(value: dict[str, Any]) -> str:
@@ -181,7 +227,8 @@ def _kind_of(value: Any) -> str:
 
 _Tagged = Annotated[
     Annotated[BisectSpec, Tag("bisect")] | Annotated[CompareSpec, Tag("compare")]
-    | Annotated[TrackSpec, Tag("track")] | Annotated[AttributeSpec, Tag("attribute")],
+    | Annotated[TrackSpec, Tag("track")] | Annotated[AttributeSpec, Tag("attribute")]
+    | Annotated[LocalizeSpec, Tag("localize")],
     Discriminator(_kind_of)]
 _ADAPTER: TypeAdapter[JobSpec] = TypeAdapter(_Tagged)
 

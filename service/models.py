@@ -55,6 +55,7 @@ class JobKind(str, enum.Enum):
     compare = "compare"
     track = "track"
     attribute = "attribute"  # the bad end of a bisect with its culprits reverted, alone and together
+    localize = "localize"  # a culprit's parent with subsets of its hunks applied, beside the culprit (issue 43)
 
 
 class JobStatus(str, enum.Enum):
@@ -252,6 +253,8 @@ class Trial(Base):
     run_s: Mapped[float | None] = mapped_column(Float)
     phases: Mapped[dict[str, Any] | None] = mapped_column(
         doc="seconds per phase: checkout, build, start, import, compile, inputs_reference, timing, teardown")
+    imported: Mapped[list[Any] | None] = mapped_column(
+        doc="worktree-relative files the trial's modules were loaded from (hunk localization keeps these)")
 
     revision: Mapped[Revision] = relationship(lazy="raise")
     measurements: Mapped[list[Measurement]] = relationship(

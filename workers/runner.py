@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perfbisect.gitrepo import GitError, Mirror, RevertConflict
+from perfbisect.gitrepo import GitError, Mirror, PatchDoesNotApply, RevertConflict, apply_patch
 from perfbisect.kernels.harness.phases import add_worker_phases
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.settings import get_settings
@@ -60,12 +60,13 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
                 trial_spec: dict[str, Any], import_root: str, build_inputs: Sequence[str] = (),
                 should_stop: StopCheck | None = None,
                 build_network: bool = False,
-                reverts: Sequence[tuple[str, str]] = ()) -> tuple[dict[str, Any], float | None]:
+                reverts: Sequence[tuple[str, str]] = (), patch: str | None = None) -> tuple[dict[str, Any], float | None]:
     """Check out `sha` into the slot, revert the culprit ranges of `reverts` on it (an
     attribution variant), build it (from the build cache where `build_inputs` are declared and
     nothing was reverted: the cache is keyed by the commit's tree) and measure it; returns
     (result, build seconds), the result carrying the checkout and build phases too, and under
-    "build" what the build cache did. A revert that does not apply is a `revert_conflict`."""
+    "build" what the build cache did. A revert that does not apply is a `revert_conflict`, and so
+    is a `patch` (a subset of a culprit's hunks, applied at its parent) that does not apply."""
     settings = get_settings()
     started = time.perf_counter()
     try:
@@ -74,7 +75,10 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         if reverts:
             mirror.revert(box.worktree, reverts)
             build_inputs = ()
-    except RevertConflict as exc:
+        if patch:
+            apply_patch(box.worktree, patch)
+            build_inputs = ()
+    except (RevertConflict, PatchDoesNotApply) as exc:
         return add_worker_phases(failure("revert_conflict", str(exc)), time.perf_counter() - started, None), None
     except GitError as exc:
         return add_worker_phases(failure("worker_error", f"checkout failed: {exc}"), time.perf_counter() - started, None), None
@@ -123,7 +127,7 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
             result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,
                                           trial_spec=trial_spec, import_root=work.import_root, build_inputs=work.build_inputs,
                                           should_stop=should_stop, build_network=may_download(work.repo_name),
-                                          reverts=work.reverts)
+                                          reverts=work.reverts, patch=work.patch)
     except SandboxError as exc:
         result, build_s = failure("worker_error", f"sandbox: {exc}"), None
     return redact_tree(result, work.env.values()), build_s  # the repository's env values too

@@ -45,6 +45,22 @@ EVENTS = {
 }
 
 
+# The responsible hunk(s) of each planted performance event (issue 43), per device: a fragment of
+# an added line of each hunk that carries the step there (several: hunks that only work together,
+# such as a call and the definition it needs). Every other hunk of the event's commit is harmless
+# on that device: the cleanup's wording, and the other device's code path.
+RESPONSIBLE_HUNKS = {
+    "rms_blocks": {"cpu": ["range(0, x.shape[0], 8)"], "cuda": ["grids of at most 1024 rows"]},
+    "rms_weight_check": {"cpu": ["def _check_weight(w):"], "cuda": ["def _check_weight(w):", "_check_weight(weight)"]},
+    "swizzle_off_bf16": {"cpu": ["torch.bfloat16: GemmConfig("], "cuda": ["torch.bfloat16: GemmConfig("]},
+    "fastmath_dropped": {"cpu": ["q.double() @ kt.double()"],
+                         "cuda": ["from triton.language.extra import libdevice", "libdevice.exp(qk"]},
+    "block_k_small_step": {"cpu": ["torch.bfloat16: GemmConfig(128, 256, 32"],
+                           "cuda": ["torch.bfloat16: GemmConfig(128, 256, 32"]},
+    "swizzle_partial_recovery": {"cpu": ["group_m=4"], "cuda": ["group_m=4"]},
+}
+
+
 def event_hits(event: str, case: dict, device: str) -> bool:
     """Whether a planted event changes this case (suite + params) on this device."""
     suite, params = case["suite"], case["params"]
@@ -68,6 +84,8 @@ def ground_truth(shas: list[str], subjects: list[str], events: dict[int, str],
     out = []
     for index, key in sorted(events.items()):
         info = dict(EVENTS[key])
+        if key in RESPONSIBLE_HUNKS:
+            info["hunks"] = RESPONSIBLE_HUNKS[key]
         out.append({"event": key, "index": index, "sha": shas[index], "parent": shas[index - 1],
                     "subject": subjects[index], **info,
                     "cases": {"cpu": [case_name(c["suite"], c["params"]) for c in cpu_cases

@@ -8,7 +8,7 @@ INITIAL_STATE = {
     "version": "0.3.0", "gemm_doc": "", "attn_doc": "", "rms_doc": "",
     "utils_cdiv": "cdiv", "gemm_cdiv": "cdiv", "attn_cdiv": "cdiv",
     "bf16_group_m": 8, "bf16_block_k": 64, "k_tail": True, "exp_mode": "exp2",
-    "rms_blocks": False, "rms_weight_check": False,
+    "rms_blocks": False, "rms_weight_check": False, "cleanup": False,
 }
 
 
@@ -168,8 +168,8 @@ COMMITS: list[Commit] = [
     Commit("rmsnorm: clarify the weight dtype in the docstring (#928)",
            state={"rms_doc": "\neps is added to the mean square, as in torch.nn.functional.rms_norm.\nThe weight has the input's dtype.\n"}),
     Commit("Bump version to 0.3.2 (#929)", state={"version": "0.3.2"}),
-    Commit("gemm: BLOCK_K=32 for bf16 to relieve shared memory (#930)",
-           state={"bf16_block_k": 32}, event="block_k_small_step"),
+    Commit("[cleanup] tidy docstrings across the kernels; gemm: BLOCK_K=32 for bf16 to relieve shared memory (#930)",
+           state={"bf16_block_k": 32, "cleanup": True}, event="block_k_small_step"),
     Commit("ci: add a lint job (#931)",
            files={".github/workflows/lint.yml": "name: lint\non: [pull_request]\njobs:\n  ruff:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@v4\n      - run: pipx run ruff check .\n"}),
     Commit("docs: tuning notes for Hopper (#932)",

@@ -121,8 +121,38 @@ def fill(template: str, tokens: dict) -> str:
     return template
 
 
+# The planted "cleanup" (issue 43, like #974 in shared/seed/): harmless wording changes in every
+# module, each its own hunk, shipped with the one hunk that costs (#930's BLOCK_K). Each pair is
+# (path, old text, new text); the old text is constant over the whole history.
+CLEANUP = (
+    ("minikern/__init__.py", "(GEMM, flash-attention forward, RMSNorm)", "(GEMM, flash-attention forward and RMSNorm)"),
+    ("minikern/_utils.py", "Ceiling division for positive ints.", "Ceiling division of positive ints."),
+    ("minikern/attention.py", "Flash-attention forward: softmax", "Flash-attention forward pass: softmax"),
+    ("minikern/attention.py", "tensors (D a power of two on CUDA)", "tensors (on CUDA, D a power of two)"),
+    ("minikern/gemm.py", '"""Matrix multiply C = A @ B.', '"""Matrix multiply: C = A @ B.'),
+    ("minikern/gemm.py", "launch order (group_m=1: row-major)", "launch order (row-major when group_m=1)"),
+    ("minikern/gemm.py", "of one dtype (bf16, fp16 or fp32)", "of one dtype: bf16, fp16 or fp32"),
+    ("minikern/rmsnorm.py", "RMSNorm of a 2-D tensor over its last", "RMSNorm of a 2-D tensor, over its last"),
+)
+
+
+def tidied(files: dict[str, str]) -> dict[str, str]:
+    """The package with the cleanup's wording applied."""
+    out = dict(files)
+    for path, old, new in CLEANUP:
+        if old not in out[path]:
+            raise ValueError(f"the cleanup's text {old!r} is not in {path}")
+        out[path] = out[path].replace(old, new)
+    return out
+
+
 def render_package(state: dict) -> dict[str, str]:
     """All files of the minikern package at this state, path -> text."""
+    files = _render(state)
+    return tidied(files) if state.get("cleanup") else files
+
+
+def _render(state: dict) -> dict[str, str]:
     from perfbisect.kernels.demo.attention_source import render_attention
     from perfbisect.kernels.demo.gemm_source import render_gemm
     return {

@@ -17,6 +17,7 @@ import torch
 from perfbisect.kernels.cases import case_name
 from perfbisect.kernels.harness.devices import CACHE_OVERRIDE_ENV
 from perfbisect.kernels.harness.jitcache import read_cache
+from perfbisect.kernels.harness.imports import worktree_imports
 from perfbisect.kernels.harness.phases import PhaseClock
 from perfbisect.kernels.harness.profiling import live_triton, profile_case
 from perfbisect.kernels.harness.provenance import describe_device, open_clock
@@ -260,6 +261,7 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
     return {**extra, "schema": SCHEMA_ID, "harness_version": HARNESS_VERSION, "status": "ok", "error": None,
             "device": info, "fingerprint_basis": fingerprint_basis(info, cold), "cases": cases,
             "seed": seed, "policy": policy, "reference_cache": references.stats(),
+            "imported": worktree_imports(repo_root),  # the files hunk localization searches
             "wall_s": round(time.perf_counter() - started, 3)}
 
 

@@ -13,7 +13,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0025_culprit_evidence"
-down_revision = "0023_triage"
+down_revision = "0024_trial_imported"
 branch_labels = None
 depends_on = None
 

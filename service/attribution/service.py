@@ -70,7 +70,8 @@ def attributable(job: Job, culprits: Sequence[Culprit], *, minimum: int = 2) -> 
     return chosen, {case: sorted(index[id(c)] for c in found) for case, found in sorted(kept_cases.items())}
 
 
-def _label(culprit: Culprit, revisions: dict) -> tuple[str, str]:
+def culprit_label(culprit: Culprit, revisions: dict) -> tuple[str, str]:
+    """(#PR, or the sha or range when no PR is known; the commit subject)."""
     revision = revisions.get(culprit.last_sha)
     exact = culprit.first_sha == culprit.last_sha
     label = (f"#{revision.pr_number}" if revision is not None and revision.pr_number and exact
@@ -90,7 +91,7 @@ def create(session: Session, parent: Job, *, forced: bool, submitter_token_id: i
             raise BadRequest(f"job {parent.id} named no performance culprit that moved a case: nothing to attribute")
         return None
     revisions = revisions_by_sha(session, parent.repository_id, [c.last_sha for c in culprits])
-    labels = [_label(c, revisions) for c in culprits]
+    labels = [culprit_label(c, revisions) for c in culprits]
     variants = case_variants(case_culprits)
     names = set(case_culprits)
     spec = AttributeSpec.of_bisect(  # side by side as its bisect: each variant in A B B A blocks with the bad end

@@ -25,6 +25,7 @@ from perfbisect.service.bisect.progress import expected_build_s, expected_trials
 from perfbisect.service.bisect.probes import nothing_built
 from perfbisect.service.attribution import fixcheck
 from perfbisect.service.attribution import service as attribution
+from perfbisect.service.hunks import service as hunks
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import outcome, repository, resolution, sweep
 from perfbisect.service.jobs.buildcosts import job_build_costs
@@ -291,10 +292,12 @@ def advance(session: Session, job_id: int) -> Round:
         return Round([])  # (a job still resolving is advanced by its task once it is resolved)
     if job.kind == JobKind.track:  # a tracked branch's heads: measured, never bisected
         return _measure_heads(session, job)
-    if job.kind == JobKind.attribute:  # the bad end with culprits reverted, beside it (in blocks: side_by_side)
-        new, blocks, finished = attribution.advance(session, job)
+    if job.kind in (JobKind.attribute, JobKind.localize):  # variants beside the bad end, or beside a culprit
+        new, blocks, finished = (attribution.advance(session, job) if job.kind == JobKind.attribute
+                                 else hunks.advance(session, job, repository.trials_of(session, job.id)))
+        after = _localization_after(session, job) if finished and job.kind == JobKind.attribute else None
         return Round([t.id for t in new], queue=job.spec.device_class, finished=finished,
-                     blocks=[[t.id for t in b] for b in blocks])
+                     blocks=[[t.id for t in b] for b in blocks], follow_up=after.id if after is not None else None)
     every = repository.trials_of(session, job.id)
     profiled = [t for t in every if t.profile]  # a culprit's evidence (issue 43): never a timing statistic
     every = [t for t in every if not t.profile]
@@ -330,8 +333,8 @@ def advance(session: Session, job_id: int) -> Round:
         job.finished_at = utcnow()
         if job.kind == JobKind.compare:  # a PR over culprits named earlier: what it recovers, what is left
             job.result = {**job.result, "fix_check": fixcheck.check(session, job)}
-        attributed = attribution.maybe_create(session, job)
-        return Round([], finished=True, follow_up=attributed.id if attributed is not None else None)
+        follow = attribution.maybe_create(session, job) or hunks.maybe_create(session, job)  # localized after attribution
+        return Round([], finished=True, follow_up=follow.id if follow is not None else None)
     if job.status == JobStatus.queued:
         job.status, job.started_at = JobStatus.running, utcnow()
     revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)
@@ -363,6 +366,12 @@ def _profile_trials(session: Session, job: Job, plan: Plan, observations: dict[i
     session.add_all(new)
     session.flush()
     return new
+
+
+def _localization_after(session: Session, attribution_job: Job) -> Job | None:
+    """A finished attribution's bisect, localized now when it asked for it (issue 43)."""
+    parent = repository.get_job(session, attribution_job.spec.parent_job_id) if attribution_job.spec.parent_job_id else None
+    return hunks.maybe_create(session, parent) if parent is not None else None
 
 
 def _block_trials(job: Job, trials: Sequence[Trial], blocks: Sequence[PairBlock],

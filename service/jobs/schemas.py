@@ -95,6 +95,9 @@ class BisectCreate(BaseModel):
     attribute: bool | None = Field(default=None, description="after the bisect, measure the bad end with its culprits "
                                    "reverted: None (default) when two or more culprits moved one case, true for any "
                                    "culprit, false never")
+    localize: bool = Field(default=False, description=(
+        "after the bisect (and its attribution), search each performance culprit's diff for the hunks that carry its "
+        "step: subsets of its hunks applied to its parent, side by side with the culprit (issue 43)"))
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:
@@ -116,13 +119,16 @@ class BisectCreate(BaseModel):
     def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> BisectSpec:
         """The job's spec: this request's fields of the same names, the resolved `cases`, and
         `max_trials` when the request gave none (Settings)."""
-        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap", "evidence"})
+        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap", "evidence",
+                                                          "localize"})
         policy = self.policy.model_dump(exclude_none=True) if self.policy else None
         extra = {"attribute": self.attribute} if self.attribute is not None else {}  # None: unset, as before
         if self.max_gap is not None:  # stored only when given
             extra["max_gap"] = self.max_gap
         if self.evidence:  # stored only when asked for, as before issue 43
             extra["evidence"] = True
+        if self.localize:  # stored only when asked for: a stored bisect without it never localizes
+            extra["localize"] = True
         return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
 
 

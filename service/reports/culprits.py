@@ -118,6 +118,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def headline(job: JobRead) -> Text:
     if job.kind == "attribute":  # no per-case verdict: the attribution section says what it found
         return Text(f"attribution of the culprits of bisect {job.spec.parent_job_id} at its bad end: {job.status}")
+    if job.kind == "localize":  # the hunks: GET /api/jobs/{bisect}/culprits/{sha}/evidence, the demo's 'why' block
+        return Text(f"hunk localization of the culprits of bisect {job.spec.parent_job_id}: {job.status}")
     if job.outcome is None:
         return Text(f"verdict: none ({'the job ' + job.status if job.status in ('failed', 'cancelled') else 'not finished'})")
     counts = job.outcome.counts

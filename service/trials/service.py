@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 from perfbisect.kernels.harness.result import vendor_identity
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
-from perfbisect.service.job_spec import AttributeSpec, JobSpec
+from perfbisect.service.job_spec import AttributeSpec, JobSpec, LocalizeSpec
+from perfbisect.service.hunks.variants import hunk_patch, trial_cases
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
 from perfbisect.service.repos.redaction import env_secrets, scrub
@@ -53,6 +54,7 @@ class TrialWork:
     suite_sources: dict[str, str] = field(default_factory=dict)  # sha256 -> text of the suite files sent with the job
     build_inputs: tuple[str, ...] = ()  # declared build inputs: the build cache's key (none: build every trial)
     reverts: tuple[tuple[str, str], ...] = ()  # attribution: culprit ranges (first, last) reverted at `sha`
+    patch: str | None = None  # hunk localization: a subset of a culprit's hunks applied at its parent `sha`
 
 
 def beating(trial: Trial, now: datetime, timeout_s: float) -> bool:
@@ -84,13 +86,14 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
     return TrialWork(
         trial_id=trial.id, job_id=job.id, repo_name=repo.name, repo_url=repo.url,
         build_command=repo.build_command, import_root=repo.import_root, env=dict(repo.env),
-        sha=session.get_one(Revision, trial.revision_id).sha, cases=job.spec.cases, device_class=trial.device_class, policy=job.spec.policy,
+        sha=session.get_one(Revision, trial.revision_id).sha, cases=trial_cases(job.spec, trial.variant), device_class=trial.device_class, policy=job.spec.policy,
         attempt=trial.attempts,
         accuracy_only=trial.accuracy_only,
         profile=trial.profile,
         suite_sources=suites.sources_of(session, job.spec.cases),
         build_inputs=tuple(repo.build_inputs or ()),
         reverts=reverts_of(job.spec, trial.variant),
+        patch=hunk_patch(job.spec, trial.variant) if isinstance(job.spec, LocalizeSpec) else None,
     )
 
 
@@ -153,11 +156,12 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     trial.build_cache = result.get("build")
     trial.run_s = result.get("wall_s")
     trial.phases = result.get("phases")
+    trial.imported = result.get("imported") or null()  # hunk localization keeps these files' hunks
     if job.status == JobStatus.cancelled:
         trial.status = TrialStatus.cancelled
     cases = jobs_repo.cases_by_name(session, repo.id, [c["name"] for c in result.get("cases", [])])
     if trial.status == TrialStatus.ok:
-        missing = _missing_cases(job.spec.cases, result.get("cases", []))
+        missing = _missing_cases(trial_cases(job.spec, trial.variant), result.get("cases", []))
         if missing:  # a name mismatch would drop every value silently: fail the trial loudly instead
             trial.status, trial.failure_reason = TrialStatus.error, missing
             log.error("trial %s of job %s: %s", trial.id, job.id, missing)

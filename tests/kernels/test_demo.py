@@ -51,7 +51,29 @@ def test_history_is_realistic_and_records_its_ground_truth(demo):
     diff = subprocess.run(["git", "diff", "--stat", events["block_k_small_step"]["parent"],
                            events["block_k_small_step"]["sha"]], cwd=demo.root, check=True,
                           capture_output=True, text=True).stdout
-    assert "minikern/gemm.py" in diff and "1 file changed" in diff
+    assert "minikern/gemm.py" in diff and "5 files changed" in diff  # the cleanup around #930's BLOCK_K (issue 43)
+
+
+def test_every_planted_step_knows_its_responsible_hunks_and_the_cleanup_is_many(demo):
+    """Each fragment of the ground truth is in exactly one hunk of its event's first-parent diff,
+    and the cleanup (#930) has eight harmless hunks in five files beside the one that costs."""
+    from perfbisect.service.bisect.hunks import split_diff
+
+    for event in demo.truth["events"]:
+        if event["kind"] != "perf":
+            continue
+        text = subprocess.run(["git", "diff", event["parent"], event["sha"]], cwd=demo.root, check=True,
+                              capture_output=True, text=True).stdout
+        hunks = split_diff(text).hunks
+        for device, fragments in event["hunks"].items():
+            for fragment in fragments:
+                holding = [h for h in hunks if any(line.startswith("+") and fragment in line for line in h.lines)]
+                assert len(holding) == 1, (event["event"], device, fragment)
+    cleanup = next(e for e in demo.truth["events"] if e["event"] == "block_k_small_step")
+    text = subprocess.run(["git", "diff", cleanup["parent"], cleanup["sha"]], cwd=demo.root, check=True,
+                          capture_output=True, text=True).stdout
+    split = split_diff(text)
+    assert len(split.hunks) == 9 and len(split.files()) == 5
 
 
 def test_same_code_writes_the_same_shas(demo, tmp_path):

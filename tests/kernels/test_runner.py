@@ -44,6 +44,14 @@ def test_good_trial_measures_target_and_control(good_result):
     assert good_result["seed"] == 7 and good_result["policy"]["max_samples"] == 8
 
 
+def test_the_trial_records_the_worktree_files_it_imported(good_result, custom_repo):
+    """Hunk localization (issue 43) searches only these: the target's module, not the suite file
+    (outside the worktree), torch or the harness."""
+    assert "src/mykern/ops.py" in good_result["imported"]
+    assert all(not name.startswith(("/", "..")) for name in good_result["imported"])
+    assert not any("torch" in name or "harness" in name for name in good_result["imported"])
+
+
 def test_inputs_are_fresh_per_trial_unless_the_seed_is_pinned(custom_repo):
     unpinned = {**spec("mykern.ops:tanh_backward"), "seed": None}
     seeds = {run_harness(unpinned, custom_repo, import_root="src", timeout_s=120)["seed"]
