@@ -20,9 +20,10 @@ from perfbisect.kernels import demo
 from perfbisect.kernels.demo.writer import load_ground_truth
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.evidence.diff import environment_diff
-from perfbisect.service.evidence.schemas import CulpritEvidence, EnvironmentSection, HunkSection
+from perfbisect.service.evidence.schemas import CulpritEvidence, EnvironmentSection
 from perfbisect.service.evidence.service import sections
 from perfbisect.service.evidence.summary import why_lines
+from perfbisect.service.hunks.schemas import HunkEvidence  # noqa: E402
 from perfbisect.service.trials.service import profiled_evidence
 
 EVENTS = {"fastmath_dropped": "attention", "block_k_small_step": "gemm"}
@@ -54,7 +55,7 @@ def event_evidence(root: Path, truth: dict, event: str, device: str) -> CulpritE
     before, after = (profile_at(root, s, cases, device) for s in (parent, sha))
     kernels, compiled, autotune = sections([], profiled_evidence(before), profiled_evidence(after))
     found = CulpritEvidence(job_id=0, first_sha=sha, last_sha=sha, before_sha=parent, after_sha=sha, summary=[],
-                            hunks=HunkSection(available=False, reason="not run here"), kernels=kernels,
+                            hunks=HunkEvidence(job_id=0, sha=sha, available=False, reason="not run here (no database)"), kernels=kernels,
                             compiled=compiled, autotune=autotune,
                             environment=EnvironmentSection(**environment_diff(before.get("device"), after.get("device"))))
     found.summary = why_lines(found)

@@ -293,23 +293,6 @@ def test_evidence_is_stored_in_the_spec_only_when_asked_for() -> None:
     assert compare.evidence and compare.stored()["evidence"] is True
 
 
-def test_hunk_localizations_answer_becomes_a_section() -> None:
-    from dataclasses import dataclass
-
-    from perfbisect.service.evidence.service import hunk_section
-
-    @dataclass
-    class Hunk:
-        file: str
-        start: int
-        share: float
-
-    found = hunk_section([Hunk("minikern/preshuffle_gemm.py", 120, 0.97)])
-    assert found.available and found.hunks == [{"file": "minikern/preshuffle_gemm.py", "start": 120, "share": 0.97}]
-    assert not hunk_section([]).available and not hunk_section(None).available
-    assert hunk_section({"available": False, "reason": "a merge commit"}).reason == "a merge commit"
-
-
 def test_the_kernel_tables_are_those_of_the_cases_that_moved() -> None:
     from types import SimpleNamespace as NS
 

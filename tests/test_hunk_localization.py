@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from perfbisect.cli.hunks import hunk_check
+from perfbisect.service.evidence.service import evidence_of
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.bisect.hunks import bound
 from perfbisect.service.errors import NotFound
@@ -144,6 +145,9 @@ def test_the_costly_hunk_of_a_cleanup_is_named_within_the_bound(session, cleanup
     lines = why_lines(evidence)
     assert lines[0].startswith(f"hunk on {CASE_BIG}: lib/gemm.py:") and f"(bound {bound(8)})" in lines[0]
     assert any("whole-tile copy" in line for line in lines[1:])
+    # the culprit's evidence document (GET /api/jobs/{id}/culprits/{sha}/evidence) carries it, first
+    document = evidence_of(session, bisect_id, shas[5])
+    assert document.hunks.localization_job_id == localize_id and document.summary[:len(lines)] == lines
     # the demo's truth check scores the named hunk against the planted one
     read = views.job_read(session, jobs.get(session, bisect_id))
     event = {"event": "cleanup", "kind": "perf", "index": 5, "sha": shas[5], "parent": shas[4],

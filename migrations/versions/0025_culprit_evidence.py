@@ -3,7 +3,7 @@ runs one end of a culprit under torch.profiler and reads its Triton JIT cache; i
 found in `evidence` and never a measurement, so it never enters the timing statistics.
 
 Revision ID: 0025_culprit_evidence
-Revises: 0023_triage
+Revises: 0024_trial_imported
 """
 
 from __future__ import annotations

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
-
 from perfbisect.service.jobs.repository import get_job
 from perfbisect.service.models import Culprit, Job, Revision, Trial, TrialStatus
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
 
 
 def job_with_culprits(session: Session, job_id: int) -> Job | None:

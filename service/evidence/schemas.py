@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfbisect.service.hunks.schemas import HunkEvidence
 from pydantic import BaseModel, Field
 
 
@@ -86,12 +87,6 @@ class EnvironmentSection(Section):
     differences: list[FieldChange] = []
 
 
-class HunkSection(Section):
-    """Filled by hunk localization (service/bisect/hunks.py, hunk_evidence) where it ran."""
-
-    hunks: list[dict[str, Any]] = []
-
-
 class CulpritEvidence(BaseModel):
     job_id: int
     first_sha: str
@@ -99,7 +94,7 @@ class CulpritEvidence(BaseModel):
     before_sha: str | None = Field(default=None, description="the revision profiled before the culprit")
     after_sha: str | None = Field(default=None, description="the revision profiled at the culprit")
     summary: list[str] = Field(description="the report's 'why' lines")
-    hunks: HunkSection
+    hunks: HunkEvidence = Field(description="hunk localization's answer (service/hunks), where it ran")
     kernels: KernelSection
     compiled: CompiledSection
     autotune: AutotuneSection

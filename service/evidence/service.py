@@ -9,17 +9,22 @@ a JIT cache without IR files, a profiler that failed.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 from sqlalchemy.orm import Session
 
 from perfbisect.service.bisect.model import stored_step_moved
 from perfbisect.service.errors import NotFound
 from perfbisect.service.evidence import diff, repository
-from perfbisect.service.evidence.schemas import (AutotuneSection, CaseKernels, CompiledSection, CulpritEvidence,
-                                                 EnvironmentSection, HunkSection, KernelSection)
+from perfbisect.service.evidence.schemas import (
+    AutotuneSection,
+    CaseKernels,
+    CompiledSection,
+    CulpritEvidence,
+    EnvironmentSection,
+    KernelSection,
+)
 from perfbisect.service.evidence.summary import why_lines
+from perfbisect.service.hunks.schemas import HunkEvidence
+from perfbisect.service.hunks.service import hunk_evidence
 from perfbisect.service.job_spec import BisectSpec, CompareSpec
 from perfbisect.service.models import Culprit, CulpritKind, Job, Trial, TrialStatus
 
@@ -111,34 +116,8 @@ def sections(cases: list[str], before: dict, after: dict) -> tuple[KernelSection
             AutotuneSection(**diff.autotune_diff(before.get("live"), after.get("live"))))
 
 
-def _hunks(session: Session, job_id: int, sha: str) -> HunkSection:
-    # --- HUNK LOCALIZATION (helper D, issue 43): service/bisect/hunks.py provides
-    # hunk_evidence(session, job_id, sha); its answer (a HunkSection-shaped dict) goes here as is.
-    try:
-        from perfbisect.service.bisect.hunks import hunk_evidence  # type: ignore[import-not-found]
-    except ImportError:
-        return HunkSection(available=False, reason="hunk localization is not available in this build")
-    return hunk_section(hunk_evidence(session, job_id, sha))
-    # --- end of hunk localization
-
-
-def hunk_section(found: Any) -> HunkSection:
-    """Hunk localization's answer as a section: a HunkSection or its dict as is; a list of hunks
-    (dicts or dataclasses); None or anything else is 'not localized'."""
-    if isinstance(found, HunkSection):
-        return found
-    if isinstance(found, dict) and "available" in found:
-        return HunkSection.model_validate(found)
-    if isinstance(found, (list, tuple)):
-        hunks = [h if isinstance(h, dict) else dataclasses.asdict(h) for h in found
-                 if isinstance(h, dict) or dataclasses.is_dataclass(h)]
-        return HunkSection(available=bool(hunks), hunks=hunks,
-                           reason=None if hunks else "no responsible hunk was localized")
-    return HunkSection(available=False, reason="hunk localization has not run for this culprit")
-
-
 def build_evidence(job: Job, culprit: Culprit, before: Trial | None, after: Trial | None,
-                   compared: tuple[dict | None, dict | None], hunks: HunkSection) -> CulpritEvidence:
+                   compared: tuple[dict | None, dict | None], hunks: HunkEvidence) -> CulpritEvidence:
     """The evidence document from the profiled trials' stored findings and the device provenance
     of the compared (timing) trials at both ends."""
     env = EnvironmentSection(**diff.environment_diff(*compared))
@@ -164,7 +143,7 @@ def evidence_of(session: Session, job_id: int, sha: str) -> CulpritEvidence:
     culprit = find_culprit(job, sha)
     before, after = profiled_ends(job, culprit, list(repository.profiled_trials(session, job.id)))
     compared = repository.compared_provenance(session, job, culprit, before, after)
-    return build_evidence(job, culprit, before, after, compared, _hunks(session, job.id, culprit.last_sha))
+    return build_evidence(job, culprit, before, after, compared, hunk_evidence(session, job.id, culprit.last_sha))
 
 
 def why_of(session: Session, culprit: Culprit | None) -> list[str]:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from perfbisect.service.hunks.report import why_lines as hunk_why
+
 if TYPE_CHECKING:
-    from perfbisect.service.evidence.schemas import CompiledSection, CulpritEvidence, KernelCode
+    from perfbisect.service.evidence.schemas import (
+        CompiledSection,
+        CulpritEvidence,
+        KernelCode,
+    )
 
 MAX_OPS_SHOWN = 3
 
@@ -40,10 +46,8 @@ def compiled_line(section: CompiledSection) -> str | None:
 
 def why_lines(evidence: CulpritEvidence) -> list[str]:
     """One line per kind of evidence: what it shows, or why there is none."""
-    lines: list[str] = []
-    if evidence.hunks.available and evidence.hunks.hunks:
-        files = sorted({str(h.get("file") or h.get("path") or "?") for h in evidence.hunks.hunks})
-        lines.append(f"hunk: {len(evidence.hunks.hunks)} responsible hunk(s) in {', '.join(files[:3])}")
+    found = evidence.hunks.available and evidence.hunks.culprit is not None
+    lines: list[str] = hunk_why(evidence.hunks) if found else []  # the hunk first; its absence last
     for case in evidence.kernels.cases:
         if case.headline:
             lines.append(f"kernel ({case.case}): {case.headline} per call")
@@ -62,9 +66,9 @@ def why_lines(evidence: CulpritEvidence) -> list[str]:
         lines.append("environment differs: " + ", ".join(f"{d.field} {_value(d.before)}->{_value(d.after)}"
                                                          for d in env.differences))
     for kind, section in (("kernel", evidence.kernels), ("compiled-code", evidence.compiled),
-                          ("autotuner", evidence.autotune), ("hunk", evidence.hunks)):
+                          ("autotuner", evidence.autotune)):
         if section.reason and (not section.available or kind == "compiled-code"):
             lines.append(f"no {kind} evidence, because {section.reason}" if not section.available
                          else f"partial {kind} evidence: {section.reason}")
-    return lines
+    return lines if found else lines + hunk_why(evidence.hunks)
 
