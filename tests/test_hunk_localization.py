@@ -11,18 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from perfbisect.cli.hunks import hunk_check
-from perfbisect.service.evidence.service import evidence_of
 from perfbisect.service.auth.principal import SYSTEM
 from perfbisect.service.bisect.hunks import bound
 from perfbisect.service.errors import NotFound
+from perfbisect.service.evidence.service import evidence_of
 from perfbisect.service.hunks import service as hunks
 from perfbisect.service.hunks.report import why_lines
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs import views
 from perfbisect.service.jobs.schemas import BisectCreate
 from perfbisect.service.models import Culprit, JobKind, Trial
+
 from tests.factories import create_repository
 from tests.gitrepo import git
 from tests.test_attribution_job import drive
