@@ -47,7 +47,8 @@ class RepoSettings:
 
 
 def register_path(path: Path, build: str | None, name: str | None = None, import_root: str | None = None,
-                  env: dict[str, str] | None = None, *, build_inputs: list[str] | None = None) -> str:
+                  env: dict[str, str] | None = None, *, build_inputs: list[str] | None = None,
+                  dependencies: list[dict[str, Any]] | None = None) -> str:
     """Register a local repository by path (idempotent; the settings given replace the registered
     ones); returns its name. The CLI acts as the operator on its own database, so the path it is
     given is an allowed root. Raises CLIError with the API's validation message."""
@@ -57,7 +58,8 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
         existing = repositories.get_by_name(session, name)
         if existing is not None and existing.url != url:
             raise CLIError(f"a repository named {name!r} is registered for {existing.url}, not {url}")
-        settings = (("build_command", build), ("build_inputs", build_inputs), ("import_root", import_root), ("env", env))
+        settings = (("build_command", build), ("build_inputs", build_inputs), ("import_root", import_root), ("env", env),
+                    ("dependencies", dependencies))
         given = {k: v for k, v in settings if v is not None}
         # Validated together with what stays registered (declared inputs need a build command).
         kept = {} if existing is None else {"build_command": existing.build_command,
@@ -67,8 +69,13 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
         except ValidationError as exc:
             raise CLIError(validation_message(exc)) from None
         if existing is not None:
-            for key in given:
+            for key in set(given) - {"dependencies"}:
                 setattr(existing, key, getattr(data, key))
+            if dependencies is not None:  # checked against the mirrors, as a registration's
+                try:
+                    repos.set_dependencies(session, existing, data.dependencies)
+                except PerfbisectError as exc:
+                    raise CLIError(exc.message) from exc
             return name
         try:
             repos.create(session, data, local_roots=[*get_settings().allowed_local_roots, Path(url)])

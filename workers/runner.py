@@ -8,15 +8,16 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from perfbisect.gitrepo import GitError, Mirror, RevertConflict
 from perfbisect.kernels.harness.phases import add_worker_phases
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.settings import get_settings
-from perfbisect.service.trials.service import TrialWork
+from perfbisect.service.trials.service import DependencyWork, TrialWork
 from perfbisect.workers.build import build_revision
+from perfbisect.workers.deps import PlacementError, place
 from perfbisect.workers.redact import redact_tree
 from perfbisect.workers.sandbox import SandboxError, Slot, slot
 from perfbisect.workers.trialcache import caches_for, revision_seed
@@ -60,12 +61,16 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
                 trial_spec: dict[str, Any], import_root: str, build_inputs: Sequence[str] = (),
                 should_stop: StopCheck | None = None,
                 build_network: bool = False,
-                reverts: Sequence[tuple[str, str]] = ()) -> tuple[dict[str, Any], float | None]:
+                reverts: Sequence[tuple[str, str]] = (),
+                dependencies: Sequence[DependencyWork] = (),
+                pinned: Mapping[str, str] | None = None) -> tuple[dict[str, Any], float | None]:
     """Check out `sha` into the slot, revert the culprit ranges of `reverts` on it (an
     attribution variant), build it (from the build cache where `build_inputs` are declared and
     nothing was reverted: the cache is keyed by the commit's tree) and measure it; returns
     (result, build seconds), the result carrying the checkout and build phases too, and under
-    "build" what the build cache did. A revert that does not apply is a `revert_conflict`."""
+    "build" what the build cache did. A revert that does not apply is a `revert_conflict`.
+    Declared `dependencies` are placed at the pins of `sha` (or at `pinned`, a descent's commits)
+    before the build (workers/deps.py); the result lists them under "dependencies"."""
     settings = get_settings()
     started = time.perf_counter()
     try:
@@ -78,6 +83,11 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         return add_worker_phases(failure("revert_conflict", str(exc)), time.perf_counter() - started, None), None
     except GitError as exc:
         return add_worker_phases(failure("worker_error", f"checkout failed: {exc}"), time.perf_counter() - started, None), None
+    try:
+        placed = place(box, dependencies, mirror, sha, box.worktree, pinned or {}, env=env, should_stop=should_stop,
+                       network=build_network)
+    except PlacementError as exc:
+        return add_worker_phases(failure("build_error", str(exc)), time.perf_counter() - started, None), None
     checkout_s = time.perf_counter() - started
     box.give(box.worktree)
     build = build_revision(build_command, build_inputs, box, mirror, sha, env=env, device=trial_spec["device"],
@@ -94,6 +104,8 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
                          base_env=box.env({}), scratch_root=box.scratch, caches=caches,
                          launch=box.launcher(memory, should_stop, fork=settings.trial_launcher, caches=caches),
                          preload=settings.trial_preload)
+    if placed:
+        result = {**result, "dependencies": [{"name": p.key, "sha": p.sha, "path": p.path} for p in placed]}
     return add_worker_phases(with_build(result, build.cache), checkout_s, build.seconds), build.seconds
 
 
@@ -121,7 +133,8 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
             result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,
                                           trial_spec=trial_spec, import_root=work.import_root, build_inputs=work.build_inputs,
                                           should_stop=should_stop, build_network=may_download(work.repo_name),
-                                          reverts=work.reverts)
+                                          reverts=work.reverts, dependencies=work.dependencies,
+                                          pinned=work.pinned)
     except SandboxError as exc:
         result, build_s = failure("worker_error", f"sandbox: {exc}"), None
     return redact_tree(result, work.env.values()), build_s  # the repository's env values too
