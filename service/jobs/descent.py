@@ -49,7 +49,7 @@ def _effects(culprit: Culprit) -> dict[str, tuple[float, tuple[float, float]]]:
 def steps_of(session: Session, job: Job, bumps: dict[str, dict[str, Any]] | None = None) -> list[rules.Step]:
     """The job's confirmed performance culprits as the pure rules' Steps; with `bumps` (culprit
     sha -> a descents entry), each with the bump descended into and the bump's other files."""
-    culprits = [c for c in job.culprits if c.kind == CulpritKind.performance]
+    culprits = performance_culprits(session, job)
     revisions = repos_repo.revisions_by_sha(session, job.repository_id, [c.last_sha for c in culprits])
     steps = []
     for c in culprits:
@@ -86,7 +86,7 @@ def maybe_descend(session: Session, job: Job) -> list[Job]:
         return []
     mirror = repos.mirror_of(repo)
     entries, steps = [], []
-    for culprit in (c for c in job.culprits if c.kind == CulpritKind.performance and c.first_sha == c.last_sha):
+    for culprit in (c for c in performance_culprits(session, job) if c.first_sha == c.last_sha):
         parent_sha = _parent_sha(job, culprit.last_sha)
         if parent_sha is None:
             continue
@@ -103,7 +103,7 @@ def maybe_descend(session: Session, job: Job) -> list[Job]:
     steps = steps_of(session, job, by_sha)
     children = []
     for plan in rules.plan(steps, level_of(job)):
-        entry = next(e for e in entries if e["culprit_sha"] == _culprit_sha(job, plan.culprit)
+        entry = next(e for e in entries if e["culprit_sha"] == _culprit_sha(session, job, plan.culprit)
                      and e["dependency"] == plan.bump.dependency)
         entry["label"] = steps[plan.culprit].label
         child = _child(session, job, entry, plan.level)
@@ -114,8 +114,15 @@ def maybe_descend(session: Session, job: Job) -> list[Job]:
     return children
 
 
-def _culprit_sha(job: Job, index: int) -> str:
-    return [c for c in job.culprits if c.kind == CulpritKind.performance][index].last_sha
+def _culprit_sha(session: Session, job: Job, index: int) -> str:
+    return performance_culprits(session, job)[index].last_sha
+
+
+def performance_culprits(session: Session, job: Job) -> list[Culprit]:
+    """The job's performance culprits as stored now (written in the round that concludes it)."""
+    from perfbisect.service.attribution.service import culprits_of
+
+    return [c for c in culprits_of(session, job.id) if c.kind == CulpritKind.performance]
 
 
 def _child(session: Session, parent: Job, entry: dict[str, Any], level: int) -> Job | None:

@@ -91,6 +91,8 @@ class BisectCreate(BaseModel):
     attribute: bool | None = Field(default=None, description="after the bisect, measure the bad end with its culprits "
                                    "reverted: None (default) when two or more culprits moved one case, true for any "
                                    "culprit, false never")
+    descend: bool | None = Field(default=None, description="when a culprit moves a declared dependency's pin, bisect "
+                                 "inside the dependency's range (default true; false never)")
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:
@@ -112,9 +114,11 @@ class BisectCreate(BaseModel):
     def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> BisectSpec:
         """The job's spec: this request's fields of the same names, the resolved `cases`, and
         `max_trials` when the request gave none (Settings)."""
-        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap"})
+        fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap", "descend"})
         policy = self.policy.model_dump(exclude_none=True) if self.policy else None
         extra = {"attribute": self.attribute} if self.attribute is not None else {}  # None: unset, as before
+        if self.descend is not None:
+            extra["descend"] = self.descend
         if self.max_gap is not None:  # stored only when given
             extra["max_gap"] = self.max_gap
         return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
@@ -260,6 +264,21 @@ class OutcomeRead(BaseModel):
     environment: dict[str, Any] | None = Field(default=None, description="device and toolchain of the trials")
 
 
+class DescentRead(BaseModel):
+    """A child bisect inside a dependency bump of one of the job's culprits (issue 44)."""
+
+    dependency: str
+    culprit_sha: str
+    label: str = ""
+    old: str
+    new: str
+    job_id: int | None = Field(default=None, description="the child bisect (None: not descended, see error)")
+    url: str | None = None
+    status: str | None = None
+    error: str | None = None
+    other_files: list[str] = Field(default=[], description="what the bump's commit changed besides the pin")
+
+
 class JobRead(BaseModel):
     id: int
     kind: str
@@ -279,6 +298,11 @@ class JobRead(BaseModel):
     attribution_job_id: int | None = Field(default=None, description="a bisect's latest attribution job")
     fix_check: list[FixCheckRead] = Field(default=[], description="a compare over culprits named earlier: per case "
                                           "what the pull request recovers and what is left")
+    descents: list[DescentRead] = Field(default=[], description="child bisects inside the dependency bumps of its "
+                                        "culprits; a child names its parent in spec.descent.parent_job_id")
+    descent_lines: list[str] = Field(default=[], description="per case, the chain down to the dependency's culprit "
+                                     "or what is left outside the bump")
+    parent_job_id: int | None = Field(default=None, description="a child bisect's parent (spec.descent)")
 
     @field_validator("spec", mode="before")
     @classmethod
