@@ -119,7 +119,8 @@ def parse_dependencies(values: list[str] | None) -> list[dict[str, Any]] | None:
         head, sep, where = value.partition("=")
         parts = where.split(":", 2)
         if not sep or len(parts) < 2:
-            raise CLIError(f"--dependency {value!r}: write NAME[@REPO]=KIND:FILE[:KEY], e.g. minicc=assign:minicc.pin:REV")
+            raise CLIError(f"--dependency {value!r}: write NAME=KIND:FILE:KEY (or NAME@REPO=..., "
+                           "a submodule NAME=submodule:PATH), e.g. minicc=assign:minicc.pin:REV")
         dep_name, _, repo = head.partition("@")
         pin = {"kind": parts[0], "file": parts[1], **({"key": parts[2]} if len(parts) == 3 else {})}
         out.append({"name": dep_name, "repository": repo or dep_name, "pin": pin})

@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -343,14 +342,13 @@ class Mirror:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True, exist_ok=True)
         repo = self.ensure(fetch=False)
-        try:
-            with tempfile.TemporaryFile() as archive:
-                repo.git.archive("--format=tar", "--end-of-options", validate_ref(sha), output_stream=archive)
-                archive.seek(0)
-                with tarfile.open(fileobj=archive) as tar:
-                    tar.extractall(dest, filter="data")
-        except (git.GitCommandError, tarfile.TarError) as exc:
-            raise GitError(f"cannot export {sha[:12]} of {shown_url(self.url)}: {exc}") from exc
+        with tempfile.TemporaryDirectory() as scratch:  # an index of its own: the mirror's is never touched
+            env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            try:
+                repo.git.read_tree("--end-of-options", validate_ref(sha), env=env)
+                repo.git.execute(["git", f"--work-tree={dest}", "checkout-index", "-a", "-f"], env={**os.environ, **env})
+            except git.GitCommandError as exc:
+                raise GitError(f"cannot export {sha[:12]} of {shown_url(self.url)}: {exc}") from exc
         return dest
 
     def checkout(self, worktree: Path, sha: str) -> Path:

@@ -21,7 +21,6 @@ from perfbisect.service.errors import BadRequest
 from perfbisect.service.models import Repository
 from perfbisect.service.repos import pins, repository
 from perfbisect.service.repos.schemas import Dependency, PinLocation
-from perfbisect.service.webhooks.repo_urls import normalized_url
 
 
 def declared(repo: Repository) -> list[Dependency]:
@@ -59,6 +58,8 @@ def registered(session: Session, name: str) -> Repository:
 def _submodules(session: Session, mirror: Mirror, tip: str, declared_paths: set[str]) -> list[Dependency]:
     """The submodules at `tip` not declared, as dependencies on the registered repository of their
     URL. Raises BadRequest for a URL no registered repository has."""
+    from perfbisect.service.webhooks.repo_urls import normalized_url  # pure; webhooks imports repos at module level
+
     try:
         modules = pins.gitmodules(mirror.read_file(tip, ".gitmodules"))
     except GitError:
