@@ -239,7 +239,10 @@ def demo(
         job, truth = runs.run_demo(path, device, workers, show_progress=not as_json, console=console())
     runs.print_job(job, as_json)
     if not as_json:
+        from perfbisect.cli.descents import descent_truth, print_descent_truth
+
         runs.print_truth_check(job, truth)
+        print_descent_truth(descent_truth(job, truth, runs.read_local))
         print(f"\n{runs.next_step(job.id)}")
     exit_with(exit_code(job))
 

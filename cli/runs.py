@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from perfbisect.cli.common import CLIError, Interrupted, prepare_database, validation_message
+from perfbisect.cli.descents import demo_dependencies, follow_descents
 from perfbisect.cli.follow import (attribute_local, attribute_remote, cancel_local, cancel_remote, embedded_stalled,
                                    follow, read_local, read_remote, submit_local, submit_remote)
 from perfbisect.gitrepo import GitError, Mirror
@@ -205,12 +206,15 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     settings = get_settings()
     if settings.embedded:  # W revisions per round, run side by side in this process
         settings.embedded_workers = workers
-    name = register_path(path, demo.DEMO_BUILD_COMMAND, name=f"minikern-demo-{device}")
+    deps = demo_dependencies(path, device, register_path)  # minicc, which #924 bumps (issue 44)
+    name = register_path(path, demo.DEMO_BUILD_COMMAND, name=f"minikern-demo-{device}", dependencies=deps or None)
     request = _demo_request(name, path, device, workers)
     console.print(f"bisecting {len(request.benchmarks)} suite(s) on {device} over the demo history")
     job_id = submit_local(request)
     job = follow_job(job_id, api=None, show_progress=show_progress, console=console)
-    return follow_attribution(job, api=None, show_progress=show_progress, console=console), truth
+    job = follow_attribution(job, api=None, show_progress=show_progress, console=console)
+    return follow_descents(job, read_local, lambda child: follow_job(child, api=None, show_progress=show_progress,
+                                                                    console=console), console), truth
 
 
 def print_job(job: JobRead, as_json: bool, *, wide: bool = False) -> None:

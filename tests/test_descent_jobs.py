@@ -112,7 +112,8 @@ def test_a_bump_is_descended_and_the_dependency_culprit_named(session, histories
     assert len(children) == 1, (parent.result.get('descents'), parent.repository.dependencies, [(c.first_sha, c.last_sha, c.kind) for c in parent.culprits])
     (entry,) = parent.result["descents"]
     assert entry == {"dependency": "minicc", "culprit_sha": host[5], "old": minicc[0], "new": minicc[-1],
-                     "other_files": ["history.txt", "tests/test_minicc.py"], "label": "#945", "job_id": children[0]}
+                     "other_files": ["history.txt", "tests/test_minicc.py"], "cases": [CASE_BIG], "label": "#945",
+                     "job_id": children[0]}
 
     child = jobs.get(session, children[0])
     assert child.repository.name == "minicc" and child.revision_shas == minicc  # first-parent, old pin .. new pin

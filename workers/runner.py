@@ -5,6 +5,7 @@ repository's env values."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
@@ -17,7 +18,7 @@ from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import DependencyWork, TrialWork
 from perfbisect.workers.build import build_revision
-from perfbisect.workers.deps import PlacementError, place
+from perfbisect.workers.deps import PlacementError, Placed, place
 from perfbisect.workers.redact import redact_tree
 from perfbisect.workers.sandbox import SandboxError, Slot, slot
 from perfbisect.workers.trialcache import caches_for, revision_seed
@@ -96,7 +97,7 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
         return add_worker_phases(with_build(failure(status, build.log_tail), build.cache), checkout_s,
                                  build.seconds), build.seconds
-    caches = caches_for(settings, sha, env, box.cache_root, repository=mirror.path.name)
+    caches = caches_for(settings, cache_key(sha, placed), env, box.cache_root, repository=mirror.path.name)
     box.give(caches.jit_dir, caches.reference_dir)  # the slot's user fills its caches of the revision
     # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
     memory = "as" if trial_spec["device"] == "cpu" else "data"
@@ -107,6 +108,15 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
     if placed:
         result = {**result, "dependencies": [{"name": p.key, "sha": p.sha, "path": p.path} for p in placed]}
     return add_worker_phases(with_build(result, build.cache), checkout_s, build.seconds), build.seconds
+
+
+def cache_key(sha: str, placed: Sequence[Placed]) -> str:
+    """The revision whose JIT and reference caches a trial uses: `sha`, or with dependencies
+    placed a sha-shaped digest of `sha` and theirs (a descent measures one host commit with
+    several dependency commits: none may load what another compiled)."""
+    if not placed:
+        return sha
+    return hashlib.sha1(" ".join([sha, *(f"{p.key}={p.sha}" for p in placed)]).encode()).hexdigest()
 
 
 def with_build(result: dict[str, Any], cache: dict[str, Any] | None) -> dict[str, Any]:

@@ -137,9 +137,42 @@ _VARIANTS = {
 }
 
 
+# minicc's choice (kernels/demo/minicc.py), read when minikern is imported; a checkout without its
+# pinned minicc takes the precise path, as the pin it bumps to does.
+_VARIANTS["minicc"] = {
+    "CPU_PROLOGUE": ("    fast = FASTMATH\n"
+                     "    if fast:\n"
+                     "        q = q * sm_scale  # fold the scale into Q once: no pass over the score tile"),
+    "CPU_SCORES": "        s = q @ kt if fast else (q.double() @ kt.double()) * sm_scale",
+    "CPU_EXP": ("        p = torch.exp(s - m_new[..., None]).float()\n"
+                "        alpha = torch.exp(m_i - m_new)"),
+    "GPU_IMPORTS": ("    from triton.language.extra import libdevice\n\n"
+                    "    FAST = tl.constexpr(FASTMATH)\n"),
+    "GPU_PROLOGUE": ("        if FAST:  # exp2 with log2(e) folded into the scale (minicc's fast path)\n"
+                     "            qk_scale = sm_scale * 1.4426950408889634\n"
+                     "        else:\n"
+                     "            qk_scale = sm_scale"),
+    "GPU_SCORES": "            qk = tl.dot(q, k) * qk_scale",
+    "GPU_EXP": ("            if FAST:\n"
+                "                p = tl.math.exp2(qk - m_new[:, None])\n"
+                "                alpha = tl.math.exp2(m_i - m_new)\n"
+                "            else:\n"
+                "                p = libdevice.exp(qk - m_new[:, None])\n"
+                "                alpha = libdevice.exp(m_i - m_new)"),
+}
+MINICC_IMPORT = """
+try:
+    from minicc import FASTMATH  # the pinned code generator (minicc.pin), placed at minicc/
+except ImportError:
+    FASTMATH = False
+"""
+
+
 def render_attention(state: dict) -> str:
     tokens = dict(_VARIANTS[state["exp_mode"]], ATTN_DOC=state["attn_doc"], CDIV=state["attn_cdiv"])
     text = ATTENTION
+    if state["exp_mode"] == "minicc":
+        text = text.replace("\nLOG2E = ", MINICC_IMPORT + "\nLOG2E = ", 1)
     for key, value in tokens.items():
         text = text.replace(f"@@{key}@@", value)
     # an empty token leaves a blank line; drop lines that hold only whitespace twice

@@ -84,6 +84,8 @@ def maybe_descend(session: Session, job: Job) -> list[Job]:
     repo = job.repository
     if not repo.dependencies:
         return []
+    from perfbisect.service.attribution.service import moved_cases  # it imports jobs at module level
+
     mirror = repos.mirror_of(repo)
     entries, steps = [], []
     for culprit in (c for c in performance_culprits(session, job) if c.first_sha == c.last_sha):
@@ -94,9 +96,10 @@ def maybe_descend(session: Session, job: Job) -> list[Job]:
             found = dependencies.bumps_of(repo, mirror, parent_sha, culprit.last_sha)
         except GitError:
             continue
+        moved = moved_cases(job, culprit)  # the cases the bisect concluded it moved
         for bump in found.bumps:
             entries.append({"dependency": bump.dependency, "culprit_sha": culprit.last_sha, "old": bump.old,
-                            "new": bump.new, "other_files": list(found.other_files)})
+                            "new": bump.new, "other_files": list(found.other_files), "cases": moved})
     if not entries:
         return []
     by_sha = {e["culprit_sha"]: e for e in entries}
@@ -120,7 +123,7 @@ def _culprit_sha(session: Session, job: Job, index: int) -> str:
 
 def performance_culprits(session: Session, job: Job) -> list[Culprit]:
     """The job's performance culprits as stored now (written in the round that concludes it)."""
-    from perfbisect.service.attribution.service import culprits_of
+    from perfbisect.service.attribution.service import culprits_of  # the attribution's import of jobs is module-level
 
     return [c for c in culprits_of(session, job.id) if c.kind == CulpritKind.performance]
 
@@ -145,8 +148,10 @@ def _child(session: Session, parent: Job, entry: dict[str, Any], level: int) -> 
                       host_sha=host_sha or entry["culprit_sha"], dependency=f"{path}/{dep.name}" if path else dep.name,
                       culprit_sha=entry["culprit_sha"], label=entry.get("label", ""), old_pin=entry["old"],
                       new_pin=entry["new"], fixed=fixed)
-    spec = BisectSpec(good=good, bad=bad, attribute=False, descent=descent,
-                      **parent.spec.model_dump(include=set(SHARED), exclude_unset=True))
+    shared = parent.spec.model_dump(include=set(SHARED), exclude_unset=True)
+    moved = set(entry.get("cases") or ())  # only the cases the bump's culprit moved: the others would not step
+    shared["cases"] = [c for c in parent.spec.cases if c["name"] in moved] or parent.spec.cases
+    spec = BisectSpec(good=good, bad=bad, attribute=False, descent=descent, **shared)
     try:
         resolved = resolution.bisect_range(mirror, good, bad)
     except GitError as exc:

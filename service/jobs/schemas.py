@@ -277,6 +277,7 @@ class DescentRead(BaseModel):
     status: str | None = None
     error: str | None = None
     other_files: list[str] = Field(default=[], description="what the bump's commit changed besides the pin")
+    cases: list[str] = Field(default=[], description="the cases the culprit moved: those the child measures")
 
 
 class JobRead(BaseModel):
