@@ -53,7 +53,7 @@ if HAS_TRITON:
     @triton.jit
     def _attn_fwd(Q, K, V, O, sm_scale, S, stride_bh, stride_s,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr, EVEN_N: tl.constexpr):
+                  CAUSAL: tl.constexpr, EVEN_N: tl.constexpr@@GPU_PARAMS@@):
         start_m = tl.program_id(0)
         base = tl.program_id(1).to(tl.int64) * stride_bh
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -93,7 +93,7 @@ def _attention_triton(q, k, v, causal, sm_scale):
     o = torch.empty_like(q)
     grid = (triton.cdiv(S, BLOCK_M), B * H)
     _attn_fwd[grid](q, k, v, o, sm_scale, S, S * D, D, HEAD_DIM=D, BLOCK_M=BLOCK_M,
-                    BLOCK_N=BLOCK_N, CAUSAL=causal, EVEN_N=S % BLOCK_N == 0,
+                    BLOCK_N=BLOCK_N, CAUSAL=causal, EVEN_N=S % BLOCK_N == 0,@@GPU_ARGS@@
                     num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return o
 
@@ -146,8 +146,9 @@ _VARIANTS["minicc"] = {
     "CPU_SCORES": "        s = q @ kt if fast else (q.double() @ kt.double()) * sm_scale",
     "CPU_EXP": ("        p = torch.exp(s - m_new[..., None]).float()\n"
                 "        alpha = torch.exp(m_i - m_new)"),
-    "GPU_IMPORTS": ("    from triton.language.extra import libdevice\n\n"
-                    "    FAST = tl.constexpr(FASTMATH)\n"),
+    "GPU_IMPORTS": "    from triton.language.extra import libdevice\n",
+    "GPU_PARAMS": ", FAST: tl.constexpr",
+    "GPU_ARGS": " FAST=FASTMATH,",
     "GPU_PROLOGUE": ("        if FAST:  # exp2 with log2(e) folded into the scale (minicc's fast path)\n"
                      "            qk_scale = sm_scale * 1.4426950408889634\n"
                      "        else:\n"
@@ -169,7 +170,8 @@ except ImportError:
 
 
 def render_attention(state: dict) -> str:
-    tokens = dict(_VARIANTS[state["exp_mode"]], ATTN_DOC=state["attn_doc"], CDIV=state["attn_cdiv"])
+    tokens = {"GPU_PARAMS": "", "GPU_ARGS": "", **_VARIANTS[state["exp_mode"]], "ATTN_DOC": state["attn_doc"],
+              "CDIV": state["attn_cdiv"]}
     text = ATTENTION
     if state["exp_mode"] == "minicc":
         text = text.replace("\nLOG2E = ", MINICC_IMPORT + "\nLOG2E = ", 1)
