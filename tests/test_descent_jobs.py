@@ -103,7 +103,7 @@ def submit(session) -> int:
     return jobs.create_bisect(session, body, SYSTEM).id
 
 
-def test_a_bump_is_descended_and_the_dependency_culprit_named(session, histories) -> None:
+def test_a_bump_is_descended_and_the_dependency_culprit_named(session, histories, client) -> None:
     host, minicc = histories
     parent_id = submit(session)
     children = drive(session, parent_id, result_of(host, minicc))
@@ -142,6 +142,13 @@ def test_a_bump_is_descended_and_the_dependency_culprit_named(session, histories
     child_read = views.job_read(session, child)
     assert child_read.parent_job_id == parent_id
     assert f"of job {parent_id} (level 1" in culprit_table(child_read)
+    page = client.get(f"/dashboard/jobs/{parent_id}", headers={"Accept": "text/html"}).text
+    assert "When the culprit is a bump" in page and f'<a href="/dashboard/jobs/{child.id}">bisect #{child.id}</a>' in page
+    page = client.get(f"/dashboard/jobs/{child.id}", headers={"Accept": "text/html"}).text
+    assert f'<a href="/dashboard/jobs/{parent_id}">bisect #{parent_id}</a> (level 1)' in page
+    api = client.get(f"/api/jobs/{parent_id}").json()
+    assert api["descents"][0]["url"] == f"/api/jobs/{child.id}" and api["descent_lines"] == [line]
+    assert client.get(f"/api/jobs/{child.id}").json()["parent_job_id"] == parent_id
 
 
 def test_no_descent_when_asked_not_to(session, histories) -> None:
