@@ -210,3 +210,42 @@ def test_submodules_need_no_declaration_but_a_registered_url(session, histories,
     git(lone, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(stranger), "vendor/stranger")
     git(lone, "commit", "-q", "-m", "add stranger")
     _refused(session, lone, f"submodule vendor/stranger points at {stranger}, which is not a registered repository")
+
+
+def test_two_levels_name_the_dependency_of_the_dependency(session, tmp_path: Path) -> None:
+    """minicc pins minilib in its own minilib.pin; its commit 2 bumps minilib across minilib's
+    regression. The host's bisect names #945, the child names minicc's bump of minilib, and the
+    grandchild (level 2) names minilib's culprit: the report gives the chain through both bumps."""
+    minilib_path, minicc_path, host_path = tmp_path / "minilib", tmp_path / "minicc", tmp_path / "host"
+    minilib = make_minicc(minilib_path)  # the same shape of history: the regression at REGRESSION
+    minicc_path.mkdir()
+    git(minicc_path, "init", "-q", "-b", "main")
+    minicc = [commit(minicc_path, {"minilib.pin": f'REV = "{minilib[-1] if i >= 2 else minilib[0]}"\n',
+                                   "minicc/__init__.py": f"STEP = {i}\n"},
+                     "bump minilib" if i == 2 else f"minicc: change {i}") for i in range(4)]
+    host = make_host(host_path, minicc)
+    create_repository(session, minilib_path, name="minilib")
+    inner = {"name": "minilib", "repository": "minilib", "pin": {"kind": "assign", "file": "minilib.pin", "key": "REV"}}
+    create_repository(session, minicc_path, name="minicc", dependencies=[Dependency.model_validate(inner)])
+    create_repository(session, host_path, name="host", dependencies=[Dependency.model_validate(DEPENDENCY)])
+
+    def truth(work, rng):
+        placed = work.pinned.get("minicc") or (minicc[-1] if host.index(work.sha) >= 5 else minicc[0])
+        lib = work.pinned.get("minicc/minilib") or (minilib[-1] if minicc.index(placed) >= 2 else minilib[0])
+        return harness_result({CASE_BIG: 0.7 if minilib.index(lib) >= REGRESSION else 1.0}, rng, noise=0.01)
+
+    parent_id = submit(session)
+    (child_id,) = drive(session, parent_id, truth)
+    (grandchild_id,) = drive(session, child_id, truth)
+    grandchild = jobs.get(session, grandchild_id)
+    found = grandchild.spec.descent
+    assert (found.level, found.dependency, found.host_sha, found.fixed) == (2, "minicc/minilib", host[5],
+                                                                             {"minicc": minicc[2]})
+    assert grandchild.revision_shas == minilib
+    assert drive(session, grandchild_id, truth) == []  # level 2 is the deepest
+    session.expire_all()
+    assert [c.last_sha for c in jobs.get(session, grandchild_id).culprits] == [minilib[REGRESSION]]
+    (line,) = views.job_read(session, jobs.get(session, parent_id)).descent_lines
+    assert line.startswith(f"{CASE_BIG}: #945 bumps minicc {minicc[0][:7]}..{minicc[-1][:7]}; inside it, minicc "
+                           f"{minicc[2][:7]} 'bump minilib', which bumps minilib {minilib[0][:7]}..{minilib[-1][:7]}; "
+                           f"inside it, minilib {minilib[REGRESSION][:7]} 'drop fastmath': -30."), line
