@@ -249,3 +249,31 @@ def test_two_levels_name_the_dependency_of_the_dependency(session, tmp_path: Pat
     assert line.startswith(f"{CASE_BIG}: #945 bumps minicc {minicc[0][:7]}..{minicc[-1][:7]}; inside it, minicc "
                            f"{minicc[2][:7]} 'bump minilib', which bumps minilib {minilib[0][:7]}..{minilib[-1][:7]}; "
                            f"inside it, minilib {minilib[REGRESSION][:7]} 'drop fastmath': -30."), line
+
+
+def test_a_pin_the_mirror_does_not_hold_yet_is_fetched_by_the_child(session, histories, tmp_path: Path) -> None:
+    """minicc gets a commit after it was registered and the host bumps to it: the child is created
+    resolving (its first task fetches minicc's mirror) and then bisects the range as usual."""
+    from perfbisect.service.jobs import resolution
+
+    host, minicc = histories
+    later = commit(tmp_path / "minicc", {"minicc/__init__.py": "FASTMATH = False\nSTEP = 9\n"}, "minicc: later")
+    bump = commit(tmp_path / "host", {"minicc.pin": f'REV = "{later}"\n'}, "bump minicc again (#960)")
+    body = BisectCreate(repository="host", good=host[-1], bad=bump,
+                        benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
+                                     "shapes": ["M=256,N=256,K=256,dtype=fp32"]}])
+    parent_id = jobs.create_bisect(session, body, SYSTEM).id
+
+    def truth(work, rng):  # #960 makes CASE_BIG faster
+        placed = work.pinned.get("minicc") or (later if work.sha == bump else minicc[-1])
+        return harness_result({CASE_BIG: 1.4 if placed == later else 1.0}, rng, noise=0.01)
+
+    (child_id,) = drive(session, parent_id, truth)
+    child = jobs.get(session, child_id)
+    assert resolution.unresolved(child) and child.revision_shas == []
+    stamp = resolution.fetch(resolution.fetch_target(session, child_id), 30)
+    resolution.finish(session, child_id, stamp)
+    assert jobs.get(session, child_id).revision_shas == [minicc[-1], later]
+    drive(session, child_id, truth)
+    session.expire_all()
+    assert [c.last_sha for c in jobs.get(session, child_id).culprits] == [later]

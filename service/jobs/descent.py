@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from perfbisect.gitrepo import GitError
+from perfbisect.gitrepo import GitError, validate_ref
 from perfbisect.service.bisect import descent as rules
 from perfbisect.service.errors import PerfbisectError
 from perfbisect.service.job_spec import BisectSpec, Descent, descent_of
@@ -137,9 +137,12 @@ def _child(session: Session, parent: Job, entry: dict[str, Any], level: int) -> 
         return None
     mirror = repos.mirror_of(dep_repo)
     good, bad = dependencies.pin_commit(mirror, entry["old"]), dependencies.pin_commit(mirror, entry["new"])
-    if good is None or bad is None:
-        missing = entry["old"] if good is None else entry["new"]
-        entry["error"] = f"the pin {missing!r} is not a commit of {dep.repository} (as its mirror holds it now)"
+    try:
+        # pins the mirror does not hold yet: the child's first task fetches and resolves them (or fails)
+        resolved = resolution.bisect_range(mirror, good, bad) if good and bad else None
+        good, bad = good or validate_ref(entry["old"]), bad or validate_ref(entry["new"])
+    except GitError as exc:
+        entry["error"] = f"cannot bisect {dep.repository} {entry['old'][:7]}..{entry['new'][:7]}: {exc}"
         return None
     host_id, host_sha, fixed, path = _host(session, parent)
     if path:  # a child's culprit: its dependency stays there, the one inside it moves
@@ -152,11 +155,6 @@ def _child(session: Session, parent: Job, entry: dict[str, Any], level: int) -> 
     moved = set(entry.get("cases") or ())  # only the cases the bump's culprit moved: the others would not step
     shared["cases"] = [c for c in parent.spec.cases if c["name"] in moved] or parent.spec.cases
     spec = BisectSpec(good=good, bad=bad, attribute=False, descent=descent, **shared)
-    try:
-        resolved = resolution.bisect_range(mirror, good, bad)
-    except GitError as exc:
-        entry["error"] = f"cannot bisect {dep.repository} {good[:7]}..{bad[:7]}: {exc}"
-        return None
     from perfbisect.service.jobs.service import create_child
 
     try:

@@ -178,10 +178,11 @@ def create_bisect(session: Session, data: BisectCreate, submitter: Principal) ->
     return _bisect(session, data, submitter, fetch=True).job
 
 
-def create_child(session: Session, repo: Repository, spec: JobSpec, resolved: resolution.Resolved,
+def create_child(session: Session, repo: Repository, spec: JobSpec, resolved: resolution.Resolved | None,
                  submitter_token_id: int | None) -> Job:
-    """A bisect the service starts itself over an already resolved range (a descent's child:
-    service/jobs/descent.py), on behalf of its parent's submitter; the open identical one if any."""
+    """A bisect the service starts itself (a descent's child: service/jobs/descent.py), on behalf
+    of its parent's submitter: over `resolved`, or resolved by its first task when None; the open
+    identical one if any."""
     made = _create(session, JobKind.bisect, repo, spec, resolved, SYSTEM)
     if made.created:
         made.job.submitter_token_id = submitter_token_id
