@@ -1,7 +1,7 @@
 """minicc: the demo's dependency, the code generator minikern's attention takes its exp path from
 (issue 44). Its own short history: the fast path, a harmless change, the regression (fast math
 dropped, like the seed's), another harmless change. minikern pins it in `minicc.pin`
-(`REV = "..."`) and bumps it across that range in one commit, so a bisect of minikern names the
+(`REV = "..."`) from its first commit and bumps it across that range in one commit, so a bisect of minikern names the
 bump and the descent into minicc names minicc's own culprit.
 
 The repository's root is the package (`__init__.py`), placed at `minicc/` in minikern's worktree.
@@ -12,6 +12,7 @@ from pathlib import Path
 
 PIN_FILE = "minicc.pin"
 PIN_TOKEN = "@@MINICC_HEAD@@"  # in minikern's history: replaced by minicc's last sha
+ROOT_TOKEN = "@@MINICC_ROOT@@"  # and by its first (the pin from minikern's first commit until the bump)
 REGRESSION = 2  # the index of minicc's culprit
 
 SOURCE = '''"""minicc: how minikern's attention computes its softmax exponentials.

@@ -12,6 +12,7 @@ from pathlib import Path
 from perfbisect.kernels.demo.history import COMMITS, INITIAL_STATE
 from perfbisect.kernels.demo.minicc import COMMITS as MINICC_COMMITS
 from perfbisect.kernels.demo.minicc import PIN_TOKEN as MINICC_HEAD
+from perfbisect.kernels.demo.minicc import ROOT_TOKEN as MINICC_ROOT
 from perfbisect.kernels.demo.minicc import REGRESSION, minicc_path, write_minicc
 from perfbisect.kernels.demo.misc_source import render_package
 
@@ -56,7 +57,8 @@ def write_demo_repo(path: Path, cpu_cases: list[dict] | None = None,
     for index, commit in enumerate(COMMITS):
         state.update(commit.state)
         _write_files(repo, render_package(state))
-        _write_files(repo, {name: text.replace(MINICC_HEAD, minicc[-1]) for name, text in commit.files.items()})
+        _write_files(repo, {name: text.replace(MINICC_HEAD, minicc[-1]).replace(MINICC_ROOT, minicc[0])
+                            for name, text in commit.files.items()})
         if index == len(COMMITS) - 1:
             truth = ground_truth(shas + ["HEAD"], subjects + [commit.subject],
                                  {**events, **({index: commit.event} if commit.event else {})},
