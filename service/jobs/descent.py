@@ -46,18 +46,18 @@ def _effects(culprit: Culprit) -> dict[str, tuple[float, tuple[float, float]]]:
     return {case: (e["rel"], (e["ci"][0], e["ci"][1])) for case, e in (culprit.effects or {}).items()}
 
 
-def steps_of(session: Session, job: Job, bumps: dict[str, dict[str, Any]] | None = None) -> list[rules.Step]:
-    """The job's confirmed performance culprits as the pure rules' Steps; with `bumps` (culprit
-    sha -> a descents entry), each with the bump descended into and the bump's other files."""
+def steps_of(session: Session, job: Job, entries: Sequence[dict[str, Any]] = ()) -> list[rules.Step]:
+    """The job's confirmed performance culprits as the pure rules' Steps, each with the bumps of
+    `entries` (descents entries) its commit made and the files it changed besides the pins."""
     culprits = performance_culprits(session, job)
     revisions = repos_repo.revisions_by_sha(session, job.repository_id, [c.last_sha for c in culprits])
     steps = []
     for c in culprits:
         label, subject = _label(c, revisions)
-        entry = (bumps or {}).get(c.last_sha)
-        moved = (rules.Bump(entry["dependency"], entry["old"], entry["new"]),) if entry else ()
+        own = [e for e in entries if e["culprit_sha"] == c.last_sha]
+        moved = tuple(rules.Bump(e["dependency"], e["old"], e["new"]) for e in own)
         steps.append(rules.Step(label, subject, c.first_sha == c.last_sha, _effects(c), moved,
-                                tuple(entry.get("other_files", ())) if entry else ()))
+                                tuple(own[0].get("other_files", ())) if own else ()))
     return steps
 
 
@@ -102,8 +102,10 @@ def maybe_descend(session: Session, job: Job) -> list[Job]:
                             "new": bump.new, "other_files": list(found.other_files), "cases": moved})
     if not entries:
         return []
-    by_sha = {e["culprit_sha"]: e for e in entries}
-    steps = steps_of(session, job, by_sha)
+    steps = steps_of(session, job, entries)
+    if level_of(job) >= rules.MAX_LEVEL:
+        for entry in entries:
+            entry["error"] = f"already {rules.MAX_LEVEL} levels below the bisect asked for: not descended further"
     children = []
     for plan in rules.plan(steps, level_of(job)):
         entry = next(e for e in entries if e["culprit_sha"] == _culprit_sha(session, job, plan.culprit)
@@ -173,14 +175,14 @@ def findings(session: Session, job: Job, max_depth: int = rules.MAX_LEVEL) -> li
     the finished children (and their children), or what is left outside the bump."""
     out = []
     entries = [e for e in descents_of(job) if e.get("job_id")]
-    steps = {s.label: s for s in steps_of(session, job, {e["culprit_sha"]: e for e in entries})}
+    steps = {s.label: s for s in steps_of(session, job, entries)}
     for entry in entries:
         child = repository.get_job(session, entry["job_id"])
         parent_step = steps.get(entry.get("label", ""))
         if child is None or parent_step is None or not child.status.finished:
             continue
         bump = rules.Bump(entry["dependency"], entry["old"], entry["new"])
-        child_steps = steps_of(session, child, {e["culprit_sha"]: e for e in descents_of(child)})
+        child_steps = steps_of(session, child, descents_of(child))
         deeper = findings(session, child, max_depth - 1) if max_depth > 1 else []
         for case in parent_step.effects:
             found = rules.conclude(case, parent_step, bump, child_steps, child.spec.min_effect)
