@@ -25,7 +25,7 @@ from perfbisect.service.repos.schemas import Dependency
 from perfbisect.service.trials import service as trials
 from tests.factories import create_repository
 from tests.gitrepo import git
-from tests.test_job_rounds import CASE_BIG, harness_result
+from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result
 
 MINICC = ["minicc: first", "minicc: tidy docs", "minicc: rename a helper", "drop fastmath", "minicc: more docs"]
 REGRESSION = 3  # minicc's commit that costs CASE_BIG 30%
@@ -77,7 +77,8 @@ def result_of(host: list[str], minicc: list[str]):
     or the commit a descent pins."""
     def truth(work, rng):
         placed = work.pinned.get("minicc") or (minicc[-1] if host.index(work.sha) >= 5 else minicc[0])
-        return harness_result({CASE_BIG: 0.7 if minicc.index(placed) >= REGRESSION else 1.0}, rng, noise=0.01)
+        return harness_result({CASE_BIG: 0.7 if minicc.index(placed) >= REGRESSION else 1.0, CASE_SMALL: 1.0}, rng,
+                              noise=0.01)
     return truth
 
 
@@ -96,10 +97,15 @@ def drive(session, job_id: int, truth) -> list[int]:
     raise AssertionError("job did not finish")
 
 
+def step_of(line: str) -> float:
+    """The percent step at the end of a chain line ("...: -29.8% [-30.7%, -29.0%]")."""
+    return float(line.rsplit("': ", 1)[1].split("%")[0])
+
+
 def submit(session) -> int:
     body = BisectCreate(repository="host", good="HEAD~8", bad="main",
                         benchmarks=[{"suite": "gemm", "target": "minikern.gemm:matmul",
-                                     "shapes": ["M=256,N=256,K=256,dtype=fp32"]}])
+                                     "shapes": ["M=256,N=256,K=256,dtype=fp32", "M=64,N=64,K=64,dtype=fp32"]}])
     return jobs.create_bisect(session, body, SYSTEM).id
 
 
@@ -120,6 +126,7 @@ def test_a_bump_is_descended_and_the_dependency_culprit_named(session, histories
     found = child.spec.descent
     assert (found.parent_job_id, found.level, found.host_sha, found.dependency) == (parent_id, 1, host[5], "minicc")
     assert child.spec.attribute is False
+    assert child.spec.case_names() == [CASE_BIG]  # only the case the bump moved
 
     peek = session.begin_nested()  # a look at the first trial's work, undone: the child is driven from the start
     first = advance.advance(session, child.id)
@@ -135,9 +142,10 @@ def test_a_bump_is_descended_and_the_dependency_culprit_named(session, histories
     assert [c.last_sha for c in child.culprits] == [minicc[REGRESSION]], (child.status, child.error, child.result)
     read = views.job_read(session, jobs.get(session, parent_id))
     assert read.descents[0].job_id == child.id and read.descents[0].status == child.status.value
-    (line,) = read.descent_lines
+    (line,) = read.descent_lines  # CASE_SMALL did not move: only CASE_BIG's chain
     assert line.startswith(f"{CASE_BIG}: #945 bumps minicc {minicc[0][:7]}..{minicc[-1][:7]}; inside it, minicc "
-                           f"{minicc[REGRESSION][:7]} 'drop fastmath': -30.")
+                           f"{minicc[REGRESSION][:7]} 'drop fastmath': -")
+    assert -32 < step_of(line) < -28
     assert "When the culprit is a bump" in culprit_table(read) and line in culprit_table(read)
     child_read = views.job_read(session, child)
     assert child_read.parent_job_id == parent_id
@@ -232,7 +240,8 @@ def test_two_levels_name_the_dependency_of_the_dependency(session, tmp_path: Pat
     def truth(work, rng):
         placed = work.pinned.get("minicc") or (minicc[-1] if host.index(work.sha) >= 5 else minicc[0])
         lib = work.pinned.get("minicc/minilib") or (minilib[-1] if minicc.index(placed) >= 2 else minilib[0])
-        return harness_result({CASE_BIG: 0.7 if minilib.index(lib) >= REGRESSION else 1.0}, rng, noise=0.01)
+        return harness_result({CASE_BIG: 0.7 if minilib.index(lib) >= REGRESSION else 1.0, CASE_SMALL: 1.0}, rng,
+                              noise=0.01)
 
     parent_id = submit(session)
     (child_id,) = drive(session, parent_id, truth)
@@ -248,7 +257,8 @@ def test_two_levels_name_the_dependency_of_the_dependency(session, tmp_path: Pat
     (line,) = views.job_read(session, jobs.get(session, parent_id)).descent_lines
     assert line.startswith(f"{CASE_BIG}: #945 bumps minicc {minicc[0][:7]}..{minicc[-1][:7]}; inside it, minicc "
                            f"{minicc[2][:7]} 'bump minilib', which bumps minilib {minilib[0][:7]}..{minilib[-1][:7]}; "
-                           f"inside it, minilib {minilib[REGRESSION][:7]} 'drop fastmath': -30."), line
+                           f"inside it, minilib {minilib[REGRESSION][:7]} 'drop fastmath': -"), line
+    assert -32 < step_of(line) < -28
 
 
 def test_a_pin_the_mirror_does_not_hold_yet_is_fetched_by_the_child(session, histories, tmp_path: Path) -> None:

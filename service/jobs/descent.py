@@ -184,7 +184,7 @@ def findings(session: Session, job: Job, max_depth: int = rules.MAX_LEVEL) -> li
         bump = rules.Bump(entry["dependency"], entry["old"], entry["new"])
         child_steps = steps_of(session, child, descents_of(child))
         deeper = findings(session, child, max_depth - 1) if max_depth > 1 else []
-        for case in parent_step.effects:
+        for case in entry.get("cases") or parent_step.effects:  # the cases the culprit moved
             found = rules.conclude(case, parent_step, bump, child_steps, child.spec.min_effect)
             below = next((f for f in deeper if f.case == case and found.explained
                           and f.chain[0].label == found.chain[1].label), None)
