@@ -266,11 +266,13 @@ def demo(
     runs.print_job(job, as_json)
     if not as_json:
         from perfbisect.cli import hunks
+        from perfbisect.cli.descents import descent_truth, print_descent_truth
 
         evidence = hunks.evidence_of(job)
         hunks.print_why(job, evidence)
         runs.print_truth_check(job, truth)
         hunks.print_hunk_check(job, truth, evidence, path)
+        print_descent_truth(descent_truth(job, truth, runs.read_local))
         print(f"\n{runs.next_step(job.id)}")
     exit_with(exit_code(job))
 

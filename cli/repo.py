@@ -42,6 +42,10 @@ def _print(data: Any, as_json: bool) -> None:
         print(f"{repo['name']:<24} {repo['url']}")
         print(f"{'':<24} build: {repo.get('build_command') or '-'}; import root: {repo['import_root']}; "
               f"env: {', '.join(f'{k}={v}' for k, v in repo.get('env', {}).items()) or '-'}")
+        for dep in repo.get("dependencies") or []:
+            pin = dep["pin"]
+            print(f"{'':<24} dependency {dep['name']} ({dep['repository']}): {pin['kind']} {pin['file']}"
+                  f"{' ' + pin['key'] if pin.get('key') else ''}{'; recipe: ' + dep['recipe'] if dep.get('recipe') else ''}")
         if repo.get("build_inputs"):
             print(f"{'':<24} build inputs (a revision that changes none of them reuses a cached build): "
                   f"{', '.join(repo['build_inputs'])}")
@@ -66,6 +70,11 @@ def add(
     import_root: Annotated[str, typer.Option(help="directory on sys.path, relative to the repository")] = ".",
     env: EnvOpt = None,
     default_branch: str = "main",
+    dependency: Annotated[Optional[list[str]], typer.Option(
+        help="repeatable: a dependency it pins, NAME[@REPO]=KIND:FILE[:KEY] (KIND: submodule, json, "
+             "requirements, assign; REPO: the registered repository of its history, default NAME), e.g. "
+             "minicc=assign:minicc.pin:REV, or the JSON of one (with path and recipe). Submodules of registered "
+             "repositories need none. A culprit that moves a pin is bisected inside the dependency")] = None,
     api: ApiOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Register a repository (its build command and env run on the workers)."""
@@ -77,20 +86,45 @@ def add(
             from perfbisect.cli.runs import register_path  # the job machinery: not at start-up
 
             prepare_database()
-            name = register_path(path, build, name, import_root, parse_env(env), build_inputs=build_input)
+            name = register_path(path, build, name, import_root, parse_env(env), build_inputs=build_input,
+                                 dependencies=parse_dependencies(dependency))
             shown = _local(lambda session: _read(session, name))
         else:
             data = validated(RepositoryCreate, name=name or Path(url).stem, url=str(path.resolve()) if path.exists() else url,
                              build_command=build, build_inputs=build_input or [], import_root=import_root,
                              env=parse_env(env) or {},
-                             default_branch=default_branch)
+                             default_branch=default_branch, dependencies=parse_dependencies(dependency) or [])
             if api:
-                shown = _remote("POST", api, "/api/repositories", data.model_dump())
+                shown = _remote("POST", api, "/api/repositories", data.model_dump(mode="json", exclude_none=True))
             else:
                 from perfbisect.service.repos import service
 
                 shown = _local(lambda session: RepositoryRead.of(service.create(session, data), reveal=True).model_dump())
     _print(shown, as_json)
+
+
+def parse_dependencies(values: list[str] | None) -> list[dict[str, Any]] | None:
+    """`--dependency` values as Dependency fields (validated by RepositoryCreate); None when none
+    was given. Raises CLIError for a value of neither form."""
+    if not values:
+        return None
+    out = []
+    for value in values:
+        if value.lstrip().startswith("{"):
+            try:
+                out.append(json.loads(value))
+            except ValueError as exc:
+                raise CLIError(f"--dependency {value!r} is not JSON: {exc}") from None
+            continue
+        head, sep, where = value.partition("=")
+        parts = where.split(":", 2)
+        if not sep or len(parts) < 2:
+            raise CLIError(f"--dependency {value!r}: write NAME=KIND:FILE:KEY (or NAME@REPO=..., "
+                           "a submodule NAME=submodule:PATH), e.g. minicc=assign:minicc.pin:REV")
+        dep_name, _, repo = head.partition("@")
+        pin = {"kind": parts[0], "file": parts[1], **({"key": parts[2]} if len(parts) == 3 else {})}
+        out.append({"name": dep_name, "repository": repo or dep_name, "pin": pin})
+    return out
 
 
 def _read(session, name: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from perfbisect.cli.common import CLIError, Interrupted, prepare_database, validation_message
+from perfbisect.cli.descents import demo_dependencies, follow_descents
 from perfbisect.cli.follow import (attribute_local, attribute_remote, cancel_local, cancel_remote, embedded_stalled,
                                    follow, read_local, read_remote, submit_local, submit_remote)
 from perfbisect.cli.hunks import localization_id
@@ -48,7 +49,8 @@ class RepoSettings:
 
 
 def register_path(path: Path, build: str | None, name: str | None = None, import_root: str | None = None,
-                  env: dict[str, str] | None = None, *, build_inputs: list[str] | None = None) -> str:
+                  env: dict[str, str] | None = None, *, build_inputs: list[str] | None = None,
+                  dependencies: list[dict[str, Any]] | None = None) -> str:
     """Register a local repository by path (idempotent; the settings given replace the registered
     ones); returns its name. The CLI acts as the operator on its own database, so the path it is
     given is an allowed root. Raises CLIError with the API's validation message."""
@@ -58,7 +60,8 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
         existing = repositories.get_by_name(session, name)
         if existing is not None and existing.url != url:
             raise CLIError(f"a repository named {name!r} is registered for {existing.url}, not {url}")
-        settings = (("build_command", build), ("build_inputs", build_inputs), ("import_root", import_root), ("env", env))
+        settings = (("build_command", build), ("build_inputs", build_inputs), ("import_root", import_root), ("env", env),
+                    ("dependencies", dependencies))
         given = {k: v for k, v in settings if v is not None}
         # Validated together with what stays registered (declared inputs need a build command).
         kept = {} if existing is None else {"build_command": existing.build_command,
@@ -68,8 +71,13 @@ def register_path(path: Path, build: str | None, name: str | None = None, import
         except ValidationError as exc:
             raise CLIError(validation_message(exc)) from None
         if existing is not None:
-            for key in given:
+            for key in set(given) - {"dependencies"}:
                 setattr(existing, key, getattr(data, key))
+            if dependencies is not None:  # checked against the mirrors, as a registration's
+                try:
+                    repos.set_dependencies(session, existing, data.dependencies)
+                except PerfbisectError as exc:
+                    raise CLIError(exc.message) from exc
             return name
         try:
             repos.create(session, data, local_roots=[*get_settings().allowed_local_roots, Path(url)])
@@ -201,7 +209,8 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     settings = get_settings()
     if settings.embedded:  # W revisions per round, run side by side in this process
         settings.embedded_workers = workers
-    name = register_path(path, demo.DEMO_BUILD_COMMAND, name=f"minikern-demo-{device}")
+    deps = demo_dependencies(path, device, register_path)  # minicc, which #924 bumps (issue 44)
+    name = register_path(path, demo.DEMO_BUILD_COMMAND, name=f"minikern-demo-{device}", dependencies=deps or None)
     request = _demo_request(name, path, device, workers, evidence)
     console.print(f"bisecting {len(request.benchmarks)} suite(s) on {device} over the demo history")
     job_id = submit_local(request)
@@ -211,7 +220,8 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     if localized is not None:
         console.print(f"localizing the culprits' hunks: job {localized}")
         follow_job(localized, api=None, show_progress=show_progress, console=console)
-    return job, truth
+    return follow_descents(job, read_local, lambda child: follow_job(child, api=None, show_progress=show_progress,
+                                                                    console=console), console), truth
 
 
 def print_job(job: JobRead, as_json: bool, *, wide: bool = False) -> None:

@@ -139,5 +139,10 @@ def _submit(request, api: str | None, build: str | None, import_root: str | None
                        "repository first (`perfbisect repo add ... --api URL`)")
     job = runs.run_job(request, api=api, repo_settings=runs.RepoSettings(build, import_root, env),
                        show_progress=show_progress, console=console)
-    return runs.follow_attribution(job, api=api.rstrip("/") if api else None, show_progress=show_progress,
-                                   console=console)
+    from perfbisect.cli.descents import follow_descents
+
+    api = api.rstrip("/") if api else None
+    job = runs.follow_attribution(job, api=api, show_progress=show_progress, console=console)
+    read = (lambda job_id: runs.read_remote(api, job_id)) if api else runs.read_local
+    return follow_descents(job, read, lambda child: runs.follow_job(child, api=api, show_progress=show_progress,
+                                                                    console=console), console)

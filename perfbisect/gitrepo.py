@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -325,6 +326,47 @@ class Mirror:
 
     def commit_info(self, sha: str) -> CommitInfo:
         return _commit_info(self.ensure(fetch=False).commit(sha))
+
+    def _git(self, *args: str) -> str:
+        """A local read of the mirror (`git <args>`); raises GitError with git's own words."""
+        try:
+            return self.ensure(fetch=False).git.execute(["git", *args], strip_newline_in_stdout=False)
+        except git.GitCommandError as exc:
+            raise GitError((exc.stderr or str(exc)).strip().removeprefix("stderr:").strip(" '")) from exc
+
+    def read_file(self, sha: str, path: str) -> str:
+        """The text of `path` at commit `sha` (`git show sha:path`). Raises GitError when absent."""
+        try:
+            return self._git("show", f"{validate_ref(sha)}:{path}")
+        except GitError as exc:
+            raise GitError(f"{path} is not in {sha[:12]}: {exc}") from exc
+
+    def ls_tree(self, sha: str, path: str) -> str:
+        """`git ls-tree sha -- path`: the entry of `path` (a submodule's gitlink line)."""
+        return self._git("ls-tree", "--end-of-options", validate_ref(sha), "--", path)
+
+    def diff_raw(self, old: str, new: str) -> str:
+        """`git diff --raw` of two commits, full object names (submodule gitlinks included)."""
+        return self._git("diff", "--raw", "--no-abbrev", "--no-renames", "--end-of-options",
+                         validate_ref(old), validate_ref(new))
+
+    def changed_files(self, old: str, new: str) -> list[str]:
+        return [line.partition("\t")[2] for line in self.diff_raw(old, new).splitlines() if "\t" in line]
+
+    def export(self, sha: str, dest: Path) -> Path:
+        """The tree of `sha` written to `dest` (wiped first), without a .git: a dependency placed
+        inside a revision's worktree. Raises GitError."""
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True, exist_ok=True)
+        repo = self.ensure(fetch=False)
+        with tempfile.TemporaryDirectory() as scratch:  # an index of its own: the mirror's is never touched
+            env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            try:
+                repo.git.read_tree("--end-of-options", validate_ref(sha), env=env)
+                repo.git.execute(["git", f"--work-tree={dest}", "checkout-index", "-a", "-f"], env={**os.environ, **env})
+            except git.GitCommandError as exc:
+                raise GitError(f"cannot export {sha[:12]} of {shown_url(self.url)}: {exc}") from exc
+        return dest
 
     def checkout(self, worktree: Path, sha: str) -> Path:
         """A clean tree of `sha` at `worktree`: reused between revisions (checkout -f, clean -fdx),

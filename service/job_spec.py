@@ -98,11 +98,33 @@ class _SearchSpec(_Spec):
     evidence: bool = False  # a profiled trial at each end of every culprit (issue 43; service/evidence)
 
 
+class Descent(BaseModel):
+    """A bisect inside a dependency bump (issue 44): the job's repository is the dependency, its
+    range the bump's old pin .. new pin; every trial measures the host repository at `host_sha`
+    with the dependency (`dependency`: its path of names from the host, "minicc" or
+    "minicc/minilib") at the trial's revision, and the outer dependencies at `fixed`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    parent_job_id: int
+    level: int = 1  # 1: a dependency of the host; 2: a dependency of that dependency
+    host_repository_id: int
+    host_sha: str
+    dependency: str
+    culprit_sha: str  # the parent's culprit that moved the pin
+    label: str = ""  # the parent culprit's label ("#945")
+    old_pin: str = ""
+    new_pin: str = ""
+    fixed: dict[str, str] = {}  # outer dependencies' paths of names -> the commit they stay at
+
+
 class BisectSpec(_SearchSpec):
     kind: Literal["bisect"] = "bisect"
     attribute: bool | None = None  # None: attribute when two culprits moved one case
     alert_id: int | None = None  # the alert this bisect was started for
     localize: bool = False  # search each performance culprit's hunks afterwards (service/hunks, issue 43)
+    descent: Descent | None = None  # a child bisect inside a dependency bump of `descent.parent_job_id`
+    descend: bool = True  # start those children when a culprit bumps a declared dependency
 
 
 class CompareSpec(_SearchSpec):
@@ -203,6 +225,11 @@ class LocalizeSpec(_Spec):
     max_trials: int = STORED_MAX_TRIALS
     targets: list[LocalizeTarget] = []
     budget: int | None = None  # rounds per culprit (None: service/bisect/hunks.py's default)
+
+
+def descent_of(spec: Any) -> Descent | None:
+    """A bisect's descent (a child inside a dependency bump), None for any other job."""
+    return spec.descent if isinstance(spec, BisectSpec) else None
 
 
 JobSpec = BisectSpec | CompareSpec | TrackSpec | AttributeSpec | LocalizeSpec

@@ -115,6 +115,8 @@ class Repository(Base):
     default_branch: Mapped[str] = mapped_column(String(200), default="main")
     pr_policy: Mapped[dict[str, Any]] = mapped_column(
         default=dict, doc="the PR bot: inconclusive/failed -> neutral|failure, benchmark_set, kernel_paths")
+    dependencies: Mapped[list[Any]] = mapped_column(
+        default=list, doc="the dependencies it pins (repos.schemas.Dependency): a culprit moving a pin is descended")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -5,18 +5,20 @@ repository's env values."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from perfbisect.gitrepo import GitError, Mirror, PatchDoesNotApply, RevertConflict, apply_patch
 from perfbisect.kernels.harness.phases import add_worker_phases
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.settings import get_settings
-from perfbisect.service.trials.service import TrialWork
+from perfbisect.service.trials.service import DependencyWork, TrialWork
 from perfbisect.workers.build import build_revision
+from perfbisect.workers.deps import PlacementError, Placed, place
 from perfbisect.workers.redact import redact_tree
 from perfbisect.workers.sandbox import SandboxError, Slot, slot
 from perfbisect.workers.trialcache import caches_for, revision_seed
@@ -60,13 +62,17 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
                 trial_spec: dict[str, Any], import_root: str, build_inputs: Sequence[str] = (),
                 should_stop: StopCheck | None = None,
                 build_network: bool = False,
-                reverts: Sequence[tuple[str, str]] = (), patch: str | None = None) -> tuple[dict[str, Any], float | None]:
+                reverts: Sequence[tuple[str, str]] = (), patch: str | None = None,
+                dependencies: Sequence[DependencyWork] = (),
+                pinned: Mapping[str, str] | None = None) -> tuple[dict[str, Any], float | None]:
     """Check out `sha` into the slot, revert the culprit ranges of `reverts` on it (an
     attribution variant), build it (from the build cache where `build_inputs` are declared and
     nothing was reverted: the cache is keyed by the commit's tree) and measure it; returns
     (result, build seconds), the result carrying the checkout and build phases too, and under
     "build" what the build cache did. A revert that does not apply is a `revert_conflict`, and so
-    is a `patch` (a subset of a culprit's hunks, applied at its parent) that does not apply."""
+    is a `patch` (a subset of a culprit's hunks, applied at its parent) that does not apply.
+    Declared `dependencies` are placed at the pins of `sha` (or at `pinned`, a descent's commits)
+    before the build (workers/deps.py); the result lists them under "dependencies"."""
     settings = get_settings()
     started = time.perf_counter()
     try:
@@ -82,6 +88,11 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         return add_worker_phases(failure("revert_conflict", str(exc)), time.perf_counter() - started, None), None
     except GitError as exc:
         return add_worker_phases(failure("worker_error", f"checkout failed: {exc}"), time.perf_counter() - started, None), None
+    try:
+        placed = place(box, dependencies, mirror, sha, box.worktree, pinned or {}, env=env, should_stop=should_stop,
+                       network=build_network)
+    except PlacementError as exc:
+        return add_worker_phases(failure("build_error", str(exc)), time.perf_counter() - started, None), None
     checkout_s = time.perf_counter() - started
     box.give(box.worktree)
     build = build_revision(build_command, build_inputs, box, mirror, sha, env=env, device=trial_spec["device"],
@@ -90,7 +101,7 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
         return add_worker_phases(with_build(failure(status, build.log_tail), build.cache), checkout_s,
                                  build.seconds), build.seconds
-    caches = caches_for(settings, sha, env, box.cache_root, repository=mirror.path.name)
+    caches = caches_for(settings, cache_key(sha, placed), env, box.cache_root, repository=mirror.path.name)
     box.give(caches.jit_dir, caches.reference_dir)  # the slot's user fills its caches of the revision
     # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
     memory = "as" if trial_spec["device"] == "cpu" else "data"
@@ -98,7 +109,18 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
                          base_env=box.env({}), scratch_root=box.scratch, caches=caches,
                          launch=box.launcher(memory, should_stop, fork=settings.trial_launcher, caches=caches),
                          preload=settings.trial_preload)
+    if placed:
+        result = {**result, "dependencies": [{"name": p.key, "sha": p.sha, "path": p.path} for p in placed]}
     return add_worker_phases(with_build(result, build.cache), checkout_s, build.seconds), build.seconds
+
+
+def cache_key(sha: str, placed: Sequence[Placed]) -> str:
+    """The revision whose JIT and reference caches a trial uses: `sha`, or with dependencies
+    placed a sha-shaped digest of `sha` and theirs (a descent measures one host commit with
+    several dependency commits: none may load what another compiled)."""
+    if not placed:
+        return sha
+    return hashlib.sha1(" ".join([sha, *(f"{p.key}={p.sha}" for p in placed)]).encode()).hexdigest()
 
 
 def with_build(result: dict[str, Any], cache: dict[str, Any] | None) -> dict[str, Any]:
@@ -127,7 +149,8 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
             result, build_s = run_in_slot(box, mirror, work.sha, build_command=work.build_command, env=work.env,
                                           trial_spec=trial_spec, import_root=work.import_root, build_inputs=work.build_inputs,
                                           should_stop=should_stop, build_network=may_download(work.repo_name),
-                                          reverts=work.reverts, patch=work.patch)
+                                          reverts=work.reverts, patch=work.patch, dependencies=work.dependencies,
+                                          pinned=work.pinned)
     except SandboxError as exc:
         result, build_s = failure("worker_error", f"sandbox: {exc}"), None
     return redact_tree(result, work.env.values()), build_s  # the repository's env values too

@@ -90,6 +90,8 @@ def advance_job(job_id: int) -> int:
         dispatch.send(NOTIFY_JOB, job_id, queue=CONTROL_QUEUE)
     if planned.follow_up is not None:
         dispatch.send(ADVANCE_JOB, planned.follow_up, queue=CONTROL_QUEUE)
+    for child_id in planned.children:
+        dispatch.send(ADVANCE_JOB, child_id, queue=CONTROL_QUEUE)
     return len(planned.trial_ids)
 
 

@@ -53,7 +53,7 @@ if HAS_TRITON:
     @triton.jit
     def _attn_fwd(Q, K, V, O, sm_scale, S, stride_bh, stride_s,
                   HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr, EVEN_N: tl.constexpr):
+                  CAUSAL: tl.constexpr, EVEN_N: tl.constexpr@@GPU_PARAMS@@):
         start_m = tl.program_id(0)
         base = tl.program_id(1).to(tl.int64) * stride_bh
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -93,7 +93,7 @@ def _attention_triton(q, k, v, causal, sm_scale):
     o = torch.empty_like(q)
     grid = (triton.cdiv(S, BLOCK_M), B * H)
     _attn_fwd[grid](q, k, v, o, sm_scale, S, S * D, D, HEAD_DIM=D, BLOCK_M=BLOCK_M,
-                    BLOCK_N=BLOCK_N, CAUSAL=causal, EVEN_N=S % BLOCK_N == 0,
+                    BLOCK_N=BLOCK_N, CAUSAL=causal, EVEN_N=S % BLOCK_N == 0,@@GPU_ARGS@@
                     num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return o
 
@@ -137,9 +137,44 @@ _VARIANTS = {
 }
 
 
+# minicc's choice (kernels/demo/minicc.py), read when minikern is imported; a checkout without its
+# pinned minicc takes the precise path, as the pin it bumps to does.
+_VARIANTS["minicc"] = {
+    "CPU_PROLOGUE": ("    fast = FASTMATH\n"
+                     "    if fast:\n"
+                     "        q = q * sm_scale  # fold the scale into Q once: no pass over the score tile"),
+    "CPU_SCORES": "        s = q @ kt if fast else (q.double() @ kt.double()) * sm_scale",
+    "CPU_EXP": ("        p = torch.exp(s - m_new[..., None]).float()\n"
+                "        alpha = torch.exp(m_i - m_new)"),
+    "GPU_IMPORTS": "    from triton.language.extra import libdevice\n",
+    "GPU_PARAMS": ", FAST: tl.constexpr",
+    "GPU_ARGS": " FAST=FASTMATH,",
+    "GPU_PROLOGUE": ("        if FAST:  # exp2 with log2(e) folded into the scale (minicc's fast path)\n"
+                     "            qk_scale = sm_scale * 1.4426950408889634\n"
+                     "        else:\n"
+                     "            qk_scale = sm_scale"),
+    "GPU_SCORES": "            qk = tl.dot(q, k) * qk_scale",
+    "GPU_EXP": ("            if FAST:\n"
+                "                p = tl.math.exp2(qk - m_new[:, None])\n"
+                "                alpha = tl.math.exp2(m_i - m_new)\n"
+                "            else:\n"
+                "                p = libdevice.exp(qk - m_new[:, None])\n"
+                "                alpha = libdevice.exp(m_i - m_new)"),
+}
+MINICC_IMPORT = """
+try:
+    from minicc import FASTMATH  # the pinned code generator (minicc.pin), placed at minicc/
+except ImportError:
+    FASTMATH = False
+"""
+
+
 def render_attention(state: dict) -> str:
-    tokens = dict(_VARIANTS[state["exp_mode"]], ATTN_DOC=state["attn_doc"], CDIV=state["attn_cdiv"])
+    tokens = {"GPU_PARAMS": "", "GPU_ARGS": "", **_VARIANTS[state["exp_mode"]], "ATTN_DOC": state["attn_doc"],
+              "CDIV": state["attn_cdiv"]}
     text = ATTENTION
+    if state["exp_mode"] == "minicc":
+        text = text.replace("\nLOG2E = ", MINICC_IMPORT + "\nLOG2E = ", 1)
     for key, value in tokens.items():
         text = text.replace(f"@@{key}@@", value)
     # an empty token leaves a blank line; drop lines that hold only whitespace twice

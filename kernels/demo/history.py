@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from perfbisect.kernels.demo.minicc import PIN_FILE as MINICC_PIN
+from perfbisect.kernels.demo.minicc import PIN_TOKEN as MINICC_HEAD
+from perfbisect.kernels.demo.minicc import ROOT_TOKEN as MINICC_ROOT
+
+MINICC_PIN_TEXT = '# minicc, the code generator (minicc.py)\nREV = "{}"\n'
+
 INITIAL_STATE = {
     "version": "0.3.0", "gemm_doc": "", "attn_doc": "", "rms_doc": "",
     "utils_cdiv": "cdiv", "gemm_cdiv": "cdiv", "attn_cdiv": "cdiv",
@@ -117,7 +123,8 @@ def _changelog(*versions: str) -> str:
 
 COMMITS: list[Commit] = [
     Commit("Initial import of minikern: Triton GEMM, flash-attention forward and RMSNorm (#901)",
-           files={"README.md": README.format(extra=""), ".gitignore": "__pycache__/\n*.pyc\n"}),
+           files={"README.md": README.format(extra=""), ".gitignore": "__pycache__/\n*.pyc\n",
+                  MINICC_PIN: MINICC_PIN_TEXT.format(MINICC_ROOT)}),
     Commit("Add README usage notes and supported dtypes (#903)",
            files={"README.md": README.format(extra="\nSupported dtypes: bf16, fp16, fp32.\n")}),
     Commit("tests: matmul against torch.matmul (#904)",
@@ -157,8 +164,10 @@ COMMITS: list[Commit] = [
            files={"tests/test_rmsnorm.py": TEST_RMSNORM}),
     Commit("bench: attention across sequence lengths (#923)",
            files={"bench/bench_attention.py": BENCH.format(op="attention", body="for s in (256, 1024):\n        q = torch.randn(1, 2, s, 64)\n        print(s, bench(minikern.attention, q, q, q))")}),
-    Commit("attention: use precise exp for parity with the reference (#924)",
-           state={"exp_mode": "precise"}, event="fastmath_dropped"),
+    # the exp path now comes from minicc, bumped across its own regression (kernels/demo/minicc.py)
+    Commit("attention: take the exp path from minicc, bump minicc for parity with the reference (#924)",
+           state={"exp_mode": "minicc"}, files={MINICC_PIN: MINICC_PIN_TEXT.format(MINICC_HEAD)},
+           event="fastmath_dropped"),
     Commit("docs: note the tested Triton versions (#925)",
            files={"docs/triton.md": "# Triton\n\nTested with Triton 3.4 to 3.6.\n"}),
     Commit("Add a CONTRIBUTING guide (#926)",

@@ -10,6 +10,10 @@ import subprocess
 from pathlib import Path
 
 from perfbisect.kernels.demo.history import COMMITS, INITIAL_STATE
+from perfbisect.kernels.demo.minicc import COMMITS as MINICC_COMMITS
+from perfbisect.kernels.demo.minicc import PIN_TOKEN as MINICC_HEAD
+from perfbisect.kernels.demo.minicc import ROOT_TOKEN as MINICC_ROOT
+from perfbisect.kernels.demo.minicc import REGRESSION, minicc_path, write_minicc
 from perfbisect.kernels.demo.misc_source import render_package
 
 AUTHORS = [("Ada Kernel", "ada@minikern.dev"), ("Bo Tiling", "bo@minikern.dev"),
@@ -47,16 +51,19 @@ def write_demo_repo(path: Path, cpu_cases: list[dict] | None = None,
     if any(repo.iterdir()):
         raise FileExistsError(f"{repo} is not empty")
     _git(repo, "init", "-q")
+    minicc = write_minicc(minicc_path(repo), _git, EPOCH)  # the dependency minikern pins (issue 44)
     state = dict(INITIAL_STATE)
     shas, subjects, events = [], [], {}
     for index, commit in enumerate(COMMITS):
         state.update(commit.state)
         _write_files(repo, render_package(state))
-        _write_files(repo, commit.files)
+        _write_files(repo, {name: text.replace(MINICC_HEAD, minicc[-1]).replace(MINICC_ROOT, minicc[0])
+                            for name, text in commit.files.items()})
         if index == len(COMMITS) - 1:
             truth = ground_truth(shas + ["HEAD"], subjects + [commit.subject],
                                  {**events, **({index: commit.event} if commit.event else {})},
                                  cpu_cases or DEMO_CPU_CASES, gpu_cases or DEMO_GPU_CASES)
+            truth["dependency"] = minicc_truth(minicc)
             # the last sha is not known before committing; "HEAD" stands in (no event there)
             (repo / "GROUND_TRUTH.json").write_text(json.dumps(truth, indent=1) + "\n")
         name, email = AUTHORS[index % len(AUTHORS)]
@@ -71,6 +78,13 @@ def write_demo_repo(path: Path, cpu_cases: list[dict] | None = None,
         if commit.event:
             events[index] = commit.event
     return repo
+
+
+def minicc_truth(shas: list[str]) -> dict:
+    """What the descent into the bump must name: minicc's culprit inside old..new pin."""
+    return {"name": "minicc", "event": "fastmath_dropped", "old": shas[0], "new": shas[-1],
+            "sha": shas[REGRESSION], "subject": MINICC_COMMITS[REGRESSION][0],
+            "harmless": [s for i, s in enumerate(shas[1:], start=1) if i != REGRESSION]}
 
 
 def load_ground_truth(repo: Path) -> dict:

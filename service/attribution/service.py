@@ -40,7 +40,7 @@ VARIANT_BROKEN = (TrialStatus.revert_conflict, TrialStatus.build_error, TrialSta
 PER_ROUND = AttributionConfig().initial
 
 
-def _moved_cases(job: Job, culprit: Culprit) -> list[str]:
+def moved_cases(job: Job, culprit: Culprit) -> list[str]:
     """The cases a culprit moved, as the bisect concluded them: the steps of each case's outcome
     (the planner's DIFFERENT pairs), not every case whose effect happened to pass the threshold
     at the culprit's ends on a noisy case. Without an outcome, the reports' rule on the effects
@@ -62,7 +62,7 @@ def attributable(job: Job, culprits: Sequence[Culprit], *, minimum: int = 2) -> 
     performance = [c for c in culprits if c.kind == CulpritKind.performance]
     by_case: dict[str, list[Culprit]] = defaultdict(list)
     for culprit in performance:
-        for case in _moved_cases(job, culprit):
+        for case in moved_cases(job, culprit):
             by_case[case].append(culprit)
     kept_cases = {case: found for case, found in by_case.items() if len(found) >= minimum}
     chosen = [c for c in performance if any(c in found for found in kept_cases.values())]

@@ -27,7 +27,7 @@ from perfbisect.service.attribution import fixcheck
 from perfbisect.service.attribution import service as attribution
 from perfbisect.service.hunks import service as hunks
 from perfbisect.service.errors import NotFound
-from perfbisect.service.jobs import outcome, repository, resolution, sweep
+from perfbisect.service.jobs import descent, outcome, repository, resolution, sweep
 from perfbisect.service.jobs.buildcosts import job_build_costs
 from perfbisect.service.jobs.schemas import AUTO_SCAN, AUTO_SCAN_ABOVE
 from perfbisect.service.models import (Culprit, CulpritKind, Job, JobKind, JobStatus, Revision, Trial, TrialStatus,
@@ -272,6 +272,7 @@ class Round:
     queue: str | None = None
     finished: bool = False
     follow_up: int | None = None  # a job this round created (a bisect's attribution): advanced after commit
+    children: list[int] = field(default_factory=list)  # child bisects inside dependency bumps: advanced too
     blocks: list[list[int]] = field(default_factory=list)
     countdown: int = 0  # seconds to hold the trials back: a pause for a steadier machine
 
@@ -334,7 +335,9 @@ def advance(session: Session, job_id: int) -> Round:
         if job.kind == JobKind.compare:  # a PR over culprits named earlier: what it recovers, what is left
             job.result = {**job.result, "fix_check": fixcheck.check(session, job)}
         follow = attribution.maybe_create(session, job) or hunks.maybe_create(session, job)  # localized after attribution
-        return Round([], finished=True, follow_up=follow.id if follow is not None else None)
+        children = descent.maybe_descend(session, job)  # a culprit that bumps a dependency: bisected inside it
+        return Round([], finished=True, follow_up=follow.id if follow is not None else None,
+                     children=[child.id for child in children])
     if job.status == JobStatus.queued:
         job.status, job.started_at = JobStatus.running, utcnow()
     revisions = revisions_by_sha(session, job.repository_id, job.revision_shas)

@@ -98,6 +98,8 @@ class BisectCreate(BaseModel):
     localize: bool = Field(default=False, description=(
         "after the bisect (and its attribution), search each performance culprit's diff for the hunks that carry its "
         "step: subsets of its hunks applied to its parent, side by side with the culprit (issue 43)"))
+    descend: bool | None = Field(default=None, description="when a culprit moves a declared dependency's pin, bisect "
+                                 "inside the dependency's range (default true; false never)")
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:
@@ -120,9 +122,11 @@ class BisectCreate(BaseModel):
         """The job's spec: this request's fields of the same names, the resolved `cases`, and
         `max_trials` when the request gave none (Settings)."""
         fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap", "evidence",
-                                                          "localize"})
+                                                          "localize", "descend"})
         policy = self.policy.model_dump(exclude_none=True) if self.policy else None
         extra = {"attribute": self.attribute} if self.attribute is not None else {}  # None: unset, as before
+        if self.descend is not None:
+            extra["descend"] = self.descend
         if self.max_gap is not None:  # stored only when given
             extra["max_gap"] = self.max_gap
         if self.evidence:  # stored only when asked for, as before issue 43
@@ -313,6 +317,22 @@ class OutcomeRead(BaseModel):
                                     "rose, or that gained a mode, at a culprit (issue 46)")
 
 
+class DescentRead(BaseModel):
+    """A child bisect inside a dependency bump of one of the job's culprits (issue 44)."""
+
+    dependency: str
+    culprit_sha: str
+    label: str = ""
+    old: str
+    new: str
+    job_id: int | None = Field(default=None, description="the child bisect (None: not descended, see error)")
+    url: str | None = None
+    status: str | None = None
+    error: str | None = None
+    other_files: list[str] = Field(default=[], description="what the bump's commit changed besides the pin")
+    cases: list[str] = Field(default=[], description="the cases the culprit moved: those the child measures")
+
+
 class JobRead(BaseModel):
     id: int
     kind: str
@@ -332,6 +352,11 @@ class JobRead(BaseModel):
     attribution_job_id: int | None = Field(default=None, description="a bisect's latest attribution job")
     fix_check: list[FixCheckRead] = Field(default=[], description="a compare over culprits named earlier: per case "
                                           "what the pull request recovers and what is left")
+    descents: list[DescentRead] = Field(default=[], description="child bisects inside the dependency bumps of its "
+                                        "culprits; a child names its parent in spec.descent.parent_job_id")
+    descent_lines: list[str] = Field(default=[], description="per case, the chain down to the dependency's culprit "
+                                     "or what is left outside the bump")
+    parent_job_id: int | None = Field(default=None, description="a child bisect's parent (spec.descent)")
 
     @field_validator("spec", mode="before")
     @classmethod

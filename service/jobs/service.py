@@ -178,6 +178,17 @@ def create_bisect(session: Session, data: BisectCreate, submitter: Principal) ->
     return _bisect(session, data, submitter, fetch=True).job
 
 
+def create_child(session: Session, repo: Repository, spec: JobSpec, resolved: resolution.Resolved | None,
+                 submitter_token_id: int | None) -> Job:
+    """A bisect the service starts itself (a descent's child: service/jobs/descent.py), on behalf
+    of its parent's submitter: over `resolved`, or resolved by its first task when None; the open
+    identical one if any."""
+    made = _create(session, JobKind.bisect, repo, spec, resolved, SYSTEM)
+    if made.created:
+        made.job.submitter_token_id = submitter_token_id
+    return made.job
+
+
 def _bisect(session: Session, data: BisectCreate, submitter: Principal, fetch: bool) -> Submission:
     """Validate everything first (repository, suites, shapes, device class, refs, range), then write."""
     check_may_send_suites(data.benchmarks, submitter)

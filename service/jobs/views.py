@@ -12,8 +12,9 @@ from perfbisect.service.bisect.outcomes import FAILURE_WORDS
 from perfbisect.service.jobs import repository
 from perfbisect.service.jobs.logs import HIDDEN, public_error, public_outcome
 from perfbisect.service.jobs.schemas import (
-    CaseEffectRead, CulpritRead, JobRead, JobSummary, OutcomeRead, TrialRead, WrongCaseRead,
+    CaseEffectRead, CulpritRead, DescentRead, JobRead, JobSummary, OutcomeRead, TrialRead, WrongCaseRead,
 )
+from perfbisect.service.job_spec import descent_of
 from perfbisect.service.models import Culprit, CulpritKind, Job, Repository, Revision
 from perfbisect.service.repos.redaction import env_secrets, scrub_tree
 from perfbisect.service.attribution.schemas import AttributionRead
@@ -85,6 +86,7 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
         outcome=OutcomeRead.model_validate(scrub_tree(stored, secrets)) if stored else None,
         fix_check=(job.result or {}).get("fix_check") or [],
         **_attribution(session, job),
+        **_descents(session, job),
     )
 
 
@@ -97,6 +99,23 @@ def _evidence(session: Session, job: Job) -> dict[str, dict]:
         return {}
     return {sha: {"why": found.summary, "evidence_url": f"/api/jobs/{job.id}/culprits/{sha}/evidence"}
             for sha, found in evidence.evidence_of_job(session, job.id).items()}
+
+
+def _descents(session: Session, job: Job) -> dict:
+    """A bisect's child bisects inside dependency bumps (with their status) and the report's chain
+    lines; a child's parent."""
+    from perfbisect.service.jobs import descent
+
+    if job.kind != JobKind.bisect:
+        return {}
+    found = descent_of(job.spec)
+    children = []
+    for entry in descent.descents_of(job):
+        child = repository.get_job(session, entry["job_id"]) if entry.get("job_id") else None
+        children.append(DescentRead(**entry, url=f"/api/jobs/{child.id}" if child else None,
+                                    status=child.status.value if child else None))
+    return {"descents": children, "descent_lines": descent.lines(session, job) if children else [],
+            "parent_job_id": found.parent_job_id if found else None}
 
 
 def _attribution(session: Session, job: Job) -> dict:

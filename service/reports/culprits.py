@@ -319,6 +319,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
     if case_lines:
         lines += [Text(""), *case_lines]
     lines += attribution_lines(job)
+    lines += descent_report_lines(job)
     if job.error and not case_lines:
         lines += [Text(""), Text(f"error: {job.error}", STYLE["failed"])]
     return lines
@@ -334,6 +335,22 @@ def shape_sentence(s: ShapeRead) -> str:
         return (f"{s.case}: bimodal from {at}: a new mode carries {s.mode_share:.0%} of the calls at "
                 f"{s.mode_location:+.0%} of the main mode's time; {spread}")
     return f"{s.case}: noisier from {at}: {spread}"
+
+
+def descent_report_lines(job: JobRead) -> list[Text]:
+    """A child's parent, and a parent's descents into the dependency bumps of its culprits."""
+    lines: list[Text] = []
+    found = job.spec.descent if job.kind == "bisect" else None
+    if found is not None:
+        lines += [Text(""), Text(f"Inside the bump of {found.dependency} {found.old_pin[:7]}..{found.new_pin[:7]} by "
+                                 f"{found.label or found.culprit_sha[:7]} of job {found.parent_job_id} "
+                                 f"(level {found.level}; the host stays at {found.host_sha[:10]})")]
+    if job.descent_lines or job.descents:
+        lines += [Text(""), Text("When the culprit is a bump (descended into the dependency):")]
+        lines += [Text(f"  {line}") for line in job.descent_lines]
+        lines += [Text(f"  child job {d.job_id} ({d.status}): {d.dependency} {d.old[:7]}..{d.new[:7]}")
+                  for d in job.descents if d.job_id is not None]
+    return lines
 
 
 def culprit_table(job: JobRead, *, width: int = 100, wide: bool = False) -> str:

@@ -66,6 +66,70 @@ class PrPolicy(BaseModel):
                     "repository's known cases of those suites (or case names)")
 
 
+DEPS_DIR = ".perfbisect-deps"  # where a file-pinned dependency's tree goes by default
+MAX_DEPENDENCIES = 16
+
+
+class PinLocation(BaseModel):
+    """Where the repository pins a dependency (service/repos/pins.py reads it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["submodule", "json", "requirements", "assign"] = Field(
+        description="submodule: the gitlink at `file` (a submodule path); json: the dotted `key` of JSON file "
+                    "`file`; requirements: the `key==version` line; assign: the `key = \"...\"` line")
+    file: BuildInput = Field(examples=["thirdparty/llvm-build-info.json", "third_party/minicc"])
+    key: text(200, min_length=1) | None = Field(default=None, examples=["llvm.commit", "triton", "REV"])
+
+    @field_validator("file")
+    @classmethod
+    def _inside(cls, value: str) -> str:
+        return checked_build_input(value)
+
+    @model_validator(mode="after")
+    def _key_for_a_file(self) -> PinLocation:
+        if self.kind != "submodule" and not self.key:
+            raise ValueError(f"a {self.kind} pin needs a key (the JSON key, the package name or the variable)")
+        return self
+
+
+class Dependency(BaseModel):
+    """A dependency the repository pins: a bump of its pin is bisected inside the dependency's own
+    history (the registered repository `repository`). Every trial places the dependency's tree,
+    at the pin the revision names, at `path` in the revision's worktree, then runs `recipe`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: SET_NAME = Field(examples=["minicc"])
+    repository: SET_NAME = Field(description="the registered repository that holds its history")
+    pin: PinLocation
+    path: BuildInput | None = Field(default=None, description=f"where its tree is placed in the worktree "
+                                    f"(default: a submodule's own path, else {DEPS_DIR}/<name>)")
+    recipe: text(10_000) | None = Field(
+        default=None, examples=["{python} -m pip install --no-deps --target {build_dir} {dep_dir}"],
+        description="run in the trial's sandbox after placing it, before the build: {dep_dir} (its tree), "
+                    "{build_dir} and {python} are filled in")
+
+    @field_validator("path")
+    @classmethod
+    def _path_inside(cls, value: str | None) -> str | None:
+        return None if value is None else checked_build_input(value)
+
+    def placed_at(self) -> str:
+        """The path of its tree inside a revision's worktree."""
+        return self.path or (self.pin.file if self.pin.kind == "submodule" else f"{DEPS_DIR}/{self.name}")
+
+
+def _unique_dependencies(value: list[Dependency]) -> list[Dependency]:
+    names = [d.name for d in value]
+    if len(set(names)) != len(names):
+        raise ValueError("dependency names must be unique")
+    places = [d.placed_at() for d in value]
+    if len(set(places)) != len(places) or "." in places:
+        raise ValueError("every dependency needs its own path inside the worktree")
+    return value
+
+
 class RepositoryCreate(BaseModel):
     """Registering is admin-only: the build command and env run on the workers."""
 
@@ -80,6 +144,14 @@ class RepositoryCreate(BaseModel):
         default_factory=dict, examples=[{"FLYDSL_RUNTIME_ENABLE_CACHE": "0"}])
     default_branch: str = Field(default="main", max_length=200, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/+-]*$")
     pr_policy: PrPolicy = Field(default_factory=PrPolicy)
+    dependencies: Annotated[list[Dependency], Field(max_length=MAX_DEPENDENCIES)] = Field(
+        default_factory=list, description="the dependencies it pins; its submodules are added without a "
+                                          "declaration when their URL is a registered repository's")
+
+    @field_validator("dependencies")
+    @classmethod
+    def _dependencies_apart(cls, value: list[Dependency]) -> list[Dependency]:
+        return _unique_dependencies(value)
 
     @field_validator("import_root")
     @classmethod
@@ -120,6 +192,7 @@ class RepositoryRead(BaseModel):
     env: dict[str, str] = Field(description=f"values are {HIDDEN!r} unless the caller is an admin")
     default_branch: str
     pr_policy: PrPolicy = Field(default_factory=PrPolicy)
+    dependencies: list[Dependency] = Field(default_factory=list)
     created_at: datetime
 
     @classmethod

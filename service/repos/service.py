@@ -13,8 +13,8 @@ from perfbisect.service.db import insert_or_skip
 from perfbisect.service import outbound
 from perfbisect.service.errors import BadRequest, Conflict, NotFound
 from perfbisect.service.models import Repository, Revision
-from perfbisect.service.repos import repository
-from perfbisect.service.repos.schemas import RepositoryCreate, RepositoryUpdate
+from perfbisect.service.repos import dependencies, repository
+from perfbisect.service.repos.schemas import Dependency, RepositoryCreate, RepositoryUpdate
 from perfbisect.service.repos.urls import checked_url, remote_host
 from perfbisect.service.settings import get_settings
 
@@ -34,7 +34,8 @@ def create(session: Session, data: RepositoryCreate, *, verify: bool = True,
     if repository.get_by_name(session, data.name) is not None:
         raise Conflict(f"a repository named {data.name!r} is already registered")
     roots = get_settings().allowed_local_roots if local_roots is None else local_roots
-    repo = Repository(**{**data.model_dump(), "url": checked_url(data.url, roots)})
+    repo = Repository(**{**data.model_dump(mode="json", exclude={"dependencies"}), "url": checked_url(data.url, roots),
+                         "dependencies": [d.model_dump(mode="json", exclude_none=True) for d in data.dependencies]})
     if (host := remote_host(repo.url)) is not None:
         outbound.check_host(host)  # not the service's own network (PERFBISECT_OUTBOUND_ALLOW)
     if verify:
@@ -42,9 +43,20 @@ def create(session: Session, data: RepositoryCreate, *, verify: bool = True,
             mirror_of(repo).ensure()
         except GitError as exc:
             raise BadRequest(str(exc)) from exc
+        set_dependencies(session, repo, data.dependencies)
+    elif data.dependencies:  # unverified (tests, the CLI's own paths): at least registered repositories
+        for dep in data.dependencies:
+            dependencies.registered(session, dep.repository)
     session.add(repo)
     session.flush()
     return repo
+
+
+def set_dependencies(session: Session, repo: Repository, wanted: Sequence[Dependency]) -> None:
+    """Check `wanted` (and the undeclared submodules) at the repository's default branch and
+    store them (service/repos/dependencies.py). Raises BadRequest, changing nothing."""
+    found = dependencies.check(session, mirror_of(repo), repo.default_branch, wanted, mirror_of)
+    repo.dependencies = [d.model_dump(mode="json", exclude_none=True) for d in found]
 
 
 def get(session: Session, name_or_id: str | int) -> Repository:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from perfbisect.kernels.harness.result import vendor_identity
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
-from perfbisect.service.job_spec import AttributeSpec, JobSpec, LocalizeSpec
+from perfbisect.service.job_spec import AttributeSpec, JobSpec, LocalizeSpec, descent_of
 from perfbisect.service.hunks.variants import hunk_patch, trial_cases
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
@@ -31,6 +31,38 @@ log = logging.getLogger(__name__)
 
 class TrialGone(NotFound):
     """The trial row was deleted (its job was removed) before a worker took it."""
+
+
+@dataclass(frozen=True)
+class DependencyWork:
+    """A declared dependency to place in the trial's worktree (service/repos/schemas.Dependency)
+    with the mirror of its history, and the dependencies it pins in turn (`inner`)."""
+
+    name: str
+    repo_name: str
+    repo_url: str
+    pin: dict[str, Any]  # PinLocation: kind, file, key
+    path: str  # where its tree goes, relative to the worktree (or to its host dependency's tree)
+    recipe: str | None = None
+    inner: tuple[DependencyWork, ...] = ()
+
+
+MAX_DEPTH = 3  # the host and two levels of dependencies
+
+
+def dependency_work(session: Session, repo: Repository, depth: int = 1) -> tuple[DependencyWork, ...]:
+    """The dependencies of `repo` to place, with theirs, to the host and two levels (a dependency
+    whose repository is no longer registered is not placed)."""
+    from perfbisect.service.repos.dependencies import declared
+    from perfbisect.service.repos.repository import get_by_name
+
+    out = []
+    for dep in declared(repo) if depth < MAX_DEPTH else ():
+        owner = get_by_name(session, dep.repository)
+        if owner is not None:
+            out.append(DependencyWork(dep.name, owner.name, owner.url, dep.pin.model_dump(), dep.placed_at(),
+                                      dep.recipe, dependency_work(session, owner, depth + 1)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -55,6 +87,8 @@ class TrialWork:
     build_inputs: tuple[str, ...] = ()  # declared build inputs: the build cache's key (none: build every trial)
     reverts: tuple[tuple[str, str], ...] = ()  # attribution: culprit ranges (first, last) reverted at `sha`
     patch: str | None = None  # hunk localization: a subset of a culprit's hunks applied at its parent `sha`
+    dependencies: tuple[DependencyWork, ...] = ()  # placed in the worktree at the pins `sha` names
+    pinned: dict[str, str] = field(default_factory=dict)  # a descent: dependency path of names -> the commit placed
 
 
 def beating(trial: Trial, now: datetime, timeout_s: float) -> bool:
@@ -79,21 +113,27 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
     now = utcnow()
     if trial.status == TrialStatus.running and beating(trial, now, get_settings().heartbeat_timeout_s):
         return None  # a duplicate message (re-sent, or restored by the broker): the live run owns it
-    repo = session.get_one(Repository, job.repository_id)
     trial.status, trial.started_at, trial.heartbeat_at = TrialStatus.running, now, now
     trial.attempts += 1
     trial.worker_host = worker_host or socket.gethostname()
+    sha = session.get_one(Revision, trial.revision_id).sha
+    descent = descent_of(job.spec)  # a bisect inside a bump: the host at its culprit
+    repo = session.get_one(Repository, descent.host_repository_id if descent else job.repository_id)
+    deps = dependency_work(session, repo)
     return TrialWork(
         trial_id=trial.id, job_id=job.id, repo_name=repo.name, repo_url=repo.url,
         build_command=repo.build_command, import_root=repo.import_root, env=dict(repo.env),
-        sha=session.get_one(Revision, trial.revision_id).sha, cases=trial_cases(job.spec, trial.variant), device_class=trial.device_class, policy=job.spec.policy,
+        sha=descent.host_sha if descent else sha, cases=trial_cases(job.spec, trial.variant),
+        device_class=trial.device_class, policy=job.spec.policy,
         attempt=trial.attempts,
         accuracy_only=trial.accuracy_only,
         profile=trial.profile,
         suite_sources=suites.sources_of(session, job.spec.cases),
-        build_inputs=tuple(repo.build_inputs or ()),
+        build_inputs=() if deps else tuple(repo.build_inputs or ()),  # the cache keys the host's tree alone
         reverts=reverts_of(job.spec, trial.variant),
         patch=hunk_patch(job.spec, trial.variant) if isinstance(job.spec, LocalizeSpec) else None,
+        dependencies=deps,
+        pinned={**descent.fixed, descent.dependency: sha} if descent else {},
     )
 
 
@@ -185,7 +225,8 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
         session.add(measured)
         stored.append(row.id)
     session.flush()
-    trials_repo.refresh_case_points(session, trial, stored)
+    if descent_of(job.spec) is None:  # a dependency's commit under the host: not its history
+        trials_repo.refresh_case_points(session, trial, stored)
     session.flush()
     return trial
 

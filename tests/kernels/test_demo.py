@@ -6,6 +6,7 @@ import re
 import statistics
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,36 @@ def test_the_planted_pair_interacts_at_the_head(demo, tmp_path):
     # points (-17.8% against -10.7%), and with a third pytest worker (-n 3, 98% busy) 1.3. Medians
     # of 5 trials take out some of the noise, not that.
     assert with_blocks < -0.15 and with_blocks < without_blocks - 0.05, m
+
+
+def test_the_minicc_bump_holds_one_regression_and_harmless_changes(demo):
+    """#924 bumps the pin of minicc (written beside the demo repository) over its own history:
+    at #924, the minicc commits before the planted one measure alike, the planted one is slower
+    on attention (fast math dropped), and minikern without minicc placed takes the pin's path."""
+    from perfbisect.kernels.demo.minicc import PIN_FILE, REGRESSION, minicc_path
+
+    planted = demo.truth["dependency"]
+    event = demo.event(planted["event"])
+    root = minicc_path(demo.root)
+    shas = subprocess.run(["git", "rev-list", "--reverse", "HEAD"], cwd=root, check=True, capture_output=True,
+                          text=True).stdout.split()
+    assert planted["sha"] == shas[REGRESSION] and (planted["old"], planted["new"]) == (shas[0], shas[-1])
+    assert f'REV = "{shas[-1]}"' in (demo.worktree(event["sha"]) / PIN_FILE).read_text()
+    assert f'REV = "{shas[0]}"' in (demo.worktree(event["parent"]) / PIN_FILE).read_text()
+    cases = [c for c in DEMO_CPU_CASES if event_hits(planted["event"], c, "cpu")]
+
+    def at(minicc_sha: str) -> Path:  # #924 with minicc placed at `minicc_sha`, as the worker does
+        tree = demo.trees / f"924-{minicc_sha[:8]}"
+        if not tree.exists():
+            subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), event["sha"]], cwd=demo.root, check=True)
+            (tree / "minicc").mkdir()
+            archive = subprocess.run(["git", "archive", minicc_sha], cwd=root, check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree / "minicc")], input=archive, check=True)
+        return tree
+
+    ratios = {sha: [] for sha in (shas[REGRESSION - 1], shas[REGRESSION])}
+    for t in range(2):
+        for sha in ratios:
+            ratios[sha].append(statistics.median(c["median_ratio"] for c in by_name(trial(at(sha), cases, 99 + t)).values()))
+    step = statistics.median(ratios[shas[REGRESSION]]) / statistics.median(ratios[shas[REGRESSION - 1]]) - 1
+    assert step < -0.10, f"minicc's planted commit: {step:+.1%}"
