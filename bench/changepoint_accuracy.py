@@ -17,6 +17,8 @@ recall is averaged over annotators, a true point is matched at most once. Method
   as R changepoint's BinSeg defaults: Q = 5, MBIC-like penalty);
 - old: perfbisect's previous detector (E-Divisive alpha = 1 + Welch p < 0.001, commit 700129e);
 - perfbisect: service.bisect.changepoints.compute_change_points with its defaults;
+- ensemble: service.bisect.changepoints.vote_change_points with its defaults (the points a
+  majority of six detectors, window 30/35/40 x min_size 4/5, agree on within 2);
 - rpt_binseg, rpt_pelt, where ruptures is installed (the `bench` extra): ruptures' Binseg and
   Pelt, L2 cost on the standardised series, min_size 2, jump 1, penalty 3 log(n);
 - with --published, where installed: otava (apache-otava's compute_change_points, defaults:
@@ -27,7 +29,10 @@ False alerts per 1,000 points: every point predicted on TCPD's series that no an
 a change in (bank, quality_control_5), and, over all series, the predicted points farther than
 the margin from every annotator's points. --loso: the detector over a fixed grid of its
 settings, each series scored with the settings best on the other series (leave one series out),
-beside the defaults: the defaults were chosen on TCPD, the held-out figure is not.
+beside the defaults: the defaults were chosen on TCPD, the held-out figure is not; the same for
+the ensemble over its quorum and members (VOTE_GRID), and with the quorum fixed at a majority.
+At a fixed false-alarm rate: each method's knob (p-values, ruptures' penalty) set to the loosest
+value with at most 1 false alert per 1,000 points on the unannotated series, then scored on all.
 
 Synthetic histories (perf-like, positive levels near 100): noise only (Gaussian 1-2%, bimodal
 noise p 0.1-0.5 shift 3-8%, seasonal period 7 amplitude 3%, a smooth trend of 10-40% over the
@@ -51,7 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfbisect.service.bisect.changepoints import compute_change_points  # noqa: E402
+from perfbisect.service.bisect.changepoints import compute_change_points, vote_change_points  # noqa: E402
 
 MARGIN = 5
 
@@ -168,7 +173,11 @@ def perfbisect(x: np.ndarray) -> list[int]:
     return [p.index for p in compute_change_points(x)]
 
 
-METHODS = {"zero": zero, "binseg": binseg, "old": old_detector, "perfbisect": perfbisect}
+def ensemble(x: np.ndarray) -> list[int]:
+    return [p.index for p in vote_change_points(x)]
+
+
+METHODS = {"zero": zero, "binseg": binseg, "old": old_detector, "perfbisect": perfbisect, "ensemble": ensemble}
 
 
 def add_ruptures() -> None:
@@ -184,9 +193,9 @@ def add_ruptures() -> None:
         return
 
     def rows(algorithm):
-        def detect(x: np.ndarray) -> list[int]:
+        def detect(x: np.ndarray, penalty_scale: float = 1.0) -> list[int]:
             z = (x - x.mean()) / (x.std() or 1.0)
-            found = algorithm(model="l2", min_size=2, jump=1).fit(z).predict(pen=3 * math.log(x.size))
+            found = algorithm(model="l2", min_size=2, jump=1).fit(z).predict(pen=penalty_scale * 3 * math.log(x.size))
             return [int(b) for b in found[:-1]]
         return detect
     METHODS["rpt_binseg"] = rows(rpt.Binseg)
@@ -245,8 +254,53 @@ def false_alerts(series: dict[str, tuple[np.ndarray, dict]], predicted: dict[str
     return 1000 * on_quiet, 1000 * unmatched / sum(x.size for x, _ in series.values())
 
 
+# Each method's knob, strictest last: the loosest setting with at most FALSE_RATE false alerts per
+# 1,000 points on TCPD's unannotated series is the one scored at that fixed false-alarm rate.
+FALSE_RATE = 1.0
+PENALTY_SCALES = (1, 1.5, 2, 3, 5, 8)
+PVALUE_SCALES = (10, 3, 1, 0.3, 0.1)
+
+
+def operating_points() -> dict[str, list[tuple[str, object]]]:
+    """(label, detector) per method, loosest first: perfbisect's p-values scaled, ruptures'
+    penalty 3 log(n) scaled. Methods whose module is absent are left out."""
+    out: dict[str, list[tuple[str, object]]] = {"perfbisect": [
+        (f"p x{k}", lambda x, k=k: [p.index for p in compute_change_points(x, pvalue=0.001 * k,
+                                                                              trend_pvalue=0.002 * k)])
+        for k in PVALUE_SCALES], "ensemble": [
+        (f"p x{k}", lambda x, k=k: [p.index for p in vote_change_points(x, pvalue=0.001 * k, trend_pvalue=0.002 * k)])
+        for k in PVALUE_SCALES]}
+    for method in ("rpt_binseg", "rpt_pelt"):
+        if method in METHODS:
+            out[method] = [(f"pen x{k}", lambda x, k=k, m=method: METHODS[m](x, penalty_scale=k))
+                           for k in PENALTY_SCALES]
+    return out
+
+
+def fixed_false_rate_table(series: dict[str, tuple[np.ndarray, dict]]) -> None:
+    """Precision, recall and F1 at the loosest setting with at most FALSE_RATE false alerts per
+    1,000 points on the unannotated series (chosen on those series alone, then scored on all)."""
+    quiet = {name: item for name, item in series.items() if not any(item[1].values())}
+    size = sum(x.size for x, _ in quiet.values())
+    print(f"\nat <= {FALSE_RATE:g} false alert per 1,000 points on the {len(quiet)} unannotated series "
+          f"({size} points; the loosest setting that holds it):")
+    print(f"{'':11s} {'setting':>9s} {'F1':>6s} {'prec':>6s} {'recall':>6s}  false/1000: unannotated, all")
+    for method, settings in operating_points().items():
+        for label, detect in settings:
+            if 1000 * sum(len(detect(x)) for x, _ in quiet.values()) / size <= FALSE_RATE:
+                break
+        else:
+            print(f"{method:11s} {'none':>9s}")
+            continue
+        predicted = {name: detect(x) for name, (x, _) in series.items()}
+        scores = np.array([f1_score(ann, predicted[name]) for name, (_, ann) in series.items()])
+        on_quiet, unmatched = false_alerts(series, predicted)
+        print(f"{method:11s} {label:>9s} {scores[:, 0].mean():6.3f} {scores[:, 1].mean():6.3f} "
+              f"{scores[:, 2].mean():6.3f}  {on_quiet:6.2f} {unmatched:6.2f}")
+
+
 def tcpd_table(series: dict[str, tuple[np.ndarray, dict]]) -> None:
-    rows = {}
+    rows, total = {}, sum(x.size for x, _ in series.values())
     print(f"{'':11s} {'F1':>6s} {'prec':>6s} {'recall':>6s} {'pts/series':>10s}   false alerts/1000 pts: "
           f"unannotated series, all series")
     for method, detect in METHODS.items():
@@ -257,7 +311,7 @@ def tcpd_table(series: dict[str, tuple[np.ndarray, dict]]) -> None:
         on_quiet, unmatched = false_alerts(series, predicted)
         print(f"{method:11s} {np.mean([s[1] for s in scores]):6.3f} {np.mean([s[2] for s in scores]):6.3f} "
               f"{np.mean([s[3] for s in scores]):6.3f} {np.mean([s[4] for s in scores]):10.2f}   {on_quiet:6.2f} "
-              f"{unmatched:6.2f}   ({time.perf_counter() - start:.1f} s)")
+              f"{unmatched:6.2f}   ({1e6 * (time.perf_counter() - start) / total:.0f} ms per 1,000 points)")
     print("\nper series F1 (points predicted):")
     print(f"{'series':20s}" + "".join(f"{m:>16s}" for m in METHODS))
     for i, name in enumerate(series):
@@ -268,11 +322,17 @@ def tcpd_table(series: dict[str, tuple[np.ndarray, dict]]) -> None:
 GRID = {"window": (30, 35, 40), "min_size": (4, 5), "trend_pvalue": (0.001, 0.002, 0.003), "min_sigmas": (1.5, 2.0)}
 
 
-def loso_table(series: dict[str, tuple[np.ndarray, dict]]) -> None:
+# The ensemble's settings (vote_change_points): quorum and the members' windows and min_sizes.
+VOTE_GRID = {"quorum": (1 / 3, 1 / 2, 2 / 3), "windows": ((30, 35, 40), (25, 35, 45)), "min_sizes": ((4, 5), (3, 4, 5))}
+
+
+def loso_table(series: dict[str, tuple[np.ndarray, dict]], detector=compute_change_points, grid=None,
+               label: str = "perfbisect") -> None:
     """Mean F1 when each series is scored with the grid's settings best on the other series."""
-    configs = [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
+    grid = GRID if grid is None else grid
+    configs = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     names = list(series)
-    f1 = np.array([[f1_score(series[name][1], [p.index for p in compute_change_points(series[name][0], **cfg)])[0]
+    f1 = np.array([[f1_score(series[name][1], [p.index for p in detector(series[name][0], **cfg)])[0]
                     for name in names] for cfg in configs])
     held_out, chosen = [], []
     for i in range(len(names)):
@@ -280,7 +340,7 @@ def loso_table(series: dict[str, tuple[np.ndarray, dict]]) -> None:
         held_out.append(f1[best, i])
         chosen.append(best)
     top = max(set(chosen), key=chosen.count)
-    print(f"\nleave one series out over {len(configs)} settings ({', '.join(GRID)}): F1 {np.mean(held_out):.3f}; "
+    print(f"\n{label}: leave one series out over {len(configs)} settings ({', '.join(grid)}): F1 {np.mean(held_out):.3f}; "
           f"grid's range at fixed settings {f1.mean(axis=1).min():.3f}-{f1.mean(axis=1).max():.3f}; "
           f"chosen most often ({chosen.count(top)} of {len(names)}): {configs[top]}")
 
@@ -368,8 +428,11 @@ def main() -> None:
     series, skipped = load_tcpd(Path(args.tcpd))
     print(f"TCPD: {len(series)} univariate series; skipped: {', '.join(skipped) or 'none'}")
     tcpd_table(series)
+    fixed_false_rate_table(series)
     if args.loso:
         loso_table(series)
+        loso_table(series, vote_change_points, VOTE_GRID, "ensemble")
+        loso_table(series, vote_change_points, {**VOTE_GRID, "quorum": (1 / 2,)}, "ensemble, majority quorum")
     if args.synthetic:
         synthetic_table(args.synthetic)
 

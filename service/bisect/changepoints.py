@@ -368,3 +368,27 @@ def compute_change_points(series: Sequence[float], *, min_magnitude: float = 0.0
     if relative:
         points = [ChangePoint(p.index, math.exp(p.mean_before), math.exp(p.mean_after), p.pvalue) for p in points]
     return points
+
+
+def vote_change_points(series: Sequence[float], *, windows: Sequence[int] = (30, 35, 40),
+                       min_sizes: Sequence[int] = (4, 5), quorum: float = 0.5, tolerance: int = 2,
+                       **options) -> list[ChangePoint]:
+    """Change points that at least `quorum` of an ensemble of detectors agree on: one
+    `compute_change_points` per (window, min_size), a point kept where members' points within
+    `tolerance` of each other (chained) number at least `quorum` of the members; the member point
+    at the cluster's median index stands for it. One setting's result moves with a small change
+    of its settings through the re-test cascade; the majority of its neighbours moves less (TCPD,
+    bench/changepoint_accuracy.py: mean F1 0.814 in-sample, 0.800 with the members chosen leaving
+    each series out at a majority quorum, 0.771 with the quorum chosen too; one detector 0.811
+    and 0.780). Six members cost six detectors' time. `options` go to every member. Pure."""
+    members = [compute_change_points(series, window=w, min_size=m, **options) for w in windows for m in min_sizes]
+    if not members:
+        raise ValueError("an ensemble needs at least one window and one min_size")
+    points = sorted((p for member in members for p in member), key=lambda p: p.index)
+    clusters: list[list[ChangePoint]] = []
+    for point in points:
+        if clusters and point.index - clusters[-1][-1].index <= tolerance:
+            clusters[-1].append(point)
+        else:
+            clusters.append([point])
+    return [cluster[(len(cluster) - 1) // 2] for cluster in clusters if len(cluster) >= quorum * len(members)]

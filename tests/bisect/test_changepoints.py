@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from perfbisect.service.bisect.changepoints import ChangePoint, compute_change_points, robust_noise
+from perfbisect.service.bisect.changepoints import ChangePoint, compute_change_points, robust_noise, vote_change_points
 
 # One fixed draw of 23 normal values (mean 0, sd 1, no lag-1 correlation): the noise of a level.
 NOISE = [0.17, 1.17, -1.69, 1.32, -0.18, -0.84, -0.84, -1.08, -0.34, 0.58, 0.36, 0.41, -1.62, -1.51, 1.21,
@@ -225,3 +225,31 @@ def test_relative_min_magnitude_bounds_the_ratio_of_the_levels():
     assert indices(series, relative=True, min_magnitude=0.09) == []
     with pytest.raises(ValueError, match="positive"):
         compute_change_points([1.0, 0.0] * 10, relative=True)
+
+
+# ---- the ensemble: points a majority of detectors over neighbouring settings agree on ----------
+
+def test_vote_keeps_a_step_every_member_finds():
+    series = level(100, 25, sd=1.0) + level(107, 25, 5, sd=1.0)
+    points = vote_change_points(series)
+    assert [p.index for p in points] == [25]
+    assert points[0].rel == pytest.approx(0.07, abs=0.01)
+
+
+def test_vote_finds_none_in_noise():
+    assert vote_change_points(level(100, 60, sd=2.0)) == []
+
+
+def test_vote_drops_a_point_only_a_minority_finds():
+    # a 4-point excursion: only the member with min_size 3 can cut a level that short
+    excursion = level(100, 20, sd=1.0) + level(92, 4, 4, sd=1.0) + level(100, 20, 7, sd=1.0)
+    assert indices(excursion, min_size=3, min_magnitude=0.02) == [20, 24]
+    assert indices(excursion, min_size=4, min_magnitude=0.02) == []
+    voters = {"windows": (35,), "min_sizes": (3, 4, 5), "min_magnitude": 0.02}
+    assert vote_change_points(excursion, **voters) == []
+    assert [p.index for p in vote_change_points(excursion, quorum=0.3, **voters)] == [20, 24]
+
+
+def test_vote_needs_members():
+    with pytest.raises(ValueError):
+        vote_change_points(level(100, 30), windows=())
