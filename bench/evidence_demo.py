@@ -11,28 +11,38 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from perfbisect.kernels import demo
+from perfbisect.kernels.demo import minicc
 from perfbisect.kernels.demo.writer import load_ground_truth
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.evidence.diff import environment_diff
 from perfbisect.service.evidence.schemas import CulpritEvidence, EnvironmentSection
 from perfbisect.service.evidence.service import sections
 from perfbisect.service.evidence.summary import why_lines
-from perfbisect.service.hunks.schemas import HunkEvidence  # noqa: E402
+from perfbisect.service.hunks.schemas import HunkEvidence
 from perfbisect.service.trials.service import profiled_evidence
 
 EVENTS = {"fastmath_dropped": "attention", "block_k_small_step": "gemm"}
 
 
 def worktree(root: Path, sha: str) -> Path:
+    """minikern at `sha`, with minicc placed at `minicc/` at the commit its pin names (as the
+    worker places a declared dependency: #924 takes its exp path from minicc, issue 44)."""
     path = root.parent / "trees" / sha[:12]
     if not path.exists():
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(path), sha], cwd=root, check=True)
+        pin = re.search(r'REV = "([0-9a-f]+)"', (path / minicc.PIN_FILE).read_text())
+        if pin:
+            (path / "minicc").mkdir()
+            archive = subprocess.run(["git", "archive", pin.group(1)], cwd=minicc.minicc_path(root), check=True,
+                                     capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(path / "minicc")], input=archive, check=True)
     return path
 
 
@@ -55,8 +65,8 @@ def event_evidence(root: Path, truth: dict, event: str, device: str) -> CulpritE
     before, after = (profile_at(root, s, cases, device) for s in (parent, sha))
     kernels, compiled, autotune = sections([], profiled_evidence(before), profiled_evidence(after))
     found = CulpritEvidence(job_id=0, first_sha=sha, last_sha=sha, before_sha=parent, after_sha=sha, summary=[],
-                            hunks=HunkEvidence(job_id=0, sha=sha, available=False, reason="not run here (no database)"), kernels=kernels,
-                            compiled=compiled, autotune=autotune,
+                            hunks=HunkEvidence(job_id=0, sha=sha, available=False, reason="not run here (no database)"),
+                            kernels=kernels, compiled=compiled, autotune=autotune,
                             environment=EnvironmentSection(**environment_diff(before.get("device"), after.get("device"))))
     found.summary = why_lines(found)
     return found
