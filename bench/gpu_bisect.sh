@@ -12,7 +12,8 @@ python3 -m perfbisect.cli.main demo-repo "$out/minikern" >/dev/null
 # minicc, written beside it, is the dependency #22 bumps (issue 44): registered, then declared
 python3 -m perfbisect.cli.main repo add "$out/minikern.minicc" --name minicc >/dev/null
 python3 -m perfbisect.cli.main repo add "$out/minikern" --name minikern --build "{python} -m compileall -q minikern" \
-  --dependency minicc=assign:minicc.pin:REV >/dev/null
+  --dependency '{"name": "minicc", "repository": "minicc", "path": "minicc", "pin": {"kind": "assign", "file": "minicc.pin", "key": "REV"}}' \
+  >/dev/null  # placed at minicc/, where minikern imports it (the short form places it under .perfbisect-deps/)
 shas=($(git -C "$out/minikern" rev-list --first-parent --reverse HEAD))
 policy=$(python3 -c "import json; from perfbisect.kernels.demo import DEMO_GPU_POLICY as p; print(json.dumps(p))")
 start=$(date +%s)

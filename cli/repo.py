@@ -112,9 +112,12 @@ def parse_dependencies(values: list[str] | None) -> list[dict[str, Any]] | None:
     for value in values:
         if value.lstrip().startswith("{"):
             try:
-                out.append(json.loads(value))
+                given = json.loads(value)
             except ValueError as exc:
                 raise CLIError(f"--dependency {value!r} is not JSON: {exc}") from None
+            if isinstance(given, dict) and "name" in given:  # its history's repository: NAME, as in the short form
+                given.setdefault("repository", given["name"])
+            out.append(given)
             continue
         head, sep, where = value.partition("=")
         parts = where.split(":", 2)

@@ -105,3 +105,9 @@ def test_the_cli_declares_dependencies_and_refuses_bad_ones(embedded, pair) -> N
     assert [r["name"] for r in json.loads(listed.output)] == ["minicc"]  # nothing half-registered
     added = runner.invoke(app, ["repo", "add", str(host_path), "--dependency", "minicc=assign:minicc.pin:REV"])
     assert added.exit_code == 0 and "dependency minicc (minicc): assign minicc.pin REV" in added.output, added.output
+    # the JSON form sets where it is placed; its history's repository is NAME unless given, as above
+    placed = runner.invoke(app, ["repo", "add", str(host_path), "--json", "--dependency",
+                                 '{"name": "minicc", "path": "minicc", "pin": {"kind": "assign", "file": "minicc.pin", '
+                                 '"key": "REV"}}'])
+    assert placed.exit_code == 0, placed.output
+    assert [(d["repository"], d["path"]) for d in json.loads(placed.output)["dependencies"]] == [("minicc", "minicc")]
