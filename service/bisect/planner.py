@@ -56,6 +56,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from perfbisect.service.bisect.coverage import auto_scan_points, refine_points
+from perfbisect.service.bisect.drift import drift_evident
 from perfbisect.service.bisect.effect import bootstrap_effect, t_effect
 from perfbisect.service.bisect.model import (
     BisectConfig,
@@ -79,8 +80,9 @@ from perfbisect.service.bisect.pairs import (
     heavy_tailed,
     judge_pairs,
     max_blocks,
+    within_round_noise,
 )
-from perfbisect.service.bisect.probes import allocate, correctness, edge_probes, scan_points
+from perfbisect.service.bisect.probes import allocate, correctness, edge_probes, probe_references, scan_points
 
 
 class _Requests:
@@ -94,6 +96,7 @@ class _Requests:
         self._cap = cap
         self.wanted: dict[int, int] = {}
         self.blocks: dict[tuple[int, int], int] = {}
+        self.probes: dict[tuple[int, int], int] = {}  # (reference, revision): short blocks (issue 46)
 
     def capped(self, revision: int) -> bool:
         return self._left.get(revision, self._cap) <= 0
@@ -114,14 +117,25 @@ class _Requests:
         if blocks > 0:
             self.blocks[(a, b)] = max(self.blocks.get((a, b), 0), blocks)
 
+    def probe(self, reference: int, revision: int) -> None:
+        """One short block: `revision` measured right after `reference`, on one worker."""
+        self.probes[(reference, revision)] = 1
+
     def any(self) -> bool:
-        return bool(self.wanted or self.blocks)
+        return bool(self.wanted or self.blocks or self.probes)
 
     def as_tuple(self) -> tuple[TrialRequest, ...]:
         return tuple(TrialRequest(r, t) for r, t in sorted(self.wanted.items()))
 
     def as_blocks(self) -> tuple[PairBlock, ...]:
-        return tuple(PairBlock(a, b) for (a, b), count in sorted(self.blocks.items()) for _ in range(count))
+        full = tuple(PairBlock(a, b) for (a, b), count in sorted(self.blocks.items()) for _ in range(count))
+        return full + tuple(PairBlock(a, b, short=True) for (a, b), count in sorted(self.probes.items())
+                            for _ in range(count))
+
+
+def searching(config: BisectConfig) -> bool:
+    """The search itself measures side by side (issue 46): probes in short blocks."""
+    return config.paired_blocks > 0 and config.search_side_by_side
 
 
 def _escalate(a: int, b: int, counts: Mapping[int, int], config: BisectConfig, requests: _Requests) -> None:
@@ -352,6 +366,9 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
         if config.paired_blocks and pair.closed and (pair.paired or pair.verdict == Verdict.DIFFERENT):
             if _settle_side_by_side(pair, config, requests, rank_only):
                 settled.append((pair, _culprit(pair, observations, ok, config)))
+        elif (pair.verdict == Verdict.UNKNOWN and searching(config) and (pair.paired or pair.linked)
+              and pair.blocks() < max_blocks(config)):
+            requests.probe(pair.a, pair.b)  # judged on its blocks alone: another short block decides it
         elif pair.verdict == Verdict.UNKNOWN:
             _escalate(pair.a, pair.b, counts, config, requests)
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
@@ -359,8 +376,14 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
         elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests, rank_only):
             settled.append((pair, _culprit(pair, observations, ok, config)))  # paired_blocks=0: no blocks
     culprits = [c for _, c in settled]
-    for revision in allocate(open_pairs, config.workers, observations):
-        requests.new(revision, config.initial_trials)
+    probes = allocate(open_pairs, config.workers, observations)
+    if searching(config) and drift_evident(observations, ok, within_round_noise(observations, ok, case_names(observations, ok))):
+        # issue 46: each probe beside its pair's nearer end, in this round, on one worker
+        for reference, revision in probe_references(open_pairs, probes):
+            requests.probe(reference, revision)
+    else:
+        for revision in probes:
+            requests.new(revision, config.initial_trials)
     if config.max_gap:  # --scan auto: beside a step seen, finer points (another step may sit close by)
         alike = [(p.a, p.b) for p in judgements if p.verdict == Verdict.SAME]
         moved = [(p.a, p.b) for p in judgements if p.verdict == Verdict.DIFFERENT]
