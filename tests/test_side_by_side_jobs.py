@@ -151,6 +151,21 @@ def test_the_block_ids_reach_the_planner_and_the_culprit_has_the_paired_interval
 ROUND_DRIFT = (1.0, 1.0, 1.05, 1.05, 1.0, 0.95, 1.05, 0.95, 1.05, 1.05, 1.0, 1.05, 1.0, 0.95)
 
 
+def test_each_blocks_trials_share_one_round_and_the_rounds_reach_the_planner(session, lib) -> None:
+    """Issue 46: the planner judges the search's short blocks on the trial noise within rounds, so
+    each value carries the round it was sent in (`Observation.rounds`): one per block, several per job."""
+    job = submit(session, lib)
+    run_job(session, job)
+    observations = advance.observations_from(jobs_repo.trials_of(session, job.id), job.revision_shas, "ratio")
+    for number, block in by_block(session, job.id).items():
+        rounds = set()
+        for trial in block:
+            o = observations[job.revision_shas.index(trial.revision.sha)]
+            rounds |= {r for r, b in zip(o.rounds[CASE], o.blocks[CASE]) if b == number}
+        assert len(rounds) == 1, (number, rounds)
+    assert len({r for o in observations.values() for r in o.rounds[CASE]}) > 2
+
+
 @pytest.mark.parametrize("side_by_side, named", [(False, [STEP_AT, STEP_AT + 1]), (True, [STEP_AT])])
 def test_round_drift_makes_a_false_culprit_only_without_side_by_side(session, lib, side_by_side, named) -> None:
     """The step at STEP_AT is the only one. Confirmed on trials of different rounds, the drift
