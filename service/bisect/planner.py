@@ -34,6 +34,11 @@ One round:
      a pair SAME on its blocks is SAME (README, "Side-by-side measurement"). A case whose noise
      raised its minimum effect confirms on a block more, and a case that claims a step at a
      culprit without its own blocks confirming it gets blocks until it does or stops claiming.
+   - The search side by side (`search_side_by_side`, issue 46): while `drift.drift_evident`, a
+     probe inside an open pair is a short block beside the pair's nearer end (`PairBlock.short`);
+     a pair that shares a block is judged on its blocks alone, one that does not but is joined to
+     them through other pairs' blocks on that chain (`chain.py`), and such a pair left UNKNOWN
+     gets another short block, not unpaired trials.
 3. Wrong-results revisions never enter the timing comparison (a fast wrong kernel is not an
    improvement); their runs are bounded by binary search and reported as correctness findings.
 
