@@ -20,7 +20,10 @@ revisions built is k*ceil(log2 N) + 2k + 2 for k true steps in N commits.
 `--drift` runs the same random histories with drift the control does not cancel (target only,
 `history.DriftModel`): a per-round lognormal factor of cv uniform in 0..0.6x the minimum effect,
 10% burst rounds slowing the target by 3x the minimum effect, a trend of up to 0.3x the minimum
-effect per 50 trials, and per-worker offsets of cv up to 0.5x the minimum effect; W = 1 and 4.
+effect per 50 trials, per-worker offsets of cv up to 0.5x the minimum effect, and (issue 46) a factor
+per block inside a round and one per trial, each of cv up to 0.3x the minimum effect; W = 1 and 4.
+The planners: issue 23's (culprits confirmed side by side, the search on unpaired trials: "before")
+and issue 46's (the search side by side too: "after"); `--today` adds the planner without blocks.
 It prints the issue's targets: runs with a false culprit, steps >= 1.5x the minimum effect (and
 >= 3 trial noises, not cancelled) found, interval coverage, and trials beside the drift-free runs
 of the same planner and of today's (no blocks). A long run is resumable: `--save F` appends each
@@ -42,6 +45,7 @@ Baselines (one culprit each, run on every history, on the case that moved most e
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -74,7 +78,8 @@ class Truth:
 def random_drift(rng: np.random.Generator) -> dict:
     """The drift the control does not cancel, for `--drift` (see the module docstring)."""
     return {"round_cv": float(rng.uniform(0, 0.6 * MIN_EFFECT)), "burst_p": 0.1, "burst": 3 * MIN_EFFECT,
-            "trend": float(rng.uniform(0, 0.3 * MIN_EFFECT / 50)), "worker_cv": float(rng.uniform(0, 0.5 * MIN_EFFECT))}
+            "trend": float(rng.uniform(0, 0.3 * MIN_EFFECT / 50)), "worker_cv": float(rng.uniform(0, 0.5 * MIN_EFFECT)),
+            "block_cv": float(rng.uniform(0, 0.3 * MIN_EFFECT)), "trial_cv": float(rng.uniform(0, 0.3 * MIN_EFFECT))}
 
 
 def random_history(rng: np.random.Generator, drift: dict | None = None) -> Truth:
@@ -238,25 +243,31 @@ def run_one(args: tuple[int, tuple[int, ...]]) -> list[dict]:
     return rows
 
 
+PLANNERS = {"no blocks": BisectConfig(),
+            "before (issue 23)": BisectConfig(paired_blocks=SIDE_BY_SIDE, search_side_by_side=False),
+            "after (issue 46)": BisectConfig(paired_blocks=SIDE_BY_SIDE)}
+
+
 def run_drift(args: tuple[int, bool]) -> list[dict]:
     """One random history with drift (the same history as `run_one` draws, plus drift), W=1 and 4,
-    today's planner and side by side; and the trials of both on the history without drift."""
+    issue 23's planner ("before") and issue 46's ("after"), and the planner without blocks when
+    `today`; the trials of each on the history without drift, beside those of "before"."""
     index, today = args
     drift = random_drift(np.random.default_rng([23, index]))
     truth = random_history(np.random.default_rng([20261202, index]), drift)
     clean = random_history(np.random.default_rng([20261202, index])).history
-    today_quiet = {w: simulate(clean, workers=w, seed=index)["trials"] for w in (1, 4)}
+    base = PLANNERS["before (issue 23)"]
+    today_quiet = {w: simulate(clean, workers=w, seed=index, config=base)["trials"] for w in (1, 4)}
     rows = []
-    for w, blocks in ((1, 0), (4, 0), (1, SIDE_BY_SIDE), (4, SIDE_BY_SIDE))[0 if today else 2:]:
-        config = BisectConfig(paired_blocks=blocks)
+    for (name, config), w in itertools.product(list(PLANNERS.items())[0 if today else 1:], (1, 4)):
         r = simulate(truth.history, workers=w, seed=index, config=config)
-        quiet = simulate(clean, workers=w, seed=index, config=config)["trials"]
+        quiet = today_quiet[w] if config == base else simulate(clean, workers=w, seed=index, config=config)["trials"]
         culprits = [c["range"] for c in r["culprits"]]
         s = score(truth, culprits)
         found = [any(lo <= step <= hi for lo, hi in culprits) for step in truth.steps]
         wanted = [big and not c and abs(size) >= 1.5 * MIN_EFFECT
                   for big, c, size in zip(truth.above_min, truth.cancelled, truth.sizes)]
-        rows.append({"method": f"{'side by side' if blocks else 'today'} W={w}", "false": s["reported"] - s["right"],
+        rows.append({"method": f"{name} W={w}", "false": s["reported"] - s["right"],
                      "index": index, "trials": r["trials"], "quiet": quiet, "today_quiet": today_quiet[w],
                      "wanted": sum(wanted), "wanted_found": sum(f for f, w_ in zip(found, wanted) if w_),
                      "intervals": intervals(truth.history, r["culprits"])})
@@ -264,10 +275,10 @@ def run_drift(args: tuple[int, bool]) -> list[dict]:
 
 
 def summarize_drift(rows: list[dict]) -> str:
-    """The issue-23 targets, per planner and W and over all W of a planner, beside the drift-free
-    trials of the same planner and of today's (no blocks) on the same histories."""
-    out = [f"{'planner':<18} {'runs':>5} {'false-culprit runs':>18} {'steps>=1.5x found':>18} "
-           f"{'95% CI covers':>14} {'trials (drift)':>14} {'trials (no drift)':>17} {'today (no drift)':>16} {'ratio':>6}"]
+    """The issue-23 and issue-46 targets, per planner and W and over all W of a planner, beside the
+    drift-free trials of the same planner and of issue 23's ("before": today's) on the same histories."""
+    out = [f"{'planner':<26} {'runs':>5} {'false-culprit runs':>18} {'steps>=1.5x found':>18} "
+           f"{'95% CI covers':>14} {'trials (drift)':>14} {'trials (no drift)':>17} {'before (no drift)':>17} {'ratio':>6}"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
     planners = list(dict.fromkeys(m.rsplit(" W=", 1)[0] for m in methods))
     groups = [(m, [r for r in rows if r["method"] == m]) for m in methods]
@@ -277,11 +288,11 @@ def summarize_drift(rows: list[dict]) -> str:
         moved = [held for r in sel for is_moved, held in r["intervals"] if is_moved]
         quiet, today = np.mean([r["quiet"] for r in sel]), np.mean([r["today_quiet"] for r in sel])
         false = sum(r["false"] > 0 for r in sel)
-        out.append(f"{name:<18} {len(sel):>5} {false / len(sel):>11.2%} ({false:>3}) "
+        out.append(f"{name:<26} {len(sel):>5} {false / len(sel):>11.2%} ({false:>3}) "
                    f"{found / max(wanted, 1):>11.2%} of {wanted:<4} {np.mean(moved) if moved else float('nan'):>14.1%} "
-                   f"{np.mean([r['trials'] for r in sel]):>14.1f} {quiet:>17.1f} {today:>16.1f} {quiet / today:>5.2f}x")
-    out.append("targets: false-culprit runs <= 0.5%, steps >= 1.5x min effect found >= 97%, coverage >= 93%, "
-               "drift-free trials <= 1.3x today's (bench/RESULTS.md, tenth session)")
+                   f"{np.mean([r['trials'] for r in sel]):>14.1f} {quiet:>17.1f} {today:>17.1f} {quiet / today:>5.2f}x")
+    out.append("targets (issue 46): false-culprit runs <= 0.5%, steps >= 1.5x min effect found >= 97%, "
+               "drift-free trials <= 1.2x before's (issue 23: coverage >= 93%)")
     return "\n".join(out)
 
 

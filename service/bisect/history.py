@@ -30,6 +30,9 @@ declares drift that slows the target only (the control does not cancel it) and t
 measured together share: a lognormal factor per round (`round_cv`), burst rounds (probability
 `burst_p`, the target slower by `burst`), a slow trend (`trend` in log units per trial run so
 far) and one fixed lognormal offset per worker (`worker_cv`, drawn once per simulated job).
+Two finer levels (issue 46): `block_cv`, a lognormal factor per block inside a round (every
+block, and every unpaired trial, which runs on its own, draws one: blocks of one round differ),
+and `trial_cv`, a lognormal factor per trial (target only, so not cancelled by the control).
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ class DriftModel:
     burst: float = 0.0
     trend: float = 0.0
     worker_cv: float = 0.0
+    block_cv: float = 0.0
+    trial_cv: float = 0.0
 
     def round_factor(self, rng: np.random.Generator) -> float:
         """The factor every trial of one round shares: lognormal, times a burst slowdown."""
@@ -98,6 +103,14 @@ class DriftModel:
         if self.burst_p and rng.random() < self.burst_p:
             factor /= 1.0 + self.burst
         return factor
+
+    def block_factor(self, rng: np.random.Generator) -> float:
+        """The factor a block's trials share (an unpaired trial is a block of its own)."""
+        return float(_lognormal(rng, self.block_cv, ()))
+
+    def trial_factor(self, rng: np.random.Generator) -> float:
+        """One trial's own target-only factor."""
+        return float(_lognormal(rng, self.trial_cv, ()))
 
     def worker_offsets(self, workers: int, rng: np.random.Generator) -> list[float]:
         return [float(_lognormal(rng, self.worker_cv, ())) for _ in range(workers)]

@@ -124,6 +124,11 @@ class BisectConfig:
       them (two, `SIDE_BY_SIDE`: one block measured in an odd spell never makes a culprit on its
       own). 0, the default until the service's workers run blocks, turns side-by-side blocks off:
       a culprit is then confirmed on all the pair's trials, as before issue 23.
+    - `search_side_by_side` (with `paired_blocks`, issue 46): a revision probed inside an open
+      pair is measured in a short block (`PairBlock.short`) with the pair's nearer end, in the
+      same round on one worker, and any pair that shares a block is judged on its blocks alone,
+      so the search's SAME/DIFFERENT is decided within a round. False: probes are unpaired
+      trials judged across rounds, as before issue 46.
     - `scan`: evenly spaced interior revisions measured with the ends in the first round, so a
       step that was undone inside the range (equal ends) can still be seen (`probes.scan_points`).
     - `max_gap` (`--scan auto`, 0: off): instead of `scan`, as many evenly spaced points as leave
@@ -161,6 +166,7 @@ class BisectConfig:
     build_costs: tuple[float, ...] = ()
     spread_ratio: float = 1.5
     mode_share: float = 0.05
+    search_side_by_side: bool = True
 
 
 SIDE_BY_SIDE = 2  # `paired_blocks` for side-by-side confirmation (the simulator's --drift bench)
@@ -178,12 +184,17 @@ class TrialRequest:
 class PairBlock:
     """One side-by-side block: four trials in ABBA order (`order()`), run in sequence on one
     worker, so drift the control does not cancel is shared by both revisions (a linear trend
-    across the block cancels in the ABBA means)."""
+    across the block cancels in the ABBA means). `short`: a search probe's block (issue 46),
+    one trial of the reference then one of the probed revision: half the cost, and still one
+    drift-free difference between them (a trend inside two trials is small beside one round's)."""
 
     reference: int
     revision: int
+    short: bool = False
 
-    def order(self) -> tuple[int, int, int, int]:
+    def order(self) -> tuple[int, ...]:
+        if self.short:
+            return (self.reference, self.revision)
         return (self.reference, self.revision, self.revision, self.reference)
 
 

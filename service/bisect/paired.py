@@ -141,8 +141,21 @@ def paired_comparison(a: Observation, b: Observation, case: str, residual: tuple
     paired = paired_step(a, b, case, residual)
     if paired is None:
         return None
-    blocks, step, se = paired.blocks, paired.step, paired.se
+    blocks, step = paired.blocks, paired.step
     a_vals, b_vals = a.block_values(case), b.block_values(case)
+    before = tuple(v for k in blocks for v in a_vals[k])
+    after = tuple(v for k in blocks for v in b_vals[k])
+    comparison = step_comparison(paired, min_effect=min_effect, alpha=alpha, same_z=same_z, at_cap=at_cap,
+                                 trials=(len(before), len(after)))
+    return Paired(comparison, len(blocks), before, after, step, paired.df)
+
+
+def step_comparison(paired: PairedStep, *, min_effect: float, alpha: float, same_z: float, at_cap: bool,
+                    trials: tuple[int, int] = (0, 0)) -> Comparison:
+    """The verdict on a drift-free log step and its standard error: DIFFERENT when it reaches
+    `min_effect` with the t-test's p below `alpha`; SAME when |step| + same_z standard errors is
+    below it (or `at_cap`); otherwise UNKNOWN."""
+    step, se = paired.step, paired.se
     p = float(2 * stats.t.sf(abs(step) / se, paired.df)) if se > 0 else (0.0 if step else 1.0)
     threshold = math.log1p(min_effect)
     if p < alpha and abs(step) >= threshold:
@@ -151,7 +164,4 @@ def paired_comparison(a: Observation, b: Observation, case: str, residual: tuple
         verdict = Verdict.SAME
     else:
         verdict = Verdict.UNKNOWN
-    before = tuple(v for k in blocks for v in a_vals[k])
-    after = tuple(v for k in blocks for v in b_vals[k])
-    comparison = Comparison(verdict, math.expm1(step), p, se, min_effect, p, (len(before), len(after)))
-    return Paired(comparison, len(blocks), before, after, step, paired.df)
+    return Comparison(verdict, math.expm1(step), p, se, min_effect, p, trials)

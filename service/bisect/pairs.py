@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from perfbisect.service.bisect.model import BisectConfig, Observation, Verdict
-from perfbisect.service.bisect.paired import Paired, block_residual, paired_comparison
+from perfbisect.service.bisect.chain import chained_step, links
+from perfbisect.service.bisect.paired import Paired, block_residual, paired_comparison, step_comparison
 from perfbisect.service.bisect.verdict import Comparison, assess, pooled_noise
 
 
@@ -34,6 +35,7 @@ class PairJudgement:
     closed: bool  # no unmeasured revision left strictly between a and b
     raw: Mapping[str, Comparison]  # on the pair's own trials only (side by side once measured so)
     paired: Mapping[str, Paired] = field(default_factory=dict)  # on the blocks that measured both
+    linked: bool = False  # some case judged through a chain of other pairs' blocks (`chain`, issue 46)
 
     def blocks(self) -> int:
         """Side-by-side blocks that measured both revisions (the fewest over the cases)."""
@@ -173,7 +175,8 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
                       noise_df=pooled[case][1] if pooled[case] else None,
                       sequential_alpha=config.sequential_alpha)
 
-    residual = {case: block_residual(observations, ok, case) for case in cases}
+    residual = search_residual(observations, ok, cases, config)
+    decides = 1 if config.paired_blocks and config.search_side_by_side else config.paired_blocks
     own = {side: _Side(observations, ok, side) for side in ("target", "control")}
     raw: list[dict[str, Comparison]] = []
     paired: list[dict[str, Paired]] = []
@@ -186,8 +189,9 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
             if p.comparison.verdict == Verdict.DIFFERENT:
                 paired[-1][case] = _unless_the_control_moved(p, a, b, case, own, config)
         for case, p in paired[-1].items():  # measured side by side: the blocks alone decide
-            if p.blocks >= config.paired_blocks:
+            if p.blocks >= decides:
                 raw[-1][case] = p.comparison
+    linked = _chain_verdicts(observations, ok, raw, paired, residual, config) if decides == 1 else set()
 
     pooled_by_case: dict[str, tuple[list[int], dict[int, list[float]]]] = {}
     for case in cases:
@@ -202,12 +206,49 @@ def judge_pairs(observations: Mapping[int, Observation], ok: Sequence[int], unme
         closed = not any(a < r < b for r in unmeasured)
         comparisons = dict(raw[pos])
         for case, c in raw[pos].items():
-            side_by_side = case in paired[pos] and paired[pos][case].blocks >= config.paired_blocks
+            side_by_side = (case in paired[pos] and paired[pos][case].blocks >= decides) or (pos, case) in linked
             if c.verdict == Verdict.UNKNOWN and not side_by_side:
                 ids, pools = pooled_by_case[case]
                 comparisons[case] = one(pools[ids[pos]], pools[ids[pos + 1]], case, False)
-        judgements.append(PairJudgement(a, b, comparisons, _overall(comparisons), closed, raw[pos], paired[pos]))
+        judgements.append(PairJudgement(a, b, comparisons, _overall(comparisons), closed, raw[pos], paired[pos],
+                                        linked=any((pos, case) in linked for case in raw[pos])))
     return judgements
+
+
+def _chain_verdicts(observations: Mapping[int, Observation], ok: Sequence[int], raw: list[dict[str, Comparison]],
+                    paired: Sequence[Mapping[str, Paired]], residual: Mapping[str, tuple[float, int] | None],
+                    config: BisectConfig) -> set[tuple[int, str]]:
+    """Side-by-side search (issue 46): every adjacent pair without a shared block on a case, but
+    joined through the job's blocks (`chain.chained_step`), is judged on that chain of drift-free
+    differences instead of its trials from different rounds. Rewrites `raw` in place; returns
+    the (pair position, case) so judged."""
+    judged: set[tuple[int, str]] = set()
+    graphs: dict[str, dict] = {}
+    for pos, (a, b) in enumerate(zip(ok, ok[1:])):
+        for case in list(raw[pos]):
+            if case in paired[pos]:
+                continue
+            if case not in graphs:
+                graphs[case] = links(observations, ok, case, residual[case])
+            step = chained_step(graphs[case], a, b)
+            if step is not None:
+                res = residual[case]
+                raw[pos][case] = step_comparison(step, min_effect=effective_min_effect(config, res[0] if res else None),
+                                                 alpha=config.alpha, same_z=config.same_z, at_cap=False)
+                judged.add((pos, case))
+    return judged
+
+
+def search_residual(observations: Mapping[int, Observation], ok: Sequence[int], cases: Sequence[str],
+                    config: BisectConfig) -> dict[str, tuple[float, int] | None]:
+    """Per case, the residual of the block model (`block_residual`); while it has no degree of
+    freedom (only the search's short blocks, one trial a side, issue 46), the trial noise within
+    rounds (`within_round_noise`): a short block's difference is two trials of one round."""
+    residual = {case: block_residual(observations, ok, case) for case in cases}
+    if not (config.paired_blocks and config.search_side_by_side) or all(residual.values()):
+        return residual
+    within = within_round_noise(observations, ok, cases)
+    return {case: residual[case] or within[case] for case in cases}
 
 
 class _Side:

@@ -35,6 +35,11 @@ One round:
      a pair SAME on its blocks is SAME (README, "Side-by-side measurement"). A case whose noise
      raised its minimum effect confirms on a block more, and a case that claims a step at a
      culprit without its own blocks confirming it gets blocks until it does or stops claiming.
+   - The search side by side (`search_side_by_side`, issue 46): while `drift.drift_evident`, a
+     probe inside an open pair is a short block beside the pair's nearer end (`PairBlock.short`);
+     a pair that shares a block is judged on its blocks alone, one that does not but is joined to
+     them through other pairs' blocks on that chain (`chain.py`), and such a pair left UNKNOWN
+     gets another short block, not unpaired trials.
 3. Wrong-results revisions never enter the timing comparison (a fast wrong kernel is not an
    improvement); their runs are bounded by binary search and reported as correctness findings.
 
@@ -57,6 +62,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from perfbisect.service.bisect.coverage import auto_scan_points, refine_points
+from perfbisect.service.bisect.drift import drift_evident
 from perfbisect.service.bisect.effect import bootstrap_effect, t_effect
 from perfbisect.service.bisect.model import (
     BisectConfig,
@@ -81,8 +87,9 @@ from perfbisect.service.bisect.pairs import (
     heavy_tailed,
     judge_pairs,
     max_blocks,
+    within_round_noise,
 )
-from perfbisect.service.bisect.probes import allocate, correctness, edge_probes, scan_points
+from perfbisect.service.bisect.probes import allocate, correctness, edge_probes, probe_references, scan_points
 from perfbisect.service.bisect.shapes import plan_shapes
 
 
@@ -97,6 +104,7 @@ class _Requests:
         self._cap = cap
         self.wanted: dict[int, int] = {}
         self.blocks: dict[tuple[int, int], int] = {}
+        self.probes: dict[tuple[int, int], int] = {}  # (reference, revision): short blocks (issue 46)
 
     def capped(self, revision: int) -> bool:
         return self._left.get(revision, self._cap) <= 0
@@ -117,14 +125,25 @@ class _Requests:
         if blocks > 0:
             self.blocks[(a, b)] = max(self.blocks.get((a, b), 0), blocks)
 
+    def probe(self, reference: int, revision: int) -> None:
+        """One short block: `revision` measured right after `reference`, on one worker."""
+        self.probes[(reference, revision)] = 1
+
     def any(self) -> bool:
-        return bool(self.wanted or self.blocks)
+        return bool(self.wanted or self.blocks or self.probes)
 
     def as_tuple(self) -> tuple[TrialRequest, ...]:
         return tuple(TrialRequest(r, t) for r, t in sorted(self.wanted.items()))
 
     def as_blocks(self) -> tuple[PairBlock, ...]:
-        return tuple(PairBlock(a, b) for (a, b), count in sorted(self.blocks.items()) for _ in range(count))
+        full = tuple(PairBlock(a, b) for (a, b), count in sorted(self.blocks.items()) for _ in range(count))
+        return full + tuple(PairBlock(a, b, short=True) for (a, b), count in sorted(self.probes.items())
+                            for _ in range(count))
+
+
+def searching(config: BisectConfig) -> bool:
+    """The search itself measures side by side (issue 46): probes in short blocks."""
+    return config.paired_blocks > 0 and config.search_side_by_side
 
 
 def _escalate(a: int, b: int, counts: Mapping[int, int], config: BisectConfig, requests: _Requests) -> None:
@@ -355,6 +374,9 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
         if config.paired_blocks and pair.closed and (pair.paired or pair.verdict == Verdict.DIFFERENT):
             if _settle_side_by_side(pair, config, requests, rank_only):
                 settled.append((pair, _culprit(pair, observations, ok, config)))
+        elif (pair.verdict == Verdict.UNKNOWN and searching(config) and (pair.paired or pair.linked)
+              and pair.blocks() < max_blocks(config)):
+            requests.probe(pair.a, pair.b)  # judged on its blocks alone: another short block decides it
         elif pair.verdict == Verdict.UNKNOWN:
             _escalate(pair.a, pair.b, counts, config, requests)
         elif pair.verdict == Verdict.DIFFERENT and not pair.closed:
@@ -362,8 +384,15 @@ def plan_next(n_revisions: int, observations: Mapping[int, Observation], config:
         elif pair.verdict == Verdict.DIFFERENT and _settle(pair, counts, config, requests, rank_only):
             settled.append((pair, _culprit(pair, observations, ok, config)))  # paired_blocks=0: no blocks
     culprits = [c for _, c in settled]
-    for revision in allocate(open_pairs, config.workers, observations, config.build_costs):
-        requests.new(revision, config.initial_trials)
+    probes = allocate(open_pairs, config.workers, observations, config.build_costs)
+    noise = within_round_noise(observations, ok, case_names(observations, ok))
+    if searching(config) and drift_evident(observations, ok, noise):
+        # issue 46: each probe beside its pair's nearer end, in this round, on one worker
+        for reference, revision in probe_references(open_pairs, probes):
+            requests.probe(reference, revision)
+    else:
+        for revision in probes:
+            requests.new(revision, config.initial_trials)
     if config.max_gap:  # --scan auto: beside a step seen, finer points (another step may sit close by)
         alike = [(p.a, p.b) for p in judgements if p.verdict == Verdict.SAME]
         moved = [(p.a, p.b) for p in judgements if p.verdict == Verdict.DIFFERENT]

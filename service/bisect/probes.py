@@ -129,6 +129,22 @@ def allocate(open_pairs: Sequence[tuple[int, int]], workers: int,
     return sorted(set(chosen))
 
 
+def nearer_end(pair: tuple[int, int], revision: int) -> int:
+    """The end of `pair` nearer to `revision` (the lower one on a tie): the reference a probe
+    inside the pair is measured beside (issue 46)."""
+    lo, hi = pair
+    return lo if revision - lo <= hi - revision else hi
+
+
+def probe_references(open_pairs: Sequence[tuple[int, int]], probes: Sequence[int]) -> list[tuple[int, int]]:
+    """(reference, probe) for each probe: the nearer end of the open pair that holds it."""
+    out = []
+    for revision in probes:
+        pair = next(p for p in open_pairs if p[0] < revision < p[1])
+        out.append((nearer_end(pair, revision), revision))
+    return out
+
+
 def _wrong_runs(measured: Mapping[int, Observation]) -> list[tuple[int, int]]:
     """Maximal runs of wrong-results revisions among the measured ones, unbroken by an ok one
     (unbuildable revisions in between say nothing and do not break a run)."""

@@ -31,9 +31,10 @@ def _short(x: float) -> float:
 
 class _Bench:
     """The simulated trials so far: states, decision values and their blocks per revision. The
-    history's drift (target only) is one factor per round, a per-worker offset and a trend in
-    the trials run so far; unpaired trials go round-robin over the workers, each block to one. A
-    case with a regime flips its state before each trial (the machine's, shared by all workers)."""
+    history's drift (target only) is one factor per round, one per block (an unpaired trial is its
+    own block), one per trial, a per-worker offset and a trend in the trials run so far; unpaired
+    trials go round-robin over the workers, each block to one. A case with a regime flips its
+    state before each trial (the machine's, shared by all workers)."""
 
     def __init__(self, history: History, seed: int, workers: int = 1) -> None:
         self.history = history
@@ -50,6 +51,7 @@ class _Bench:
         self.offsets = history.drift.worker_offsets(workers, np.random.default_rng([seed, 1]))
         self._drift_rng = np.random.default_rng([seed, 2])  # drift draws never shift the trial noise
         self._round = 1.0
+        self._unit = 1.0  # the current block's factor (an unpaired trial's own)
         self._blocks = 0
         self._slow: set[str] = set()
         self.builds: Any = None  # run()'s _Builds
@@ -58,14 +60,17 @@ class _Bench:
         self._round = self.history.drift.round_factor(self._drift_rng)
         self.round += 1
         for k, revision in enumerate(plan.dispatch_order()):
+            self._unit = self.history.drift.block_factor(self._drift_rng)
             self.run_trial(revision, k % self.workers, None)
         for k, block in enumerate(plan.blocks):
             self._blocks += 1
+            self._unit = self.history.drift.block_factor(self._drift_rng)
             for revision in block.order():
                 self.run_trial(revision, k % self.workers, self._blocks)
 
     def _target_drift(self, worker: int) -> float:
-        return self._round * self.offsets[worker] * math.exp(self.history.drift.trend * self.trials / self.workers)
+        trend = math.exp(self.history.drift.trend * self.trials / self.workers)
+        return self._round * self._unit * self.history.drift.trial_factor(self._drift_rng) * self.offsets[worker] * trend
 
     def run_trial(self, revision: int, worker: int = 0, block: int | None = None) -> None:
         drift = self._target_drift(worker)

@@ -51,10 +51,16 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str,
     revision with nothing else is left unobserved (so tried again) until WORKER_RETRIES such
     failures, then skipped like one that does not build. Each value keeps the side-by-side block
     its trial was measured in (`Observation.blocks`; None for an unpaired trial), so the planner
-    can confirm a culprit on within-block differences. With `raw` (measurement id -> its raw
-    samples), each value also keeps its trial's per-call target and control times, for the
-    spread and mode verdicts (issue 46; an empty trial where none were kept)."""
+    can confirm a culprit on within-block differences, and the planning round it was sent in
+    (`Observation.rounds`: the trials of one round share their `dispatched_at`; a trial sent again
+    is a round of its own, one never sent round 0), so the trial noise within rounds is known
+    (issues 23 and 46). With `raw` (measurement id -> its raw samples), each value also keeps its
+    trial's per-call target and control times, for the spread and mode verdicts (issue 46; an
+    empty trial where none were kept)."""
     index = {sha: i for i, sha in enumerate(shas)}
+    sent = sorted({t.dispatched_at for t in trials if t.dispatched_at is not None})
+    round_of = {at: number for number, at in enumerate(sent, start=1)}
+    rounds: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     blocks: dict[int, dict[str, list[int | None]]] = defaultdict(lambda: defaultdict(list))
     targets: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -81,6 +87,7 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str,
             if m.status == "ok" and value is not None:
                 values[i][m.case.name].append(value)
                 blocks[i][m.case.name].append(trial.block)
+                rounds[i][m.case.name].append(round_of.get(trial.dispatched_at, 0))
                 if metric == "ratio" and m.value is not None:
                     targets[i][m.case.name].append(m.value)
                 if raw is not None:
@@ -98,7 +105,7 @@ def observations_from(trials: Sequence[Trial], shas: Sequence[str], metric: str,
     return {i: Observation(state=next(s for s in precedence if s in states), values=dict(values.get(i, {})),
                            failed=failed[i], wrong=frozenset(wrong.get(i, ())), blocks=dict(blocks.get(i, {})),
                            targets=dict(targets.get(i, {})), samples=dict(calls.get(i, {})),
-                           control_samples=dict(control_calls.get(i, {})))
+                           control_samples=dict(control_calls.get(i, {})), rounds=dict(rounds.get(i, {})))
             for i, states in seen.items()}
 
 

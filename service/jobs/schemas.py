@@ -409,7 +409,7 @@ class TrialRead(BaseModel):
                           "code, no measurements; GET /api/jobs/{id}/culprits/{sha}/evidence")
     block: int | None = Field(default=None, description="the side-by-side block it was measured in (issue 23): its "
                               "two revisions run A B B A on one worker; null: an unpaired trial")
-    block_slot: int | None = Field(default=None, description="its place in the block's A B B A order (0..3)")
+    block_slot: int | None = Field(default=None, description="its place in the block's A B B A order (0..3), or in a search probe's short block: reference, probe (0..1)")
     build_s: float | None
     build_cache: dict[str, Any] | None = Field(
         default=None, description="what the build cache did (key, cached, built_for, stored, note: \"cached (key ..., "
