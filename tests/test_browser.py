@@ -255,21 +255,30 @@ def _settle(page, path: str) -> None:
         page.wait_for_selector("[role='menuitem']", state="attached", timeout=20_000)
 
 
+# The scroll regions whose content is wider than they are: "label scrollWidth/clientWidth".
+SCROLLED_BOXES = ("[...document.querySelectorAll('.scroll')].filter(e => e.scrollWidth > e.clientWidth + 1)"
+                  ".map(e => `${e.getAttribute('aria-label')} ${e.scrollWidth}/${e.clientWidth}`)")
+
+
 @pytest.mark.parametrize("page", [1400, 390], indirect=True, ids=["desktop", "phone"])
 def test_every_page_passes_axe_and_fits_its_viewport(page, seeded) -> None:
     """axe finds no violation, and no page is wider than the viewport: tables scroll inside their
-    own box, long names wrap, charts take their box's width. One visit a page checks both."""
+    own box, long names wrap, charts take their box's width; on a desktop no table needs its
+    scroll. One visit a page checks all three."""
     width = page.viewport_size["width"]
-    found, wide = {}, {}
+    found, wide, scrolled = {}, {}, {}
     for path in (url for urls in _pages(seeded).values() for url in urls):
         page.goto(path)
         _settle(page, path)
         if (scroll := page.evaluate("document.documentElement.scrollWidth")) > width:
             wide[path] = scroll
+        if width >= 1100 and (boxes := page.evaluate(SCROLLED_BOXES)):  # a desktop: no column behind a scroll
+            scrolled[path] = boxes
         if violations := _axe(page):
             found[path] = violations
     assert found == {}, json.dumps(found, indent=1)[:4000]
     assert wide == {}, wide
+    assert scrolled == {}, scrolled
     _history(page, target="minikern.gemm:matmul", case=STEPPED)
     canvas = page.locator("figure.perf-chart canvas").first.bounding_box()
     assert canvas["x"] >= 0 and canvas["x"] + canvas["width"] <= width
