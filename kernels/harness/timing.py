@@ -4,8 +4,8 @@ nvidia.py, amd.py).
 The flush runs before every timed call and outside the timed region: on a GPU it writes twice
 the total of every cache level the vendor's part has (NVIDIA: the L2; AMD Instinct: the per-XCD
 L2s and the 256 MB Infinity Cache, devices.py), so no operand survives; on the CPU it touches a
-buffer larger than the last-level cache, or, where that cache is larger than CPU_FLUSH_CAP_BYTES
-(8 MiB: most servers' shared L3), larger than the private caches (cpu_flush_bytes).
+buffer larger than the last-level cache, or, where that cache is larger than CPU_FLUSH_CAP_BYTES,
+larger than the private caches (cpu_flush_bytes).
 """
 from __future__ import annotations
 
@@ -32,12 +32,8 @@ SPIN_CYCLES = 400_000
 # The CPU path stands in for a GPU in CI, on laptops and in the demo. A server part's shared L3
 # can be hundreds of MiB (480 MiB on a 2-vCPU Xeon VM: flushing 1.5x of it is ~0.1 s per timed
 # call, most of a trial). Above this cap the flush evicts the private caches only (cpu_flush_bytes).
-# 8 MiB: a 32 MiB L3 (a 2-core AMD EPYC VM) was under the former 64 MiB cap, and its 48 MiB flush
-# took 2.5 ms of CPU (13 ms of wall time beside other work) twice a sample, about 0.4 s of a
-# quiet demo trial, where the Xeon's private-cache flush takes 0.03 ms: both kinds of CPU now
-# flush their private caches and measure the same thing (bench/RESULTS.md, issue 42).
 # PERFBISECT_CPU_FLUSH_CAP_BYTES raises it.
-CPU_FLUSH_CAP_BYTES = int(os.environ.get("PERFBISECT_CPU_FLUSH_CAP_BYTES", 8 << 20))
+CPU_FLUSH_CAP_BYTES = int(os.environ.get("PERFBISECT_CPU_FLUSH_CAP_BYTES", 64 << 20))
 
 
 def cpu_flush_bytes() -> int:

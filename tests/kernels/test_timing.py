@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import os
 import platform
 import subprocess
 import sys
@@ -66,17 +65,14 @@ def test_cpu_flush_buffer_is_larger_than_the_level_it_flushes():
 
 
 @pytest.mark.parametrize("levels, flushed", [
-    ([48 << 10, 2 << 20, 480 << 20], 2 << 20),   # a 480 MiB L3 (a Xeon VM) over the 8 MiB cap: the L2 only
-    ([32 << 10, 1 << 20, 32 << 20], 1 << 20),    # a 32 MiB L3 (a 2-core EPYC VM): the L2 only too
-    ([32 << 10, 256 << 10, 6 << 20], 6 << 20),   # a 6 MiB L3 under the cap: the whole LLC
-    ([32 << 10, 1 << 20, 8 << 20], 8 << 20),     # at the cap exactly
-    ([512 << 20], 8 << 20),                      # no level under the cap: the cap
+    ([48 << 10, 2 << 20, 480 << 20], 2 << 20),   # a 480 MiB L3 over the 64 MiB cap: the L2 only
+    ([32 << 10, 1 << 20, 32 << 20], 32 << 20),   # a 32 MiB L3 under it: the whole LLC, as always
+    ([32 << 10, 1 << 20, 64 << 20], 64 << 20),   # at the cap exactly
+    ([512 << 20], 64 << 20),                     # no level under the cap: the cap
 ])
 def test_the_cpu_flush_evicts_the_largest_level_under_the_cap(monkeypatch, levels, flushed):
     monkeypatch.setattr(timing, "cpu_cache_bytes", lambda: levels)
-    if "PERFBISECT_CPU_FLUSH_CAP_BYTES" not in os.environ:  # the default: a 32 MiB L3 is over it
-        assert timing.CPU_FLUSH_CAP_BYTES == 8 << 20
-    monkeypatch.setattr(timing, "CPU_FLUSH_CAP_BYTES", 8 << 20)
+    monkeypatch.setattr(timing, "CPU_FLUSH_CAP_BYTES", 64 << 20)
     assert timing.cpu_flush_bytes() == flushed and timing.cpu_llc_bytes() == max(levels)
 
 
