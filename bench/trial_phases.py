@@ -96,7 +96,8 @@ def run(args) -> list[dict]:
         results.append({"status": result["status"], "launcher": result.get("launcher"),
                         "wall_s": wall, "phases": phases,
                         "reference_cache": result.get("reference_cache"),
-                        "cases": {c["name"]: c["status"] for c in result.get("cases") or []}})
+                        "cases": {c["name"]: c["status"] for c in result.get("cases") or []},
+                        "ratios": {c["name"]: c.get("median_ratio") for c in result.get("cases") or []}})
         print(f"trial {n}: {result['status']} via {result.get('launcher')}, {wall:.2f} s, "
               + " ".join(f"{k}={phases.get(k, 0):.3f}" for k in COLUMNS + ("timed_kernels",)),
               flush=True)

@@ -203,14 +203,47 @@ def _axe(page) -> list[dict]:
                          ".then(r => r.violations.map(v => ({id: v.id, nodes: v.nodes.map(n => n.target)})))")
 
 
-def _pages(seeded) -> list[str]:
-    return ["/dashboard", "/dashboard/jobs", f"/dashboard/jobs/{seeded['job'].id}",
-            f"/dashboard/jobs/{seeded['running'].id}", "/dashboard/repositories/minikern",
-            f"/dashboard/repositories/minikern?target=minikern.gemm:matmul&case={STEPPED}",
-            "/dashboard/repositories/minikern?target=minikern.gemm:matmul&shape=dtype%3Dbf16&overlay=true",
-            "/dashboard/alerts", f"/dashboard/alerts/{seeded['alerts'][0].id}", "/dashboard/tracked-branches",
-            "/dashboard/regressions", f"/dashboard/repositories/minikern/compare?base={sha(24)}&head={sha(25)}",
-            "/dashboard/repositories/nope", "/docs", "/redoc"]
+def _pages(seeded) -> dict[str, list[str]]:
+    """The URLs visited per page route of the app: each kind of page with what makes it widest
+    (an attribution figure, a compare's table, an alert of each kind, a broken head)."""
+    jobs = [seeded[k].id for k in ("job", "running", "attribution", "compare")]
+    history = "/dashboard/repositories/minikern"
+    return {"/": ["/"], "/dashboard": ["/dashboard"], "/dashboard/jobs": ["/dashboard/jobs"],
+            "/dashboard/jobs/{job_id}": [f"/dashboard/jobs/{i}" for i in jobs],
+            "/dashboard/repositories/{name}": [
+                history, f"{history}?target=minikern.gemm:matmul&case={STEPPED}",
+                f"{history}?target=minikern.gemm:matmul&shape=dtype%3Dbf16&overlay=true", "/dashboard/repositories/nope"],
+            "/dashboard/alerts": ["/dashboard/alerts"],
+            "/dashboard/alerts/{alert_id}": [f"/dashboard/alerts/{a.id}" for a in seeded["alerts"]],
+            "/dashboard/tracked-branches": ["/dashboard/tracked-branches"],
+            "/dashboard/regressions": ["/dashboard/regressions"],
+            "/dashboard/repositories/{name}/compare": [
+                f"{history}/compare", f"{history}/compare?base={sha(STEP_AT - 1)}&head={sha(STEP_AT)}"],
+            "/docs": ["/docs"], "/redoc": ["/redoc"]}
+
+
+def _page_routes() -> set[str]:
+    """Every page the app serves to a browser: its GET routes outside the OpenAPI schema (the
+    dashboard's pages, /docs and /redoc), read from the app so a new page cannot be missed."""
+    from fastapi.routing import APIRoute
+
+    from perfbisect.service.api import create_app
+
+    def walk(routes, prefix: str = "") -> Iterator[tuple[str, APIRoute]]:
+        for route in routes:
+            if (context := getattr(route, "include_context", None)) is not None:  # an included router
+                yield from walk(context.included_router.routes, prefix + context.prefix)
+            elif isinstance(route, APIRoute):
+                yield prefix + route.path, route
+
+    return {path for path, r in walk(create_app().routes) if "GET" in r.methods and not r.include_in_schema}
+
+
+def test_every_page_route_is_visited(seeded) -> None:
+    assert set(_pages(seeded)) == _page_routes()
+    kinds = {a.kind.value for a in seeded["alerts"]}
+    assert kinds == {"regression", "improvement", "wrong_results", "broken"}
+    assert any(a.culprit_first_sha and a.bisect_job_id is None for a in seeded["alerts"])  # one commit, no bisect
 
 
 def _settle(page, path: str) -> None:
@@ -222,21 +255,30 @@ def _settle(page, path: str) -> None:
         page.wait_for_selector("[role='menuitem']", state="attached", timeout=20_000)
 
 
+# The scroll regions whose content is wider than they are: "label scrollWidth/clientWidth".
+SCROLLED_BOXES = ("[...document.querySelectorAll('.scroll')].filter(e => e.scrollWidth > e.clientWidth + 1)"
+                  ".map(e => `${e.getAttribute('aria-label')} ${e.scrollWidth}/${e.clientWidth}`)")
+
+
 @pytest.mark.parametrize("page", [1400, 390], indirect=True, ids=["desktop", "phone"])
 def test_every_page_passes_axe_and_fits_its_viewport(page, seeded) -> None:
     """axe finds no violation, and no page is wider than the viewport: tables scroll inside their
-    own box, long names wrap, charts take their box's width. One visit a page checks both."""
+    own box, long names wrap, charts take their box's width; on a desktop no table needs its
+    scroll. One visit a page checks all three."""
     width = page.viewport_size["width"]
-    found, wide = {}, {}
-    for path in _pages(seeded):
+    found, wide, scrolled = {}, {}, {}
+    for path in (url for urls in _pages(seeded).values() for url in urls):
         page.goto(path)
         _settle(page, path)
         if (scroll := page.evaluate("document.documentElement.scrollWidth")) > width:
             wide[path] = scroll
+        if width >= 1100 and (boxes := page.evaluate(SCROLLED_BOXES)):  # a desktop: no column behind a scroll
+            scrolled[path] = boxes
         if violations := _axe(page):
             found[path] = violations
     assert found == {}, json.dumps(found, indent=1)[:4000]
     assert wide == {}, wide
+    assert scrolled == {}, scrolled
     _history(page, target="minikern.gemm:matmul", case=STEPPED)
     canvas = page.locator("figure.perf-chart canvas").first.bounding_box()
     assert canvas["x"] >= 0 and canvas["x"] + canvas["width"] <= width
@@ -306,7 +348,7 @@ def test_bulk_triage_sends_the_token_and_the_fields(page, seeded) -> None:
 
     _, token = auth.create_token(seeded["session"], "browser-triager", auth.parse_scopes(["triage"]))
     page.goto("/dashboard/alerts")
-    assert page.locator("tbody tr").count() == 2
+    assert page.locator("tbody tr").count() == len(seeded["alerts"])
     page.fill("#token-form input[name='token']", token)
     page.click("#token-form button[type='submit']")
     assert "token is set" in page.locator("#token-state").inner_text()
@@ -333,7 +375,7 @@ def test_bulk_triage_sends_the_token_and_the_fields(page, seeded) -> None:
     assert json.loads(sent.post_data) == {"ids": newest_first, "status": "acknowledged", "assignee": "ana",
                                           "reason": "seen on the nightly"}
     assert status == 200
-    assert [(a["status"], a["assignee"], a["triaged_by"]) for a in body] == [("acknowledged", "ana", "browser-triager")] * 2
+    assert [(a["status"], a["assignee"], a["triaged_by"]) for a in body] == [("acknowledged", "ana", "browser-triager")] * len(newest_first)
     page.click("#token-forget")
     page.check("#pick-all")
     page.fill("#triage-form input[name='assignee']", "bo")
