@@ -189,7 +189,9 @@ def building_phase(job: JobRead) -> str:
         return ""
     first = builds[0]
     more = f" +{len(builds) - 1}" if len(builds) > 1 else ""
-    return f", building {str(first.get('sha', ''))[:6]} (est. {_rough(float(first.get('est_s') or 0))}){more}"
+    est_s = float(first.get("est_s") or 0)
+    estimate = f" (est. {_rough(est_s)})" if est_s >= 1 else ""  # no "(est. 0s)" for a build that costs nothing
+    return f", building {str(first.get('sha', ''))[:6]}{estimate}{more}"
 
 
 def _rough(seconds: float) -> str:

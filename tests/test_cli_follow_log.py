@@ -79,5 +79,7 @@ def test_a_build_is_its_own_phase_and_the_eta_counts_the_builds_still_expected()
     assert "round 2, building 3f2a1b (est. 4m) +1, 10/40 trials" in line
     assert line.endswith("2m40s elapsed, ETA 7m00s")  # 30 x 6 s + 240 s
     done = job("succeeded", 3, 30, 30)
+    compiled.progress["building"] = [{"sha": "3f2a1b9c0d11", "est_s": 0.2}]  # a build that costs nothing
+    assert "round 2, building 3f2a1b, 10/40 trials" in progress_line(compiled, elapsed_s=160)  # no "(est. 0s)"
     done.progress["building"] = [{"sha": "3f2a1b9c0d11", "est_s": 240.0}]
     assert "building" not in progress_line(done, elapsed_s=300)
