@@ -53,11 +53,13 @@ def responsible(repo: Path, event: dict, device: str) -> set[str]:
 def hunk_check(job: JobRead, truth: dict, evidence: dict[str, HunkEvidence], repo: Path) -> dict[str, list[str]]:
     """Per planted performance event with a responsible hunk, alone in a culprit's range: 'exact'
     (the named hunks are the responsible ones, on every case the culprit was localized on),
-    'harmless' (a named hunk is not responsible), or 'missed' (none named, or not all of them)."""
+    'harmless' (a named hunk is not responsible), or 'missed' (none named, or not all of them).
+    An event whose list is empty (a dependency bump's step, in the pin) is exact when no hunk is
+    named and the localization ran on its cases."""
     device = job.spec.device_class
     pos = {sha: i for i, sha in enumerate(job.revision_shas)}
     out: dict[str, list[str]] = {"exact": [], "harmless": [], "missed": []}
-    for event in (e for e in truth["events"] if e["kind"] == "perf" and e.get("hunks")):
+    for event in (e for e in truth["events"] if e["kind"] == "perf" and "hunks" in e):
         culprit = next((c for c in job.culprits if c.kind == "performance"
                         and pos.get(c.first_sha, -1) <= event["index"] <= pos.get(c.last_sha, -1)), None)
         found = evidence.get(culprit.last_sha) if culprit is not None else None

@@ -157,6 +157,13 @@ def test_the_costly_hunk_of_a_cleanup_is_named_within_the_bound(session, cleanup
         "exact": ["cleanup"], "harmless": [], "missed": []}
     harmless = {**event, "hunks": {"cpu": ["cleaned lib/attn.py"]}}
     assert hunk_check(read, {"events": [harmless]}, found, cleanup_repo_path(session))["harmless"] == ["cleanup"]
+    # an event whose step is in no hunk (a bump's pin, set aside): any named hunk is harmless, none is exact
+    in_the_pin = {**event, "hunks": {"cpu": []}}
+    assert hunk_check(read, {"events": [in_the_pin]}, found, cleanup_repo_path(session))["harmless"] == ["cleanup"]
+    unnamed = evidence.model_copy(update={"culprit": evidence.culprit.model_copy(update={
+        "cases": [case.model_copy(update={"status": "none", "hunks": []})]})})
+    assert hunk_check(read, {"events": [in_the_pin]}, {c.last_sha: unnamed for c in read.culprits},
+                      cleanup_repo_path(session))["exact"] == ["cleanup"]
 
 
 def test_a_step_that_is_the_controls_own_has_no_hunk_evidence(session, cleanup_repo) -> None:
