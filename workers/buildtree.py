@@ -170,7 +170,7 @@ def take(settings: Settings, slot: Slot, repository: str, toolchain: dict[str, A
     if manifest is not None and _move(lease.tree_store / "tree", lease.tree):
         lease.reused, lease.manifest = True, manifest
     else:
-        shutil.rmtree(lease.tree_store, ignore_errors=True)  # half-written or never stored
+        _discard_stored(lease)  # half-written or never stored
         lease.tree.mkdir(mode=0o755)
     slot.give(lease.tree)
     if lease.reused and entries is not None:
@@ -188,7 +188,7 @@ def give_back(lease: Lease, ok: bool, entries: list[TreeEntry] | None) -> None:
         _put_back(lease.slot.path / CCACHE, lease.store / CCACHE)
         _release(lease.cache_lock)
         lease.cache_lock = None
-    shutil.rmtree(lease.tree_store, ignore_errors=True)
+    _discard_stored(lease)
     if not ok or not lease.tree.is_dir() or lease.tree.is_symlink():
         _remove(lease.slot.path, TREE)
         return
@@ -304,6 +304,15 @@ def _put_back(source: Path, target: Path) -> None:
         if _move(source, target):
             return
     _remove(source.parent, source.name)
+
+
+def _discard_stored(lease: Lease) -> None:
+    """Remove the stored tree (the slot's user wrote it), never through a link inside it; a tree
+    root cannot remove is left with a warning, as before."""
+    try:
+        _remove(lease.store, lease.tree_store.name)
+    except OSError as exc:
+        log.warning("build tree: cannot remove %s: %s", lease.tree_store, exc)
 
 
 def _remove(parent: Path, name: str) -> None:
