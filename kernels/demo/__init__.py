@@ -1,6 +1,6 @@
 """The demo kernel repository (minikern) with planted regressions, and its cases.
 
-    write_demo_repo(path) -> path      a git repository of 48 first-parent commits
+    write_demo_repo(path) -> path      a git repository of 49 first-parent commits
     DEMO_CPU_CASES / DEMO_GPU_CASES    [{suite, target, params}] for bisecting it
     DEMO_CPU_POLICY / DEMO_GPU_POLICY  sample policies sized for those cases
     DEMO_BUILD_COMMAND                 a build command that fails on syntax errors

@@ -140,15 +140,42 @@ def _matmul_triton(a, b, cfg):
     return c
 
 
-def matmul(a, b):
+@@SELF_CHECK@@def matmul(a, b):
     """C = A @ B for 2-D tensors of one dtype (bf16, fp16 or fp32)."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: incompatible shapes {tuple(a.shape)} @ {tuple(b.shape)}")
     cfg = CONFIGS[a.dtype]
     if use_triton(a):
         return _matmul_triton(a, b, cfg)
-    return _matmul_cpu(a, b, cfg)
-'''
+@@CPU_RETURN@@'''
+
+
+# The planted slow path (issue 46, `fp32_self_check`): the CPU path checks one fp32 call in
+# SELF_CHECK_EVERY (4) against a float64 matmul, which costs about twice the call itself. The median
+# of a trial's calls moves a few percent (far under the demo's 15% minimum effect); the calls
+# become bimodal: a quarter of them over twice as slow. Counted per call, not drawn from the
+# inputs: a trial's inputs are drawn once and every call sees the same ones (kernels/harness/
+# trial.py), so a branch on their content would move whole trials, and the spread and mode
+# verdicts read each trial's calls centred on its own median (service/bisect/spread.py).
+SELF_CHECK = {
+    False: {"SELF_CHECK": "", "CPU_RETURN": "    return _matmul_cpu(a, b, cfg)\n"},
+    True: {"SELF_CHECK": ("SELF_CHECK_EVERY = 4  # CPU fp32 calls per float64 self-check\n"
+                          "_calls = 0\n\n\n"
+                          "def _self_check(a, b, c):\n"
+                          "    \"\"\"Compare an fp32 result with a float64 matmul: a tile bug shows up on the\n"
+                          "    machines that run minikern, not only in its tests.\"\"\"\n"
+                          "    ref = a.double() @ b.double()\n"
+                          "    err = float((c.double() - ref).abs().max()) / max(float(ref.abs().max()), 1e-30)\n"
+                          "    if err > 1e-4:\n"
+                          "        raise RuntimeError(f\"matmul: fp32 result off by {err:.2e} of its largest value\")\n\n\n"),
+           "CPU_RETURN": ("    c = _matmul_cpu(a, b, cfg)\n"
+                          "    if a.dtype == torch.float32:  # sampled: one call in SELF_CHECK_EVERY\n"
+                          "        global _calls\n"
+                          "        _calls += 1\n"
+                          "        if _calls % SELF_CHECK_EVERY == 0:\n"
+                          "            _self_check(a, b, c)\n"
+                          "    return c\n")},
+}
 
 
 def render_gemm(state: dict) -> str:
@@ -162,6 +189,7 @@ def render_gemm(state: dict) -> str:
         # the planted wrong-results bug: floor division drops the K tail
         "CPU_K_TILES": "_cdiv(K, k_step)" if tail_ok else "K // k_step",
         "GPU_K_TILES": "tl.cdiv(K, BLOCK_K)" if tail_ok else "K // BLOCK_K",
+        **SELF_CHECK[state["fp32_self_check"]],
     }
     text = GEMM
     for key, value in tokens.items():

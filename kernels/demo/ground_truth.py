@@ -37,6 +37,11 @@ EVENTS = {
         "mechanism": "K-loop trip count K // BLOCK_K: the tail of K is never loaded when K is "
                      "not a multiple of the K tile (BLOCK_K on the GPU and on the CPU)"},
     "k_tail_fixed": {"kind": "wrong_results_fixed", "fixes": "k_tail_dropped"},
+    "fp32_self_check": {
+        "kind": "spread", "direction": "bimodal",
+        "mechanism": "the CPU path checks one fp32 call in four against a float64 matmul, about twice "
+                     "the call's own cost: the median hardly moves, a quarter of the calls form a slow "
+                     "second mode (a noisier or bimodal finding, never a speed step)"},
     "swizzle_partial_recovery": {
         "kind": "perf", "direction": "faster", "recovers": "swizzle_off_bf16",
         "mechanism": "grouped launch order for bf16 again, but GROUP_M=4 instead of 8: less L2 "
@@ -72,6 +77,8 @@ def event_hits(event: str, case: dict, device: str) -> bool:
         return suite == "rmsnorm"
     if event == "fastmath_dropped":
         return suite == "attention"
+    if event == "fp32_self_check":  # the check is on the CPU path only
+        return suite == "gemm" and params.get("dtype") == "fp32" and device == "cpu"
     if event in ("k_tail_dropped", "k_tail_fixed"):
         # by then BLOCK_K is 32 for both bf16 and fp32, on the GPU and on the CPU
         k_tile = 32

@@ -14,7 +14,7 @@ INITIAL_STATE = {
     "version": "0.3.0", "gemm_doc": "", "attn_doc": "", "rms_doc": "",
     "utils_cdiv": "cdiv", "gemm_cdiv": "cdiv", "attn_cdiv": "cdiv",
     "bf16_group_m": 8, "bf16_block_k": 64, "k_tail": True, "exp_mode": "exp2",
-    "rms_blocks": False, "rms_weight_check": False, "cleanup": False,
+    "rms_blocks": False, "rms_weight_check": False, "cleanup": False, "fp32_self_check": False,
 }
 
 
@@ -206,6 +206,9 @@ COMMITS: list[Commit] = [
            state={"gemm_doc": "\nSee docs/tuning.md for the tile tables.\n\n  pid:  0 1 2 3 | 4 5 6 7   (GROUP_M=4: down a column panel, then across)\n"}),
     Commit("tests: matmul tolerance per dtype (#944)",
            files={"tests/test_gemm.py": TEST_GEMM.format(shapes=[(64, 64, 64), (96, 40, 72), (64, 64, 520)], atol=2e-3)}),
+    # the planted spread step (issue 46): one fp32 CPU call in four runs a float64 check
+    Commit("gemm: check one fp32 CPU call in four against a float64 matmul (#949)",
+           state={"fp32_self_check": True}, event="fp32_self_check"),
     Commit("gemm: grouped launch order for bf16 again, GROUP_M=4 (#945)",
            state={"bf16_group_m": 4}, event="swizzle_partial_recovery"),
     Commit("bench: add an RMSNorm benchmark (#946)",
