@@ -396,6 +396,8 @@ class AlertKind(str, enum.Enum):
     improvement = "improvement"
     wrong_results = "wrong_results"
     broken = "broken"  # a tracked head failed to build or import (an alert without cases)
+    noisier = "noisier"  # the calls' spread rose at a head (issue 46; service/alerts/spread.py)
+    bimodal = "bimodal"  # the calls gained a second mode at a head
 
 
 class AlertStatus(str, enum.Enum):

@@ -56,7 +56,7 @@ def _table(session: Session, alert: Alert, metric: str) -> list[str]:
     if alert.kind == AlertKind.broken:  # no case was measured: say what failed
         return [f"The head `{alert.last_sha[:10]}` fails to build or import ({alert.note or 'see the alert'})."]
     culprit = repository.bisect_culprit(session, alert)
-    steps = [CaseStep(c.case.name, c.rel, c.mean_before, c.mean_after, c.pvalue) for c in alert.cases]
+    steps = [CaseStep(c.case.name, c.rel, c.mean_before, c.mean_after, c.pvalue, c.kind.value) for c in alert.cases]
     table = case_table(steps, metric, (culprit.effects or {}) if culprit is not None else {})
     why = why_markdown(evidence.why_of(session, culprit), culprit.job_id, culprit.last_sha,
                        get_settings().public_url) if culprit is not None else None

@@ -1,7 +1,8 @@
 """Loading a tracked branch's case histories for the pure detection (service/alerts/grouping):
 the branch's first-parent commits from the mirror, and per case the median decision value of
 every head measured with today's fingerprint on the branch's device class, whatever job
-(track, bisect or compare) measured it. Reads only."""
+(track, bisect or compare) measured it; and per case the heads' per-call samples, for the spread
+and mode steps (`call_heads`, issue 46). Reads only."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from sqlalchemy.orm import Session
 from perfbisect.gitrepo import GitError
 from perfbisect.service.alerts import grouping
 from perfbisect.service.alerts.grouping import CaseHistory, Remeasure
+from perfbisect.service.alerts.spread import Head
 from perfbisect.service.models import Case, Measurement, TrackedBranch
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
 from perfbisect.service.tracking import repository as tracking_repo
 from perfbisect.service.tracking.service import first_parent_shas
+from perfbisect.service.trials.repository import samples_of
 
 
 @dataclass(frozen=True)
@@ -105,3 +108,29 @@ def remeasures(session: Session, tracked: TrackedBranch,
                         values[m.case.name][trial.revision.sha == pair.after].append(value)
         out[before, after] = Remeasure(before, after, values)
     return out
+
+
+def _times(kept) -> tuple[float, ...]:
+    return tuple(float(t) for t in kept or () if isinstance(t, (int, float)) and t > 0)
+
+
+def call_heads(session: Session, tracked: TrackedBranch, branch: BranchHistory) -> dict[str, list[Head]]:
+    """Per case, its measured ok heads (oldest first) with every trial's per-call times of the
+    target and the control (service/alerts/spread), today's fingerprint only; heads whose trials
+    kept no samples (pruned past the retention) are left out."""
+    fingerprint = tracking_repo.current_fingerprint(session, tracked.repository_id, tracked.device_class)
+    if not branch.shas or not branch.case_rows or fingerprint is None:
+        return {}
+    rows = [(sha, case_id, m) for sha, case_id, m in tracking_repo.history_rows(
+        session, tracked.repository_id, tracked.device_class, fingerprint,
+        [c.id for c in branch.case_rows.values()], branch.shas) if m.status == "ok"]
+    raw = samples_of(session, [m.id for _, _, m in rows])
+    calls: dict[int, dict[int, tuple[list, list]]] = defaultdict(lambda: defaultdict(lambda: ([], [])))
+    for sha, case_id, m in rows:
+        kept = raw.get(m.id) or {}
+        target, control = _times(kept.get("target_ms")), _times(kept.get("control_ms"))
+        if target:
+            calls[case_id][branch.index[sha]][0].append(target)
+            calls[case_id][branch.index[sha]][1].append(control)
+    return {name: [Head(p, tuple(t), tuple(c)) for p, (t, c) in sorted(calls[case.id].items())]
+            for name, case in branch.case_rows.items() if calls.get(case.id)}

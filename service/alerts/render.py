@@ -3,7 +3,8 @@
 say the same things the same way: the culprit's PR number and subject, the step per case with its
 95% interval, the decision metric before → after with its name and the measured value with its
 unit (TFLOP/s, GB/s), the error against the tolerance for wrong results, and links to the
-dashboard pages of the alert, the job and each case's chart (never the JSON API). Pure."""
+dashboard pages of the alert, the job and each case's chart (never the JSON API); for a spread or
+mode step (issue 46), the calls' spread before → after and its ratio. Pure."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class CaseStep:
     mean_before: float | None
     mean_after: float | None
     pvalue: float | None
+    kind: str = "regression"  # noisier, bimodal: rel is the spread's ratio - 1, the means its spreads
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,26 @@ def _perf_row(step: CaseStep, effect: Mapping[str, Any] | None) -> str:
     return f"| `{step.case}` | {_num(step.mean_before)} → {_num(step.mean_after)} | – | {step.rel:+.1%}{p} |"
 
 
+SHAPE_KINDS = ("noisier", "bimodal")
+SHAPE_WORDS = {"noisier": "calls noisier", "bimodal": "calls bimodal (a second mode)"}
+
+
+def spread_text(case: str, kind: str, rel: float, before: float | None, after: float | None,
+                pvalue: float | None) -> str:
+    """A spread or mode step in plain text (issue 46): what changed, the within-trial spread
+    before → after (the robust sd of the log call time, as a share of the median) and its ratio."""
+    spread = f"spread {before:.1%} → {after:.1%}" if before is not None and after is not None else "spread"
+    p = f", p={pvalue:.2g}" if pvalue is not None else ""
+    return f"{case}: {SHAPE_WORDS.get(kind, kind)}, {spread} of the median call (x{1 + rel:.2f}{p})"
+
+
+def _shape_row(step: CaseStep) -> str:
+    spread = (f"spread {step.mean_before:.1%} → {step.mean_after:.1%}"
+              if step.mean_before is not None and step.mean_after is not None else "–")
+    p = f" (p={step.pvalue:.2g})" if step.pvalue is not None else ""
+    return f"| `{step.case}` | {SHAPE_WORDS.get(step.kind, step.kind)}: {spread} | – | x{1 + step.rel:.2f}{p} |"
+
+
 def case_table(steps: Sequence[CaseStep], metric: str, effects: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Markdown rows: case, the decision metric before → after, the value with its unit, the step
     [95% CI]. `effects` are the bisect culprit's per-case effects (or a correctness culprit's
@@ -72,6 +94,9 @@ def case_table(steps: Sequence[CaseStep], metric: str, effects: Mapping[str, Map
     rows = [f"| case | {METRIC_NAMES.get(metric, metric)}, before → after | measured, before → after "
             "| step [95% CI] |", "|---|---|---|---|"]
     for step in steps:
+        if step.kind in SHAPE_KINDS:
+            rows.append(_shape_row(step))
+            continue
         rows.append(_wrong_row(step, effects.get(step.case)) if step.rel is None
                     else _perf_row(step, effects.get(step.case)))
     return rows

@@ -4,7 +4,9 @@ range hides unmeasured commits gets a bisect job (at most `max_bisects` per bran
 largest first), and a finished bisect names the alert's culprit; a one-commit range names it at
 once (service/alerts/one_commit). A head that fails to build or import is a `broken` alert, fixed
 by the next head that works. A step whose culprit another branch's alert has is that alert's
-(service/alerts/same_change: one alert per change). Triage through the API.
+(service/alerts/same_change: one alert per change). A head whose calls got noisier or gained a
+second mode is a `noisier` or `bimodal` alert (service/alerts/spread, issue 46), raised, triaged,
+bisected and notified like a speed step's, never matched with one. Triage through the API.
 
 Flushes, never commits: the task or request owns the transaction and, after its commit, sends
 what the returned `Next` lists (bisect jobs to advance, alerts to comment on).
@@ -18,11 +20,11 @@ from functools import partial
 from sqlalchemy.orm import Session
 
 from perfbisect.service.auth.principal import SYSTEM
-from perfbisect.service.alerts import grouping, history, one_commit, repository, same_change
+from perfbisect.service.alerts import grouping, history, one_commit, repository, same_change, spread
 from perfbisect.service.alerts.grouping import KnownAlert, StepGroup
 from perfbisect.service.alerts.schemas import AlertUpdate
 from perfbisect.service.bisect.changepoints import compute_change_points
-from perfbisect.service.bisect.model import stored_step_moved
+from perfbisect.service.bisect.model import BisectConfig, stored_step_moved
 from perfbisect.service.errors import BadRequest, NotFound
 from perfbisect.service.jobs import service as jobs
 from perfbisect.service.jobs.schemas import BisectCreate
@@ -45,6 +47,10 @@ MIN_HEADS = 3
 # 1 (bench/RESULTS.md).
 SUSPECT_PVALUE, ALERT_PVALUE, SUSPECT_TREND_PVALUE = 0.01, 0.001, 0.1
 CLOSED = (AlertStatus.invalid, AlertStatus.expected)  # nobody wants their culprit
+SHAPE_KINDS = (AlertKind.noisier, AlertKind.bimodal)  # spread and mode steps (issue 46)
+# A spread or mode step is an alert at ALERT_PVALUE (split over the branch's cases) with a bisect's
+# bars: a spread 1.5x the level before, a new mode of 5% of the calls (BisectConfig's defaults).
+SHAPE_CONFIG = BisectConfig()
 
 
 @dataclass
@@ -157,8 +163,9 @@ def detect(session: Session, tracked_id: int) -> Next:
     steps = grouping.detect_steps(branch.cases, step_detector(tracked.min_magnitude, bool(tracked.confirm_trials)))
     steps += branch.broken_steps()
     alerts = {a.id: a for a in repository.of_branch(session, tracked.id)}
-    attached = repository.attached_to(session, tracked.id)  # other branches' alerts of the same change
-    known = [_known(a, branch) for a in alerts.values()] + same_change.known(attached, branch)
+    attached = [(a, row) for a, row in repository.attached_to(session, tracked.id)  # other branches' alerts of the same change
+                if a.kind not in SHAPE_KINDS]
+    known = [_known(a, branch) for a in alerts.values() if a.kind not in SHAPE_KINDS] + same_change.known(attached, branch)
     remeasures = history.remeasures(session, tracked, branch) if tracked.confirm_trials else {}
     rows = {alert.id: row for alert, row in attached}
     out = Next()
@@ -172,10 +179,44 @@ def detect(session: Session, tracked_id: int) -> Next:
         alerts[alert.id] = alert
         if match.raised:
             out.raised.append(alert.id)
-    out.comment_alert_ids += _mark_fixed(tracked, branch, steps, list(alerts.values()))
+    out.comment_alert_ids += _mark_fixed(tracked, branch, steps, [a for a in alerts.values() if a.kind not in SHAPE_KINDS])
+    for alert in _shape_alerts(session, tracked, branch, [a for a in alerts.values() if a.kind in SHAPE_KINDS], out):
+        alerts[alert.id] = alert
     session.flush()
     _schedule(session, tracked, branch, list(alerts.values()), out)
     return out
+
+
+def _shape_alerts(session: Session, tracked: TrackedBranch, branch: history.BranchHistory, known: list[Alert],
+                  out: Next) -> list[Alert]:
+    """The branch's spread and mode steps (service/alerts/spread) as alerts: a step is the alert of
+    its kind that holds its case and whose range overlaps it (refreshed), else a new one (raised).
+    Returns the alerts touched."""
+    heads = history.call_heads(session, tracked, branch)
+    level = ALERT_PVALUE / max(len(heads), 1)
+    touched, new = [], []
+    for name, case_heads in sorted(heads.items()):
+        for step in spread.spread_steps(name, case_heads, level, SHAPE_CONFIG):
+            kind = AlertKind(step.finding.kind)
+            alert = next((a for a in known if a.kind == kind and {c.case.name for c in a.cases} == {name}
+                          and _known(a, branch).span
+                          and grouping.overlap(_known(a, branch).span, (step.before, step.after))), None)
+            if alert is None:
+                alert = Alert(tracked_branch_id=tracked.id, status=AlertStatus.new, comments={}, detections=0, kind=kind)
+                alert.cases = [AlertCase(case=branch.case_rows[name], kind=kind)]
+                session.add(alert)
+                known.append(alert)
+                new.append(alert)
+            finding, row = step.finding, alert.cases[0]
+            if alert.culprit_last_sha is None:  # once named, its range stays the one that was bisected
+                alert.before_sha, alert.first_sha, alert.last_sha = (
+                    branch.shas[step.before], branch.shas[step.before + 1], branch.shas[step.after])
+            alert.magnitude, alert.detections, alert.updated_at = finding.ratio - 1, alert.detections + 1, utcnow()
+            row.rel, row.pvalue, row.mean_before, row.mean_after = finding.ratio - 1, finding.pvalue, finding.before, finding.after
+            touched.append(alert)
+    session.flush()
+    out.raised += [a.id for a in new]
+    return touched
 
 
 def _is_new(session: Session, tracked: TrackedBranch, branch: history.BranchHistory, group: StepGroup,
@@ -215,7 +256,7 @@ def _schedule(session: Session, tracked: TrackedBranch, branch: history.BranchHi
             continue
         if after - before == 1:  # nothing unmeasured in between: the measured head is the culprit
             alert.culprit_first_sha = alert.culprit_last_sha = alert.last_sha
-            if alert.kind != AlertKind.broken:  # a head that did not build has no step to store
+            if alert.kind not in (AlertKind.broken, *SHAPE_KINDS):  # no speed step to store as a culprit row
                 one_commit.record(session, tracked, alert)
                 out.named.append(alert.id)
             out.comment_alert_ids.append(alert.id)
@@ -240,6 +281,11 @@ def culprit_of(job: Job, alert: Alert) -> tuple[str, str] | None:
     if alert.kind == AlertKind.wrong_results:
         found = [c for c in job.culprits if c.kind == CulpritKind.correctness]
         return (found[0].first_sha, found[0].last_sha) if found else None
+    if alert.kind in SHAPE_KINDS:  # the bisect's noisier or bimodal finding on the alert's case
+        names = {c.case.name for c in alert.cases}
+        shapes = [s for s in ((job.result or {}).get("outcome") or {}).get("shapes") or []
+                  if s.get("case") in names and s.get("kind") == alert.kind.value]
+        return (shapes[0]["first_sha"], shapes[0]["last_sha"]) if shapes else None
     names, min_effect = {c.case.name for c in alert.cases}, job.spec.min_effect
     scored = [(max((abs(e["rel"]) for n, e in c.effects.items() if n in names and stored_step_moved(e, min_effect)),
                    default=0.0), c)

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from perfbisect.gitrepo import pr_number
-from perfbisect.service.alerts.render import METRIC_SHORT, Link, commit_text, page_links, step_text, wrong_text
+from perfbisect.service.alerts.render import (METRIC_SHORT, SHAPE_KINDS, Link, commit_text, page_links, spread_text,
+                                             step_text, wrong_text)
 from perfbisect.service.models import Alert, Culprit, Job, Revision, TrackedBranch
 from perfbisect.service.notifications.models import Event
 from perfbisect.service.settings import get_settings
@@ -58,6 +59,8 @@ def _what(tracked: TrackedBranch, alert: Alert) -> str:
         return f"the head {alert.last_sha[:10]} fails to build or import ({alert.note})"
     if alert.kind.value == "wrong_results":
         return f"first wrong in {span}"
+    if alert.kind.value in SHAPE_KINDS:
+        return f"the calls' spread x{1 + alert.magnitude:.2f} in {span}"
     return f"a {alert.magnitude * 100:.1f}% step of the {METRIC_SHORT.get(tracked.metric, tracked.metric)} in {span}"
 
 
@@ -68,7 +71,9 @@ def alert_raised(tracked: TrackedBranch, alert: Alert, measured: Mapping[str, Ma
     title = f"perfbisect: {alert.kind.value.replace('_', ' ')} on {where}, {_what(tracked, alert)}"
     cases = [{"case": c.case.name, "kind": c.kind.value, "rel": c.rel} for c in alert.cases]
     measured = measured or {}
-    lines = [wrong_text(c.case.name, measured.get(c.case.name)) if c.rel is None else
+    lines = [spread_text(c.case.name, c.kind.value, c.rel, c.mean_before, c.mean_after, c.pvalue)
+             if c.kind.value in SHAPE_KINDS else
+             wrong_text(c.case.name, measured.get(c.case.name)) if c.rel is None else
              step_text(c.case.name, {"rel": c.rel, "before": c.mean_before, "after": c.mean_after,
                                      **measured.get(c.case.name, {})}, tracked.metric)
              for c in alert.cases]
