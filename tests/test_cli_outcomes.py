@@ -166,12 +166,47 @@ def test_the_demo_report_counts_the_cases_with_nothing_planted_that_ended_unchan
     assert null and len(null) < len(names)
     outcomes = [SimpleNamespace(case=n, outcome="inconclusive" if n == null[0] else "unchanged" if n in null
                                 else "regressed") for n in names]
-    job = SimpleNamespace(spec=load_spec({"device_class": "cpu"}, "bisect"), outcome=SimpleNamespace(cases=outcomes), revision_shas=[],
-                          culprits=[], attribution=None)
+    job = SimpleNamespace(spec=load_spec({"device_class": "cpu"}, "bisect"), outcome=SimpleNamespace(cases=outcomes, shapes=[]),
+                          revision_shas=[], culprits=[], attribution=None)
     check = unchanged_check(job, truth)
     assert check == {"unchanged": null[1:], "not_unchanged": [f"{null[0]}: inconclusive"]}
     print_truth_check(job, truth)
     assert (f"cases with no planted step unchanged: {len(null) - 1}/{len(null)}; not unchanged: {null[0]}: inconclusive"
+            in capsys.readouterr().out)
+
+
+def test_the_demo_truth_check_scores_the_planted_spread_event_and_every_other_shape_finding(demo_repo, capsys) -> None:
+    """Issue 46: the planted slow path (#949, the fp32 gemm) is found by a noisier or bimodal
+    finding on its case whose range holds it; a finding anywhere else is false."""
+    from types import SimpleNamespace
+
+    from perfbisect.cli.runs import print_truth_check, shape_check
+    from perfbisect.kernels.demo.writer import load_ground_truth
+
+    truth = load_ground_truth(demo_repo)
+    shas = [f"{i:040x}" for i in range(truth["commits"])]
+    event = next(e for e in truth["events"] if e["event"] == "fp32_self_check")
+    [fp32] = event["cases"]["cpu"]
+    at = event["index"]
+
+    def job_with(*shapes) -> SimpleNamespace:
+        found = [SimpleNamespace(kind=kind, case=case, first_sha=shas[first], last_sha=shas[last])
+                 for kind, case, first, last in shapes]
+        return SimpleNamespace(spec=load_spec({"device_class": "cpu"}, "bisect"), revision_shas=shas, culprits=[],
+                               attribution=None, outcome=SimpleNamespace(cases=[], shapes=found))
+
+    assert shape_check(job_with(("bimodal", fp32, at, at)), truth) == {
+        "spread_found": ["fp32_self_check"], "spread_missed": [], "spread_false": []}
+    wrong = shape_check(job_with(("noisier", fp32, at - 3, at - 1), ("noisier", "rmsnorm M=1024,N=1024,dtype=fp32", at, at)),
+                        truth)
+    assert wrong == {"spread_found": [], "spread_missed": ["fp32_self_check"],
+                     "spread_false": [f"noisier at {shas[at - 1][:10]} on {fp32}",
+                                      f"noisier at {shas[at][:10]} on rmsnorm M=1024,N=1024,dtype=fp32"]}
+    gpu = job_with(("noisier", fp32, at, at))
+    gpu.spec = load_spec({"device_class": "cuda"}, "bisect")
+    assert shape_check(gpu, truth)["spread_missed"] == []  # the self-check is on the CPU path only
+    print_truth_check(job_with(("bimodal", fp32, at - 1, at)), truth)
+    assert ("planted spread events found: 1/1 (fp32_self_check); other noisier or bimodal findings: 0"
             in capsys.readouterr().out)
 
 
