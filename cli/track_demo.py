@@ -162,7 +162,10 @@ def score(truth: dict, shas: list[str], alerts: list, first_seen: dict[int, int]
             "culprit_exact": any(a.culprit_exact and a.culprit_last_sha == event["sha"] for a in covering),
         })
     breaks = [e for e in truth["events"] if e["kind"] == "import_error"]  # a broken alert over one is no false alert
-    false = [a.id for a in alerts if not any(_covers(a, e, pos, device) for e in planted + breaks)]
+    # nor a noisier or bimodal alert over the planted slow path (issue 46; not scored as a step)
+    spread = [e for e in truth["events"] if e["kind"] == "spread"]
+    false = [a.id for a in alerts if not any(_covers(a, e, pos, device) for e in planted + breaks)
+             and not (getattr(a, "kind", None) in ("noisier", "bimodal") and any(_covers(a, e, pos, device) for e in spread))]
     return {"steps": rows, "untracked": untracked, "false_alerts": false, "heads": len(heads)}
 
 

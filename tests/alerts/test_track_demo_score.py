@@ -86,3 +86,17 @@ def test_a_broken_alert_over_the_planted_import_break_is_no_false_alert_and_cove
                             culprit_last_sha=None, cases=[])
     result = score({"events": EVENTS}, shas, [broken, stray], {1: 17, 2: 29}, HEADS)
     assert result["false_alerts"] == [2] and all(s["alerts"] == 0 for s in result["steps"])
+
+
+def test_a_bimodal_alert_over_the_planted_slow_path_is_not_false_and_a_speed_alert_there_is() -> None:
+    """Issue 46: the planted spread event (#949 on the fp32 gemm) is not a speed step to score, but a
+    noisier or bimodal alert over it is no false alert; a regression alert over it is."""
+    shas = [f"s{i}" for i in range(54)]
+    events = EVENTS + [event("fp32_self_check", 43, "spread", ["gemm fp32"])]
+    bimodal = SimpleNamespace(id=3, kind="bimodal", before_sha="s41", last_sha="s45", culprit_exact=False,
+                              culprit_last_sha=None, cases=cases(["gemm fp32"]))
+    speed = SimpleNamespace(id=4, kind="regression", before_sha="s41", last_sha="s45", culprit_exact=False,
+                            culprit_last_sha=None, cases=cases(["gemm fp32"]))
+    result = score({"events": events}, shas, [bimodal, speed], {3: 45, 4: 45}, HEADS)
+    assert result["false_alerts"] == [4]
+    assert "fp32_self_check" not in [s["event"] for s in result["steps"]]
