@@ -92,7 +92,7 @@ def test_a_tracked_head_that_gains_a_slow_mode_raises_one_bimodal_alert_notified
     assert found.raised == [alert.id]
     assert (alert.kind.value, alert.status) == ("bimodal", AlertStatus.new)
     assert (alert.before_sha, alert.first_sha, alert.last_sha) == (shas[9], shas[10], shas[11])
-    assert alert.bisect_job_id is not None  # two commits: bisected like a speed step's range
+    assert alert.bisect_job_id is not None  # two commits: bisected like a speed step's range, its culprit below
 
     [delivery_id] = notifications.alerts_raised(session, found.raised)
     delivery = session.get(Delivery, delivery_id)
@@ -101,6 +101,10 @@ def test_a_tracked_head_that_gains_a_slow_mode_raises_one_bimodal_alert_notified
     assert delivery.payload["title"].startswith(f"perfbisect: bimodal on {name}@main")
     [line] = delivery.payload["lines"]
     assert line.startswith(f"{CASE_NAME}: calls bimodal (a second mode), spread ")
+
+    measure(session, alert.bisect_job_id, calls, as_result=calls_result)  # the bisect, on the same calls
+    assert alerts.job_finished(session, alert.bisect_job_id) is not None
+    assert (alert.culprit_first_sha, alert.culprit_last_sha) == (shas[10], shas[10])
 
     again = alerts.detect(session, tracked.id)
     assert again.raised == [] and len(session.scalars(select(Alert).where(Alert.tracked_branch_id == tracked.id)).all()) == 1
