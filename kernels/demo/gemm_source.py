@@ -153,7 +153,10 @@ def _matmul_triton(a, b, cfg):
 # The planted slow path (issue 46, `fp32_self_check`): the CPU path checks one fp32 call in
 # SELF_CHECK_EVERY (4) against C recomputed tile by tile in float64, about twice the call's own
 # cost (one float64 matmul through BLAS, 2.3x in all, sat within five robust widths of the calls'
-# spread on a loaded 2-core machine, where the tail test cannot see it). The median
+# spread on a loaded 2-core machine, where the tail test cannot see it). Its float64 buffers are
+# kept between checks: allocated and freed on every check, they made the control call that
+# follows 2.3x noisier (3 trials a side, p 0.004), and the spread verdict withholds a step that
+# the control shares; kept, 1.2x (p 0.03). The median
 # of a trial's calls moves a few percent (far under the demo's 15% minimum effect); the calls
 # become bimodal: a quarter of them about three times as slow. Counted per call, not drawn from the
 # inputs: a trial's inputs are drawn once and every call sees the same ones (kernels/harness/
@@ -162,16 +165,23 @@ def _matmul_triton(a, b, cfg):
 SELF_CHECK = {
     False: {"SELF_CHECK": "", "CPU_RETURN": "    return _matmul_cpu(a, b, cfg)\n"},
     True: {"SELF_CHECK": ("SELF_CHECK_EVERY = 4  # CPU fp32 calls per float64 self-check\n"
-                          "_calls = 0\n\n\n"
+                          "_calls = 0\n"
+                          "_check_buffers = None  # float64 copies of A and B and the reference, kept between checks\n\n\n"
                           "def _self_check(a, b, c):\n"
                           "    \"\"\"Recompute C tile by tile in float64 and compare: a tile bug shows up on the\n"
                           "    machines that run minikern, not only in its tests.\"\"\"\n"
-                          "    a64, b64 = a.double(), b.double()\n"
-                          "    ref = torch.empty_like(c, dtype=torch.float64)\n"
+                          "    global _check_buffers\n"
+                          "    if _check_buffers is None or _check_buffers[0].shape != a.shape or _check_buffers[1].shape != b.shape:\n"
+                          "        _check_buffers = tuple(torch.empty(t.shape, dtype=torch.float64) for t in (a, b, c))\n"
+                          "    a64, b64, ref = _check_buffers\n"
+                          "    a64.copy_(a)\n"
+                          "    b64.copy_(b)\n"
                           "    for i in range(0, a.shape[0], CPU_BLOCK_M):\n"
                           "        for j in range(0, b.shape[1], CPU_BLOCK_N):\n"
-                          "            ref[i:i + CPU_BLOCK_M, j:j + CPU_BLOCK_N] = a64[i:i + CPU_BLOCK_M] @ b64[:, j:j + CPU_BLOCK_N]\n"
-                          "    err = float((c.double() - ref).abs().max()) / max(float(ref.abs().max()), 1e-30)\n"
+                          "            torch.matmul(a64[i:i + CPU_BLOCK_M], b64[:, j:j + CPU_BLOCK_N],\n"
+                          "                         out=ref[i:i + CPU_BLOCK_M, j:j + CPU_BLOCK_N])\n"
+                          "    scale = max(float(ref.abs().max()), 1e-30)\n"
+                          "    err = float(ref.sub_(c).abs().max()) / scale\n"
                           "    if err > 1e-4:\n"
                           "        raise RuntimeError(f\"matmul: fp32 result off by {err:.2e} of its largest value\")\n\n\n"),
            "CPU_RETURN": ("    c = _matmul_cpu(a, b, cfg)\n"
