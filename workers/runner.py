@@ -67,7 +67,8 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
                 pinned: Mapping[str, str] | None = None) -> tuple[dict[str, Any], float | None]:
     """Check out `sha` into the slot, revert the culprit ranges of `reverts` on it (an
     attribution variant), build it (from the build cache where `build_inputs` are declared and
-    nothing was reverted: the cache is keyed by the commit's tree) and measure it; returns
+    nothing was reverted: the cache is keyed by the commit's tree and the placed dependencies'
+    commits) and measure it; returns
     (result, build seconds), the result carrying the checkout and build phases too, and under
     "build" what the build cache did. A revert that does not apply is a `revert_conflict`, and so
     is a `patch` (a subset of a culprit's hunks, applied at its parent) that does not apply.
@@ -96,7 +97,8 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
     checkout_s = time.perf_counter() - started
     box.give(box.worktree)
     build = build_revision(build_command, build_inputs, box, mirror, sha, env=env, device=trial_spec["device"],
-                           should_stop=should_stop, network=build_network)
+                           should_stop=should_stop, network=build_network,
+                           dependencies=dependency_basis(placed, dependencies))
     if not build.ok:
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
         return add_worker_phases(with_build(failure(status, build.log_tail), build.cache), checkout_s,
@@ -112,6 +114,15 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
     if placed:
         result = {**result, "dependencies": [{"name": p.key, "sha": p.sha, "path": p.path} for p in placed]}
     return add_worker_phases(with_build(result, build.cache), checkout_s, build.seconds), build.seconds
+
+
+def dependency_basis(placed: Sequence[Placed], declared: Sequence[DependencyWork]) -> list[str]:
+    """What the build cache's key holds of the dependencies: each placed one's commit and place,
+    and a digest of their declarations (a changed recipe builds them anew)."""
+    if not placed:
+        return []
+    digest = hashlib.sha256(repr(tuple(declared)).encode()).hexdigest()
+    return [f"{p.key}={p.sha} at {p.path}" for p in placed] + [f"declared {digest}"]
 
 
 def cache_key(sha: str, placed: Sequence[Placed]) -> str:
