@@ -134,6 +134,21 @@ def run_job(request: BisectCreate | CompareCreate, *, api: str | None, repo_sett
     return follow_job(job_id, api=None, show_progress=show_progress, console=console)
 
 
+def follow_localization(job: JobRead, *, api: str | None, show_progress: bool, console: Console) -> JobRead:
+    """Follow the localization job that a bisect asked to `localize` started (issue 43), then read
+    the bisect again so its report carries the hunks. Embedded only: its trials run in this
+    process, which must not exit first (a `perfbisect bisect --localize` did, and its
+    localization stopped part-way); on an API server the workers run it, and `show` reads it."""
+    if api:
+        return job
+    localized = localization_id(job.id)
+    if localized is None:
+        return job
+    console.print(f"localizing the culprits' hunks: job {localized}")
+    follow_job(localized, api=None, show_progress=show_progress, console=console)
+    return read_local(job.id)
+
+
 def follow_attribution(job: JobRead, *, api: str | None, show_progress: bool, console: Console) -> JobRead:
     """A bisect that went on to attribute its culprits at the head: follow that job too, then
     read the bisect again (its read carries the attribution)."""
@@ -216,10 +231,7 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     job_id = submit_local(request)
     job = follow_job(job_id, api=None, show_progress=show_progress, console=console)
     job = follow_attribution(job, api=None, show_progress=show_progress, console=console)
-    localized = localization_id(job.id)  # the hunks of its culprits (issue 43)
-    if localized is not None:
-        console.print(f"localizing the culprits' hunks: job {localized}")
-        follow_job(localized, api=None, show_progress=show_progress, console=console)
+    job = follow_localization(job, api=None, show_progress=show_progress, console=console)
     return follow_descents(job, read_local, lambda child: follow_job(child, api=None, show_progress=show_progress,
                                                                     console=console), console), truth
 

@@ -143,6 +143,7 @@ def _submit(request, api: str | None, build: str | None, import_root: str | None
 
     api = api.rstrip("/") if api else None
     job = runs.follow_attribution(job, api=api, show_progress=show_progress, console=console)
+    job = runs.follow_localization(job, api=api, show_progress=show_progress, console=console)
     read = (lambda job_id: runs.read_remote(api, job_id)) if api else runs.read_local
     return follow_descents(job, read, lambda child: runs.follow_job(child, api=api, show_progress=show_progress,
                                                                     console=console), console)
