@@ -17,8 +17,8 @@ from rich.text import Text
 
 from perfbisect.cli.common import CLIError, Interrupted, prepare_database, validation_message
 from perfbisect.cli.descents import demo_dependencies, follow_descents
-from perfbisect.cli.follow import (attribute_local, attribute_remote, cancel_local, cancel_remote, embedded_stalled,
-                                   follow, read_local, read_remote, submit_local, submit_remote)
+from perfbisect.cli.follow import (FINISHED, attribute_local, attribute_remote, cancel_local, cancel_remote,
+                                   embedded_stalled, follow, read_local, read_remote, submit_local, submit_remote)
 from perfbisect.cli.hunks import localization_id
 from perfbisect.gitrepo import GitError, Mirror
 from perfbisect.kernels import demo
@@ -410,10 +410,16 @@ def read_job(job_id: int, api: str | None = None) -> JobRead:
 
 def watch_job(job_id: int, api: str | None, console: Console) -> JobRead:
     """`show --follow`: follow a job this process did not submit until it finishes. Ctrl-C only
-    detaches (the job goes on wherever its trials run)."""
+    detaches (the job goes on wherever its trials run). Embedded, this process runs the upkeep an
+    embedded server runs: a job an earlier process left unfinished (its CLI killed, or cut off
+    at exit) is resumed here, its trials re-run once their dead process's heartbeat is stale."""
     read = (lambda: read_remote(api.rstrip("/"), job_id)) if api else (lambda: read_local(job_id))
     if not api:
         prepare_database()
+        if get_settings().embedded and read_local(job_id).status not in FINISHED:
+            from perfbisect.dispatch import start_embedded_reconciler
+
+            start_embedded_reconciler()
     try:
         return follow(read, console)
     except PerfbisectError as exc:
