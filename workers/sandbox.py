@@ -75,6 +75,7 @@ class Slot:
     marker: str
     contained: bool = False  # in bwrap's namespaces (use_namespaces)
     cgroup: str = ""  # its cgroup v2 directory (workers/cgroups.py); "": rlimits only
+    readonly: tuple[str, ...] = ()  # the worker's own directories its trial may read (a toolchain's environment)
 
     @property
     def worktree(self) -> Path:
@@ -144,7 +145,8 @@ class Slot:
         extra = {"capabilities": trialview.CAPABILITIES} if fork_server else {"trial": trial}
         writable = (self.path, self.cache_root) if fork_server else (self.path,)
         settings = get_settings()
-        view = bwrap.View(writable=tuple(map(str, writable)), network=network, devices=bwrap.gpu_nodes(),
+        view = bwrap.View(writable=tuple(map(str, writable)), readonly=self.readonly, network=network,
+                          devices=bwrap.gpu_nodes(),
                           tmpfs_bytes=hostshare.tmpfs_mb(settings) << 20, private=str(settings.home), **extra)
         return (*bwrap.argv(view, chdir=str(cwd), as_pid_1=fork_server),)
 

@@ -52,6 +52,7 @@ class View:
     capabilities: tuple[str, ...] = ()  # kept in the user namespace (a fork server's, for its trials' views)
     trial: TrialView | None = None  # a trial's view of its slot, made as trialview.enter makes it
     private: str = ""  # the service's home: never shown, even read-only (readonly_paths)
+    readonly: tuple[str, ...] = ()  # directories of the worker's own shown read-only (a toolchain's environment)
 
 
 def bwrap() -> str | None:
@@ -102,7 +103,7 @@ def argv(view: View, *, chdir: str = "/", as_pid_1: bool = False) -> list[str]:
     # before the binds, so that a bound path under /tmp (an interpreter's or a slot's) shows on it
     args += ["--dev", "/dev", "--proc", "/proc", "--size", str(view.tmpfs_bytes), "--tmpfs", "/dev/shm",
              "--size", str(view.tmpfs_bytes), "--tmpfs", "/tmp"]
-    for path in readonly_paths(view.private):
+    for path in (*readonly_paths(view.private), *view.readonly):
         args += ["--ro-bind", path, path]
     for path in view.writable:
         args += ["--bind", path, path]
