@@ -17,6 +17,8 @@ from urllib.parse import quote
 from rich.text import Text
 
 from perfbisect.service.bisect.model import step_moved
+from perfbisect.service.bisect.toolchain import version_of
+from perfbisect.service.job_spec import toolchain_of
 from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, ShapeRead
 from perfbisect.service.reports.attribution import text_lines as attribution_lines
 
@@ -44,8 +46,29 @@ def step_text(e: CaseEffectRead, min_effect: float | None = None) -> str:
     return text
 
 
+def short(sha: str) -> str:
+    """A revision as shown: a commit cut to 10 characters, a toolchain bisect's version whole."""
+    return sha if "==" in sha else sha[:10]
+
+
 def where(c: CulpritRead) -> str:
-    return c.last_sha[:10] if c.exact else f"{c.first_sha[:10]}..{c.last_sha[:10]}"
+    return short(c.last_sha) if c.exact else f"{short(c.first_sha)}..{short(c.last_sha)}"
+
+
+def toolchain_lines(job: JobRead) -> list[Text]:
+    """A toolchain bisect (issue 44): the commit it measured, its versions, the first that moved."""
+    axis = toolchain_of(job.spec)
+    if axis is None:
+        return []
+    at = axis.commit[:10] if axis.commit else ref(job.spec.good)
+    lines = [Text(f"toolchain {axis.package} at {at}: versions {', '.join(axis.versions)} (from {axis.wheelhouse})")]
+    for c in (c for c in job.culprits if c.kind == "performance"):
+        first = version_of(c.first_sha)
+        earlier = axis.versions[axis.versions.index(first) - 1] if first in axis.versions[1:] else None
+        since = f" (after {earlier})" if earlier else ""
+        lines.append(Text(f"first version that moves: {axis.package} {version_of(c.last_sha)}{since}"
+                          if c.exact else f"the step is in {axis.package} {first}..{version_of(c.last_sha)}", "bold"))
+    return lines
 
 
 def pr_label(c: CulpritRead) -> str:
@@ -183,8 +206,8 @@ def range_note(job: JobRead, c: CulpritRead) -> str | None:
             words[f.sha].append(f.words)
     if not words:
         return None
-    parts = [f"{sha[:10]} {', '.join(w) if w else 'not measured'}" for sha, w in words.items()]
-    return f"a range, not one commit: the step is at {c.last_sha[:10]} or before it at " + "; ".join(parts)
+    parts = [f"{short(sha)} {', '.join(w) if w else 'not measured'}" for sha, w in words.items()]
+    return f"a range, not one commit: the step is at {short(c.last_sha)} or before it at " + "; ".join(parts)
 
 
 def _culprit_block(job: JobRead, c: CulpritRead, width: int) -> list[Text]:
@@ -282,7 +305,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
              Text(f"{p.get('revisions', '?')} revisions, {p.get('measured', 0)} measured, {p.get('trials', 0)} "
                   f"trials, {p.get('rounds', 0)} rounds; minimum effect {job.spec.min_effect * 100:.1f}% "
                   f"of the {decided_on(job)}"),
-             headline(job)]
+             headline(job), *toolchain_lines(job)]
     if job.outcome and job.outcome.warning:
         lines += [Text(part, STYLE["warning"]) for part in textwrap.wrap("warning: " + job.outcome.warning, width)]
     perf = [c for c in job.culprits if c.kind == "performance"]
