@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import random
 import subprocess
 import textwrap
 import zipfile
@@ -140,6 +141,54 @@ def test_a_toolchain_bisect_names_the_planted_version(wheelhouse, host, tmp_path
     fingerprints = {sha: fp for sha, _, fp in rows}
     assert len(set(fingerprints.values())) == len(fingerprints)  # the version is in the fingerprint
     assert points == 0  # versions are not points of the repository's history
+
+
+def test_a_toolchain_job_plans_versions_and_reports_the_first_that_moves(client, submit_client, session, wheelhouse,
+                                                                        host) -> None:
+    """Through the API and the service's rounds (advance, start, record, the harness's results fed
+    in as the worker returns them): every trial runs the one commit with its revision's version,
+    records it, and the job, its report and its page name tinyop==2.0."""
+    from perfbisect.service.jobs import advance
+    from perfbisect.service.trials import service as trials
+    from tests.test_job_rounds import CASE_BIG, harness_result
+
+    root, shas = host
+    assert client.post("/api/repositories", json={"name": "hostlib", "url": str(root)}).status_code == 201
+    body = {"repository": "hostlib", "good": shas[1], "bad": shas[1], "toolchain": "tinyop>=1.0",
+            "wheelhouse": str(wheelhouse), "benchmarks": [{"suite": "gemm", "target": "minikern.gemm:matmul",
+                                                            "shapes": ["M=256,N=256,K=256,dtype=fp32"]}]}
+    refused = submit_client.post("/api/jobs/bisect", json=body)
+    assert refused.status_code == 403 and "needs the admin scope" in refused.text  # a wheel is code that runs
+    accepted = client.post("/api/jobs/bisect", json=body)
+    assert accepted.status_code == 202, accepted.text
+    job_id = accepted.json()["id"]
+    rng, seen = random.Random(5), []
+    for _ in range(40):
+        trial_ids = advance.advance(session, job_id).trial_ids
+        session.flush()
+        if not trial_ids:
+            break
+        for trial_id in trial_ids:
+            work = trials.start(session, trial_id, worker_host="test")
+            assert work.sha == shas[1] and work.build_inputs == ()  # the one commit, no build cache
+            version = work.toolchain.version
+            seen.append(version)
+            result = harness_result({CASE_BIG: 0.6 if version >= "2.0" else 1.0}, rng)
+            trials.record(session, trial_id, {**result, "toolchain": {"package": "tinyop", "version": version}},
+                          build_s=0.0)
+    job = client.get(f"/api/jobs/{job_id}").json()
+    assert job["status"] == "succeeded" and set(seen) <= {"1.0", "1.1", "2.0", "2.1"}
+    assert job["revision_shas"] == ["tinyop==1.0", "tinyop==1.1", "tinyop==2.0", "tinyop==2.1"]
+    assert [(c["first_sha"], c["last_sha"]) for c in job["culprits"]] == [("tinyop==2.0", "tinyop==2.0")]
+    assert job["spec"]["toolchain"]["commit"] == shas[1] and job["spec"]["descend"] is False
+    trials_read = client.get(f"/api/jobs/{job_id}/trials").json()
+    by_version = {t["sha"]: t["fingerprint"] for t in trials_read}
+    assert len(set(by_version.values())) == len(by_version)  # the version is part of the fingerprint
+    report = client.get(f"/api/jobs/{job_id}/report").text
+    assert f"toolchain tinyop at {shas[1][:10]}: versions 1.0, 1.1, 2.0, 2.1" in report
+    assert "first version that moves: tinyop 2.0 (after 1.1)" in report and "tinyop==2.0" in report
+    page = client.get(f"/dashboard/jobs/{job_id}", headers={"Accept": "text/html"}).text
+    assert "Toolchain bisect: tinyop at" in page and "<code>2.1</code>" in page and "tinyop==2.0" in page
 
 
 runner = CliRunner()
