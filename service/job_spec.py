@@ -120,7 +120,7 @@ class Descent(BaseModel):
 
 class Toolchain(BaseModel):
     """A toolchain bisect (issue 44): the job's revisions are versions of `package`, in order
-    (labelled "package==version", service/bisect/toolchain.py), each installed from the wheels of
+    (labelled "package==version", service/toolchains/rules.py), each installed from the wheels of
     `wheelhouse` (a directory the workers read) and measured with the repository at `commit`."""
 
     model_config = ConfigDict(frozen=True)

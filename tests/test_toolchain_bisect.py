@@ -230,3 +230,38 @@ def test_the_cli_refuses_bad_toolchain_input(embedded, wheelhouse, host, tmp_pat
         assert message in result.output and "Traceback" not in result.output, result.output
     listed = runner.invoke(app, ["jobs"])
     assert "tinyop" not in listed.output and "bisect" not in listed.output, listed.output
+
+
+def test_the_environment_is_cached_per_version_and_read_only_in_the_sandbox(sandbox_home, wheelhouse) -> None:
+    """The worker installs a version once (pip from the wheelhouse, no index) and serves it again
+    from its cache; repository code in a slot imports it but cannot change it, not even as the
+    slot's own uid: it is shown read-only, and the service's home around it stays hidden."""
+    import sys
+
+    from perfbisect.kernels.harness.contain import bwrap
+    from perfbisect.service.trials.service import ToolchainWork
+    from perfbisect.workers import sandbox
+    from perfbisect.workers.toolchains import ToolchainUnavailable, environment
+
+    site, first = environment(ToolchainWork("tinyop", "2.0", str(wheelhouse)))
+    again, second = environment(ToolchainWork("tinyop", "2.0", str(wheelhouse)))
+    assert site == again and (first["environment"], second["environment"]) == ("installed", "cached")
+    assert first["wheel"] == "tinyop-2.0-py3-none-any.whl" and len(first["sha256"]) == 64
+    assert "range(30)" in (site / "tinyop/__init__.py").read_text()
+    other, _ = environment(ToolchainWork("tinyop", "1.0", str(wheelhouse)))
+    assert other != site and "range(30)" not in (other / "tinyop/__init__.py").read_text()
+    with pytest.raises(ToolchainUnavailable, match="has no wheel of tinyop 9.9"):
+        environment(ToolchainWork("tinyop", "9.9", str(wheelhouse)))
+    args = bwrap.argv(bwrap.View(writable=("/srv/slot-0",), readonly=(str(site),), private=str(sandbox_home)))
+    assert ("--ro-bind", str(site)) in list(zip(args, args[1:]))
+    probe = (f"{sys.executable} -c 'import tinyop; print(\"imported\", tinyop.__file__)'; "
+             f"echo planted > {site}/tinyop/__init__.py && echo wrote; ls {sandbox_home}/mirrors || echo no-home")
+    with sandbox.slot() as box:
+        box.worktree.mkdir()
+        box.give(box.worktree)
+        box.readonly = (str(site),)
+        done = box.run(probe, cwd=box.worktree, env=box.env({"PYTHONPATH": str(site)}), timeout_s=60, memory=None)
+    assert f"imported {site}/tinyop/__init__.py" in done.output_tail, done.output_tail
+    assert "wrote" not in done.output_tail and "range(30)" in (site / "tinyop/__init__.py").read_text()
+    if box.contained:
+        assert "no-home" in done.output_tail, done.output_tail

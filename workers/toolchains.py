@@ -22,12 +22,13 @@ import hashlib
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
-from perfbisect.service.bisect.toolchain import wheel_versions
+from perfbisect.kernels.harness.contain.process import Containment, run_captured
+
+from perfbisect.service.toolchains.rules import wheel_versions
 from perfbisect.service.settings import get_settings
 from perfbisect.service.trials.service import ToolchainWork
 
@@ -86,18 +87,19 @@ def environment(work: ToolchainWork) -> tuple[Path, dict[str, str]]:
                "--find-links", work.wheelhouse, "--only-binary", ":all:", "--no-deps", "--target", str(temp / "site"),
                f"{work.package}=={work.version}"]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
-                              env={**os.environ, "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull})
-        if done.returncode != 0:
+        # the worker's own process (no repository code runs here): umask 022, killed at the deadline
+        code, stderr = run_captured(command, Containment(umask=0o022), cwd=str(root), timeout_s=INSTALL_TIMEOUT_S,
+                                    env={**os.environ, "PIP_NO_INPUT": "1", "PIP_CONFIG_FILE": os.devnull})
+        if code is None:
+            raise ToolchainUnavailable(f"installing {work.package}=={work.version} took over {INSTALL_TIMEOUT_S} s")
+        if code != 0:
             raise ToolchainUnavailable(f"installing {work.package}=={work.version} from {work.wheelhouse} failed: "
-                                       f"{(done.stderr or done.stdout).strip()[-800:]}")
+                                       f"{stderr.strip()[-800:]}")
         _readable(temp)
         try:
             os.rename(temp, final)
         except OSError:  # another worker installed it meanwhile: use theirs
             pass
-    except subprocess.TimeoutExpired:
-        raise ToolchainUnavailable(f"installing {work.package}=={work.version} took over {INSTALL_TIMEOUT_S} s") from None
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     return final / "site", {**recorded, "environment": "installed"}

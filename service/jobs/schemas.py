@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from perfbisect.service.attribution.schemas import AttributionRead, FixCheckRead
 from perfbisect.service.bisect.coverage import DEFAULT_MAX_GAP
 from perfbisect.service.bounds import Id, text
-from perfbisect.service.bisect import toolchain as toolchain_rules
+from perfbisect.service.toolchains import rules as toolchain_rules
 from perfbisect.service.job_spec import BisectSpec, CompareSpec, SpecField, Toolchain, shared_fields
 from perfbisect.service.job_spec import load as load_spec
 from perfbisect.service.settings import get_settings
@@ -59,7 +59,7 @@ class HarnessPolicy(BaseModel):
 
 class ToolchainAsk(BaseModel):
     """`toolchain` of a bisect: a package and its versions as listed, or a range of the
-    wheelhouse's (service/bisect/toolchain.py); a string is read as `--toolchain` writes it
+    wheelhouse's (service/toolchains/rules.py); a string is read as `--toolchain` writes it
     ("tinyop==1.0,2.0", "tinyop>=1.0,<=2.0", "tinyop")."""
 
     model_config = ConfigDict(extra="forbid")

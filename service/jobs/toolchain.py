@@ -1,6 +1,6 @@
 """A toolchain bisect's revisions (issue 44): the versions of a package that a wheelhouse holds,
 as the job's revisions ("tinyop==2.0"), at one commit of the repository. The rules are pure
-(service/bisect/toolchain.py); this module lists the wheelhouse (a local directory read, fine in
+(service/toolchains/rules.py); this module lists the wheelhouse (a local directory read, fine in
 a request) and resolves the commit from the mirror. Raises BadRequest (422) with the reason;
 writes nothing.
 """
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from perfbisect.gitrepo import CommitInfo, GitError, Mirror
-from perfbisect.service.bisect import toolchain as rules
+from perfbisect.service.toolchains import rules as rules
 from perfbisect.service.errors import BadRequest
 from perfbisect.service.job_spec import Toolchain
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from rich.text import Text
 
 from perfbisect.service.bisect.model import step_moved
-from perfbisect.service.bisect.toolchain import version_of
+from perfbisect.service.toolchains.rules import version_of
 from perfbisect.service.job_spec import toolchain_of
 from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, ShapeRead
 from perfbisect.service.reports.attribution import text_lines as attribution_lines

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from perfbisect.kernels.harness.result import vendor_identity
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
-from perfbisect.service.bisect.toolchain import version_of
+from perfbisect.service.toolchains.rules import version_of
 from perfbisect.service.job_spec import AttributeSpec, JobSpec, LocalizeSpec, descent_of, toolchain_of
 from perfbisect.service.hunks.variants import hunk_patch, trial_cases
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,

@@ -1,10 +1,10 @@
-"""The toolchain axis's pure rules (service/bisect/toolchain.py) on literal specs and file names."""
+"""The toolchain axis's pure rules (service/toolchains/rules.py) on literal specs and file names."""
 
 from __future__ import annotations
 
 import pytest
 
-from perfbisect.service.bisect.toolchain import (Ask, ToolchainError, label, ordered, parse, select, version_of,
+from perfbisect.service.toolchains.rules import (Ask, ToolchainError, label, ordered, parse, select, version_of,
                                                  wheel_versions)
 
 WHEELS = ["tinyop-1.0-py3-none-any.whl", "tinyop-1.10-py3-none-any.whl", "tinyop-1.9-py3-none-any.whl",

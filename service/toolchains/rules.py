@@ -2,7 +2,7 @@
 What `--toolchain` says (`parse`), which wheels of a wheelhouse it names (`select`), in version
 order (`ordered`), and the label a version goes by as a job's revision (`label`, `version_of`).
 No files: the service lists the wheelhouse and hands the names in (service/jobs/toolchain.py);
-tests/bisect/test_toolchain.py pins the rules on literal lists.
+tests/test_toolchain_rules.py pins the rules on literal lists.
 
 The forms of `--toolchain`:
 - `PACKAGE==V1,V2,...`: these versions, in the order given (each must be a wheel of the wheelhouse);
