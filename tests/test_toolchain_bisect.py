@@ -186,9 +186,11 @@ def test_a_toolchain_job_plans_versions_and_reports_the_first_that_moves(client,
     assert len(set(by_version.values())) == len(by_version)  # the version is part of the fingerprint
     report = client.get(f"/api/jobs/{job_id}/report").text
     assert f"toolchain tinyop at {shas[1][:10]}: versions 1.0, 1.1, 2.0, 2.1" in report
-    assert "first version that moves: tinyop 2.0 (after 1.1)" in report and "tinyop==2.0" in report
+    assert "first version that moves: tinyop 2.0 (after 1.1)" in report and "at tinyop==2.0" in report
+    markdown = client.get(f"/api/jobs/{job_id}/report?format=markdown").text
+    assert "first version that moves: tinyop 2.0 (after 1.1)" in markdown and "`tinyop==2.0`" in markdown
     page = client.get(f"/dashboard/jobs/{job_id}", headers={"Accept": "text/html"}).text
-    assert "Toolchain bisect: tinyop at" in page and "<code>2.1</code>" in page and "tinyop==2.0" in page
+    assert "Toolchain bisect: tinyop at" in page and "<code>2.1</code>" in page and "at <code>tinyop==2.0</code>" in page
 
 
 runner = CliRunner()

@@ -159,7 +159,7 @@ def gap_clause(job: JobRead, code: str = "") -> str | None:
     gap = job.outcome.gap if job.outcome else None
     if gap is None:
         return None
-    return (f"a step undone within {gap.commits} consecutive commits ({code}{gap.after_sha[:10]}..{gap.before_sha[:10]}"
+    return (f"a step undone within {gap.commits} consecutive commits ({code}{short(gap.after_sha)}..{short(gap.before_sha)}"
             f"{code}, {gap.unseen} not measured) would not be seen; {code}--scan auto{code} (or a smaller "
             f"{code}--max-gap{code}) narrows it")
 
@@ -286,7 +286,7 @@ def _case_outcomes(job: JobRead, width: int, wide: bool = False) -> list[Text]:
         line = Text(f"  {labels[c.case].ljust(name_width)}  ")
         line.append(c.outcome.ljust(12), STYLE[c.outcome])
         if c.steps:
-            moves = ", ".join(f"{pct(s.rel)} at {s.last_sha[:10]}" for s in c.steps)
+            moves = ", ".join(f"{pct(s.rel)} at {short(s.last_sha)}" for s in c.steps)
             detail = moves + (f"; {c.reason}" if c.reason else "")
         else:
             detail = c.reason or ""
@@ -326,8 +326,8 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
     if wrong:
         lines += [Text(""), Text("Correctness (wrong results at full speed is a failure, not a speed-up):")]
         for c in wrong:
-            fixed = f"fixed at {c.fixed_sha[:10]}" if c.fixed_sha else "not fixed in this range"
-            lines.append(Text(textwrap.shorten(f"  {c.first_sha[:10]} {pr_label(c)} {c.subject or ''}: first wrong "
+            fixed = f"fixed at {short(c.fixed_sha)}" if c.fixed_sha else "not fixed in this range"
+            lines.append(Text(textwrap.shorten(f"  {short(c.first_sha)} {pr_label(c)} {c.subject or ''}: first wrong "
                                                f"results; {fixed}", width, placeholder=" ..."), STYLE["regression"]))
             for case, w in c.wrong_cases.items():  # the cases that failed accuracy; the others kept their timing
                 vs = f" vs tolerance {w.tolerance:.3g}" if w.tolerance is not None else ""
@@ -351,7 +351,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
 def shape_sentence(s: ShapeRead) -> str:
     """One line for a noisier or bimodal finding: where, the spread before and after with their
     intervals, and for a new mode its share of the calls and where it sits."""
-    at = s.first_sha[:10] if s.exact else f"{s.first_sha[:10]}..{s.last_sha[:10]}"
+    at = short(s.first_sha) if s.exact else f"{short(s.first_sha)}..{short(s.last_sha)}"
     spread = (f"spread {s.before:.1%} [{s.before_ci[0]:.1%}, {s.before_ci[1]:.1%}] -> {s.after:.1%} "
               f"[{s.after_ci[0]:.1%}, {s.after_ci[1]:.1%}], x{s.ratio:.2f} [{s.ratio_ci[0]:.2f}, {s.ratio_ci[1]:.2f}]")
     if s.kind == "bimodal" and s.mode_share is not None and s.mode_location is not None:

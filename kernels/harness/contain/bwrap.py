@@ -11,6 +11,7 @@ What a sandbox sees and may do:
   directory, HOME, TMPDIR, scratch) writable, and a trial's own revision caches (no other
   revision's, no other slot's: a fork server has its slot's cache tree and gives each trial
   its view of it, trialview.py);
+  a toolchain bisect's environment (the worker's own install of one wheel, issue 44) read-only;
   every mount nosuid and nodev (bwrap's defaults); nothing else: not the service's home (other
   slots, mirrors, the build cache), not /run or /var (PostgreSQL's and Redis's sockets);
   /tmp and /dev/shm are small private tmpfs;
