@@ -138,8 +138,9 @@ def test_a_toolchain_bisect_names_the_planted_version(wheelhouse, host, tmp_path
         points = db.execute("SELECT count(*) FROM case_points").fetchone()[0]
     assert rows and all(tool["version"] == sha.split("==")[1] and tool["wheel"].startswith(f"tinyop-{tool['version']}-")
                         for sha, tool, _ in rows)
-    fingerprints = {sha: fp for sha, _, fp in rows}
-    assert len(set(fingerprints.values())) == len(fingerprints)  # the version is in the fingerprint
+    fingerprints = {sha: {fp for s, _, fp in rows if s == sha} for sha, _, _ in rows}
+    assert all(len(fps) == 1 for fps in fingerprints.values()), fingerprints  # one per version, however installed
+    assert len({fp for fps in fingerprints.values() for fp in fps}) == len(fingerprints)  # the version is in it
     assert points == 0  # versions are not points of the repository's history
 
 
@@ -174,16 +175,18 @@ def test_a_toolchain_job_plans_versions_and_reports_the_first_that_moves(client,
             version = work.toolchain.version
             seen.append(version)
             result = harness_result({CASE_BIG: 0.6 if version >= "2.0" else 1.0}, rng)
-            trials.record(session, trial_id, {**result, "toolchain": {"package": "tinyop", "version": version}},
-                          build_s=0.0)
+            installed = "cached" if seen.count(version) > 1 else "installed"  # as the worker says it
+            tool = {"package": "tinyop", "version": version, "sha256": version * 8, "environment": installed}
+            trials.record(session, trial_id, {**result, "toolchain": tool}, build_s=0.0)
     job = client.get(f"/api/jobs/{job_id}").json()
     assert job["status"] == "succeeded" and set(seen) <= {"1.0", "1.1", "2.0", "2.1"}
     assert job["revision_shas"] == ["tinyop==1.0", "tinyop==1.1", "tinyop==2.0", "tinyop==2.1"]
     assert [(c["first_sha"], c["last_sha"]) for c in job["culprits"]] == [("tinyop==2.0", "tinyop==2.0")]
     assert job["spec"]["toolchain"]["commit"] == shas[1] and job["spec"]["descend"] is False
     trials_read = client.get(f"/api/jobs/{job_id}/trials").json()
-    by_version = {t["sha"]: t["fingerprint"] for t in trials_read}
-    assert len(set(by_version.values())) == len(by_version)  # the version is part of the fingerprint
+    by_version = {t["sha"]: {u["fingerprint"] for u in trials_read if u["sha"] == t["sha"]} for t in trials_read}
+    assert all(len(fps) == 1 for fps in by_version.values())  # installed or served from the cache: one fingerprint
+    assert len({fp for fps in by_version.values() for fp in fps}) == len(by_version)  # the version is in it
     report = client.get(f"/api/jobs/{job_id}/report").text
     assert f"toolchain tinyop at {shas[1][:10]}: versions 1.0, 1.1, 2.0, 2.1" in report
     assert "first version that moves: tinyop 2.0 (after 1.1)" in report and "at tinyop==2.0" in report
@@ -191,6 +194,32 @@ def test_a_toolchain_job_plans_versions_and_reports_the_first_that_moves(client,
     assert "first version that moves: tinyop 2.0 (after 1.1)" in markdown and "`tinyop==2.0`" in markdown
     page = client.get(f"/dashboard/jobs/{job_id}", headers={"Accept": "text/html"}).text
     assert "Toolchain bisect: tinyop at" in page and "<code>2.1</code>" in page and "at <code>tinyop==2.0</code>" in page
+
+
+def test_a_toolchain_job_whose_ref_needs_a_fetch_is_resolved_by_its_task(client, session, wheelhouse, host,
+                                                                         monkeypatch) -> None:
+    """A ref the mirror cannot answer exactly is resolved by the job's first task, as a range is:
+    the versions become its revisions at the commit; a `bad` that names another commit fails it."""
+    from perfbisect.service.jobs import resolution
+    from perfbisect.service.settings import get_settings
+
+    root, shas = host
+    assert client.post("/api/repositories", json={"name": "hostlib", "url": str(root)}).status_code == 201
+    monkeypatch.setattr(get_settings(), "mirror_fresh_s", 0.0)  # as if the last fetch were old
+    body = {"repository": "hostlib", "good": "main", "bad": "main", "toolchain": "tinyop==1.0,2.0",
+            "wheelhouse": str(wheelhouse), "benchmarks": [{"suite": "gemm", "target": "minikern.gemm:matmul",
+                                                            "shapes": ["M=64,N=64,K=64,dtype=fp32"]}]}
+    later = client.post("/api/jobs/bisect", json=body)
+    apart = client.post("/api/jobs/bisect", json={**body, "good": "main~1"})
+    assert later.status_code == apart.status_code == 202 and later.json()["revisions"] == 0
+    for response in (later, apart):
+        target = resolution.fetch_target(session, response.json()["id"])
+        resolution.finish(session, response.json()["id"], target.mirror.fetch_once(target.since, 30))
+    resolved = client.get(later.json()["url"]).json()
+    assert resolved["status"] == "queued" and resolved["revision_shas"] == ["tinyop==1.0", "tinyop==2.0"]
+    assert resolved["spec"]["toolchain"]["commit"] == shas[1] and resolved["spec"]["bad_sha"] == "tinyop==2.0"
+    failed = client.get(apart.json()["url"]).json()
+    assert failed["status"] == "failed" and "a toolchain bisect measures one commit" in failed["error"]
 
 
 runner = CliRunner()

@@ -181,8 +181,9 @@ def fingerprint(repo_name: str, device: dict[str, Any]) -> str:
     """conbench's rule: only measurements with equal fingerprints are compared."""
     basis = {"repo": repo_name, **{k: device.get(k) for k in ("name", "driver", "cuda", "torch", "triton")},
              **vendor_identity(device), "harness": device.get("harness_version")}
-    if device.get("toolchain"):  # a toolchain bisect's version (only then: other fingerprints stay as they were)
-        basis["toolchain"] = device["toolchain"]
+    tool = device.get("toolchain")
+    if isinstance(tool, dict):  # a toolchain bisect's version (only then: other fingerprints stay as they were),
+        basis["toolchain"] = {k: tool.get(k) for k in ("package", "version", "sha256")}  # not how it was installed
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 
