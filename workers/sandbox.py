@@ -12,7 +12,7 @@ says. This module holds the slots. Inside a slot a command gets:
 - Linux namespaces made by bubblewrap (contain/bwrap.py): its own PID namespace that dies
   with it, no network (builds of repositories in PERFBISECT_BUILD_NETWORK_REPOS excepted), a
   mount view of the system read-only and its slot (and its own revision caches) writable, the
-  slot's GPU device nodes only;
+  slot's GPU device nodes only, and a toolchain bisect's environment read-only (Slot.readonly);
   where the host cannot make them, the containment below alone, said loudly at every slot;
 - an environment built from an allow-list plus the repository's own env: never DATABASE_URL,
   REDIS_URL, tokens or other PERFBISECT_* settings;

@@ -31,14 +31,6 @@ def from_wheelhouse(ask: rules.Ask, wheelhouse: str) -> Toolchain:
     return Toolchain(package=ask.package, versions=chosen, wheelhouse=str(Path(wheelhouse)))
 
 
-def wheel_of(toolchain: Toolchain, version: str) -> Path:
-    """The wheel file of `version` in the toolchain's wheelhouse. Raises FileNotFoundError."""
-    found = rules.wheel_versions(toolchain.package, os.listdir(toolchain.wheelhouse)).get(version)
-    if found is None:
-        raise FileNotFoundError(f"the wheelhouse {toolchain.wheelhouse} no longer has {toolchain.package} {version}")
-    return Path(toolchain.wheelhouse) / found
-
-
 def revisions(toolchain: Toolchain) -> list[CommitInfo]:
     """The job's revisions: one per version, labelled "package==version", off any branch
     (position None: never a point of the repository's history)."""
