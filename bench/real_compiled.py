@@ -63,7 +63,7 @@ def run(kind: str, root: Path, repo: Path, min_effect: float) -> dict:
                           capture_output=True, text=True).stdout.split()[0]
     args = [PERFBISECT, "bisect", "--repo", "msgspec", "--good", good, "--bad", "HEAD",
             "--suite-file", str(HERE / "suites" / "msgspec_decode.py"), "--target", "msgspec.json:Decoder",
-            "--shape", "n=2000", "--device-class", "cpu", "--min-effect", str(min_effect),
+            "--shape", "n=2000,repeat=10", "--device-class", "cpu", "--min-effect", str(min_effect),
             "--policy", json.dumps(POLICY), "--json"]
     started = time.monotonic()
     done = subprocess.run(args, cwd=home, env=env, capture_output=True, text=True)
