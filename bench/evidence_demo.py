@@ -5,7 +5,8 @@
 
 Writes the demo repository, and for each planted event (default: fastmath_dropped, the precise exp
 of #924, and block_k_small_step, #930's BLOCK_K=32) runs one profiled trial at the commit before it
-and one at it, each in a fresh process with a fresh JIT cache (kernels/harness/runner.py), then
+and one at it over every case the event moves on that device (ground_truth.event_hits; the
+nineteenth session profiled only the first, gemm 2048^3, where the H100 shows no BLOCK_K step), each in a fresh process with a fresh JIT cache (kernels/harness/runner.py), then
 prints the 'why' lines and the changed kernels' metadata and op deltas (service/evidence)."""
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from perfbisect.kernels import demo
 from perfbisect.kernels.demo import minicc
+from perfbisect.kernels.demo.ground_truth import event_hits
 from perfbisect.kernels.demo.writer import load_ground_truth
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.evidence.diff import environment_diff
@@ -61,7 +63,7 @@ def event_evidence(root: Path, truth: dict, event: str, device: str) -> CulpritE
     sha = next(e["sha"] for e in truth["events"] if e["event"] == event)
     parent = shas[shas.index(sha) - 1]
     pool = demo.DEMO_GPU_CASES if device == "cuda" else demo.DEMO_CPU_CASES
-    cases = [c for c in pool if c["suite"] == EVENTS[event]][:1]
+    cases = [c for c in pool if event_hits(event, c, device)]
     before, after = (profile_at(root, s, cases, device) for s in (parent, sha))
     kernels, compiled, autotune = sections([], profiled_evidence(before), profiled_evidence(after))
     found = CulpritEvidence(job_id=0, first_sha=sha, last_sha=sha, before_sha=parent, after_sha=sha, summary=[],
@@ -76,6 +78,11 @@ def show(event: str, found: CulpritEvidence) -> None:
     print(f"\n== {event}: {found.before_sha[:10]} -> {found.last_sha[:10]}")
     for line in found.summary:
         print("  " + line)
+    for case in found.kernels.cases:  # the kernel that carries each case's change, in numbers
+        top = next(iter(case.rows), None)
+        if top is not None:
+            print(f"  {case.case}: {top.name} {top.before_ms:.4f} -> {top.after_ms:.4f} ms per call "
+                  f"({top.calls_before} / {top.calls_after} launches)")
     for kernel in found.compiled.kernels:
         if kernel.status == "same":
             continue

@@ -104,7 +104,7 @@ def exit_with(code: int) -> NoReturn:
     dispatch = sys.modules.get("perfbisect.dispatch")  # not imported: nothing was queued (and Celery stays unloaded)
     if dispatch is not None and not dispatch.settle(SETTLE_S):
         console().print(f"[yellow]note:[/yellow] the work queued in this process was not done after "
-                      f"{SETTLE_S:g} s; what is left resumes with the next perfbisect command")
+                      f"{SETTLE_S:g} s; `perfbisect show ID --follow` (or `perfbisect serve`) resumes what is left")
     raise typer.Exit(code)
 
 

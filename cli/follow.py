@@ -12,13 +12,14 @@ from collections.abc import Callable
 
 import httpx
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from perfbisect import dispatch
 from perfbisect.cli.common import CLIError
 from perfbisect.cli.tokens import api_token, local_principal
 from perfbisect.queue import ADVANCE_JOB
 from perfbisect.service.attribution import service as attribution
+from perfbisect.service.bisect.progress import eta_seconds
 from perfbisect.service.db import session_scope
 from perfbisect.service.errors import PerfbisectError
 from perfbisect.service.jobs import advance, views
@@ -172,13 +173,8 @@ def progress_line(job: JobRead, elapsed_s: float, position: tuple[int, int | Non
 
 
 def eta_s(progress: dict, elapsed_s: float, done: int, expected: int) -> float:
-    """Seconds left: the trials still expected at the pace of those done, their builds apart
-    (a compiled library's build can outlast all its trials): the pace leaves out the seconds
-    spent building, and the builds still expected are added at their expected cost."""
-    built = float(progress.get("build_s_done") or 0.0)
-    builds_left = float(progress.get("expected_build_s") or 0.0)
-    pace = max(0.0, elapsed_s - built) / done if built < elapsed_s else elapsed_s / done
-    return pace * (expected - done) + builds_left
+    """Seconds left, builds still expected included (service/bisect/progress.py)."""
+    return eta_seconds(progress, elapsed_s, done, expected)
 
 
 def building_phase(job: JobRead) -> str:
@@ -212,14 +208,15 @@ def follow(read: Callable[[], JobRead], console: Console, *, show: bool = True, 
     Raises CLIError when an embedded job stops making progress."""
     if show and not console.is_terminal:
         return _follow_lines(read, console, poll_s, stalled)
+    started = time.monotonic()
     with Progress(*bar_columns(), console=console, disable=not show, transient=False) as bar:
-        task = bar.add_task("bisect", total=None, detail="planning")
+        task = bar.add_task("bisect", total=None, detail="planning", eta=bar_eta(None, 0.0, 0, None))
         shown = MonotoneBar()
         while True:
             job = read()
             done, expected = shown.update(job)
             bar.update(task, description=f"job {job.id} {job.status}", detail=bar_detail(job, done, expected),
-                       total=expected, completed=done)
+                       total=expected, completed=done, eta=bar_eta(job, time.monotonic() - started, done, expected))
             if job.status in FINISHED:
                 return job
             _check_stalled(read, stalled)
@@ -231,7 +228,19 @@ def bar_columns() -> list:
     20-column bar, and the elapsed/ETA before the free-text detail, which is what a narrow
     terminal cuts."""
     return [TextColumn("[bold]{task.description}"), BarColumn(bar_width=20), TaskProgressColumn(),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[detail]}")]
+            TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), TextColumn("{task.fields[detail]}")]
+
+
+def bar_eta(job: JobRead | None, elapsed_s: float, done: int, expected: int | None) -> str:
+    """The bar's ETA, H:MM:SS as rich draws times: the same estimate as the log line's, which
+    counts the builds still expected (rich's own column would count trials only); -:--:-- until
+    the planner has said how many trials to expect, 0:00:00 once the job is finished."""
+    if job is not None and job.status in FINISHED:
+        return "0:00:00"
+    if job is None or not expected or not done:
+        return "-:--:--"
+    whole = int(eta_seconds(job.progress, elapsed_s, done, expected))
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
 
 
 def bar_detail(job: JobRead, done: int, expected: int | None) -> str:

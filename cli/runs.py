@@ -17,8 +17,8 @@ from rich.text import Text
 
 from perfbisect.cli.common import CLIError, Interrupted, prepare_database, validation_message
 from perfbisect.cli.descents import demo_dependencies, follow_descents
-from perfbisect.cli.follow import (attribute_local, attribute_remote, cancel_local, cancel_remote, embedded_stalled,
-                                   follow, read_local, read_remote, submit_local, submit_remote)
+from perfbisect.cli.follow import (FINISHED, attribute_local, attribute_remote, cancel_local, cancel_remote,
+                                   embedded_stalled, follow, read_local, read_remote, submit_local, submit_remote)
 from perfbisect.cli.hunks import localization_id
 from perfbisect.gitrepo import GitError, Mirror
 from perfbisect.kernels import demo
@@ -134,6 +134,21 @@ def run_job(request: BisectCreate | CompareCreate, *, api: str | None, repo_sett
     return follow_job(job_id, api=None, show_progress=show_progress, console=console)
 
 
+def follow_localization(job: JobRead, *, api: str | None, show_progress: bool, console: Console) -> JobRead:
+    """Follow the localization job that a bisect asked to `localize` started (issue 43), then read
+    the bisect again so its report carries the hunks. Embedded only: its trials run in this
+    process, which must not exit first (a `perfbisect bisect --localize` did, and its
+    localization stopped part-way); on an API server the workers run it, and `show` reads it."""
+    if api:
+        return job
+    localized = localization_id(job.id)
+    if localized is None:
+        return job
+    console.print(f"localizing the culprits' hunks: job {localized}")
+    follow_job(localized, api=None, show_progress=show_progress, console=console)
+    return read_local(job.id)
+
+
 def follow_attribution(job: JobRead, *, api: str | None, show_progress: bool, console: Console) -> JobRead:
     """A bisect that went on to attribute its culprits at the head: follow that job too, then
     read the bisect again (its read carries the attribution)."""
@@ -216,10 +231,7 @@ def run_demo(path: Path, device: str, workers: int | None = None, *, show_progre
     job_id = submit_local(request)
     job = follow_job(job_id, api=None, show_progress=show_progress, console=console)
     job = follow_attribution(job, api=None, show_progress=show_progress, console=console)
-    localized = localization_id(job.id)  # the hunks of its culprits (issue 43)
-    if localized is not None:
-        console.print(f"localizing the culprits' hunks: job {localized}")
-        follow_job(localized, api=None, show_progress=show_progress, console=console)
+    job = follow_localization(job, api=None, show_progress=show_progress, console=console)
     return follow_descents(job, read_local, lambda child: follow_job(child, api=None, show_progress=show_progress,
                                                                     console=console), console), truth
 
@@ -421,10 +433,16 @@ def read_job(job_id: int, api: str | None = None) -> JobRead:
 
 def watch_job(job_id: int, api: str | None, console: Console) -> JobRead:
     """`show --follow`: follow a job this process did not submit until it finishes. Ctrl-C only
-    detaches (the job goes on wherever its trials run)."""
+    detaches (the job goes on wherever its trials run). Embedded, this process runs the upkeep an
+    embedded server runs: a job an earlier process left unfinished (its CLI killed, or cut off
+    at exit) is resumed here, its trials re-run once their dead process's heartbeat is stale."""
     read = (lambda: read_remote(api.rstrip("/"), job_id)) if api else (lambda: read_local(job_id))
     if not api:
         prepare_database()
+        if get_settings().embedded and read_local(job_id).status not in FINISHED:
+            from perfbisect.dispatch import start_embedded_reconciler
+
+            start_embedded_reconciler()
     try:
         return follow(read, console)
     except PerfbisectError as exc:

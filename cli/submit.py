@@ -5,6 +5,7 @@ submitted on this machine's database or to --api, followed, and reported with th
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -41,10 +42,18 @@ def _finish(job, as_json: bool, wide: bool, fail_on: FailOn) -> None:
 
 def bisect(
     repo: Annotated[str, typer.Option(help="registered repository name, or a local path to register")],
-    good: Annotated[str, typer.Option(help="ref where performance was good")],
-    bad: Annotated[str, typer.Option(help="later ref where it is bad")],
+    good: Annotated[str, typer.Option(help="ref where performance was good (with --toolchain: the one commit "
+                                      "measured)")],
+    bad: Annotated[Optional[str], typer.Option(help="later ref where it is bad (with --toolchain: leave it out, or "
+                                               "name the same commit)")] = None,
     suite: SuiteOpt = None, suite_file: SuiteFileOpt = None, benchmark_set: SetOpt = None,
     target: TargetOpt = None, shape: ShapeOpt = None,
+    toolchain: Annotated[Optional[str], typer.Option(
+        help="bisect prebuilt versions of a package at the commit --good names: PACKAGE==V1,V2,... (in that "
+             "order), or PACKAGE>=V1,<=V2 / PACKAGE (the --wheelhouse's versions, in version order); the culprit is "
+             "the first version that moves")] = None,
+    wheelhouse: Annotated[Optional[str], typer.Option(
+        help="with --toolchain: a directory of wheels the workers install each version from (no network)")] = None,
     device_class: DeviceClassOpt = "cpu",
     min_effect: MinEffectOpt = None,
     metric: MetricOpt = "ratio",
@@ -88,7 +97,12 @@ def bisect(
             raise CLIError(f"--policy is not JSON: {exc}") from None
         if scan is not None and scan != "auto" and not scan.isdigit():
             raise CLIError(f"--scan is a number of interior revisions (0 to {MAX_SCAN}) or auto, not {scan!r}")
-        request = validated(BisectCreate, repository=repo, good=good, bad=bad,
+        if bad is None and toolchain is None:
+            raise CLIError("--bad is required (it may be left out only with --toolchain)")
+        axis = {}
+        if toolchain is not None or wheelhouse is not None:
+            axis = {"toolchain": toolchain, "wheelhouse": str(Path(wheelhouse).resolve()) if wheelhouse else None}
+        request = validated(BisectCreate, repository=repo, good=good, bad=good if bad is None else bad, **axis,
                             benchmarks=benchmarks_of(suite, suite_file, target, shape), benchmark_set=benchmark_set,
                             device_class=device_class, min_effect=min_effect, metric=metric, workers=workers,
                             policy=parsed_policy, check_accuracy=check_accuracy, scan=scan, max_gap=max_gap,
@@ -143,6 +157,7 @@ def _submit(request, api: str | None, build: str | None, import_root: str | None
 
     api = api.rstrip("/") if api else None
     job = runs.follow_attribution(job, api=api, show_progress=show_progress, console=console)
+    job = runs.follow_localization(job, api=api, show_progress=show_progress, console=console)
     read = (lambda job_id: runs.read_remote(api, job_id)) if api else runs.read_local
     return follow_descents(job, read, lambda child: runs.follow_job(child, api=api, show_progress=show_progress,
                                                                     console=console), console)

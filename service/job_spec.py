@@ -118,6 +118,19 @@ class Descent(BaseModel):
     fixed: dict[str, str] = {}  # outer dependencies' paths of names -> the commit they stay at
 
 
+class Toolchain(BaseModel):
+    """A toolchain bisect (issue 44): the job's revisions are versions of `package`, in order
+    (labelled "package==version", service/toolchains/rules.py), each installed from the wheels of
+    `wheelhouse` (a directory the workers read) and measured with the repository at `commit`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    package: str
+    versions: list[str]
+    wheelhouse: str
+    commit: str | None = None  # None until the ref resolves (service/jobs/resolution.py)
+
+
 class BisectSpec(_SearchSpec):
     kind: Literal["bisect"] = "bisect"
     attribute: bool | None = None  # None: attribute when two culprits moved one case
@@ -125,6 +138,7 @@ class BisectSpec(_SearchSpec):
     localize: bool = False  # search each performance culprit's hunks afterwards (service/hunks, issue 43)
     descent: Descent | None = None  # a child bisect inside a dependency bump of `descent.parent_job_id`
     descend: bool = True  # start those children when a culprit bumps a declared dependency
+    toolchain: Toolchain | None = None  # its revisions are versions of a package at one commit
 
 
 class CompareSpec(_SearchSpec):
@@ -225,6 +239,11 @@ class LocalizeSpec(_Spec):
     max_trials: int = STORED_MAX_TRIALS
     targets: list[LocalizeTarget] = []
     budget: int | None = None  # rounds per culprit (None: service/bisect/hunks.py's default)
+
+
+def toolchain_of(spec: Any) -> Toolchain | None:
+    """A toolchain bisect's axis, None for any other job."""
+    return spec.toolchain if isinstance(spec, BisectSpec) else None
 
 
 def descent_of(spec: Any) -> Descent | None:

@@ -69,7 +69,7 @@ def cache_dir(tmp_path: Path, monkeypatch) -> Path:
 
 
 def build_at(repo: Path, sha: str, command: str, inputs: list[str], user="configured",
-             then: str | None = None) -> tuple[BuildResult, dict[str, str]]:
+             then: str | None = None, dependencies: list[str] | None = None) -> tuple[BuildResult, dict[str, str]]:
     """Check `sha` out in a sandbox slot and build it as a trial does (then run `then` there as
     the trial's user); returns the build and the files of the build directory."""
     mirror = Mirror(repo.parent / "mirrors", "extlib", str(repo))
@@ -77,7 +77,8 @@ def build_at(repo: Path, sha: str, command: str, inputs: list[str], user="config
         mirror.ensure(fetch=True)
         mirror.checkout(box.worktree, sha)
         box.give(box.worktree)
-        built = build_revision(command, inputs, box, mirror, sha, env={}, device="cpu")
+        built = build_revision(command, inputs, box, mirror, sha, env={}, device="cpu",
+                               dependencies=dependencies or ())
         if then:
             box.run(then, cwd=box.worktree, env=box.env({}), timeout_s=30, memory=None)
         out = box.worktree / BUILD_DIR
@@ -112,6 +113,22 @@ def test_unchanged_inputs_reuse_the_build_and_a_changed_input_rebuilds(extlib, c
 
     other_command, _ = build_at(repo, shas[1], BUILD + " # -O3", INPUTS)  # the command is in the key
     assert other_command.cache["cached"] is False
+
+
+def test_the_placed_dependencies_commits_are_in_the_key(extlib, cache_dir) -> None:
+    """A repository with dependencies keeps its build cache (issue 44): the same tree with the
+    same dependency commits reuses the build, the same tree with another commit of a dependency
+    (a descent's probe, or a bump) builds anew."""
+    repo, shas = extlib
+    pinned = ["minicc=" + "a" * 40 + " at minicc", "declared 0"]
+    first, out0 = build_at(repo, shas[0], BUILD, INPUTS, dependencies=pinned)
+    again, out1 = build_at(repo, shas[1], BUILD, INPUTS, dependencies=pinned)  # undeclared files changed only
+    assert first.cache["stored"] is True and again.cache["cached"] is True and out1 == out0
+    bumped, out2 = build_at(repo, shas[1], BUILD, INPUTS, dependencies=["minicc=" + "b" * 40 + " at minicc", "declared 0"])
+    assert bumped.cache["cached"] is False and bumped.cache["key"] != first.cache["key"]
+    assert out2["stamp"] != out0["stamp"]
+    plain, _ = build_at(repo, shas[0], BUILD, INPUTS)  # no dependencies: a key of its own
+    assert plain.cache["cached"] is False and plain.cache["key"] not in (first.cache["key"], bumped.cache["key"])
 
 
 def test_no_declared_inputs_means_no_cache_and_the_whole_tree_is_per_revision(extlib, cache_dir) -> None:

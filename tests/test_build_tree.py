@@ -207,3 +207,18 @@ def test_the_stored_tree_holds_no_privilege_and_no_trial_can_write_it(clib, home
     with slot() as box:  # a trial's command, as the slot's user: the store is out of its reach
         done = box.run(f"touch {tree}/a.o || echo refused", cwd=box.path, env=box.env({}), timeout_s=30, memory=None)
     assert "refused" in done.output_tail
+
+
+def test_a_build_that_recompiled_everything_saved_nothing(tmp_path):
+    """A reused tree whose build hit nothing and compiled as many units as the cold build (a
+    setuptools build of one changed unit, msgspec's) saved nothing, even when a quieter machine
+    made it faster; fewer units compiled, or a hit, is a saving against the cold build."""
+    from perfbisect.workers.buildtree import record
+
+    assert record(tmp_path, 60.0, reused=False, stats={"hits": 0, "misses": 1}) == {"hits": 0, "misses": 1,
+                                                                                   "saved_s": 0.0}
+    assert record(tmp_path, 13.0, reused=True, stats={"hits": 0, "misses": 1})["saved_s"] == 0.0
+    assert record(tmp_path, 1.0, reused=True, stats={"hits": 1, "misses": 0})["saved_s"] == 59.0
+    (tmp_path / "x").mkdir()
+    assert record(tmp_path / "x", 100.0, reused=False, stats={"hits": 0, "misses": 5})["saved_s"] == 0.0
+    assert record(tmp_path / "x", 30.0, reused=True, stats={"hits": 0, "misses": 2})["saved_s"] == 70.0  # make/Ninja

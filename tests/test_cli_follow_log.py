@@ -83,3 +83,44 @@ def test_a_build_is_its_own_phase_and_the_eta_counts_the_builds_still_expected()
     assert "round 2, building 3f2a1b, 10/40 trials" in progress_line(compiled, elapsed_s=160)  # no "(est. 0s)"
     done.progress["building"] = [{"sha": "3f2a1b9c0d11", "est_s": 240.0}]
     assert "building" not in progress_line(done, elapsed_s=300)
+
+
+def test_every_progress_form_counts_the_builds_still_expected():
+    """Issue 45: the live bar's ETA and the API's `progress.eta_s` (the job page's ETA) are the
+    log line's estimate: trials at the pace of those done with the build seconds left out, plus
+    the builds still expected; rich's own remaining-time column counted trials only."""
+    from datetime import timedelta
+
+    from perfbisect.cli.follow import bar_eta
+    from perfbisect.service.jobs.views import live_eta
+
+    compiled = job("running", 2, 10, 40)
+    compiled.progress.update({"build_s_done": 100.0, "expected_build_s": 240.0})
+    assert bar_eta(compiled, 160.0, 10, 40) == "0:07:00"  # 30 x 6 s + 240 s, as the line says
+    assert bar_eta(compiled, 160.0, 0, 40) == "-:--:--" and bar_eta(None, 0.0, 0, None) == "-:--:--"
+    assert bar_eta(job("succeeded", 3, 30, 30), 300.0, 30, 30) == "0:00:00"
+    started = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    assert live_eta(compiled.progress, started, now=started + timedelta(seconds=160)) == {"eta_s": 420.0}
+    assert live_eta(compiled.progress, started.replace(tzinfo=None), now=started + timedelta(seconds=160)) == {
+        "eta_s": 420.0}  # SQLite's naive UTC
+    assert live_eta(compiled.progress, None) == {}  # not started
+    assert live_eta({**compiled.progress, "trials": 0}, started) == {}  # no pace yet
+
+
+def test_the_live_bar_draws_that_eta():
+    from rich.progress import Progress
+
+    from perfbisect.cli.follow import bar_columns, bar_detail, bar_eta
+
+    compiled = job("running", 2, 10, 40)
+    compiled.progress.update({"build_s_done": 100.0, "expected_build_s": 3600.0,
+                              "building": [{"sha": "3f2a1b9c0d11", "est_s": 3600.0}]})
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200, color_system=None)
+    with Progress(*bar_columns(), console=console, auto_refresh=False) as bar:
+        bar.add_task("job 7 running", total=40, completed=10, detail=bar_detail(compiled, 10, 40),
+                     eta=bar_eta(compiled, 160.0, 10, 40))
+        bar.refresh()
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "ETA 1:03:00" in text  # 30 x 6 s of trials + an hour of builds; rich's column said 0:00:48 or so
+    assert "building 3f2a1b (est. 60m)" in text

@@ -6,9 +6,12 @@ add-set`; and the API's validation messages, not tracebacks, for bad input."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -223,3 +226,80 @@ def test_track_a_branch_with_a_suite_file_or_a_benchmark_set(embedded, scalepkg,
     assert by_set.exit_code == OK, by_set.output
     tracked = json.loads(runner.invoke(app, ["track", "list", "--json"]).output)
     assert [c["params"] for c in tracked[1]["cases"]] == [{"N": 1024}]
+
+
+@pytest.mark.e2e
+def test_bisect_localize_waits_for_its_localization(tmp_path: Path) -> None:
+    """Embedded, `bisect --localize` follows the localization job before it exits, and its report
+    carries the culprit's hunk (it used to exit after the bisect: the localization was cut off
+    part-way and the report said it was still running; Liger on the H100, bench/RESULTS.md)."""
+    root = tmp_path / "scalesrc"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    shas = [commit(root, {"src/scalepkg/__init__.py": "", "src/scalepkg/ops.py": FAST_FACTOR}, "initial (#1)"),
+            commit(root, {"NOTES": "one"}, "notes (#2)"),
+            commit(root, {"src/scalepkg/ops.py": SLOW_FACTOR, "src/scalepkg/__init__.py": '"""scalepkg."""\n'},
+                   "cleanup: docstrings; scale: recompute (#3)")]
+    suite = tmp_path / "bench_scale.py"
+    suite.write_text(textwrap.dedent(SUITE))
+    env = service_env(tmp_path / "home", None, None)
+    args = ["bisect", "--repo", str(root), "--good", shas[0], "--bad", "main", "--suite-file", str(suite),
+            "--target", "scalepkg.ops:scale", "--shape", "N=262144", "--import-root", "src",
+            "--env", "OMP_NUM_THREADS=1", "--min-effect", "0.3", "--localize", "--evidence",
+            "--policy", json.dumps({"max_time_s": 0.1, "min_samples": 5, "max_samples": 20}), "--json"]
+    done = subprocess.run([str(BIN / "perfbisect"), *args], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == OK, done.stderr[-3000:]
+    [culprit] = json.loads(done.stdout)["culprits"]
+    assert culprit["last_sha"] == shas[2]
+    hunk = [line for line in culprit["why"] if line.startswith(("hunk", "hunks"))]
+    assert hunk and "src/scalepkg/ops.py" in hunk[0] and "__init__" not in hunk[0], culprit["why"]
+    with sqlite3.connect(tmp_path / "home" / "perfbisect.sqlite") as db:
+        statuses = db.execute("SELECT kind, status FROM jobs ORDER BY id").fetchall()
+    assert statuses[1] == ("localize", "succeeded"), statuses
+
+
+@pytest.mark.e2e
+def test_show_follow_resumes_a_job_whose_embedded_process_was_killed(scalepkg, tmp_path: Path) -> None:
+    """Embedded, a bisect's trials run in the CLI's own process: killed mid-job, it leaves the job
+    running with a trial no one runs. `perfbisect show ID --follow` resumes it (the trial re-runs
+    once its heartbeat is stale) and reports the culprit; it used to wait forever."""
+    root, shas = scalepkg
+    suite = tmp_path / "bench_scale.py"
+    suite.write_text(textwrap.dedent(SUITE))
+    env = service_env(tmp_path / "home", None, None, PERFBISECT_HEARTBEAT_TIMEOUT_S="5",
+                      PERFBISECT_RECONCILE_INTERVAL_S="1")
+    args = ["bisect", "--repo", str(root), "--good", shas[0], "--bad", "main", "--suite-file", str(suite),
+            "--target", "scalepkg.ops:scale", "--shape", "N=262144", "--build", INSTALL,
+            "--import-root", ".perfbisect-build", "--env", "OMP_NUM_THREADS=1", "--min-effect", "0.3",
+            "--policy", json.dumps({"max_time_s": 0.1, "min_samples": 5, "max_samples": 20}), "--json"]
+    first = subprocess.Popen([str(BIN / "perfbisect"), *args], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    database = tmp_path / "home" / "perfbisect.sqlite"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # some trials stored, the job not finished
+            if database.exists():
+                with sqlite3.connect(database) as db:
+                    try:
+                        done_trials = db.execute("SELECT count(*) FROM trials WHERE status = 'ok'").fetchone()[0]
+                    except sqlite3.OperationalError:  # not migrated yet
+                        done_trials = 0
+                if done_trials >= 2:
+                    break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the first process stored no trial in 300 s")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    with sqlite3.connect(database) as db:
+        [(status,)] = db.execute("SELECT status FROM jobs").fetchall()
+    assert status in ("queued", "running")
+    done = subprocess.run([str(BIN / "perfbisect"), "show", "1", "--follow", "--json"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == OK, done.stderr[-3000:]
+    job = json.loads(done.stdout)
+    assert job["status"] == "succeeded"
+    [culprit] = job["culprits"]
+    assert culprit["first_sha"] == shas[3], culprit

@@ -318,6 +318,25 @@ def test_stalled_job_stops_the_reload_and_says_so(client, measured, session) -> 
     assert 'data-refresh="live"' in client.get(f"/dashboard/jobs/{running.id}").text
 
 
+def test_a_running_job_s_page_and_api_say_what_it_builds_and_an_eta_with_the_builds(client, measured, session) -> None:
+    """Issue 45: the job page and the API's progress carry the build phase and the ETA the CLI
+    prints, builds still expected included (`progress.eta_s`)."""
+    running = measured["running"]
+    running.started_at = datetime.now(timezone.utc) - timedelta(seconds=160)
+    running.progress = {**running.progress, "trials": 2, "expected_trials": 8, "build_s_done": 100.0,
+                        "expected_build_s": 3600.0, "building": [{"sha": "3f2a1b9c0d11", "est_s": 3600.0}]}
+    revision = session.scalars(select(Revision.id)).first()
+    session.add_all([Trial(job_id=running.id, revision_id=revision, status=TrialStatus.ok) for _ in range(2)])
+    session.flush()
+    html = client.get(f"/dashboard/jobs/{running.id}").text
+    assert "building <code>3f2a1b</code> (est. 60m)" in html
+    eta = re.search(r"ETA (\d+)m \(60m of builds\)", html)
+    assert eta and 61 <= int(eta.group(1)) <= 63  # 6 trials at 30 s each (160 s less 100 s building, over 2) + 60m
+    body = client.get(f"/api/jobs/{running.id}").json()
+    assert 3780 <= body["progress"]["eta_s"] <= 3800
+    assert "eta_s" not in client.get(f"/api/jobs/{measured['job'].id}").json()["progress"]  # finished
+
+
 def test_errors_are_html_for_browsers_and_json_for_api_clients(client, measured) -> None:
     browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
     page = client.get("/dashboard/repositories/nope", headers=browser)

@@ -62,6 +62,12 @@ HISTORICAL = [
                    "max_trials": 12, "culprits": [{"first_sha": SHA_A, "last_sha": SHA_A, "label": "#1", "subject": ""},
                                                   {"first_sha": SHA_B, "last_sha": SHA_B, "label": "#2", "subject": ""}],
                    "case_culprits": {CASE["name"]: [0, 1]}, "variants": ["0", "1", "0+1"], "side_by_side": True}),
+    # a toolchain bisect (issue 44): its revisions are versions, at one commit
+    ("bisect", {"good": "main", "bad": "main", "good_sha": "tinyop==1.0", "bad_sha": "tinyop==2.0", "cases": [CASE],
+                "device_class": "cpu", "min_effect": 0.3, "metric": "ratio", "workers": 1, "max_trials": 12,
+                "side_by_side": True, "attribute": False, "descend": False,
+                "toolchain": {"package": "tinyop", "versions": ["1.0", "1.1", "2.0"], "wheelhouse": "/srv/wheels",
+                              "commit": SHA_A}}),
     # rows the tests write by hand (test_metrics, test_alert_bot, test_reports, test_notifications,
     # test_webhooks, test_github_client, test_dashboard, seed_dashboard)
     ("bisect", {}),

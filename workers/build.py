@@ -99,10 +99,11 @@ def build_toolchain(build_env: dict[str, str], device: str) -> dict[str, Any]:
 
 def build_revision(command: str | None, inputs: Sequence[str], slot: Slot, mirror: Mirror, sha: str, *,
                    env: dict[str, str], device: str, should_stop: Callable[[], bool] | None = None,
-                   network: bool = False) -> BuildResult:
+                   network: bool = False, dependencies: Sequence[str] = ()) -> BuildResult:
     """Build `sha` in the slot's worktree: from the build cache when the repository declares its
-    build inputs and an entry has their key, else by running the command (and then storing its
-    output, unless it failed or copied undeclared files). The result's `cache` says which."""
+    build inputs and an entry has their key (with the commits of the `dependencies` placed in
+    the worktree, "name=sha"), else by running the command (and then storing its output, unless
+    it failed or copied undeclared files). The result's `cache` says which."""
     settings = get_settings()
     build = BuildPlan(command, slot, env, device, should_stop, network)
     if not command or not inputs:
@@ -114,7 +115,7 @@ def build_revision(command: str | None, inputs: Sequence[str], slot: Slot, mirro
         return replace(built, cache={**(built.cache or {}), "cached": False, "stored": False,
                                      "note": f"not cached: {exc}"})
     declared = buildcache.declared_files(entries, inputs)
-    key = buildcache.build_key(command, build_toolchain(slot.env(env), device), inputs, declared)
+    key = buildcache.build_key(command, build_toolchain(slot.env(env), device), inputs, declared, dependencies)
     root = build_cache_root(settings)
     hit = _restored(root, key, slot)
     if hit is not None:

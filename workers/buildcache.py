@@ -87,12 +87,16 @@ def declared_files(entries: Iterable[TreeEntry], patterns: Sequence[str]) -> lis
     return sorted((e for e in entries if any(matches(e.path, p) for p in patterns)), key=lambda e: e.path)
 
 
-def build_key(command: str, toolchain: dict[str, Any], patterns: Sequence[str], inputs: Sequence[TreeEntry]) -> str:
+def build_key(command: str, toolchain: dict[str, Any], patterns: Sequence[str], inputs: Sequence[TreeEntry],
+              dependencies: Sequence[str] = ()) -> str:
     """sha256 over what a build's output may depend on: the command, the toolchain (interpreter,
-    torch, triton, driver, device, the build's environment), the declarations and the object id
-    of every declared file."""
+    torch, triton, driver, device, the build's environment), the declarations, the object id
+    of every declared file and the dependencies placed in the worktree ("name=commit": their
+    files are not the revision's tree, their commit fixes them)."""
     basis = {"command": command, "toolchain": toolchain, "patterns": sorted(patterns),
              "inputs": [[e.path, e.oid] for e in inputs]}
+    if dependencies:  # absent otherwise, so the keys of repositories without any stay as they were
+        basis["dependencies"] = sorted(dependencies)
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()
 
 

@@ -16,11 +16,12 @@ from perfbisect.gitrepo import GitError, Mirror, PatchDoesNotApply, RevertConfli
 from perfbisect.kernels.harness.phases import add_worker_phases
 from perfbisect.kernels.harness.runner import run_harness
 from perfbisect.service.settings import get_settings
-from perfbisect.service.trials.service import DependencyWork, TrialWork
+from perfbisect.service.trials.service import DependencyWork, ToolchainWork, TrialWork
 from perfbisect.workers.build import build_revision
 from perfbisect.workers.deps import PlacementError, Placed, place
 from perfbisect.workers.redact import redact_tree
 from perfbisect.workers.sandbox import SandboxError, Slot, slot
+from perfbisect.workers.toolchains import ToolchainUnavailable, environment
 from perfbisect.workers.trialcache import caches_for, revision_seed
 
 StopCheck = Callable[[], bool]
@@ -64,15 +65,21 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
                 build_network: bool = False,
                 reverts: Sequence[tuple[str, str]] = (), patch: str | None = None,
                 dependencies: Sequence[DependencyWork] = (),
-                pinned: Mapping[str, str] | None = None) -> tuple[dict[str, Any], float | None]:
+                pinned: Mapping[str, str] | None = None,
+                toolchain: ToolchainWork | None = None) -> tuple[dict[str, Any], float | None]:
     """Check out `sha` into the slot, revert the culprit ranges of `reverts` on it (an
     attribution variant), build it (from the build cache where `build_inputs` are declared and
-    nothing was reverted: the cache is keyed by the commit's tree) and measure it; returns
+    nothing was reverted: the cache is keyed by the commit's tree and the placed dependencies'
+    commits) and measure it; returns
     (result, build seconds), the result carrying the checkout and build phases too, and under
     "build" what the build cache did. A revert that does not apply is a `revert_conflict`, and so
     is a `patch` (a subset of a culprit's hunks, applied at its parent) that does not apply.
     Declared `dependencies` are placed at the pins of `sha` (or at `pinned`, a descent's commits)
-    before the build (workers/deps.py); the result lists them under "dependencies"."""
+    before the build (workers/deps.py); the result lists them under "dependencies". A `toolchain`
+    version (a toolchain bisect) is installed from its wheelhouse into a cached environment
+    (workers/toolchains.py), first on the build's and the trial's PYTHONPATH, shown read-only in
+    the sandbox; the trial runs in a subprocess (a fork server has imported the worker's own
+    torch) and the result names it under "toolchain"."""
     settings = get_settings()
     started = time.perf_counter()
     try:
@@ -93,34 +100,59 @@ def run_in_slot(box: Slot, mirror: Mirror, sha: str, *, build_command: str | Non
                        network=build_network)
     except PlacementError as exc:
         return add_worker_phases(failure("build_error", str(exc)), time.perf_counter() - started, None), None
+    tool: dict[str, str] | None = None
+    if toolchain is not None:
+        try:
+            site, tool = environment(toolchain)
+        except ToolchainUnavailable as exc:
+            return add_worker_phases(failure("build_error", str(exc)), time.perf_counter() - started, None), None
+        box.readonly = (str(site),)
+        env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH", "")) if p)}
     checkout_s = time.perf_counter() - started
     box.give(box.worktree)
     build = build_revision(build_command, build_inputs, box, mirror, sha, env=env, device=trial_spec["device"],
-                           should_stop=should_stop, network=build_network)
+                           should_stop=should_stop, network=build_network,
+                           dependencies=dependency_basis(placed, dependencies))
     if not build.ok:
         status = "cancelled" if build.stopped == "cancelled" else "build_error"
         return add_worker_phases(with_build(failure(status, build.log_tail), build.cache), checkout_s,
                                  build.seconds), build.seconds
-    caches = caches_for(settings, cache_key(sha, placed), env, box.cache_root, repository=mirror.path.name)
+    caches = caches_for(settings, cache_key(sha, placed, tool), env, box.cache_root, repository=mirror.path.name)
     box.give(caches.jit_dir, caches.reference_dir)  # the slot's user fills its caches of the revision
     # RLIMIT_AS breaks the CUDA driver's address-space reservations: cap data on GPUs instead.
     memory = "as" if trial_spec["device"] == "cpu" else "data"
     result = run_harness(trial_spec, box.worktree, import_root=import_root, env=env, timeout_s=settings.trial_timeout_s,
                          base_env=box.env({}), scratch_root=box.scratch, caches=caches,
-                         launch=box.launcher(memory, should_stop, fork=settings.trial_launcher, caches=caches),
+                         launch=box.launcher(memory, should_stop, caches=caches,
+                                             fork="subprocess" if tool else settings.trial_launcher),
                          preload=settings.trial_preload)
     if placed:
         result = {**result, "dependencies": [{"name": p.key, "sha": p.sha, "path": p.path} for p in placed]}
+    if tool:
+        result = {**result, "toolchain": tool}
     return add_worker_phases(with_build(result, build.cache), checkout_s, build.seconds), build.seconds
 
 
-def cache_key(sha: str, placed: Sequence[Placed]) -> str:
-    """The revision whose JIT and reference caches a trial uses: `sha`, or with dependencies
-    placed a sha-shaped digest of `sha` and theirs (a descent measures one host commit with
-    several dependency commits: none may load what another compiled)."""
+def dependency_basis(placed: Sequence[Placed], declared: Sequence[DependencyWork]) -> list[str]:
+    """What the build cache's key holds of the dependencies: each placed one's commit and place,
+    and a digest of their declarations (a changed recipe builds them anew)."""
     if not placed:
+        return []
+    digest = hashlib.sha256(repr(tuple(declared)).encode()).hexdigest()
+    return [f"{p.key}={p.sha} at {p.path}" for p in placed] + [f"declared {digest}"]
+
+
+def cache_key(sha: str, placed: Sequence[Placed], tool: Mapping[str, str] | None = None) -> str:
+    """The revision whose JIT and reference caches a trial uses: `sha`, or with dependencies
+    placed or a toolchain installed a sha-shaped digest of `sha` and theirs (a descent measures
+    one host commit with several dependency commits, a toolchain bisect with several versions:
+    none may load what another compiled)."""
+    if not placed and not tool:
         return sha
-    return hashlib.sha1(" ".join([sha, *(f"{p.key}={p.sha}" for p in placed)]).encode()).hexdigest()
+    parts = [sha, *(f"{p.key}={p.sha}" for p in placed)]
+    if tool:
+        parts.append(f"{tool['package']}=={tool['version']}@{tool['sha256']}")
+    return hashlib.sha1(" ".join(parts).encode()).hexdigest()
 
 
 def with_build(result: dict[str, Any], cache: dict[str, Any] | None) -> dict[str, Any]:
@@ -150,7 +182,7 @@ def execute(work: TrialWork, should_stop: StopCheck | None = None) -> tuple[dict
                                           trial_spec=trial_spec, import_root=work.import_root, build_inputs=work.build_inputs,
                                           should_stop=should_stop, build_network=may_download(work.repo_name),
                                           reverts=work.reverts, patch=work.patch, dependencies=work.dependencies,
-                                          pinned=work.pinned)
+                                          pinned=work.pinned, toolchain=work.toolchain)
     except SandboxError as exc:
         result, build_s = failure("worker_error", f"sandbox: {exc}"), None
     return redact_tree(result, work.env.values()), build_s  # the repository's env values too

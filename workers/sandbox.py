@@ -12,7 +12,7 @@ says. This module holds the slots. Inside a slot a command gets:
 - Linux namespaces made by bubblewrap (contain/bwrap.py): its own PID namespace that dies
   with it, no network (builds of repositories in PERFBISECT_BUILD_NETWORK_REPOS excepted), a
   mount view of the system read-only and its slot (and its own revision caches) writable, the
-  slot's GPU device nodes only;
+  slot's GPU device nodes only, and a toolchain bisect's environment read-only (Slot.readonly);
   where the host cannot make them, the containment below alone, said loudly at every slot;
 - an environment built from an allow-list plus the repository's own env: never DATABASE_URL,
   REDIS_URL, tokens or other PERFBISECT_* settings;
@@ -75,6 +75,7 @@ class Slot:
     marker: str
     contained: bool = False  # in bwrap's namespaces (use_namespaces)
     cgroup: str = ""  # its cgroup v2 directory (workers/cgroups.py); "": rlimits only
+    readonly: tuple[str, ...] = ()  # the worker's own directories its trial may read (a toolchain's environment)
 
     @property
     def worktree(self) -> Path:
@@ -144,7 +145,8 @@ class Slot:
         extra = {"capabilities": trialview.CAPABILITIES} if fork_server else {"trial": trial}
         writable = (self.path, self.cache_root) if fork_server else (self.path,)
         settings = get_settings()
-        view = bwrap.View(writable=tuple(map(str, writable)), network=network, devices=bwrap.gpu_nodes(),
+        view = bwrap.View(writable=tuple(map(str, writable)), readonly=self.readonly, network=network,
+                          devices=bwrap.gpu_nodes(),
                           tmpfs_bytes=hostshare.tmpfs_mb(settings) << 20, private=str(settings.home), **extra)
         return (*bwrap.argv(view, chdir=str(cwd), as_pid_1=fork_server),)
 

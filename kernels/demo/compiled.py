@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perfbisect.kernels.demo.writer import EPOCH, _git, _write_files
+from perfbisect.kernels.demo.gitwrite import commit_all, git
+from perfbisect.kernels.demo.writer import EPOCH, _write_files
 
 TARGET = "cppkern.ops:colsum_weighted"
 SUITE = "file:bench/colsum_suite.py"
@@ -264,7 +265,7 @@ def write_compiled_repo(path: Path) -> Path:
     repo.mkdir(parents=True, exist_ok=True)
     if any(repo.iterdir()):
         raise FileExistsError(f"{repo} is not empty")
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     history = _history()
     shas: list[str] = []
     subjects = [subject for subject, _ in history]
@@ -272,10 +273,5 @@ def write_compiled_repo(path: Path) -> Path:
         _write_files(repo, files)
         if index == len(history) - 1:  # the last sha is not known before committing: "HEAD" stands in
             (repo / "GROUND_TRUTH.json").write_text(json.dumps(ground_truth(shas + ["HEAD"], subjects), indent=1) + "\n")
-        date = f"@{EPOCH + 5 * 3600 * index} +0000"
-        who = {"GIT_AUTHOR_NAME": "Ada Kernel", "GIT_AUTHOR_EMAIL": "ada@cppkern.dev", "GIT_AUTHOR_DATE": date,
-               "GIT_COMMITTER_NAME": "Ada Kernel", "GIT_COMMITTER_EMAIL": "ada@cppkern.dev", "GIT_COMMITTER_DATE": date}
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", subject, env=who)
-        shas.append(_git(repo, "rev-parse", "HEAD"))
+        shas.append(commit_all(repo, subject, "Ada Kernel", "ada@cppkern.dev", EPOCH + 5 * 3600 * index))
     return repo

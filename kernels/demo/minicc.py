@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perfbisect.kernels.demo.gitwrite import commit_all, git
+
 PIN_FILE = "minicc.pin"
 PIN_TOKEN = "@@MINICC_HEAD@@"  # in minikern's history: replaced by minicc's last sha
 ROOT_TOKEN = "@@MINICC_ROOT@@"  # and by its first (the pin from minikern's first commit until the bump)
@@ -31,9 +33,8 @@ COMMITS = [
 ]
 
 
-def write_minicc(path: Path, git, epoch: int) -> list[str]:
-    """Write minicc's history at `path` with `git(repo, *args, env=...)` (writer._git) and fixed
-    dates from `epoch`; returns its shas, oldest first. An existing repository there is kept
+def write_minicc(path: Path, epoch: int) -> list[str]:
+    """Write minicc's history at `path` with fixed dates from `epoch`; returns its shas, oldest first. An existing repository there is kept
     (the same code writes the same shas)."""
     if (path / ".git").exists():
         return git(path, "rev-list", "--reverse", "HEAD").split()
@@ -46,12 +47,7 @@ def write_minicc(path: Path, git, epoch: int) -> list[str]:
         (path / "__init__.py").write_text(SOURCE.format(**state))
         for name, text in files.items():
             (path / name).write_text(text)
-        date = f"@{epoch + 5 * 3600 * index} +0000"
-        who = {"GIT_AUTHOR_NAME": "Dee Codegen", "GIT_AUTHOR_EMAIL": "dee@minicc.dev", "GIT_AUTHOR_DATE": date,
-               "GIT_COMMITTER_NAME": "Dee Codegen", "GIT_COMMITTER_EMAIL": "dee@minicc.dev", "GIT_COMMITTER_DATE": date}
-        git(path, "add", "-A")
-        git(path, "commit", "-q", "-m", subject, env=who)
-        shas.append(git(path, "rev-parse", "HEAD"))
+        shas.append(commit_all(path, subject, "Dee Codegen", "dee@minicc.dev", epoch + 5 * 3600 * index))
     return shas
 
 

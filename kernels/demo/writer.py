@@ -5,10 +5,9 @@ Author and committer dates are fixed, so the same code writes the same shas.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
+from perfbisect.kernels.demo.gitwrite import commit_all, git
 from perfbisect.kernels.demo.history import COMMITS, INITIAL_STATE
 from perfbisect.kernels.demo.minicc import COMMITS as MINICC_COMMITS
 from perfbisect.kernels.demo.minicc import PIN_TOKEN as MINICC_HEAD
@@ -19,15 +18,6 @@ from perfbisect.kernels.demo.misc_source import render_package
 AUTHORS = [("Ada Kernel", "ada@minikern.dev"), ("Bo Tiling", "bo@minikern.dev"),
            ("Cy Softmax", "cy@minikern.dev")]
 EPOCH = 1767225600  # 2026-01-01T00:00:00Z; one commit every 7 hours after it
-
-
-def _git(repo: Path, *args: str, env: dict | None = None) -> str:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    base.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, **(env or {}))
-    done = subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "core.autocrlf=false",
-                           "-c", "init.defaultBranch=main", *args], cwd=repo, env=base,
-                          check=True, capture_output=True, text=True)
-    return done.stdout.strip()
 
 
 def _write_files(repo: Path, files: dict[str, str]) -> None:
@@ -50,8 +40,8 @@ def write_demo_repo(path: Path, cpu_cases: list[dict] | None = None,
     repo.mkdir(parents=True, exist_ok=True)
     if any(repo.iterdir()):
         raise FileExistsError(f"{repo} is not empty")
-    _git(repo, "init", "-q")
-    minicc = write_minicc(minicc_path(repo), _git, EPOCH)  # the dependency minikern pins (issue 44)
+    git(repo, "init", "-q")
+    minicc = write_minicc(minicc_path(repo), EPOCH)  # the dependency minikern pins (issue 44)
     state = dict(INITIAL_STATE)
     shas, subjects, events = [], [], {}
     for index, commit in enumerate(COMMITS):
@@ -67,13 +57,7 @@ def write_demo_repo(path: Path, cpu_cases: list[dict] | None = None,
             # the last sha is not known before committing; "HEAD" stands in (no event there)
             (repo / "GROUND_TRUTH.json").write_text(json.dumps(truth, indent=1) + "\n")
         name, email = AUTHORS[index % len(AUTHORS)]
-        date = f"@{EPOCH + 7 * 3600 * index} +0000"
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", commit.subject,
-             env={"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date,
-                  "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email,
-                  "GIT_COMMITTER_DATE": date})
-        shas.append(_git(repo, "rev-parse", "HEAD"))
+        shas.append(commit_all(repo, commit.subject, name, email, EPOCH + 7 * 3600 * index))
         subjects.append(commit.subject)
         if commit.event:
             events[index] = commit.event

@@ -20,7 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--repo-root", type=Path, default=Path.cwd())
+    parser.add_argument("--import-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.import_dir is not None:
+        import_root_first(str(args.import_dir))
     spec = json.loads(args.spec.read_text())
 
     from perfbisect.kernels.harness.phases import PhaseClock
@@ -40,6 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(result, allow_nan=False, default=_json_default))
     os.replace(tmp, args.out)
     return 0
+
+
+def import_root_first(import_dir: str) -> None:
+    """The repository's import root before everything else on sys.path, the worktree included:
+    `python -m` puts the cwd (the worktree) first, so a flat layout's source package (msgspec/ at
+    the root, without the _core its build compiled into the import root) shadowed the built one
+    and every trial failed to import it (bench/RESULTS.md, msgspec)."""
+    sys.path[:] = [import_dir] + [p for p in sys.path if p != import_dir]
 
 
 def _json_default(value):

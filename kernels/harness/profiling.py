@@ -1,13 +1,16 @@
 """The profiled trial of a culprit's end (issue 43): which kernels ran, and what compiled them.
 
-A profiled trial never times anything: per case it calls the target once (it compiles), then
-PROFILED_CALLS more times under torch.profiler (CUDA kernels on a GPU, operators on the CPU) and
-tabulates what ran per call. After the cases it reads the trial's JIT cache (jitcache.py) and the
+A profiled trial never times anything: per case it calls the target once (it compiles), calls it
+again for WARMUP_S unprofiled (the GPU leaves its idle clocks), then under torch.profiler (CUDA
+kernels on a GPU, operators on the CPU) at least PROFILED_CALLS times and for PROFILED_MIN_S, at
+most MAX_PROFILED_CALLS, and tabulates what ran per call: a kernel's time per call is its median
+launch times its launches per call, so a launch slowed by a clock ramp or a co-tenant does not
+move it (five launches of a 30 us kernel, one of them at idle clocks, hid #930's step). After the cases it reads the trial's JIT cache (jitcache.py) and the
 live Triton objects of the measured repository: the autotuner's chosen configuration per key,
 and each compiled kernel's registers, spills and constexpr specialisation.
 
     table = kernel_table(trace_events, calls=5, device="cuda")     # pure: recorded traces test it
-    entry = profile_case(run_target, device)                        # {"kernels": [...], "note": ...}
+    entry = profile_case(run_target, device)                        # {"kernels": [...], "calls": n, "note": ...}
     found = live_triton(repo_root)                                  # {"autotune": [...], "kernels": [...]}
 
 Failures are notes ("the profiler failed: ..."), never exceptions: evidence is an extra.
@@ -15,14 +18,20 @@ Failures are notes ("the profiler failed: ..."), never exceptions: evidence is a
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
-PROFILED_CALLS = 5
+PROFILED_CALLS = 5          # at least this many profiled target calls
+PROFILED_MIN_S = 0.05       # and at least this long (short kernels get more calls) ...
+MAX_PROFILED_CALLS = 200    # ... but never more calls than this (the trace stays small)
+WARMUP_S = 0.1              # unprofiled calls first, off the GPU's idle clocks
 MAX_ROWS = 40
 _SKIP_CATEGORIES = {"user_annotation", "gpu_user_annotation", "python_function", "Trace", "overhead"}
 
@@ -53,8 +62,8 @@ def _self_times(events: list[dict]) -> list[tuple[dict, float]]:
 
 
 def kernel_table(events: list[dict], calls: int, device: str) -> list[dict]:
-    """Per kernel (GPU) or operator (CPU, self time): name, calls, total and mean time in ms, the
-    time per profiled target call, and the grid/block the profiler recorded (GPU; the most
+    """Per kernel (GPU) or operator (CPU, self time): name, calls, total, mean and median time in
+    ms, the time per profiled target call (median launch x launches per call), and the grid/block the profiler recorded (GPU; the most
     frequent). Sorted by total time, the first MAX_ROWS. `events`: a Chrome trace's traceEvents."""
     rows: dict[str, dict] = {}
     timed = ([(e, float(e.get("dur", 0))) for e in _device_rows(events)] if device != "cpu"
@@ -63,9 +72,10 @@ def kernel_table(events: list[dict], calls: int, device: str) -> list[dict]:
         if event.get("cat") in _SKIP_CATEGORIES or str(event.get("name", "")).startswith("ProfilerStep"):
             continue
         row = rows.setdefault(event["name"], {"name": event["name"], "calls": 0, "total_us": 0.0,
-                                              "geometry": defaultdict(int)})
+                                              "durations": [], "geometry": defaultdict(int)})
         row["calls"] += 1
         row["total_us"] += dur_us
+        row["durations"].append(dur_us)
         args = event.get("args") or {}
         if "grid" in args or "block" in args:
             row["geometry"][(json.dumps(args.get("grid")), json.dumps(args.get("block")))] += 1
@@ -75,19 +85,49 @@ def kernel_table(events: list[dict], calls: int, device: str) -> list[dict]:
         if row["geometry"]:
             grid, block = (json.loads(x) for x in max(row["geometry"].items(), key=lambda kv: kv[1])[0])
         total_ms = row["total_us"] / 1000.0
+        median_ms = statistics.median(row["durations"]) / 1000.0
+        # per target call: the median launch times launches per call (robust to one slow launch)
         table.append({"name": row["name"], "calls": row["calls"], "total_ms": round(total_ms, 6),
-                      "mean_ms": round(total_ms / row["calls"], 6),
-                      "per_call_ms": round(total_ms / max(1, calls), 6), "grid": grid, "block": block})
+                      "mean_ms": round(total_ms / row["calls"], 6), "median_ms": round(median_ms, 6),
+                      "per_call_ms": round(median_ms * row["calls"] / max(1, calls), 6),
+                      "launches_per_call": round(row["calls"] / max(1, calls), 3),
+                      "grid": grid, "block": block})
     table.sort(key=lambda r: -r["total_ms"])
     return table[:MAX_ROWS]
 
 
-def profile_case(run_target: Callable[[], object], device: str, calls: int = PROFILED_CALLS) -> dict:
-    """Run the (already compiled) target `calls` times under torch.profiler and tabulate what ran.
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+        torch.cuda.synchronize()
+
+
+def profiled_calls(run_target: Callable[[], object], device: str) -> int:
+    """Warm up for WARMUP_S (at least one call), then the number of calls to profile: enough for
+    PROFILED_MIN_S at the warm call's time, between PROFILED_CALLS and MAX_PROFILED_CALLS."""
+    start = time.perf_counter()
+    warm = 0
+    while warm < 1 or time.perf_counter() - start < WARMUP_S:
+        run_target()
+        _sync(device)
+        warm += 1
+    per_call = (time.perf_counter() - start) / warm
+    wanted = math.ceil(PROFILED_MIN_S / per_call) if per_call > 0 else MAX_PROFILED_CALLS
+    return max(PROFILED_CALLS, min(MAX_PROFILED_CALLS, wanted))
+
+
+def profile_case(run_target: Callable[[], object], device: str, calls: int | None = None) -> dict:
+    """Run the (already compiled) target under torch.profiler and tabulate what ran: `calls`
+    times, or (None) after a warm-up as many times as profiled_calls says.
     Returns {"kernels": table, "calls": calls, "note": None}, or an empty table with the reason."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    if calls is None:
+        try:
+            calls = profiled_calls(run_target, device)
+        except Exception as exc:  # the target failed outside the profiler: a note, as below
+            return {"kernels": [], "calls": 0, "note": f"the warm-up call failed: {type(exc).__name__}: {exc}"[:500]}
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     handle, path = tempfile.mkstemp(suffix=".json", prefix="perfbisect-trace-")
     os.close(handle)

@@ -4,7 +4,8 @@
                 launcher="auto", base_env=None, scratch_root=None, launch=None) -> dict
 
 The child runs `perfbisect.kernels.harness` with cwd = worktree, the worktree's import root first
-on PYTHONPATH and the directory holding this `perfbisect` package after it (so the harness stays
+on sys.path (ahead of the worktree itself: a flat layout's sources must not shadow what its build
+put in the import root) and the directory holding this `perfbisect` package after it (so the harness stays
 importable from a worker's install), and the repository's extra env merged last. Two ways to
 start it, one fresh process per trial either way:
 - `launch` given (a worker's sandbox, workers/sandbox.py): started and contained by it (scrubbed
@@ -184,7 +185,8 @@ def run_harness(spec: dict, worktree: Path, *, import_root: str = ".",
             import_dir = (worktree / import_root).resolve()
             launched_at = time.time()
             spec_path.write_text(json.dumps({**spec, "launched_at": launched_at}))
-            args = ["--spec", str(spec_path), "--out", str(out_path), "--repo-root", str(worktree)]
+            args = ["--spec", str(spec_path), "--out", str(out_path), "--repo-root", str(worktree),
+                    "--import-dir", str(import_dir)]
             child_env = _child_env(import_dir, cache_env, env, base_env)
             request = LaunchRequest(args=args, cwd=worktree, env=child_env, import_dir=import_dir, log=log_path,
                                     preload=modules, revision=caches.revision if caches is not None else None)

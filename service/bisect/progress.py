@@ -59,3 +59,16 @@ def expected_build_s(observations: Mapping[int, Observation], plan: Plan, costs:
     later = sum(probes * (sum(cost(r) for r in untried) / len(untried) if untried else fallback)
                 for untried, probes in _future_probes(observations, plan, n))
     return sum(c for _, c in now) + later, now
+
+
+def eta_seconds(progress: Mapping, elapsed_s: float, done: int, expected: int) -> float:
+    """Seconds left: the trials still expected at the pace of those done, their builds apart
+    (a compiled library's build can outlast all its trials): the pace leaves out the seconds
+    spent building (`build_s_done`), and the builds still expected (`expected_build_s`) are added
+    at their expected cost. The CLI's line and bar and the API's `progress.eta_s` all use it."""
+    built = float(progress.get("build_s_done") or 0.0)
+    builds_left = float(progress.get("expected_build_s") or 0.0)
+    if done <= 0:
+        return builds_left
+    pace = max(0.0, elapsed_s - built) / done if built < elapsed_s else elapsed_s / done
+    return pace * max(0, expected - done) + builds_left

@@ -37,7 +37,8 @@ def kernel_diff(before: list[dict], after: list[dict]) -> dict[str, Any]:
         for row in rows:
             entry = by_name.setdefault(row["name"], {"name": row["name"]})
             entry[f"{side}_ms"] = row.get("per_call_ms", row.get("total_ms", 0.0))
-            entry[f"calls_{side}"] = row.get("calls")
+            # launches per target call (the ends may profile different numbers of calls)
+            entry[f"calls_{side}"] = row.get("launches_per_call", row.get("calls"))
             entry[f"grid_{side}"], entry[f"block_{side}"] = row.get("grid"), row.get("block")
     rows = []
     for entry in by_name.values():

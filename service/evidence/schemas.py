@@ -20,8 +20,9 @@ class KernelRow(BaseModel):
     before_ms: float = Field(description="time per target call before the culprit")
     after_ms: float
     delta_ms: float
-    calls_before: int | None = Field(default=None, description="calls over the profiled target calls")
-    calls_after: int | None = None
+    calls_before: float | None = Field(default=None, description="launches per profiled target call (older "
+                                       "tables: launches over all the profiled calls)")
+    calls_after: float | None = None
     grid_before: list[int] | None = None
     grid_after: list[int] | None = None
     block_before: list[int] | None = None

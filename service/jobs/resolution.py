@@ -33,7 +33,8 @@ from perfbisect.service.jobs import repository
 from perfbisect.service.models import Job, JobKind, JobStatus, Repository, utcnow
 from perfbisect.service.repos import service as repos
 from perfbisect.service.settings import get_settings
-from perfbisect.service.job_spec import CompareSpec, JobSpec
+from perfbisect.service.job_spec import CompareSpec, JobSpec, Toolchain, toolchain_of
+from perfbisect.service.jobs import toolchain as toolchains
 from perfbisect.service.webhooks.pr_cases import with_touched_cases
 
 RESOLVING = "resolving revisions"
@@ -46,11 +47,13 @@ class Resolved:
     bad_sha: str
     commits: list[CommitInfo]
     base_tip_sha: str | None = None  # a merge-base compare: the base as given, when not the merge base
+    toolchain: Toolchain | None = None  # a toolchain bisect: its versions (the commits) at its commit
 
-    def spec_fields(self) -> dict[str, str]:
+    def spec_fields(self) -> dict[str, Any]:
         """What the job's spec records of the resolution (the report says which base it used)."""
         tip = {"base_tip_sha": self.base_tip_sha} if self.base_tip_sha else {}
-        return {"good_sha": self.good_sha, "bad_sha": self.bad_sha, **tip}
+        axis = {"toolchain": self.toolchain.model_dump()} if self.toolchain else {}
+        return {"good_sha": self.good_sha, "bad_sha": self.bad_sha, **tip, **axis}
 
 
 def request_hash(kind: JobKind, repo: Repository, spec: JobSpec) -> str:
@@ -96,7 +99,17 @@ def compare_pair(mirror: Mirror, base: str, head: str, merge_base: bool = False)
                     base_tip_sha=tip_sha if tip_sha != base_sha else None)
 
 
-def resolve(kind: JobKind, mirror: Mirror, good: str, bad: str, *, merge_base: bool = False) -> Resolved:
+def toolchain_range(mirror: Mirror, good: str, bad: str, toolchain: Toolchain) -> Resolved:
+    """A toolchain bisect: its versions as the revisions, at the one commit good (and bad) name."""
+    sha = toolchains.commit_of(mirror, good, bad)
+    commits = toolchains.revisions(toolchain)
+    return Resolved(commits[0].sha, commits[-1].sha, commits, toolchain=toolchain.model_copy(update={"commit": sha}))
+
+
+def resolve(kind: JobKind, mirror: Mirror, good: str, bad: str, *, merge_base: bool = False,
+            toolchain: Toolchain | None = None) -> Resolved:
+    if toolchain is not None:
+        return toolchain_range(mirror, good, bad, toolchain)
     if kind == JobKind.compare:
         return compare_pair(mirror, good, bad, merge_base)
     return bisect_range(mirror, good, bad)
@@ -156,7 +169,7 @@ def finish(session: Session, job_id: int, stamp: FetchStamp) -> list[int]:
         if stamp.error:
             raise GitError(stamp.error)
         resolved = resolve(job.kind, repos.mirror_of(job.repository), spec.good, spec.bad,
-                           merge_base=isinstance(spec, CompareSpec) and spec.merge_base)
+                           merge_base=isinstance(spec, CompareSpec) and spec.merge_base, toolchain=toolchain_of(spec))
     except GitError as exc:
         job.status, job.finished_at = JobStatus.failed, utcnow()
         job.error = f"could not resolve the revisions: {exc}"

@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from perfbisect.service.attribution.schemas import AttributionRead, FixCheckRead
 from perfbisect.service.bisect.coverage import DEFAULT_MAX_GAP
 from perfbisect.service.bounds import Id, text
-from perfbisect.service.job_spec import BisectSpec, CompareSpec, SpecField, shared_fields
+from perfbisect.service.toolchains import rules as toolchain_rules
+from perfbisect.service.job_spec import BisectSpec, CompareSpec, SpecField, Toolchain, shared_fields
 from perfbisect.service.job_spec import load as load_spec
 from perfbisect.service.settings import get_settings
 from perfbisect.service.suites.schemas import Benchmark, SetName, Shapes, Target
@@ -56,6 +57,37 @@ class HarnessPolicy(BaseModel):
         return self
 
 
+class ToolchainAsk(BaseModel):
+    """`toolchain` of a bisect: a package and its versions as listed, or a range of the
+    wheelhouse's (service/toolchains/rules.py); a string is read as `--toolchain` writes it
+    ("tinyop==1.0,2.0", "tinyop>=1.0,<=2.0", "tinyop")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    package: text(64, min_length=1)
+    versions: list[text(40, min_length=1)] = Field(default=[], max_length=toolchain_rules.MAX_VERSIONS,
+                                                   description="in bisect order, oldest first")
+    specifier: text(200) = Field(default="", description="with no versions: a PEP 440 range of the "
+                                 "wheelhouse's versions (\"\": all of them)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            ask = toolchain_rules.parse(value)
+            return {"package": ask.package, "versions": list(ask.versions), "specifier": ask.specifier}
+        return value
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> ToolchainAsk:
+        self.rules()  # raises ToolchainError, a ValueError: a 422
+        return self
+
+    def rules(self) -> toolchain_rules.Ask:
+        """The pure rules' Ask, checked as `--toolchain` text is."""
+        return toolchain_rules.parse(str(toolchain_rules.Ask(self.package, tuple(self.versions), self.specifier)))
+
+
 class BisectCreate(BaseModel):
     repository: RepositoryName = Field(description="name of a registered repository")
     good: Ref = Field(examples=["v1.0"], description="a ref where performance was good")
@@ -100,6 +132,14 @@ class BisectCreate(BaseModel):
         "step: subsets of its hunks applied to its parent, side by side with the culprit (issue 43)"))
     descend: bool | None = Field(default=None, description="when a culprit moves a declared dependency's pin, bisect "
                                  "inside the dependency's range (default true; false never)")
+    toolchain: ToolchainAsk | None = Field(default=None, description=(
+        "a toolchain bisect (issue 44): bisect prebuilt versions of a package, installed from `wheelhouse`, at "
+        "one commit of the repository (`good`; `bad`, if it differs, must name the same commit); the culprit is "
+        "the first version that moves. Needs the admin scope (a wheel is code the workers run)"),
+        examples=["triton==3.4.0,3.5.0,3.6.0", {"package": "triton", "specifier": ">=3.4,<=3.6"}])
+    wheelhouse: text(1000, min_length=1) | None = Field(default=None, description=(
+        "with toolchain: an absolute path to a directory of wheels that the API and the workers read (the workers "
+        "have no network)"))
 
     @model_validator(mode="after")
     def _one_form(self) -> BisectCreate:
@@ -116,13 +156,28 @@ class BisectCreate(BaseModel):
             raise ValueError("suite, target and shapes are required (or give benchmarks or benchmark_set)")
         if self.max_gap is not None and self.scan != "auto":
             raise ValueError("max_gap goes with scan \"auto\" (--scan auto --max-gap N)")
+        self._toolchain_alone()
         return self
 
-    def to_spec(self, cases: list[dict[str, Any]], max_trials: int) -> BisectSpec:
+    def _toolchain_alone(self) -> None:
+        """A toolchain bisect has a wheelhouse, and none of what reads its culprits as commits."""
+        if (self.wheelhouse is not None) != (self.toolchain is not None):
+            raise ValueError("toolchain and wheelhouse go together (--toolchain PACKAGE==V1,V2 --wheelhouse DIR)")
+        if self.toolchain is None:
+            return
+        if not self.wheelhouse.startswith("/"):
+            raise ValueError(f"wheelhouse {self.wheelhouse!r} is not an absolute path")
+        asked = [name for name, on in (("attribute", self.attribute), ("localize", self.localize),
+                                       ("evidence", self.evidence), ("descend", self.descend)) if on]
+        if asked:
+            raise ValueError(f"a toolchain bisect's culprits are versions, not commits: {', '.join(asked)} does not "
+                             "apply to them")
+
+    def to_spec(self, cases: list[dict[str, Any]], max_trials: int, toolchain: Toolchain | None = None) -> BisectSpec:
         """The job's spec: this request's fields of the same names, the resolved `cases`, and
         `max_trials` when the request gave none (Settings)."""
         fields = shared_fields(self, BisectSpec, exclude={"policy", "attribute", "max_trials", "max_gap", "evidence",
-                                                          "localize", "descend"})
+                                                          "localize", "descend", "toolchain"})
         policy = self.policy.model_dump(exclude_none=True) if self.policy else None
         extra = {"attribute": self.attribute} if self.attribute is not None else {}  # None: unset, as before
         if self.descend is not None:
@@ -133,6 +188,8 @@ class BisectCreate(BaseModel):
             extra["evidence"] = True
         if self.localize:  # stored only when asked for: a stored bisect without it never localizes
             extra["localize"] = True
+        if toolchain is not None:  # its culprits are versions: nothing that reverts or descends a commit
+            extra |= {"toolchain": toolchain, "attribute": False, "descend": False}
         return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
 
 

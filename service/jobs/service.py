@@ -22,7 +22,8 @@ from perfbisect.kernels.suites import suite_vendor
 from perfbisect.service.auth.principal import SYSTEM, Principal
 from perfbisect.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from perfbisect.service.jobs import repository, resolution
-from perfbisect.service.job_spec import JobSpec, TrackSpec
+from perfbisect.service.job_spec import JobSpec, Toolchain, TrackSpec
+from perfbisect.service.jobs import toolchain as toolchains
 from perfbisect.service.jobs.quotas import check_quota
 from perfbisect.service.jobs.schemas import BisectCreate, CompareCreate
 from perfbisect.service.models import IdempotencyKey, Job, JobKind, JobStatus, Repository, utcnow
@@ -79,7 +80,7 @@ def _cases(session: Session, repo: Repository, data: BisectCreate | CompareCreat
 
 
 def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool,
-              merge_base: bool = False) -> resolution.Resolved | None:
+              merge_base: bool = False, toolchain: Toolchain | None = None) -> resolution.Resolved | None:
     """The job's revisions: with `fetch`, from a mirror fetched now (CLI, tasks); else from the
     mirror as it is when that is exact, or None: a task resolves them (service/jobs/resolution.py).
     Raises BadRequest for a ref or range that cannot be."""
@@ -91,7 +92,7 @@ def _resolved(kind: JobKind, repo: Repository, good: str, bad: str, fetch: bool,
             mirror.ensure(fetch=True)
         elif not resolution.exact_now(mirror, [good, bad]):
             return None
-        return resolution.resolve(kind, mirror, good, bad, merge_base=merge_base)
+        return resolution.resolve(kind, mirror, good, bad, merge_base=merge_base, toolchain=toolchain)
     except GitError as exc:
         raise BadRequest(str(exc)) from exc
 
@@ -192,12 +193,23 @@ def create_child(session: Session, repo: Repository, spec: JobSpec, resolved: re
 def _bisect(session: Session, data: BisectCreate, submitter: Principal, fetch: bool) -> Submission:
     """Validate everything first (repository, suites, shapes, device class, refs, range), then write."""
     check_may_send_suites(data.benchmarks, submitter)
+    toolchain = _toolchain(data, submitter)
     repo = repos.get(session, data.repository)
     cases = _cases(session, repo, data, submitter)
     check_device_class(data.device_class, cases)
-    resolved = _resolved(JobKind.bisect, repo, data.good, data.bad, fetch)
-    spec = data.to_spec(cases, get_settings().max_trials_per_revision)
+    resolved = _resolved(JobKind.bisect, repo, data.good, data.bad, fetch, toolchain=toolchain)
+    spec = data.to_spec(cases, get_settings().max_trials_per_revision, toolchain)
     return _create(session, JobKind.bisect, repo, spec, resolved, submitter)
+
+
+def _toolchain(data: BisectCreate, submitter: Principal) -> Toolchain | None:
+    """A toolchain bisect's versions, from its wheelhouse (a wheel is code the workers run, like
+    a suite file: only an admin may name one). Raises Forbidden, BadRequest."""
+    if data.toolchain is None:
+        return None
+    if not submitter.is_admin:
+        raise Forbidden("a toolchain bisect installs wheels that run on the workers: it needs the admin scope")
+    return toolchains.from_wheelhouse(data.toolchain.rules(), data.wheelhouse)
 
 
 def _compare(session: Session, data: CompareCreate, submitter: Principal, fetch: bool) -> Submission:

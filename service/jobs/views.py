@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from perfbisect.service.bisect.outcomes import FAILURE_WORDS
+from perfbisect.service.bisect.progress import eta_seconds
 from perfbisect.service.jobs import repository
 from perfbisect.service.jobs.logs import HIDDEN, public_error, public_outcome
 from perfbisect.service.jobs.schemas import (
@@ -78,6 +80,7 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
     progress = dict(job.progress)
     if not job.status.finished:  # trials finish between planning rounds: count them live
         progress["trials"] = repository.count_finished(session, job.id)
+        progress.update(live_eta(progress, job.started_at))
     return JobRead(
         id=job.id, kind=job.kind.value, status=job.status.value, repository=job.repository.name,
         spec=job.spec, progress=progress, revision_shas=job.revision_shas, error=scrub_tree(job.error, secrets),
@@ -88,6 +91,20 @@ def job_read(session: Session, job: Job, revisions: dict[str, Revision] | None =
         **_attribution(session, job),
         **_descents(session, job),
     )
+
+
+def live_eta(progress: dict[str, Any], started_at: datetime | None, now: datetime | None = None) -> dict[str, float]:
+    """`eta_s`, the seconds a running job still expects as of `now`: its trials still expected at
+    the pace of those done, and the builds it still expects at their expected cost (issue 45; the
+    CLI's line and bar say the same). Nothing before a trial has finished or the planner has said
+    how many to expect."""
+    done, expected = int(progress.get("trials") or 0), progress.get("expected_trials")
+    if started_at is None or not done or not expected:
+        return {}
+    if started_at.tzinfo is None:  # SQLite hands back naive UTC
+        started_at = started_at.replace(tzinfo=timezone.utc)
+    elapsed = max(0.0, ((now or datetime.now(timezone.utc)) - started_at).total_seconds())
+    return {"eta_s": round(eta_seconds(progress, elapsed, done, max(int(expected), done)), 1)}
 
 
 def _evidence(session: Session, job: Job) -> dict[str, dict]:

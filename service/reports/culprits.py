@@ -17,6 +17,8 @@ from urllib.parse import quote
 from rich.text import Text
 
 from perfbisect.service.bisect.model import step_moved
+from perfbisect.service.toolchains.rules import version_of
+from perfbisect.service.job_spec import toolchain_of
 from perfbisect.service.jobs.schemas import CaseEffectRead, CulpritRead, JobRead, ShapeRead
 from perfbisect.service.reports.attribution import text_lines as attribution_lines
 
@@ -44,8 +46,29 @@ def step_text(e: CaseEffectRead, min_effect: float | None = None) -> str:
     return text
 
 
+def short(sha: str) -> str:
+    """A revision as shown: a commit cut to 10 characters, a toolchain bisect's version whole."""
+    return sha if "==" in sha else sha[:10]
+
+
 def where(c: CulpritRead) -> str:
-    return c.last_sha[:10] if c.exact else f"{c.first_sha[:10]}..{c.last_sha[:10]}"
+    return short(c.last_sha) if c.exact else f"{short(c.first_sha)}..{short(c.last_sha)}"
+
+
+def toolchain_lines(job: JobRead) -> list[Text]:
+    """A toolchain bisect (issue 44): the commit it measured, its versions, the first that moved."""
+    axis = toolchain_of(job.spec)
+    if axis is None:
+        return []
+    at = axis.commit[:10] if axis.commit else ref(job.spec.good)
+    lines = [Text(f"toolchain {axis.package} at {at}: versions {', '.join(axis.versions)} (from {axis.wheelhouse})")]
+    for c in (c for c in job.culprits if c.kind == "performance"):
+        first = version_of(c.first_sha)
+        earlier = axis.versions[axis.versions.index(first) - 1] if first in axis.versions[1:] else None
+        since = f" (after {earlier})" if earlier else ""
+        lines.append(Text(f"first version that moves: {axis.package} {version_of(c.last_sha)}{since}"
+                          if c.exact else f"the step is in {axis.package} {first}..{version_of(c.last_sha)}", "bold"))
+    return lines
 
 
 def pr_label(c: CulpritRead) -> str:
@@ -136,7 +159,7 @@ def gap_clause(job: JobRead, code: str = "") -> str | None:
     gap = job.outcome.gap if job.outcome else None
     if gap is None:
         return None
-    return (f"a step undone within {gap.commits} consecutive commits ({code}{gap.after_sha[:10]}..{gap.before_sha[:10]}"
+    return (f"a step undone within {gap.commits} consecutive commits ({code}{short(gap.after_sha)}..{short(gap.before_sha)}"
             f"{code}, {gap.unseen} not measured) would not be seen; {code}--scan auto{code} (or a smaller "
             f"{code}--max-gap{code}) narrows it")
 
@@ -183,8 +206,8 @@ def range_note(job: JobRead, c: CulpritRead) -> str | None:
             words[f.sha].append(f.words)
     if not words:
         return None
-    parts = [f"{sha[:10]} {', '.join(w) if w else 'not measured'}" for sha, w in words.items()]
-    return f"a range, not one commit: the step is at {c.last_sha[:10]} or before it at " + "; ".join(parts)
+    parts = [f"{short(sha)} {', '.join(w) if w else 'not measured'}" for sha, w in words.items()]
+    return f"a range, not one commit: the step is at {short(c.last_sha)} or before it at " + "; ".join(parts)
 
 
 def _culprit_block(job: JobRead, c: CulpritRead, width: int) -> list[Text]:
@@ -263,7 +286,7 @@ def _case_outcomes(job: JobRead, width: int, wide: bool = False) -> list[Text]:
         line = Text(f"  {labels[c.case].ljust(name_width)}  ")
         line.append(c.outcome.ljust(12), STYLE[c.outcome])
         if c.steps:
-            moves = ", ".join(f"{pct(s.rel)} at {s.last_sha[:10]}" for s in c.steps)
+            moves = ", ".join(f"{pct(s.rel)} at {short(s.last_sha)}" for s in c.steps)
             detail = moves + (f"; {c.reason}" if c.reason else "")
         else:
             detail = c.reason or ""
@@ -282,7 +305,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
              Text(f"{p.get('revisions', '?')} revisions, {p.get('measured', 0)} measured, {p.get('trials', 0)} "
                   f"trials, {p.get('rounds', 0)} rounds; minimum effect {job.spec.min_effect * 100:.1f}% "
                   f"of the {decided_on(job)}"),
-             headline(job)]
+             headline(job), *toolchain_lines(job)]
     if job.outcome and job.outcome.warning:
         lines += [Text(part, STYLE["warning"]) for part in textwrap.wrap("warning: " + job.outcome.warning, width)]
     perf = [c for c in job.culprits if c.kind == "performance"]
@@ -303,8 +326,8 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
     if wrong:
         lines += [Text(""), Text("Correctness (wrong results at full speed is a failure, not a speed-up):")]
         for c in wrong:
-            fixed = f"fixed at {c.fixed_sha[:10]}" if c.fixed_sha else "not fixed in this range"
-            lines.append(Text(textwrap.shorten(f"  {c.first_sha[:10]} {pr_label(c)} {c.subject or ''}: first wrong "
+            fixed = f"fixed at {short(c.fixed_sha)}" if c.fixed_sha else "not fixed in this range"
+            lines.append(Text(textwrap.shorten(f"  {short(c.first_sha)} {pr_label(c)} {c.subject or ''}: first wrong "
                                                f"results; {fixed}", width, placeholder=" ..."), STYLE["regression"]))
             for case, w in c.wrong_cases.items():  # the cases that failed accuracy; the others kept their timing
                 vs = f" vs tolerance {w.tolerance:.3g}" if w.tolerance is not None else ""
@@ -328,7 +351,7 @@ def report_lines(job: JobRead, *, width: int = 100, wide: bool = False) -> list[
 def shape_sentence(s: ShapeRead) -> str:
     """One line for a noisier or bimodal finding: where, the spread before and after with their
     intervals, and for a new mode its share of the calls and where it sits."""
-    at = s.first_sha[:10] if s.exact else f"{s.first_sha[:10]}..{s.last_sha[:10]}"
+    at = short(s.first_sha) if s.exact else f"{short(s.first_sha)}..{short(s.last_sha)}"
     spread = (f"spread {s.before:.1%} [{s.before_ci[0]:.1%}, {s.before_ci[1]:.1%}] -> {s.after:.1%} "
               f"[{s.after_ci[0]:.1%}, {s.after_ci[1]:.1%}], x{s.ratio:.2f} [{s.ratio_ci[0]:.2f}, {s.ratio_ci[1]:.2f}]")
     if s.kind == "bimodal" and s.mode_share is not None and s.mode_location is not None:

@@ -17,6 +17,7 @@ from perfbisect.service.jobs.schemas import CulpritRead, JobRead
 from perfbisect.service.reports.attribution import markdown_lines as attribution_markdown
 from perfbisect.service.reports.culprits import (
     before_after,
+    toolchain_lines,
     decided_on,
     gap_clause,
     history_path,
@@ -170,6 +171,7 @@ def render_job(job: JobRead, public_url: str | None = None) -> str:
            f"step = relative change of the {decided_on(job)}, 95% CI."]
     if (note := base_note(job.spec)) is not None:
         out += ["", note]
+    out += [line for text in toolchain_lines(job) for line in ("", str(text))]  # a toolchain bisect's versions
     out += _step_tables(job, job.culprits, public_url, with_revision=job.kind != "compare")
     for c in job.culprits:
         if c.kind == "correctness":

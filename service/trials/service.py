@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 from perfbisect.kernels.harness.result import vendor_identity
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
-from perfbisect.service.job_spec import AttributeSpec, JobSpec, LocalizeSpec, descent_of
+from perfbisect.service.toolchains.rules import version_of
+from perfbisect.service.job_spec import AttributeSpec, JobSpec, LocalizeSpec, descent_of, toolchain_of
 from perfbisect.service.hunks.variants import hunk_patch, trial_cases
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
                             utcnow)
@@ -89,6 +90,17 @@ class TrialWork:
     patch: str | None = None  # hunk localization: a subset of a culprit's hunks applied at its parent `sha`
     dependencies: tuple[DependencyWork, ...] = ()  # placed in the worktree at the pins `sha` names
     pinned: dict[str, str] = field(default_factory=dict)  # a descent: dependency path of names -> the commit placed
+    toolchain: ToolchainWork | None = None  # a toolchain bisect: the version installed for this trial
+
+
+@dataclass(frozen=True)
+class ToolchainWork:
+    """The version of a package a toolchain bisect's trial runs with (workers/toolchains.py
+    installs its wheel from the wheelhouse into a cached environment)."""
+
+    package: str
+    version: str
+    wheelhouse: str
 
 
 def beating(trial: Trial, now: datetime, timeout_s: float) -> bool:
@@ -118,8 +130,12 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
     trial.worker_host = worker_host or socket.gethostname()
     sha = session.get_one(Revision, trial.revision_id).sha
     descent = descent_of(job.spec)  # a bisect inside a bump: the host at its culprit
+    axis = toolchain_of(job.spec)  # a toolchain bisect: the repository at its commit, the revision a version
     repo = session.get_one(Repository, descent.host_repository_id if descent else job.repository_id)
     deps = dependency_work(session, repo)
+    if axis is not None:
+        tool = ToolchainWork(axis.package, version_of(sha), axis.wheelhouse)
+        sha = axis.commit
     return TrialWork(
         trial_id=trial.id, job_id=job.id, repo_name=repo.name, repo_url=repo.url,
         build_command=repo.build_command, import_root=repo.import_root, env=dict(repo.env),
@@ -129,11 +145,13 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
         accuracy_only=trial.accuracy_only,
         profile=trial.profile,
         suite_sources=suites.sources_of(session, job.spec.cases),
-        build_inputs=() if deps else tuple(repo.build_inputs or ()),  # the cache keys the host's tree alone
+        # the cache keys the tree and the placed dependencies' commits; a toolchain job's versions: none
+        build_inputs=() if axis else tuple(repo.build_inputs or ()),
         reverts=reverts_of(job.spec, trial.variant),
         patch=hunk_patch(job.spec, trial.variant) if isinstance(job.spec, LocalizeSpec) else None,
         dependencies=deps,
         pinned={**descent.fixed, descent.dependency: sha} if descent else {},
+        toolchain=tool if axis is not None else None,
     )
 
 
@@ -163,6 +181,9 @@ def fingerprint(repo_name: str, device: dict[str, Any]) -> str:
     """conbench's rule: only measurements with equal fingerprints are compared."""
     basis = {"repo": repo_name, **{k: device.get(k) for k in ("name", "driver", "cuda", "torch", "triton")},
              **vendor_identity(device), "harness": device.get("harness_version")}
+    tool = device.get("toolchain")
+    if isinstance(tool, dict):  # a toolchain bisect's version (only then: other fingerprints stay as they were),
+        basis["toolchain"] = {k: tool.get(k) for k in ("package", "version", "sha256")}  # not how it was installed
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -186,6 +207,8 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
     repo = session.get_one(Repository, job.repository_id)
     result = _without_env(result, env_secrets(repo.env))
     device = result.get("device") or {}
+    if result.get("toolchain") and device:  # the version it ran with is part of its environment
+        device = {**device, "toolchain": result["toolchain"]}
     trial.status = _TRIAL_STATUS.get(result.get("status", "error"), TrialStatus.error)
     trial.failure_reason = result.get("error")
     trial.device = device.get("name")
@@ -225,7 +248,7 @@ def record(session: Session, trial_id: int, result: dict[str, Any], *, build_s: 
         session.add(measured)
         stored.append(row.id)
     session.flush()
-    if descent_of(job.spec) is None:  # a dependency's commit under the host: not its history
+    if descent_of(job.spec) is None and toolchain_of(job.spec) is None:  # not a point of its history
         trials_repo.refresh_case_points(session, trial, stored)
     session.flush()
     return trial

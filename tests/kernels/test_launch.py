@@ -72,7 +72,7 @@ def test_fork_server_gives_each_trial_a_fresh_process(probe_repo, tmp_path):
     # the target package was imported by the trial's own process, not inherited from the server
     assert seen1["imported_by"] == seen1["pid"] and seen2["imported_by"] == seen2["pid"]
     assert seen1["flag"] == "on" and seen1["cwd"] == str(probe_repo.resolve())
-    assert seen1["sys_path"][:2] == [str(probe_repo.resolve()), str((probe_repo / "src").resolve())]
+    assert seen1["sys_path"][:2] == [str((probe_repo / "src").resolve()), str(probe_repo.resolve())]
     assert seen1["triton_cache"] != seen2["triton_cache"]  # each trial's env: a fresh JIT cache
     # another repository env (a server started with it): applied too
     assert probe_trial(probe_repo, tmp_path / "p.json", "fork-server", flag="v2")[1]["flag"] == "v2"
@@ -85,6 +85,25 @@ def test_subprocess_launcher_and_the_fork_server_see_the_same_trial(probe_repo, 
     assert plain["imported_by"] == plain["pid"]
     assert plain["sys_path"][:2] == forked["sys_path"][:2]
     assert plain["cwd"] == forked["cwd"] and plain["flag"] == forked["flag"]
+
+
+@pytest.mark.parametrize("launcher", ["fork-server", "subprocess"])
+def test_a_flat_layouts_sources_do_not_shadow_what_its_build_put_in_the_import_root(tmp_path, launcher):
+    """msgspec's layout: the package sits at the repository's root, and its compiled part exists
+    only in the build's output (the import root). The trial imports the built package, not the
+    worktree's sources, whichever way it starts (every trial failed to import msgspec._core)."""
+    repo = write_files(tmp_path / "flat", {"bench/tanh_bwd.py": CUSTOM_SUITE,
+                                           "probekern/__init__.py": "from probekern._core import BUILT\n"})
+    write_files(repo / ".perfbisect-build", {"probekern/__init__.py": "", "probekern/_core.py": "BUILT = True\n",
+                                             "probekern/ops.py": PROBE})
+    spec = {"cases": [{"suite": "file:bench/tanh_bwd.py", "target": "probekern.ops:probe", "params": {"N": 1024}}],
+            "device": "cpu", "policy": POLICY, "seed": 7}
+    out = tmp_path / "p.json"
+    result = run_harness(spec, repo, import_root=".perfbisect-build", env={"PROBE_OUT": str(out), "PROBE_FLAG": "on"},
+                         timeout_s=120, launcher=launcher)
+    assert result["status"] == "ok", result
+    seen = json.loads(out.read_text())
+    assert seen["sys_path"][:2] == [str((repo / ".perfbisect-build").resolve()), str(repo.resolve())]
 
 
 def test_a_repository_shadowing_a_preloaded_package_gets_a_fresh_interpreter(tmp_path):

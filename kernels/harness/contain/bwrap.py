@@ -11,6 +11,7 @@ What a sandbox sees and may do:
   directory, HOME, TMPDIR, scratch) writable, and a trial's own revision caches (no other
   revision's, no other slot's: a fork server has its slot's cache tree and gives each trial
   its view of it, trialview.py);
+  a toolchain bisect's environment (the worker's own install of one wheel, issue 44) read-only;
   every mount nosuid and nodev (bwrap's defaults); nothing else: not the service's home (other
   slots, mirrors, the build cache), not /run or /var (PostgreSQL's and Redis's sockets);
   /tmp and /dev/shm are small private tmpfs;
@@ -52,6 +53,7 @@ class View:
     capabilities: tuple[str, ...] = ()  # kept in the user namespace (a fork server's, for its trials' views)
     trial: TrialView | None = None  # a trial's view of its slot, made as trialview.enter makes it
     private: str = ""  # the service's home: never shown, even read-only (readonly_paths)
+    readonly: tuple[str, ...] = ()  # directories of the worker's own shown read-only (a toolchain's environment)
 
 
 def bwrap() -> str | None:
@@ -102,7 +104,7 @@ def argv(view: View, *, chdir: str = "/", as_pid_1: bool = False) -> list[str]:
     # before the binds, so that a bound path under /tmp (an interpreter's or a slot's) shows on it
     args += ["--dev", "/dev", "--proc", "/proc", "--size", str(view.tmpfs_bytes), "--tmpfs", "/dev/shm",
              "--size", str(view.tmpfs_bytes), "--tmpfs", "/tmp"]
-    for path in readonly_paths(view.private):
+    for path in (*readonly_paths(view.private), *view.readonly):
         args += ["--ro-bind", path, path]
     for path in view.writable:
         args += ["--bind", path, path]

@@ -227,9 +227,10 @@ class ForkServer:
         marker = request.env.get(MARKER_NAME)
         if marker is not None and len(marker.encode()) > self.hello.get("marker_room", 0):
             raise ForkServerUnavailable("the trial's marker does not fit the fork server's placeholder")
-        # what `python -m` in request.cwd would put first: the cwd, then PYTHONPATH (whose
-        # entries after the import root the server already has), then the interpreter's own
-        head = [str(request.cwd), str(request.import_dir)]
+        # the import root, then what `python -m` in request.cwd would put first: the cwd, then
+        # PYTHONPATH (whose entries after the import root the server already has), then the
+        # interpreter's own (the harness puts the import root first either way: __main__.py)
+        head = list(dict.fromkeys([str(request.import_dir), str(request.cwd)]))
         sys_path = head + [p for p in self.hello["sys_path"][1:] if p not in head]
         message = {"argv": ["perfbisect.kernels.harness", *request.args], "cwd": str(request.cwd),
                    "env": request.env, "sys_path": sys_path, "view": request.view and request.view.to_json()}
