@@ -433,16 +433,17 @@ def read_job(job_id: int, api: str | None = None) -> JobRead:
 
 def watch_job(job_id: int, api: str | None, console: Console) -> JobRead:
     """`show --follow`: follow a job this process did not submit until it finishes. Ctrl-C only
-    detaches (the job goes on wherever its trials run). Embedded, this process runs the upkeep an
-    embedded server runs: a job an earlier process left unfinished (its CLI killed, or cut off
-    at exit) is resumed here, its trials re-run once their dead process's heartbeat is stale."""
+    detaches (the job goes on wherever its trials run). Embedded, this process runs the embedded
+    server's reconciler (not its tracked-branch polls): a job an earlier process left unfinished
+    (its CLI killed, or cut off at exit) is resumed here, its trials re-run once their dead
+    process's heartbeat is stale."""
     read = (lambda: read_remote(api.rstrip("/"), job_id)) if api else (lambda: read_local(job_id))
     if not api:
         prepare_database()
         if get_settings().embedded and read_local(job_id).status not in FINISHED:
             from perfbisect.dispatch import start_embedded_reconciler
 
-            start_embedded_reconciler()
+            start_embedded_reconciler(periodic=False)
     try:
         return follow(read, console)
     except PerfbisectError as exc:

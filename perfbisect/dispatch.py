@@ -233,14 +233,19 @@ def embedded_upkeep(last_run: dict[str, float]) -> dict[str, float]:
     return last_run
 
 
-def start_embedded_reconciler() -> threading.Thread:
+def start_embedded_reconciler(periodic: bool = True) -> threading.Thread:
     """Embedded server: the upkeep at start (jobs a previous process left in flight, branches
-    due) and every reconcile_interval_s."""
+    due) and every reconcile_interval_s. Without `periodic`, only the reconciler (a CLI that
+    follows a job resumes it, and never starts the tracked branches' polls)."""
     def loop() -> None:
         last_run: dict[str, float] = {}
         while True:
             try:
-                embedded_upkeep(last_run)
+                if periodic:
+                    embedded_upkeep(last_run)
+                else:
+                    task_named(RECONCILE)()
+                    drain_in_background()
             except Exception:
                 log.exception("embedded upkeep failed")
             time.sleep(get_settings().reconcile_interval_s)
