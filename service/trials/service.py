@@ -133,8 +133,8 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
     axis = toolchain_of(job.spec)  # a toolchain bisect: the repository at its commit, the revision a version
     repo = session.get_one(Repository, descent.host_repository_id if descent else job.repository_id)
     deps = dependency_work(session, repo)
+    tool = ToolchainWork(axis.package, version_of(sha), axis.wheelhouse) if axis is not None else None
     if axis is not None:
-        tool = ToolchainWork(axis.package, version_of(sha), axis.wheelhouse)
         sha = axis.commit
     return TrialWork(
         trial_id=trial.id, job_id=job.id, repo_name=repo.name, repo_url=repo.url,
@@ -151,7 +151,7 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
         patch=hunk_patch(job.spec, trial.variant) if isinstance(job.spec, LocalizeSpec) else None,
         dependencies=deps,
         pinned={**descent.fixed, descent.dependency: sha} if descent else {},
-        toolchain=tool if axis is not None else None,
+        toolchain=tool,
     )
 
 
