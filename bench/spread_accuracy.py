@@ -5,7 +5,9 @@
 Planted (each with a 20% speed step at 10 on the same case, a flat second case, min effect 5%,
 W=2, side by side and not): `slow_path`, from revision 21 a tenth of the calls run twice as slow
 (20 calls a trial); `noisier`, from 21 the calls' spread goes from 3% to 20% (tt-metal#53821).
-Found: a finding of the right case whose range holds 21; false: any other finding.
+Found: a finding of the right case whose range holds 21; false: any other finding. The
+"varying spread" scenarios draw each trial's call-to-call spread (log sd 0.6, as measured on the
+demo machine), side by side: "quiet varying spread" has only the speed step.
 
 Quiet: the bench's histories with no spread or mode step (bench/histories/*.json, the rare-mode
 history of bench/rare_mode.py at p 0.1: whole trials in a slow mode, and the noisy RMSNorm of
@@ -28,17 +30,22 @@ from perfbisect.service.bisect.simulate import simulate  # noqa: E402
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 STEP = 21
+# One trial's robust spread varies with log sd 0.5-0.65 between trials of the same code on the
+# 2-core demo machine (target and control alike): a lognormal cv of 0.66 is log sd 0.6.
+VARYING = 0.66
 
 
-def planted(kind: str) -> History:
-    case = {"cv": 0.03, "levels": [[0, 1.0], [10, 0.8]]}
+def planted(kind: str, varying: float = 0.0) -> History:
+    """The planted history of `kind` ("slow_path", "noisier" or "none": only the speed step), each
+    trial's call-to-call spread a draw of cv `varying` (history.py's spread_trial_cv)."""
+    case = {"cv": 0.03, "levels": [[0, 1.0], [10, 0.8]], "spread_trial_cv": varying}
     if kind == "slow_path":
         case["slow_path"] = {"from": STEP, "p": 0.1, "shift": 1.0}
-    else:
+    elif kind == "noisier":
         case["spread"] = [[STEP, 0.2]]
     return load_history({"commits": 40, "samples_per_trial": 20, "process_drift_cv": 0.02,
                          "control": {"value": 1.0, "cv": 0.01},
-                         "cases": {"k": case, "flat": {"cv": 0.03, "levels": [[0, 0.5]]}}})
+                         "cases": {"k": case, "flat": {"cv": 0.03, "levels": [[0, 0.5]], "spread_trial_cv": varying}}})
 
 
 def rare_mode() -> History:
@@ -56,6 +63,10 @@ def scenarios() -> dict[str, tuple[History, BisectConfig, bool]]:
         for paired in (SIDE_BY_SIDE, 0):
             out[f"{kind} {'side by side' if paired else 'unpaired'}"] = (
                 planted(kind), BisectConfig(min_effect=0.05, paired_blocks=paired, workers=2), True)
+    for kind in ("slow_path", "noisier", "none"):  # each trial's spread a draw, as on the demo machine
+        history = planted(kind, VARYING)
+        name = f"{kind} varying spread" if kind != "none" else "quiet varying spread"
+        out[name] = (history, BisectConfig(min_effect=0.05, paired_blocks=SIDE_BY_SIDE, workers=2), kind != "none")
     for path in sorted(HISTORIES.glob("*.json")):
         paired = SIDE_BY_SIDE if "noisy" in path.name else 0
         out[f"quiet {path.stem}"] = (load_history(path), BisectConfig(min_effect=0.15 if paired else 0.02,

@@ -18,7 +18,9 @@ of target/control. Pure apart from reading the file in `load_history`.
 A case may declare a spread step, `"spread": [[40, 0.2]]` (the per-sample cv from revision 40
 on), and a per-call slow path, `"slow_path": {"from": 40, "p": 0.1, "shift": 1.0}` (from revision
 40 on, each call runs 1 + shift times slower with probability p): the planted steps of the
-spread and mode verdicts (issue 46).
+spread and mode verdicts (issue 46). `"spread_trial_cv": 0.66` makes the call-to-call spread a
+draw of each trial (its cv times a lognormal factor of that cv; log sd 0.6, as one trial's robust
+spread varies on the 2-core demo machine).
 
 A case may declare `"regime": {"p": 0.4, "shift": 0.2}`: a machine whose state moves in windows
 of a trial or two, which that case's control cancels only in part (a memory-bound kernel on a
@@ -66,6 +68,7 @@ class CaseModel:
     regime_shift: float = 0.0
     spreads: tuple[tuple[int, float], ...] = ()  # (from revision, per-sample cv): a spread step
     slow_path: tuple[int, float, float] | None = None  # (from revision, p, shift): a per-call slow path
+    spread_trial_cv: float = 0.0  # each trial's per-sample cv times a lognormal factor of this cv
 
     def cv_at(self, revision: int) -> float:
         """The per-sample cv at `revision`: `cv`, or the last `spreads` entry at or before it."""
@@ -171,8 +174,9 @@ class History:
             mode = 1.0 + case.bimodal_shift if rng.random() < case.bimodal_p else 1.0
             if name in slow:
                 mode /= 1.0 + case.regime_shift
+            cv = case.cv_at(revision) * (_lognormal(rng, case.spread_trial_cv, ()) if case.spread_trial_cv else 1.0)
             target = (case.level_at(revision) * target_drift * drift * mode
-                      * _lognormal(rng, case.cv_at(revision), self.samples_per_trial)
+                      * _lognormal(rng, cv, self.samples_per_trial)
                       * case.calls(revision, rng, self.samples_per_trial))
             control = self.control_value * drift * _lognormal(rng, self.control_cv, self.samples_per_trial)
             if samples is not None:
@@ -222,7 +226,7 @@ def _case(name: str, given: Mapping[str, Any], shas: tuple[str, ...] | None, n: 
     return CaseModel(cv=float(given.get("cv", 0.0)), levels=tuple(levels),
                      bimodal_p=float(bimodal.get("p", 0.0)), bimodal_shift=float(bimodal.get("shift", 0.0)),
                      regime_p=float(regime.get("p", 0.0)), regime_shift=float(regime.get("shift", 0.0)),
-                     spreads=spreads,
+                     spreads=spreads, spread_trial_cv=float(given.get("spread_trial_cv", 0.0)),
                      slow_path=(_index(slow["from"], shas, n, f"cases.{name}.slow_path"), float(slow.get("p", 0.0)),
                                 float(slow.get("shift", 0.0))) if slow else None)
 

@@ -11,7 +11,7 @@ from perfbisect.service.bisect import BisectConfig, Observation, PairBlock, Revi
 from perfbisect.service.bisect.model import SIDE_BY_SIDE
 from perfbisect.service.bisect.shapes import plan_shapes, shape_step
 from perfbisect.service.bisect.spread import (
-    brown_forsythe, centred_logs, histograms, modes, new_mode, rise_test, spread_of, spread_rise,
+    brown_forsythe, centred_logs, histograms, modes, new_mode, rise_test, spread_of, spread_rise, trial_rise,
 )
 
 CASE = "gemm"
@@ -42,6 +42,19 @@ def test_a_wider_kernel_is_a_significant_rise_and_the_same_kernel_is_not():
     assert rise_test([TIGHT], [TIGHT]) == (pytest.approx(1.0), pytest.approx(0.5, abs=0.01))  # no evidence either way
     assert brown_forsythe(centred_logs([WIDE]), centred_logs([TIGHT])) > 0.99  # one-sided: a fall is no rise
     assert rise_test([[1.0, 1.0]], [WIDE]) is None  # no spread before: no ratio
+
+
+def spread(pct: float) -> list[float]:
+    """TIGHT's calls spread `pct` percent instead of 1."""
+    return [1 + pct * (x - 1) for x in TIGHT]
+
+
+def test_a_rise_with_the_trial_as_the_unit_needs_trials_that_all_spread_wider():
+    assert trial_rise([spread(1), spread(1.2), spread(0.9)], [spread(3), spread(3.3), spread(2.8)]) < 0.001
+    # each b trial twice as wide as the a trial beside it, but a's own trials vary as much
+    assert trial_rise([spread(1), spread(3)], [spread(2), spread(6)]) > 0.1
+    assert trial_rise([TIGHT, TIGHT], [WIDE, WIDE]) == 0.0 and trial_rise([WIDE, WIDE], [TIGHT, TIGHT]) == 1.0
+    assert trial_rise([TIGHT], [WIDE, WIDE]) == 1.0  # one trial is no spread of trials
 
 
 def test_the_rise_has_intervals_that_cover_both_spreads():
@@ -134,6 +147,21 @@ def test_a_block_that_disagrees_keeps_the_finding_back():
     config = BisectConfig(paired_blocks=SIDE_BY_SIDE)
     observations = {0: obs([TIGHT] * 4, [1, 1, 2, 2]), 1: obs([SLOW_PATH, SLOW_PATH, TIGHT, TIGHT], [1, 1, 2, 2])}
     assert not plan_shapes(observations, [0, 1], set(), config).findings
+
+
+def test_a_noisier_finding_needs_the_trials_not_only_their_calls_to_spread_wider():
+    """Measured on the demo machine: one trial's call-to-call spread varies about 1.8x between
+    trials of the same code. Every block reads b twice as wide as a, and hundreds of calls make
+    that significant, but a's own trials differ 3x: no finding (it was one, #926 in the demo)."""
+    config = BisectConfig(paired_blocks=SIDE_BY_SIDE)
+    blocks = [1, 1, 2, 2]
+    drawn = {0: obs([spread(1), spread(1), spread(3), spread(3)], blocks),
+             1: obs([spread(2), spread(2), spread(6), spread(6)], blocks)}
+    assert not plan_shapes(drawn, [0, 1], set(), config).findings
+    wider = {0: obs([spread(1), spread(1.1), spread(0.9), spread(1.2)], blocks),
+             1: obs([spread(3), spread(3.2), spread(2.9), spread(3.1)], blocks)}
+    (finding,) = plan_shapes(wider, [0, 1], set(), config).findings
+    assert finding.kind == "noisier" and finding.ratio == pytest.approx(3, rel=0.1)
 
 
 def test_never_on_the_controls_own_spread():
