@@ -37,6 +37,8 @@ TRACKED = re.compile(r"planted steps alerted: (\d+)/(\d+), culprits exact: (\d+)
 UNCHANGED = re.compile(r"cases with no planted step unchanged: (\d+)/(\d+)")
 INTERACTION = re.compile(r"planted interaction found: (\d+)/(\d+)(; interactions not planted: (.*))?")
 HUNKS = re.compile(r"planted responsible hunks named exactly: (\d+)/(\d+)(?:; missed: [^;]*)?; harmless hunks blamed: (\d+)")
+SPREAD = re.compile(r"planted spread events found: (\d+)/(\d+).*?; other noisier or bimodal findings: (\d+)")
+DESCENT = re.compile(r"planted dependency culprit found: (\d+)/(\d+).*?; false culprits inside the bump: (\d+)")
 FALSE = re.compile(r"^false culprits \(commit, case\): (\d+)", re.M)
 WAITED = re.compile(r"waited\s+(\d+)\s+s\s+in\s+(\d+)\s+pauses")  # the report's warning, wrapped
 
@@ -85,7 +87,13 @@ def one_run(i: int, out: Path, cpus: list[int] | None, device: str, track: bool 
     false = FALSE.search(done.stdout)
     waited = WAITED.search(done.stdout)
     hunks = HUNKS.search(done.stdout)
-    return {"hunks": f"{hunks[1]}/{hunks[2]}, harmless {hunks[3]}" if hunks else "?",
+    spread = SPREAD.search(done.stdout)
+    descent = DESCENT.search(done.stdout)
+    return {"spread": f"{spread[1]}/{spread[2]}, other {spread[3]}" if spread else "?",
+            "spread_clean": bool(spread and spread[1] == spread[2] and spread[3] == "0"),
+            "descent": f"{descent[1]}/{descent[2]}, false {descent[3]}" if descent else "?",
+            "descent_clean": bool(descent and descent[1] == descent[2] and descent[3] == "0"),
+            "hunks": f"{hunks[1]}/{hunks[2]}, harmless {hunks[3]}" if hunks else "?",
             "hunks_exact": bool(hunks and hunks[1] == hunks[2]), "harmless": int(hunks[3]) if hunks else None,
             "false": int(false[1]) if false else None,
             "false_list": re.findall(r"^  false: (.*)$", done.stdout, re.M),
@@ -159,7 +167,7 @@ def run_line(result: dict) -> str:
     false = "?" if result.get("false") is None else result["false"]
     return (f"run {result['run']:>2}: found {result['found']}, false {false}, unchanged {result['unchanged']}, "
             f"interaction {result['interaction']}{' (and one not planted)' if result['interaction_extra'] else ''}, "
-            f"hunks {result.get('hunks', '?')}, verdict {result['verdict']}, waited {result.get('waited', '?')}, exit {result['rc']}, {result['wall_s']} s"
+            f"hunks {result.get('hunks', '?')}, spread {result.get('spread', '?')}, descent {result.get('descent', '?')}, verdict {result['verdict']}, waited {result.get('waited', '?')}, exit {result['rc']}, {result['wall_s']} s"
             + "".join(f"\n        false: {item}" for item in result.get("false_list", ())))
 
 
@@ -174,6 +182,10 @@ def summary(results: list[dict], out: Path) -> list[str]:
             f"a false (commit, case) culprit (or no truth check) in {len(falsely)} of {runs} runs",
             f"every planted responsible hunk named exactly in {sum(r.get('hunks_exact', False) for r in results)} of "
             f"{runs} runs; a harmless hunk blamed in {sum(bool(r.get('harmless')) for r in results)}",
+            f"the planted spread event found and no other noisier/bimodal finding in "
+            f"{sum(r.get('spread_clean', False) for r in results)} of {runs} runs",
+            f"the planted dependency culprit named, none false inside the bump, in "
+            f"{sum(r.get('descent_clean', False) for r in results)} of {runs} runs",
             f"all planted events found in {complete} of {runs} runs; "
             f"median wall {sorted(r['wall_s'] for r in results)[runs // 2]} s; outputs in {out}"]
 
