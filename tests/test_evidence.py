@@ -92,6 +92,21 @@ def test_compiled_diff_of_recorded_nvidia_caches() -> None:
     assert "-    %10 = math.exp2" in kernel["ttgir_diff"] and "+    %10 = math.exp " in kernel["ttgir_diff"]
 
 
+def test_compiled_diff_of_flydsl_dumps_shows_the_dropped_fastmath() -> None:
+    """FlyDSL's IR as its dumps lay it out (tests/data/flydsl): the motivating case's #930, fastmath
+    flags that stop reaching the builder, seen in the source MLIR, the LLVM IR and the ISA."""
+    before, after = (jitcache.read_flydsl(DATA / "flydsl" / side) for side in ("dump_before", "dump_after"))
+    found = diff.compiled_diff({"kernels": before}, {"kernels": after})
+    (kernel,) = found["kernels"]
+    assert found["available"] and found["reason"] is None and kernel["status"] == "changed"
+    assert {d["op"]: d["delta"] for d in kernel["ops"]["fly"]} == {
+        "arith.mulf<fast>": -2, "arith.mulf": 2, "math.exp2<fast>": -1, "math.exp2": 1, "arith.addf<fast>": -1, "arith.addf": 1}
+    assert {d["op"]: d["delta"] for d in kernel["ops"]["amdgcn"]}["v_ldexp_f32"] == 1
+    assert {c["field"]: (c["before"], c["after"]) for c in kernel["metadata"]}["n_regs"] == (32, 36)
+    assert kernel["diff_ir"] == "fly" and "after/attn_fwd_kernel.fly" in kernel["ttgir_diff"]
+    assert "-      %5 = math.exp2 %4 fastmath<fast>" in kernel["ttgir_diff"]
+
+
 def test_bounded_unified_diff_is_cut() -> None:
     text, cut = diff.bounded_unified_diff("\n".join(map(str, range(2000))), "\n".join(f"x{i}" for i in range(2000)), "k")
     assert cut and len(text.splitlines()) == diff.MAX_DIFF_LINES

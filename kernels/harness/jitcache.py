@@ -11,10 +11,21 @@ Each summary is small and JSON-ready: the metadata that matters for performance,
 and spills where the compiled code says (AMDGCN's own comments; NVIDIA's come from the loaded
 kernel, `profiling.live_kernels`), an op histogram per IR level, and the TTGIR text (bounded),
 so the service can diff two ends without the files. Parsers are pure: text in, dict out.
+
+FlyDSL (ROCm) keeps no IR files in its runtime cache: `FLYDSL_RUNTIME_CACHE_DIR/<func>_<key>/<hash>.pkl`
+holds a pickled CompiledArtifact (the module's source MLIR and the lowered module with its binary).
+So a profiled trial keeps the IR by construction: it sets FLYDSL_DUMP_IR=1 with a dump directory
+of its own and turns FlyDSL's disk cache off for that trial (every kernel compiles, so every one is
+dumped): `<dump dir>/<kernel>/00_origin.mlir`, one `.mlir` per pass, `NN_llvm_ir.ll` and
+`NN_final_isa.s` (AMDGCN). `read_flydsl` summarises those like a Triton kernel (the source MLIR's op
+histogram with fastmath flags, LLVM IR, AMDGCN with registers, spills and occupancy) and, where a
+kernel has no dump, reads the source MLIR out of the cache's pickle with `pickletools.genops`, which
+parses the opcodes and never runs them: a repository's pickle cannot execute here.
 """
 from __future__ import annotations
 
 import json
+import pickletools
 import re
 from collections import Counter
 from pathlib import Path
@@ -103,7 +114,28 @@ def amdgcn_ops(text: str) -> Counter:
     return ops
 
 
-PARSERS = {"ttir": mlir_ops, "ttgir": mlir_ops, "llir": llir_ops, "ptx": ptx_ops, "amdgcn": amdgcn_ops}
+_FASTMATH = re.compile(r"fastmath\s*<\s*([a-z, ]+)>")
+
+
+def flydsl_ops(text: str) -> Counter:
+    """Op histogram of FlyDSL's source MLIR: `dialect.op`, with its fastmath flags when it has them
+    (`arith.mulf<fast>`, `math.exp2<contract,afn>`): a flag that stops reaching the builder (the
+    motivating case's #930) shows as ops moving between keys."""
+    ops: Counter = Counter()
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if not stripped or stripped[0] in "#}^/" or stripped.startswith(("module", "loc(")):
+            continue
+        found = _MLIR_OP.match(line)
+        if found:
+            flags = _FASTMATH.search(line)
+            ops[found.group(1) + (f"<{flags.group(1).replace(' ', '')}>" if flags else "")] += 1
+    return ops
+
+
+PARSERS = {"ttir": mlir_ops, "ttgir": mlir_ops, "llir": llir_ops, "ptx": ptx_ops, "amdgcn": amdgcn_ops,
+           "fly": flydsl_ops}
+DIFF_LEVELS = ("ttgir", "fly")  # the IR a kernel's bounded text (and the service's unified diff) is of
 
 
 def amdgcn_resources(text: str) -> dict[str, int]:
@@ -139,9 +171,11 @@ def summarize_kernel(name: str, meta: dict, texts: dict[str, str]) -> dict:
         found = _PTX_MAXNREG.search(texts["ptx"])
         if found:
             summary["metadata"]["maxnreg"] = int(found.group(1))
-    if "ttgir" in texts:
-        summary["ttgir"] = texts["ttgir"][:MAX_TTGIR_CHARS]
-        summary["ttgir_truncated"] = len(texts["ttgir"]) > MAX_TTGIR_CHARS
+    level = next((lv for lv in DIFF_LEVELS if lv in texts), None)
+    if level:
+        summary["ttgir"] = texts[level][:MAX_TTGIR_CHARS]
+        summary["ttgir_truncated"] = len(texts[level]) > MAX_TTGIR_CHARS
+        summary["diff_ir"] = level
     return summary
 
 
@@ -194,3 +228,81 @@ def read_cache(root: Path | None) -> dict:
     if not any(k["ir_levels"] for k in kernels):
         return {"kernels": kernels, "note": "the JIT cache holds kernel metadata but no IR files"}
     return {"kernels": kernels, "note": None}
+
+
+FLYDSL_DUMP_DIR = "FLYDSL_DUMP_DIR"
+
+
+def flydsl_dump_env(directory: str) -> dict[str, str]:
+    """The environment that makes FlyDSL keep every kernel's IR in `directory` during one trial:
+    dumps on, and its disk cache off so that every kernel compiles (and is dumped) in this trial."""
+    return {"FLYDSL_DUMP_IR": "1", FLYDSL_DUMP_DIR: directory, "FLYDSL_RUNTIME_ENABLE_CACHE": "0"}
+
+
+FLYDSL_FILES = (("fly", "00_origin.mlir"), ("llir", "*_llvm_ir.ll"), ("amdgcn", "*_final_isa.s"))
+_GFX = re.compile(r"\b(gfx[0-9a-f]{3,4})\b")
+_PICKLED_KEYS = ("entry", "source_ir")
+_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
+_MEMO_OPS = {"MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"}
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace") if path.is_file() and path.stat().st_size <= MAX_FILE_BYTES else None
+    except OSError:
+        return None
+
+
+def _flydsl_kernel(name: str, texts: dict[str, str], key: str | None = None) -> dict:
+    """A FlyDSL kernel's summary: the target from the IR (`rocm:gfx942`), the rest as Triton's."""
+    arch = next((found.group(1) for text in texts.values() for found in [_GFX.search(text)] if found), None)
+    return summarize_kernel(name, {"hash": key, **({"target": f"rocm:{arch}"} if arch else {})}, texts)
+
+
+def pickled_strings(data: bytes, keys: tuple[str, ...] = _PICKLED_KEYS) -> dict[str, str]:
+    """The string value pickled right after each of `keys` (a state dict's items), read with
+    pickletools.genops: opcodes parsed, never executed. {} for a stream that does not parse."""
+    found: dict[str, str] = {}
+    key = None
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            if op.name in _MEMO_OPS:
+                continue
+            if op.name in _STRING_OPS:
+                if key is not None:
+                    found.setdefault(key, arg)
+                    key = None
+                elif arg in keys:
+                    key = arg
+                continue
+            key = None
+    except Exception:  # a truncated or foreign stream: what was read so far
+        return found
+    return found
+
+
+def read_flydsl(dump_root: Path | None, cache_root: Path | None = None) -> list[dict]:
+    """FlyDSL kernels of a trial: one per directory of its IR dump (see the module docstring), then
+    one per cache pickle whose kernel has no dump (its source MLIR only). At most MAX_KERNELS."""
+    kernels: dict[str, dict] = {}
+    if dump_root is not None and Path(dump_root).is_dir():
+        for directory in sorted(p for p in Path(dump_root).iterdir() if p.is_dir()):
+            texts = {}
+            for level, pattern in FLYDSL_FILES:
+                paths = sorted(directory.glob(pattern))
+                text = _read_text(paths[-1]) if paths else None
+                if text is not None:
+                    texts[level] = text
+            if texts:
+                kernels[directory.name] = _flydsl_kernel(directory.name, texts)
+    if cache_root is not None and Path(cache_root).is_dir():
+        for path in sorted(Path(cache_root).glob("*/*.pkl")):
+            try:
+                data = path.read_bytes() if path.stat().st_size <= MAX_FILE_BYTES else b""
+            except OSError:
+                continue
+            state = pickled_strings(data)
+            name = state.get("entry") or path.parent.name
+            if name not in kernels and state.get("source_ir"):
+                kernels[name] = _flydsl_kernel(name, {"fly": state["source_ir"]}, path.stem)
+    return [kernels[name] for name in sorted(kernels)][:MAX_KERNELS]

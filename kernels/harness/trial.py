@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -16,7 +17,7 @@ import torch
 
 from perfbisect.kernels.cases import case_name
 from perfbisect.kernels.harness.devices import CACHE_OVERRIDE_ENV
-from perfbisect.kernels.harness.jitcache import read_cache
+from perfbisect.kernels.harness.jitcache import FLYDSL_DUMP_DIR, flydsl_dump_env, read_cache, read_flydsl
 from perfbisect.kernels.harness.imports import worktree_imports
 from perfbisect.kernels.harness.phases import PhaseClock
 from perfbisect.kernels.harness.profiling import live_triton, profile_case
@@ -210,6 +211,7 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
     policy["accuracy_only"] = bool(spec.get("accuracy_only"))  # no warm-up, no timing loop
     if spec.get("profile"):  # a profiled trial: kernels and compiled code, no timing (issue 43)
         policy["profile"] = True
+        os.environ.update(flydsl_dump_env(tempfile.mkdtemp(prefix="perfbisect-flydsl-ir-")))
     cold = bool(spec.get("cold", True))
     # Fresh random inputs per trial unless the caller pins the seed (recorded either way).
     seed = int(spec["seed"]) if spec.get("seed") is not None else int.from_bytes(os.urandom(4), "little")
@@ -268,9 +270,14 @@ def run_trial(spec: dict, repo_root: Path, phases: PhaseClock | None = None) -> 
 def compiled_evidence(repo_root: Path) -> dict:
     """A profiled trial's compiled code: its JIT cache's kernels (jitcache.py) and what the live
     Triton objects say (the autotuner's choices, registers, spills, specialisation)."""
-    cache = os.environ.get("TRITON_CACHE_DIR")
+    cache, dumps, fly_cache = (os.environ.get(key) for key in ("TRITON_CACHE_DIR", FLYDSL_DUMP_DIR,
+                                                                "FLYDSL_RUNTIME_CACHE_DIR"))
     try:
-        return {"compiled": read_cache(Path(cache) if cache else None), "live": live_triton(repo_root)}
+        compiled = read_cache(Path(cache) if cache else None)
+        flydsl = read_flydsl(Path(dumps) if dumps else None, Path(fly_cache) if fly_cache else None)
+        if flydsl:  # FlyDSL's kernels beside Triton's (jitcache.py says how they are read)
+            compiled = {"kernels": compiled["kernels"] + flydsl, "note": None}
+        return {"compiled": compiled, "live": live_triton(repo_root)}
     except Exception as exc:  # evidence is an extra: never a failed trial
         return {"compiled": {"kernels": [], "note": f"reading the JIT cache failed: {describe_exception(exc)}"},
                 "live": {"autotune": [], "kernels": [], "note": None}}

@@ -140,12 +140,13 @@ def kernel_code_diff(label: str, before: dict | None, after: dict | None) -> dic
     levels = [lv for lv in before.get("ops", {}) if lv in after.get("ops", {})]
     ops = {lv: op_deltas(before["ops"][lv], after["ops"][lv]) for lv in levels}
     ops = {lv: rows for lv, rows in ops.items() if rows}
-    diff, cut = bounded_unified_diff(before.get("ttgir") or "", after.get("ttgir") or "", f"{label}.ttgir")
+    ir = after.get("diff_ir") or before.get("diff_ir") or "ttgir"  # FlyDSL's: its source MLIR ("fly")
+    diff, cut = bounded_unified_diff(before.get("ttgir") or "", after.get("ttgir") or "", f"{label}.{ir}")
     changed = bool(meta or ops or diff)
     return {"name": label, "status": "changed" if changed else "same", "metadata": meta, "ops": ops,
             "ttgir_diff": diff, "ttgir_diff_truncated": cut or bool(before.get("ttgir_truncated")
                                                                   or after.get("ttgir_truncated")),
-            "ir_levels": sorted(set(before.get("ir_levels", [])) & set(after.get("ir_levels", [])))}
+            "ir_levels": sorted(set(before.get("ir_levels", [])) & set(after.get("ir_levels", []))), "diff_ir": ir}
 
 
 def compiled_diff(before: dict, after: dict, before_live: dict | None = None,

@@ -60,10 +60,12 @@ class KernelCode(BaseModel):
     name: str = Field(description="the Triton kernel (name#n where one name compiled several times)")
     status: str = Field(description="changed, same, added or removed")
     metadata: list[FieldChange] = Field(description="num_warps, num_stages, shared, registers ... that differ")
-    ops: dict[str, list[OpDelta]] = Field(description="per IR level (ttir, ttgir, llir, ptx, amdgcn): count deltas")
-    ttgir_diff: str | None = Field(default=None, description="a bounded unified diff of the TTGIR")
+    ops: dict[str, list[OpDelta]] = Field(
+        description="per IR level (ttir, ttgir, llir, ptx, amdgcn; fly: FlyDSL's source MLIR): count deltas")
+    ttgir_diff: str | None = Field(default=None, description="a bounded unified diff of the IR named by diff_ir")
     ttgir_diff_truncated: bool = False
     ir_levels: list[str] = []
+    diff_ir: str = Field(default="ttgir", description="the IR of ttgir_diff: ttgir (Triton) or fly (FlyDSL's source MLIR)")
 
 
 class CompiledSection(Section):

@@ -27,12 +27,12 @@ def code_line(kernel: KernelCode) -> str:
     if kernel.status in ("added", "removed"):
         return f"{kernel.name}: {kernel.status}"
     parts = [", ".join(f"{c.field} {_value(c.before)}->{_value(c.after)}" for c in kernel.metadata[:4])]
-    level = next((lv for lv in ("ptx", "amdgcn", "llir", "ttgir", "ttir") if kernel.ops.get(lv)), None)
+    level = next((lv for lv in ("ptx", "amdgcn", "llir", "ttgir", "ttir", "fly") if kernel.ops.get(lv)), None)
     if level:
         ops = ", ".join(f"{d.op} {d.delta:+d}" for d in kernel.ops[level][:MAX_OPS_SHOWN])
         parts.append(f"{level} {ops}")
     elif kernel.ttgir_diff:
-        parts.append("TTGIR differs")
+        parts.append(f"{kernel.diff_ir.upper()} differs")
     return f"{kernel.name}: " + "; ".join(p for p in parts if p)
 
 

@@ -163,3 +163,72 @@ def test_live_kernel_facts_name_the_constexprs() -> None:
     jit = NS(device_caches={0: ({"key": kernel}, "target", "backend", "binder")})
     tuner = NS(fn=NS(fn=jit), configs=[1, 2], cache={})
     assert profiling._compiled_of(profiling._jit_of(tuner)) == [kernel]
+
+
+FLYDSL = DATA / "flydsl"
+
+
+def test_flydsl_dumps_give_source_mlir_with_fastmath_llvm_ir_and_amdgcn_resources() -> None:
+    (kernel,) = jitcache.read_flydsl(FLYDSL / "dump_before")
+    assert kernel["name"] == "attn_fwd_kernel" and kernel["metadata"]["target"] == "rocm:gfx950"
+    assert kernel["ir_levels"] == ["amdgcn", "fly", "llir"] and kernel["diff_ir"] == "fly"
+    assert kernel["ops"]["fly"]["arith.mulf<fast>"] == 2 and kernel["ops"]["fly"]["math.exp2<fast>"] == 1
+    assert kernel["ops"]["fly"]["fly.load"] == 1 and "gpu.module" in kernel["ops"]["fly"]
+    assert kernel["ops"]["llir"]["call @llvm.exp2.v8f32"] == 1
+    assert (kernel["metadata"]["n_regs"], kernel["metadata"]["occupancy"]) == (32, 8)
+    assert kernel["ttgir"].startswith("#loc")  # the diffable text is the source MLIR
+    (after,) = jitcache.read_flydsl(FLYDSL / "dump_after")
+    assert after["ops"]["fly"]["arith.mulf"] == 2 and "math.exp2<fast>" not in after["ops"]["fly"]
+
+
+class CompiledArtifact:
+    """Pickles as FlyDSL's does (jit_executor.CompiledArtifact.__getstate__'s dict)."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def __getstate__(self):
+        return self.state
+
+
+class Gadget:
+    def __reduce__(self):
+        import os
+        return (os.system, ("touch /tmp/perfbisect-pickle-ran",))
+
+
+def test_a_flydsl_cache_pickle_is_read_without_running_it(tmp_path: Path) -> None:
+    import pickle
+
+    source = (FLYDSL / "dump_before" / "attn_fwd_kernel" / "00_origin.mlir").read_text()
+    entry = tmp_path / "cache" / "attn_fwd_kernel_3f2a"
+    entry.mkdir(parents=True)
+    (entry / "0123456789abcdef.pkl").write_bytes(pickle.dumps(CompiledArtifact(
+        {"ir_text": "module {}", "entry": "attn_fwd_kernel", "source_ir": source, "processor_refs": []})))
+    (kernel,) = jitcache.read_flydsl(None, tmp_path / "cache")
+    assert (kernel["name"], kernel["hash"], kernel["ir_levels"]) == ("attn_fwd_kernel", "0123456789abcdef", ["fly"])
+    assert kernel["ops"]["fly"]["math.exp2<fast>"] == 1
+    # a kernel with a dump is read from the dump (more levels), not from its pickle
+    (dumped,) = jitcache.read_flydsl(FLYDSL / "dump_before", tmp_path / "cache")
+    assert dumped["ir_levels"] == ["amdgcn", "fly", "llir"]
+    # a repository's pickle is parsed, never executed (what it claims is only its own trial's
+    # evidence, as a dump file it wrote would be); a broken one is no kernel
+    marker = Path("/tmp/perfbisect-pickle-ran")
+    marker.unlink(missing_ok=True)
+    (entry / "fedcba9876543210.pkl").write_bytes(pickle.dumps({"entry": "evil", "source_ir": Gadget()}))
+    (entry / "0000000000000000.pkl").write_bytes(b"\x80\x04garbage")
+    assert [k["name"] for k in jitcache.read_flydsl(None, tmp_path / "cache")] == ["attn_fwd_kernel", "evil"]
+    assert not marker.exists()
+    assert jitcache.pickled_strings(pickle.dumps({"entry": "k", "source_ir": None})) == {"entry": "k"}
+
+
+def test_a_profiled_trial_keeps_flydsl_ir_by_construction(monkeypatch, tmp_path: Path) -> None:
+    from perfbisect.kernels.harness import trial
+
+    env = jitcache.flydsl_dump_env(str(tmp_path))
+    assert env == {"FLYDSL_DUMP_IR": "1", "FLYDSL_DUMP_DIR": str(tmp_path), "FLYDSL_RUNTIME_ENABLE_CACHE": "0"}
+    monkeypatch.setenv("FLYDSL_DUMP_DIR", str(FLYDSL / "dump_after"))
+    monkeypatch.delenv("FLYDSL_RUNTIME_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    compiled = trial.compiled_evidence(tmp_path)["compiled"]
+    assert [k["name"] for k in compiled["kernels"]] == ["attn_fwd_kernel"] and compiled["note"] is None
