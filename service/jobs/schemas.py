@@ -168,7 +168,7 @@ class BisectCreate(BaseModel):
         if not self.wheelhouse.startswith("/"):
             raise ValueError(f"wheelhouse {self.wheelhouse!r} is not an absolute path")
         asked = [name for name, on in (("attribute", self.attribute), ("localize", self.localize),
-                                       ("evidence", self.evidence), ("descend", self.descend)) if on]
+                                       ("evidence", self.evidence)) if on]
         if asked:
             raise ValueError(f"a toolchain bisect's culprits are versions, not commits: {', '.join(asked)} does not "
                              "apply to them")
@@ -188,8 +188,8 @@ class BisectCreate(BaseModel):
             extra["evidence"] = True
         if self.localize:  # stored only when asked for: a stored bisect without it never localizes
             extra["localize"] = True
-        if toolchain is not None:  # its culprits are versions: nothing that reverts or descends a commit
-            extra |= {"toolchain": toolchain, "attribute": False, "descend": False}
+        if toolchain is not None:  # its culprits are versions: nothing reverts them (a descent goes to their commits)
+            extra |= {"toolchain": toolchain, "attribute": False}
         return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
 
 
@@ -388,6 +388,8 @@ class DescentRead(BaseModel):
     error: str | None = None
     other_files: list[str] = Field(default=[], description="what the bump's commit changed besides the pin")
     cases: list[str] = Field(default=[], description="the cases the culprit moved: those the child measures")
+    toolchain: bool = Field(default=False, description="a toolchain bisect's step: `old` and `new` are the package's "
+                            "versions, the child bisects between their commits (tags)")
 
 
 class JobRead(BaseModel):
