@@ -1,6 +1,6 @@
 """A toolchain bisect descends into the package's own history (issue 44): `tinyop` is a git
 repository tagged 1.0 and 2.0, with a harmless commit and a real regression (the product
-recomputed thirty times) between them; its wheels 1.0 and 2.0 are built from those tags. The host
+recomputed three times) between them; its wheels 1.0 and 2.0 are built from those tags. The host
 pins it (`tinyop==1.0` in requirements.txt) and declares it as a dependency with a recipe that
 builds it from source. The toolchain bisect names tinyop 2.0, then a child bisect over
 tinyop's commits 1.0 .. 2.0, the host kept at the toolchain's commit and each tinyop commit built
@@ -35,14 +35,18 @@ from tests.factories import create_repository
 from tests.gitrepo import git
 from tests.test_descent_jobs import commit, drive, step_of
 from tests.test_job_rounds import CASE_BIG, CASE_SMALL, harness_result
-from tests.test_toolchain_bisect import FAST, FAST_NOTE, OPS, SLOW, suite_file, write_wheel
+from tests.test_toolchain_bisect import FAST, FAST_NOTE, OPS, suite_file, write_wheel
 
 PYPROJECT = ('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
              '[project]\nname = "tinyop"\nversion = "{version}"\n')
+# three times the work: a step of about -65%, which the child reproduces within the minimum effect
+# on the log scale (a tenfold step measured in two jobs apart can differ by more, on a busy machine)
+SLOW = ("def scale(x, factor):\n    out = x * factor\n"
+        "    for _ in range(2):  # the same work twice more\n        out = x * factor\n    return out\n")
 # tinyop's history: (subject, module source, version in pyproject, tag)
 HISTORY = [("tinyop 1.0", FAST, "1.0", "1.0"),
            ("tinyop: a docstring for scale", FAST_NOTE, "1.0", None),
-           ("tinyop: recompute the product thirty times", SLOW, "1.0", None),
+           ("tinyop: recompute the product three times", SLOW, "1.0", None),
            ("tinyop 2.0", SLOW, "2.0", "2.0")]
 REGRESSION = 2
 RECIPE = ("{python} -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-deps --no-index "
@@ -52,11 +56,12 @@ DEPENDENCY = {"name": "tinyop", "repository": "tinyop", "recipe": RECIPE,
 HOST_BUILD = "mkdir -p {build_dir} && cp -r hostlib {build_dir}/"  # imported from .perfbisect-build, beside tinyop
 
 
-def make_tinyop(path: Path) -> list[str]:
+def make_tinyop(path: Path, history: list[tuple[str, str, str, str | None]] = HISTORY) -> list[str]:
+    """tinyop's git repository with `history`'s commits and tags; their shas."""
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main")
     shas = []
-    for subject, source, version, tag in HISTORY:
+    for subject, source, version, tag in history:
         shas.append(commit(path, {"tinyop/__init__.py": source, "pyproject.toml": PYPROJECT.format(version=version)},
                            subject))
         if tag:
@@ -64,10 +69,11 @@ def make_tinyop(path: Path) -> list[str]:
     return shas
 
 
-def make_wheels(directory: Path, extra: dict[str, str] | None = None) -> Path:
-    """The wheels of tinyop 1.0 and 2.0, each of its tag's source (and `extra` versions)."""
+def make_wheels(directory: Path, extra: dict[str, str] | None = None,
+                history: list[tuple[str, str, str, str | None]] = HISTORY) -> Path:
+    """A wheel of each tagged version of `history`, of its tag's source (and of `extra` versions)."""
     directory.mkdir(parents=True)
-    for _subject, source, _version, tag in HISTORY:
+    for _subject, source, _version, tag in history:
         if tag:
             write_wheel(directory, tag, source)
     for version, source in (extra or {}).items():
@@ -177,7 +183,7 @@ def test_the_version_that_moved_is_bisected_between_its_commits(session, histori
     read = views.job_read(session, jobs.get(session, parent_id))
     (line,) = read.descent_lines
     assert line.startswith(f"{CASE_BIG}: tinyop 1.0 -> 2.0; inside it, tinyop {tinyop[REGRESSION][:7]} "
-                           "'tinyop: recompute the product thirty times': -"), line
+                           "'tinyop: recompute the product three times': -"), line
     assert -42 < step_of(line) < -38
     table = culprit_table(read)
     assert "first version that moves: tinyop 2.0 (after 1.0)" in table and line in table
@@ -242,9 +248,9 @@ def test_a_toolchain_bisect_descends_and_names_the_regressing_commit(tmp_path: P
     print(done.stdout)
     assert done.returncode == OK, done.stdout[-3000:] + done.stderr[-3000:]
     assert "first version that moves: tinyop 2.0 (after 1.0)" in done.stdout
-    assert "tinyop 1.0 -> 2.0: bisecting between their commits, job 2" in done.stdout
+    assert "tinyop 1.0 -> 2.0: bisecting between their commits, job 2" in done.stdout + done.stderr
     assert (f"tinyop 1.0 -> 2.0; inside it, tinyop {tinyop[REGRESSION][:7]} "
-            "'tinyop: recompute the product thirty times': -") in done.stdout
+            "'tinyop: recompute the product three times': -") in done.stdout
     child = json.loads(cli("show", "2", "--json").stdout)
     assert [(c["first_sha"], c["last_sha"]) for c in child["culprits"]] == [(tinyop[REGRESSION], tinyop[REGRESSION])]
     import psycopg

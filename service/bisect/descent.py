@@ -136,14 +136,15 @@ def chain_line(finding: Finding) -> str:
         rel, (lo, hi) = last.effects[finding.case]
         return f"{'; '.join(parts)}: {_pct(rel)} [{_pct(lo)}, {_pct(hi)}]"
     rel, (lo, hi) = first.effects.get(finding.case, (0.0, (0.0, 0.0)))
+    inside = ", ".join(f"{s.label} {_pct(s.effects[finding.case][0])}" for s in finding.child_steps
+                       if finding.case in s.effects)
     if finding.outside:
         where = f"the bump's other changes: {', '.join(finding.outside)}"
     elif outer.toolchain:
-        where = "the two versions built from source do not show it: look at how their wheels were built"
+        where = ("the rest is between the wheels and the commits built from source" if inside else
+                 "the versions built from source show no step: look at how their wheels were built")
     else:
         where = "no other change of the bump: the step is in how the two pins build or interact"
-    inside = ", ".join(f"{s.label} {_pct(s.effects[finding.case][0])}" for s in finding.child_steps
-                       if finding.case in s.effects)
     found = f"the dependency's own steps ({inside}) do not account for it" if inside else \
         "the dependency's range shows no step of its own"
     return f"{parts[0]}: {_pct(rel)} [{_pct(lo)}, {_pct(hi)}] left outside: {found}; {where}"
