@@ -131,11 +131,14 @@ class BisectCreate(BaseModel):
         "after the bisect (and its attribution), search each performance culprit's diff for the hunks that carry its "
         "step: subsets of its hunks applied to its parent, side by side with the culprit (issue 43)"))
     descend: bool | None = Field(default=None, description="when a culprit moves a declared dependency's pin, bisect "
-                                 "inside the dependency's range (default true; false never)")
+                                 "inside the dependency's range; in a toolchain bisect, when the host declares the "
+                                 "package as a dependency, bisect between the moving version's and the previous "
+                                 "version's tagged commits (default true; false never)")
     toolchain: ToolchainAsk | None = Field(default=None, description=(
         "a toolchain bisect (issue 44): bisect prebuilt versions of a package, installed from `wheelhouse`, at "
         "one commit of the repository (`good`; `bad`, if it differs, must name the same commit); the culprit is "
-        "the first version that moves. Needs the admin scope (a wheel is code the workers run)"),
+        "the first version that moves, then (`descend`) the commit inside the package's declared repository. Needs "
+        "the admin scope (a wheel is code the workers run)"),
         examples=["triton==3.4.0,3.5.0,3.6.0", {"package": "triton", "specifier": ">=3.4,<=3.6"}])
     wheelhouse: text(1000, min_length=1) | None = Field(default=None, description=(
         "with toolchain: an absolute path to a directory of wheels that the API and the workers read (the workers "
