@@ -199,9 +199,10 @@ def test_the_version_that_moved_is_bisected_between_its_commits(session, histori
 def _note(session, job_id: int, truth) -> str:
     assert drive(session, job_id, truth) == []
     read = views.job_read(session, jobs.get(session, job_id))
-    assert read.status == "succeeded" and [c.last_sha for c in read.culprits] == [read.revision_shas[-1]], culprit_table(read)
+    table = culprit_table(read)
+    assert read.status == "succeeded" and [c.last_sha for c in read.culprits] == [read.revision_shas[-1]], table
     (line,) = read.descent_lines
-    assert line in culprit_table(read)
+    assert line in table
     return line
 
 
@@ -218,7 +219,8 @@ def test_no_registered_repository_or_no_tag_is_a_note_not_a_failure(session, tmp
     line = _note(session, submit(session, wheels, host, repository="bare"), result_of(tinyop))
     assert line.startswith("tinyop 1.0 -> 2.0: no descent: the repository 'tinyop' is registered, but bare declares "
                            "no dependency tinyop"), line
-    create_repository(session, tmp_path / "hostlib", name="hostlib", dependencies=[Dependency.model_validate(DEPENDENCY)])
+    create_repository(session, tmp_path / "hostlib", name="hostlib",
+                      dependencies=[Dependency.model_validate(DEPENDENCY)])
     line = _note(session, submit(session, wheels, host, "tinyop==1.0,1.5"), result_of(tinyop))
     assert line == ("tinyop 1.0 -> 1.5: no descent: tinyop has no tag for tinyop 1.5 (looked for 1.5, v1.5; "
                     "declare the pin's tag pattern if it differs)")
