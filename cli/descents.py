@@ -23,8 +23,12 @@ def follow_descents(job: JobRead, read: Read, follow: Callable[[int], JobRead], 
     if not children or depth <= 0:
         return job
     for entry in children:
-        console.print(f"{entry.label or entry.culprit_sha[:10]} bumps {entry.dependency} "
-                      f"{entry.old[:10]}..{entry.new[:10]}: bisecting inside it, job {entry.job_id}")
+        if entry.toolchain:
+            console.print(f"{entry.dependency} {entry.old} -> {entry.new}: bisecting between their commits, "
+                          f"job {entry.job_id}")
+        else:
+            console.print(f"{entry.label or entry.culprit_sha[:10]} bumps {entry.dependency} "
+                          f"{entry.old[:10]}..{entry.new[:10]}: bisecting inside it, job {entry.job_id}")
         follow_descents(follow(entry.job_id), read, follow, console, depth - 1)
     return read(job.id)
 

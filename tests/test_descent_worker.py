@@ -87,7 +87,7 @@ def test_the_api_refuses_a_pin_that_matches_nothing(client, pair) -> None:
     good = client.post("/api/repositories", json={"name": "host", "url": str(host_path), "dependencies": [DEPENDENCY]})
     assert good.status_code == 201, good.text
     assert good.json()["dependencies"] == [{**DEPENDENCY, "path": None, "recipe": None,
-                                            "pin": {**DEPENDENCY["pin"]}}]
+                                            "pin": {**DEPENDENCY["pin"], "tag": None}}]
 
 
 runner = CliRunner()

@@ -182,7 +182,7 @@ def test_a_toolchain_job_plans_versions_and_reports_the_first_that_moves(client,
     assert job["status"] == "succeeded" and set(seen) <= {"1.0", "1.1", "2.0", "2.1"}
     assert job["revision_shas"] == ["tinyop==1.0", "tinyop==1.1", "tinyop==2.0", "tinyop==2.1"]
     assert [(c["first_sha"], c["last_sha"]) for c in job["culprits"]] == [("tinyop==2.0", "tinyop==2.0")]
-    assert job["spec"]["toolchain"]["commit"] == shas[1] and job["spec"]["descend"] is False
+    assert job["spec"]["toolchain"]["commit"] == shas[1] and job["spec"].get("descend", True)  # into its commits
     trials_read = client.get(f"/api/jobs/{job_id}/trials").json()
     by_version = {t["sha"]: {u["fingerprint"] for u in trials_read if u["sha"] == t["sha"]} for t in trials_read}
     assert all(len(fps) == 1 for fps in by_version.values())  # installed or served from the cache: one fingerprint
@@ -190,6 +190,7 @@ def test_a_toolchain_job_plans_versions_and_reports_the_first_that_moves(client,
     report = client.get(f"/api/jobs/{job_id}/report").text
     assert f"toolchain tinyop at {shas[1][:10]}: versions 1.0, 1.1, 2.0, 2.1" in report
     assert "first version that moves: tinyop 2.0 (after 1.1)" in report and "at tinyop==2.0" in report
+    assert "tinyop 1.1 -> 2.0: no descent: no repository of tinyop is registered" in report  # hostlib declares none
     markdown = client.get(f"/api/jobs/{job_id}/report?format=markdown").text
     assert "first version that moves: tinyop 2.0 (after 1.1)" in markdown and "`tinyop==2.0`" in markdown
     page = client.get(f"/dashboard/jobs/{job_id}", headers={"Accept": "text/html"}).text

@@ -52,10 +52,10 @@ def _commit(dep: DependencyWork, pin: str) -> tuple[Mirror, str]:
     mirror = Mirror(get_settings().mirrors_dir.resolve(), dep.repo_name, dep.repo_url)
     try:
         mirror.ensure(fetch=False)
-        found = pin_commit(mirror, pin)
+        found = pin_commit(mirror, pin, dep.pin.get("tag"))
         if found is None:
             mirror.ensure(fetch=True)
-            found = pin_commit(mirror, pin)
+            found = pin_commit(mirror, pin, dep.pin.get("tag"))
     except GitError as exc:
         raise PlacementError(f"dependency {dep.name}: {exc}") from exc
     if found is None:

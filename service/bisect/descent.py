@@ -19,11 +19,18 @@ MAX_LEVEL = 2
 
 @dataclass(frozen=True)
 class Bump:
-    """A dependency whose pin a commit moved, `old` -> `new` (commits, tags or versions)."""
+    """A dependency whose pin a commit moved, `old` -> `new` (commits, tags or versions), or, for
+    a toolchain bisect (`toolchain`), the package's version that moved the step and the one before."""
 
     dependency: str
     old: str
     new: str
+    toolchain: bool = False
+
+    def __str__(self) -> str:
+        if self.toolchain:
+            return f"{self.dependency} {self.old} -> {self.new}"
+        return f"{self.dependency} {_short(self.old)}..{_short(self.new)}"
 
 
 @dataclass(frozen=True)
@@ -118,23 +125,26 @@ def _short(pin: str) -> str:
 def chain_line(finding: Finding) -> str:
     """One line: "#945 bumps minicc a1b2c3d..c3d4e5f; inside it, minicc c2f0a1b 'route maxnumf
     through the raw builder': -10.4% [-11.0%, -9.8%]", or what is left outside the bump."""
-    first = finding.chain[0]
-    parts = [f"{first.label} bumps {finding.bumps[0].dependency} "
-             f"{_short(finding.bumps[0].old)}..{_short(finding.bumps[0].new)}"]
+    first, outer = finding.chain[0], finding.bumps[0]
+    parts = [str(outer) if outer.toolchain else f"{first.label} bumps {outer}"]
     for depth, step in enumerate(finding.chain[1:]):  # the step inside finding.bumps[depth]
         parts.append(f"inside it, {finding.bumps[depth].dependency} {step.label} {step.subject!r}")
         if depth + 1 < len(finding.bumps):
-            bump = finding.bumps[depth + 1]
-            parts[-1] += f", which bumps {bump.dependency} {_short(bump.old)}..{_short(bump.new)}"
+            parts[-1] += f", which bumps {finding.bumps[depth + 1]}"
     last = finding.chain[-1]
     if finding.explained:
         rel, (lo, hi) = last.effects[finding.case]
         return f"{'; '.join(parts)}: {_pct(rel)} [{_pct(lo)}, {_pct(hi)}]"
     rel, (lo, hi) = first.effects.get(finding.case, (0.0, (0.0, 0.0)))
-    where = (f"the bump's other changes: {', '.join(finding.outside)}" if finding.outside
-             else "no other change of the bump: the step is in how the two pins build or interact")
     inside = ", ".join(f"{s.label} {_pct(s.effects[finding.case][0])}" for s in finding.child_steps
                        if finding.case in s.effects)
+    if finding.outside:
+        where = f"the bump's other changes: {', '.join(finding.outside)}"
+    elif outer.toolchain:
+        where = ("the rest is between the wheels and the commits built from source" if inside else
+                 "the versions built from source show no step: look at how their wheels were built")
+    else:
+        where = "no other change of the bump: the step is in how the two pins build or interact"
     found = f"the dependency's own steps ({inside}) do not account for it" if inside else \
         "the dependency's range shows no step of its own"
     return f"{parts[0]}: {_pct(rel)} [{_pct(lo)}, {_pct(hi)}] left outside: {found}; {where}"

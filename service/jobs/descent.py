@@ -20,12 +20,15 @@ from sqlalchemy.orm import Session
 from perfbisect.gitrepo import GitError, validate_ref
 from perfbisect.service.bisect import descent as rules
 from perfbisect.service.errors import PerfbisectError
-from perfbisect.service.job_spec import BisectSpec, Descent, descent_of
+from perfbisect.service.job_spec import BisectSpec, Descent, Toolchain, descent_of, toolchain_of
 from perfbisect.service.jobs import repository, resolution
-from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Revision
+from perfbisect.service.models import Culprit, CulpritKind, Job, JobKind, JobStatus, Repository, Revision
 from perfbisect.service.repos import dependencies
 from perfbisect.service.repos import repository as repos_repo
 from perfbisect.service.repos import service as repos
+from perfbisect.service.repos.pins import tag_names
+from perfbisect.service.repos.schemas import Dependency
+from perfbisect.service.toolchains.rules import version_of
 
 SHARED = ("cases", "device_class", "min_effect", "metric", "policy", "workers", "max_trials", "side_by_side",
           "suite_sources")
@@ -38,7 +41,10 @@ def level_of(job: Job) -> int:
 
 def _label(culprit: Culprit, revisions: dict[str, Revision]) -> tuple[str, str]:
     rev = revisions.get(culprit.last_sha)
-    label = f"#{rev.pr_number}" if rev is not None and rev.pr_number else culprit.last_sha[:7]
+    if "==" in culprit.last_sha:  # a toolchain bisect's version: its label whole ("tinyop==2.0")
+        label = culprit.last_sha
+    else:
+        label = f"#{rev.pr_number}" if rev is not None and rev.pr_number else culprit.last_sha[:7]
     return label, rev.subject if rev is not None else ""
 
 
@@ -55,10 +61,14 @@ def steps_of(session: Session, job: Job, entries: Sequence[dict[str, Any]] = ())
     for c in culprits:
         label, subject = _label(c, revisions)
         own = [e for e in entries if e["culprit_sha"] == c.last_sha]
-        moved = tuple(rules.Bump(e["dependency"], e["old"], e["new"]) for e in own)
+        moved = tuple(_bump(e) for e in own)
         steps.append(rules.Step(label, subject, c.first_sha == c.last_sha, _effects(c), moved,
                                 tuple(own[0].get("other_files", ())) if own else ()))
     return steps
+
+
+def _bump(entry: dict[str, Any]) -> rules.Bump:
+    return rules.Bump(entry["dependency"], entry["old"], entry["new"], entry.get("toolchain", False))
 
 
 def _parent_sha(job: Job, sha: str) -> str | None:
@@ -69,9 +79,9 @@ def _parent_sha(job: Job, sha: str) -> str | None:
 def _host(session: Session, job: Job) -> tuple[int, str, dict[str, str], str]:
     """The host repository id, its commit, the fixed outer dependencies, and the path of names
     of `job`'s own repository from the host ("" for the host itself)."""
-    found = descent_of(job.spec)
-    if found is None:
-        return job.repository_id, "", {}, ""
+    found, axis = descent_of(job.spec), toolchain_of(job.spec)
+    if found is None:  # the host itself: a toolchain bisect's host stays at its one commit
+        return job.repository_id, axis.commit if axis is not None and axis.commit else "", {}, ""
     return found.host_repository_id, found.host_sha, {**found.fixed}, found.dependency
 
 
@@ -81,6 +91,9 @@ def maybe_descend(session: Session, job: Job) -> list[Job]:
     reads only; a bump that cannot be bisected is recorded with its reason, never raised."""
     if job.kind != JobKind.bisect or not job.spec.descend or job.status == JobStatus.cancelled:
         return []
+    axis = toolchain_of(job.spec)
+    if axis is not None:
+        return _toolchain_descents(session, job, axis)
     repo = job.repository
     if not repo.dependencies:
         return []
@@ -119,6 +132,59 @@ def maybe_descend(session: Session, job: Job) -> list[Job]:
     return children
 
 
+def _toolchain_descents(session: Session, job: Job, axis: Toolchain) -> list[Job]:
+    """After a toolchain bisect concluded: for each exact culprit (version V, after version U), a
+    child bisect inside the package's registered repository over U's commit .. V's commit (the
+    host stays at the toolchain's commit; each trial builds the package from source at the trial's
+    commit with its declared recipe). Where the host declares no dependency for the package, or a
+    version has no tag there, the entry records why ("no descent: ..."), never raised."""
+    from perfbisect.service.attribution.service import moved_cases  # it imports jobs at module level
+
+    dep = dependencies.for_package(job.repository, axis.package)
+    entries, children = [], []
+    for culprit in (c for c in performance_culprits(session, job) if c.first_sha == c.last_sha):
+        before = _parent_sha(job, culprit.last_sha)
+        if before is None:
+            continue
+        entry = {"dependency": dep.name if dep else axis.package, "culprit_sha": culprit.last_sha,
+                 "label": culprit.last_sha, "old": version_of(before), "new": version_of(culprit.last_sha),
+                 "other_files": [], "cases": moved_cases(job, culprit), "toolchain": True}
+        entries.append(entry)
+        entry["error"] = _cannot_descend(session, job.repository, axis.package, dep, entry)
+        child = _child(session, job, entry, 1) if entry["error"] is None else None
+        if child is not None:
+            entry["job_id"] = child.id
+            children.append(child)
+    job.result = {**(job.result or {}), "descents": [{k: v for k, v in e.items() if v is not None} for e in entries]}
+    return children
+
+
+def _cannot_descend(session: Session, host: Repository, package: str, dep: Dependency | None,
+                    entry: dict[str, Any]) -> str | None:
+    """Why a toolchain bisect's step between two versions of `package` cannot be bisected inside
+    the package's repository (None: it can): no dependency `dep` declared for the package on the
+    host, its repository not registered, or a version without its tag there. Local git reads."""
+    if dep is None:
+        named = repos_repo.get_by_name(session, package)
+        return (f"the repository {package!r} is registered, but {host.name} declares no dependency {package} "
+                "(its pin and the recipe that builds it from source) to build its commits with" if named else
+                f"no repository of {package} is registered: register it and declare it on {host.name} as a "
+                "dependency (with the recipe that builds it from source) to bisect between the versions' commits")
+    dep_repo = repos_repo.get_by_name(session, dep.repository)
+    if dep_repo is None:
+        return f"the dependency's repository {dep.repository!r} is no longer registered"
+    mirror = repos.mirror_of(dep_repo)
+    for version in (entry["old"], entry["new"]):
+        try:
+            found = dependencies.pin_commit(mirror, version, dep.pin.tag)
+        except GitError as exc:
+            return f"cannot read {dep.repository}: {exc}"
+        if found is None:
+            return (f"{dep.repository} has no tag for {package} {version} (looked for "
+                    f"{', '.join(tag_names(version, dep.pin.tag))}; declare the pin's tag pattern if it differs)")
+    return None
+
+
 def _culprit_sha(session: Session, job: Job, index: int) -> str:
     return performance_culprits(session, job)[index].last_sha
 
@@ -138,7 +204,8 @@ def _child(session: Session, parent: Job, entry: dict[str, Any], level: int) -> 
         entry["error"] = f"the dependency's repository {dep.repository!r} is no longer registered"
         return None
     mirror = repos.mirror_of(dep_repo)
-    good, bad = dependencies.pin_commit(mirror, entry["old"]), dependencies.pin_commit(mirror, entry["new"])
+    good, bad = (dependencies.pin_commit(mirror, entry["old"], dep.pin.tag),
+                 dependencies.pin_commit(mirror, entry["new"], dep.pin.tag))
     try:
         # pins the mirror does not hold yet: the child's first task fetches and resolves them (or fails)
         resolved = resolution.bisect_range(mirror, good, bad) if good and bad else None
@@ -181,7 +248,7 @@ def findings(session: Session, job: Job, max_depth: int = rules.MAX_LEVEL) -> li
         parent_step = steps.get(entry.get("label", ""))
         if child is None or parent_step is None or not child.status.finished:
             continue
-        bump = rules.Bump(entry["dependency"], entry["old"], entry["new"])
+        bump = _bump(entry)
         child_steps = steps_of(session, child, descents_of(child))
         deeper = findings(session, child, max_depth - 1) if max_depth > 1 else []
         for case in entry.get("cases") or parent_step.effects:  # the cases the culprit moved
@@ -197,9 +264,12 @@ def lines(session: Session, job: Job) -> list[str]:
     children still running or not started."""
     out = [f"{f.case}: {rules.chain_line(f)}" for f in findings(session, job)]
     for entry in descents_of(job):
-        name = f"{entry.get('label') or entry['culprit_sha'][:7]} bumps {entry['dependency']}"
+        if entry.get("toolchain"):
+            name = str(_bump(entry))
+        else:
+            name = f"{entry.get('label') or entry['culprit_sha'][:7]} bumps {entry['dependency']}"
         if entry.get("error"):
-            out.append(f"{name}: not descended: {entry['error']}")
+            out.append(f"{name}: {'no descent' if entry.get('toolchain') else 'not descended'}: {entry['error']}")
             continue
         child = repository.get_job(session, entry["job_id"])
         if child is not None and not child.status.finished:

@@ -131,11 +131,14 @@ class BisectCreate(BaseModel):
         "after the bisect (and its attribution), search each performance culprit's diff for the hunks that carry its "
         "step: subsets of its hunks applied to its parent, side by side with the culprit (issue 43)"))
     descend: bool | None = Field(default=None, description="when a culprit moves a declared dependency's pin, bisect "
-                                 "inside the dependency's range (default true; false never)")
+                                 "inside the dependency's range; in a toolchain bisect, when the host declares the "
+                                 "package as a dependency, bisect between the moving version's and the previous "
+                                 "version's tagged commits (default true; false never)")
     toolchain: ToolchainAsk | None = Field(default=None, description=(
         "a toolchain bisect (issue 44): bisect prebuilt versions of a package, installed from `wheelhouse`, at "
         "one commit of the repository (`good`; `bad`, if it differs, must name the same commit); the culprit is "
-        "the first version that moves. Needs the admin scope (a wheel is code the workers run)"),
+        "the first version that moves, then (`descend`) the commit inside the package's declared repository. Needs "
+        "the admin scope (a wheel is code the workers run)"),
         examples=["triton==3.4.0,3.5.0,3.6.0", {"package": "triton", "specifier": ">=3.4,<=3.6"}])
     wheelhouse: text(1000, min_length=1) | None = Field(default=None, description=(
         "with toolchain: an absolute path to a directory of wheels that the API and the workers read (the workers "
@@ -168,7 +171,7 @@ class BisectCreate(BaseModel):
         if not self.wheelhouse.startswith("/"):
             raise ValueError(f"wheelhouse {self.wheelhouse!r} is not an absolute path")
         asked = [name for name, on in (("attribute", self.attribute), ("localize", self.localize),
-                                       ("evidence", self.evidence), ("descend", self.descend)) if on]
+                                       ("evidence", self.evidence)) if on]
         if asked:
             raise ValueError(f"a toolchain bisect's culprits are versions, not commits: {', '.join(asked)} does not "
                              "apply to them")
@@ -188,8 +191,8 @@ class BisectCreate(BaseModel):
             extra["evidence"] = True
         if self.localize:  # stored only when asked for: a stored bisect without it never localizes
             extra["localize"] = True
-        if toolchain is not None:  # its culprits are versions: nothing that reverts or descends a commit
-            extra |= {"toolchain": toolchain, "attribute": False, "descend": False}
+        if toolchain is not None:  # its culprits are versions: nothing reverts them (a descent goes to their commits)
+            extra |= {"toolchain": toolchain, "attribute": False}
         return BisectSpec(**fields, cases=cases, max_trials=self.max_trials or max_trials, policy=policy, **extra)
 
 
@@ -388,6 +391,8 @@ class DescentRead(BaseModel):
     error: str | None = None
     other_files: list[str] = Field(default=[], description="what the bump's commit changed besides the pin")
     cases: list[str] = Field(default=[], description="the cases the culprit moved: those the child measures")
+    toolchain: bool = Field(default=False, description="a toolchain bisect's step: `old` and `new` are the package's "
+                            "versions, the child bisects between their commits (tags)")
 
 
 class JobRead(BaseModel):

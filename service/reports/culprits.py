@@ -369,9 +369,13 @@ def descent_report_lines(job: JobRead) -> list[Text]:
                                  f"{found.label or found.culprit_sha[:7]} of job {found.parent_job_id} "
                                  f"(level {found.level}; the host stays at {found.host_sha[:10]})")]
     if job.descent_lines or job.descents:
-        lines += [Text(""), Text("When the culprit is a bump (descended into the dependency):")]
+        heading = "When the culprit is a bump (descended into the dependency):"
+        if toolchain_of(job.spec):
+            heading = "When the culprit is a version (descended into the package's commits between it and the one before):"
+        lines += [Text(""), Text(heading)]
         lines += [Text(f"  {line}") for line in job.descent_lines]
-        lines += [Text(f"  child job {d.job_id} ({d.status}): {d.dependency} {d.old[:7]}..{d.new[:7]}")
+        lines += [Text(f"  child job {d.job_id} ({d.status}): {d.dependency} "
+                       + (f"{d.old} -> {d.new}" if d.toolchain else f"{d.old[:7]}..{d.new[:7]}"))
                   for d in job.descents if d.job_id is not None]
     return lines
 

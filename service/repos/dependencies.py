@@ -21,11 +21,18 @@ from perfbisect.service.errors import BadRequest
 from perfbisect.service.models import Repository
 from perfbisect.service.repos import pins, repository
 from perfbisect.service.repos.schemas import Dependency, PinLocation
+from perfbisect.service.toolchains.rules import same_package
 
 
 def declared(repo: Repository) -> list[Dependency]:
     """The typed dependencies of a registered repository."""
     return [Dependency.model_validate(d) for d in repo.dependencies or ()]
+
+
+def for_package(repo: Repository, package: str) -> Dependency | None:
+    """The dependency `repo` declares for Python package `package` (a toolchain bisect's): the one
+    of that name, compared as PEP 503 normalises names ("Tiny_Op" is "tinyop")."""
+    return next((d for d in declared(repo) if same_package(d.name, package)), None)
 
 
 def pin_at(mirror: Mirror, sha: str, pin: PinLocation) -> str:
@@ -35,10 +42,11 @@ def pin_at(mirror: Mirror, sha: str, pin: PinLocation) -> str:
     return pins.extract(pin.kind, pin.key, mirror.read_file(sha, pin.file), pin.file)
 
 
-def pin_commit(mirror: Mirror, pin: str) -> str | None:
+def pin_commit(mirror: Mirror, pin: str, tag: str | None = None) -> str | None:
     """The dependency's commit a pin names: the pin itself (a sha, a tag) or, for a version,
-    its `v` tag; None when neither is a commit of the mirror."""
-    for ref in (pin, f"v{pin}"):
+    its tag (`tag` with {version} filled in, else `v<version>`: pins.tag_names); None when none
+    is a commit of the mirror."""
+    for ref in dict.fromkeys([pin, *pins.tag_names(pin, tag)]):
         try:
             if mirror.has_commit(ref):
                 return mirror.resolve(ref)
@@ -101,7 +109,7 @@ def check(session: Session, mirror: Mirror, branch: str, wanted: Sequence[Depend
             dep_mirror.ensure(fetch=False)
         except GitError as exc:
             raise BadRequest(f"dependency {dep.name}: cannot read {dep.repository}: {exc}") from exc
-        if pin_commit(dep_mirror, pin) is None:
+        if pin_commit(dep_mirror, pin, dep.pin.tag) is None:
             raise BadRequest(f"dependency {dep.name}: the pin {pin!r} at {branch} is not a commit of the "
                              f"registered repository {dep.repository}")
     return every

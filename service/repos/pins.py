@@ -114,3 +114,15 @@ def changed_gitlinks(diff_raw: str) -> dict[str, tuple[str, str]]:
         if len(parts) >= 4 and parts[0] == GITLINK_MODE and parts[1] == GITLINK_MODE and parts[2] != parts[3]:
             moved[path.strip()] = (parts[2], parts[3])
     return moved
+
+
+TAG_PATTERN = re.compile(r"^[A-Za-z0-9._/+-]*\{version\}[A-Za-z0-9._/+-]*$")
+
+
+def tag_names(version: str, pattern: str | None = None) -> list[str]:
+    """The tags a version of the dependency may go by, in the order tried: the declared `pattern`
+    with `{version}` filled in ("release-{version}" -> "release-2.0"), else the version itself and
+    its `v` tag ("2.0", "v2.0")."""
+    if pattern:
+        return [pattern.replace("{version}", version)]
+    return [version, f"v{version}"]

@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from perfbisect.service.bounds import text
 from perfbisect.service.models import Repository
+from perfbisect.service.repos.pins import TAG_PATTERN
 from perfbisect.service.repos.urls import public_url
 
 EnvName = text(100, min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -80,6 +81,18 @@ class PinLocation(BaseModel):
                     "`file`; requirements: the `key==version` line; assign: the `key = \"...\"` line")
     file: BuildInput = Field(examples=["thirdparty/llvm-build-info.json", "third_party/minicc"])
     key: text(200, min_length=1) | None = Field(default=None, examples=["llvm.commit", "triton", "REV"])
+    tag: text(200) | None = Field(
+        default=None, examples=["release-{version}"],
+        description="the tag a version pin (and a toolchain bisect's version) names in the dependency's repository, "
+                    "{version} filled in (default: the version itself, then v<version>)")
+
+    @field_validator("tag")
+    @classmethod
+    def _tag_pattern(cls, value: str | None) -> str | None:
+        if value is not None and (not TAG_PATTERN.match(value) or ".." in value):
+            raise ValueError(f"tag {value!r} must hold {{version}} once, with letters, digits and ._/+- around it "
+                             "(\"v{version}\", \"release-{version}\")")
+        return value
 
     @field_validator("file")
     @classmethod

@@ -131,6 +131,11 @@ def select(ask: Ask, available: Sequence[str], where: str = "the wheelhouse") ->
     return chosen
 
 
+def same_package(name: str, package: str) -> bool:
+    """Whether `name` is `package` as PEP 503 normalises names ("Tiny_Op" is "tinyop")."""
+    return canonicalize_name(name) == canonicalize_name(package)
+
+
 def label(package: str, version: str) -> str:
     """A version as a revision of the job: "tinyop==2.0"."""
     return f"{package}=={version}"

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from perfbisect.kernels.harness.result import vendor_identity
 from perfbisect.service.errors import NotFound
 from perfbisect.service.jobs import repository as jobs_repo
-from perfbisect.service.toolchains.rules import version_of
+from perfbisect.service.toolchains.rules import same_package, version_of
 from perfbisect.service.job_spec import AttributeSpec, JobSpec, LocalizeSpec, descent_of, toolchain_of
 from perfbisect.service.hunks.variants import hunk_patch, trial_cases
 from perfbisect.service.models import (Job, JobStatus, Measurement, MeasurementSamples, Repository, Revision, Trial, TrialStatus,
@@ -134,8 +134,9 @@ def start(session: Session, trial_id: int, worker_host: str | None = None) -> Tr
     repo = session.get_one(Repository, descent.host_repository_id if descent else job.repository_id)
     deps = dependency_work(session, repo)
     tool = ToolchainWork(axis.package, version_of(sha), axis.wheelhouse) if axis is not None else None
-    if axis is not None:
+    if axis is not None:  # the package is its version's wheel, never its declared source (that is the descent's)
         sha = axis.commit
+        deps = tuple(d for d in deps if not same_package(d.name, axis.package))
     return TrialWork(
         trial_id=trial.id, job_id=job.id, repo_name=repo.name, repo_url=repo.url,
         build_command=repo.build_command, import_root=repo.import_root, env=dict(repo.env),

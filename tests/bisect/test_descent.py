@@ -84,3 +84,25 @@ def test_a_deeper_level_that_does_not_explain_keeps_the_chain():
     first = conclude(CASE, HOST[0], MINICC_BUMP, MINICC, min_effect=0.02)
     nothing = conclude(CASE, MINICC[0], MINILIB_BUMP, [], min_effect=0.02)
     assert deeper(first, nothing) == first
+
+
+# a toolchain bisect's step: tinyop 2.0 after 1.0 (versions, no commit of the host moved anything)
+TINYOP_BUMP = Bump("tinyop", "1.0", "2.0", toolchain=True)
+VERSION_STEP = Step("tinyop==2.0", "tinyop 2.0", True, {CASE: (-0.66, (-0.69, -0.63))}, (TINYOP_BUMP,))
+
+
+def test_a_toolchain_chain_names_the_versions_then_the_commit():
+    inside = [Step("e2c49a9", "recompute the product", True, {CASE: (-0.64, (-0.67, -0.61))})]
+    finding = conclude(CASE, VERSION_STEP, TINYOP_BUMP, inside, min_effect=0.3)
+    assert chain_line(finding) == ("tinyop 1.0 -> 2.0; inside it, tinyop e2c49a9 'recompute the product': "
+                                   "-64.0% [-67.0%, -61.0%]")
+
+
+def test_a_toolchain_step_the_source_builds_do_not_show_is_left_to_the_wheels():
+    assert chain_line(conclude(CASE, VERSION_STEP, TINYOP_BUMP, [], min_effect=0.3)) == (
+        "tinyop 1.0 -> 2.0: -66.0% [-69.0%, -63.0%] left outside: the dependency's range shows no step of its own; "
+        "the versions built from source show no step: look at how their wheels were built")
+    small = [Step("e2c49a9", "", True, {CASE: (-0.2, (-0.25, -0.15))})]
+    assert chain_line(conclude(CASE, VERSION_STEP, TINYOP_BUMP, small, min_effect=0.3)).endswith(
+        "the dependency's own steps (e2c49a9 -20.0%) do not account for it; the rest is between the wheels and the "
+        "commits built from source")
