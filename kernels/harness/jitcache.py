@@ -48,12 +48,14 @@ _GCN_COUNTS = {"n_regs": re.compile(r";\s*NumVgprs:\s*(\d+)"), "n_sgprs": re.com
                "n_spills": re.compile(r";\s*VGPRs?\s*[Ss]pill(?:ed)?:?\s*(\d+)|\.vgpr_spill_count:\s*(\d+)"),
                "scratch": re.compile(r";\s*ScratchSize:\s*(\d+)"),
                "occupancy": re.compile(r";\s*Occupancy:\s*(\d+)")}
+_FASTMATH = re.compile(r"fastmath\s*<\s*([a-z, ]+)>")
 _PTX_MAXNREG = re.compile(r"^\s*\.maxnreg\s+(\d+)", re.M)
 
 
-def mlir_ops(text: str) -> Counter:
+def mlir_ops(text: str, fastmath: bool = False) -> Counter:
     """Op histogram of an MLIR module (TTIR, TTGIR): `dialect.op` per operation line; attribute
-    aliases (`#blocked = ...`), `module`, block labels and `loc(...)` lines are not ops."""
+    aliases (`#blocked = ...`), `module`, block labels and `loc(...)` lines are not ops. With
+    `fastmath`, an op carrying fastmath flags is counted with them (`arith.mulf<fast>`)."""
     ops: Counter = Counter()
     for line in text.splitlines():
         stripped = line.lstrip()
@@ -61,7 +63,8 @@ def mlir_ops(text: str) -> Counter:
             continue
         found = _MLIR_OP.match(line)
         if found:
-            ops[found.group(1)] += 1
+            flags = _FASTMATH.search(line) if fastmath else None
+            ops[found.group(1) + (f"<{flags.group(1).replace(' ', '')}>" if flags else "")] += 1
     return ops
 
 
@@ -114,23 +117,11 @@ def amdgcn_ops(text: str) -> Counter:
     return ops
 
 
-_FASTMATH = re.compile(r"fastmath\s*<\s*([a-z, ]+)>")
-
-
 def flydsl_ops(text: str) -> Counter:
-    """Op histogram of FlyDSL's source MLIR: `dialect.op`, with its fastmath flags when it has them
-    (`arith.mulf<fast>`, `math.exp2<contract,afn>`): a flag that stops reaching the builder (the
-    motivating case's #930) shows as ops moving between keys."""
-    ops: Counter = Counter()
-    for line in text.splitlines():
-        stripped = line.lstrip()
-        if not stripped or stripped[0] in "#}^/" or stripped.startswith(("module", "loc(")):
-            continue
-        found = _MLIR_OP.match(line)
-        if found:
-            flags = _FASTMATH.search(line)
-            ops[found.group(1) + (f"<{flags.group(1).replace(' ', '')}>" if flags else "")] += 1
-    return ops
+    """Op histogram of FlyDSL's source MLIR with each op's fastmath flags (`arith.mulf<fast>`,
+    `math.exp2<contract,afn>`): a flag that stops reaching the builder (the motivating case's #930)
+    shows as ops moving between keys."""
+    return mlir_ops(text, fastmath=True)
 
 
 PARSERS = {"ttir": mlir_ops, "ttgir": mlir_ops, "llir": llir_ops, "ptx": ptx_ops, "amdgcn": amdgcn_ops,
