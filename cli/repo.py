@@ -45,7 +45,8 @@ def _print(data: Any, as_json: bool) -> None:
         for dep in repo.get("dependencies") or []:
             pin = dep["pin"]
             print(f"{'':<24} dependency {dep['name']} ({dep['repository']}): {pin['kind']} {pin['file']}"
-                  f"{' ' + pin['key'] if pin.get('key') else ''}{'; recipe: ' + dep['recipe'] if dep.get('recipe') else ''}")
+                  f"{' ' + pin['key'] if pin.get('key') else ''}{'; tags: ' + pin['tag'] if pin.get('tag') else ''}"
+                  f"{'; recipe: ' + dep['recipe'] if dep.get('recipe') else ''}")
         if repo.get("build_inputs"):
             print(f"{'':<24} build inputs (a revision that changes none of them reuses a cached build): "
                   f"{', '.join(repo['build_inputs'])}")

@@ -111,3 +111,7 @@ def test_the_cli_declares_dependencies_and_refuses_bad_ones(embedded, pair) -> N
                                  '"key": "REV"}}'])
     assert placed.exit_code == 0, placed.output
     assert [(d["repository"], d["path"]) for d in json.loads(placed.output)["dependencies"]] == [("minicc", "minicc")]
+    tagged = runner.invoke(app, ["repo", "add", str(host_path), "--dependency",
+                                 '{"name": "minicc", "pin": {"kind": "assign", "file": "minicc.pin", "key": "REV", '
+                                 '"tag": "release-{version}"}}'])
+    assert tagged.exit_code == 0 and "assign minicc.pin REV; tags: release-{version}" in tagged.output, tagged.output
