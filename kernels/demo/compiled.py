@@ -222,6 +222,7 @@ def test_colsum_weighted():
     assert ops.colsum_weighted(array.array("d", [1, 2, 3, 4]), 2) == (1 + 3) * 1 + (2 + 4) * 2
 '''
 
+
 def _unit(name: str, rows: int = ROWS, separator: str | None = None) -> dict[str, str]:
     """csrc/<name>.cpp, one of UNITS, with `rows` key kinds (and another separator)."""
     default = dict(UNITS)[name]
@@ -232,8 +233,8 @@ def _history() -> list[tuple[str, dict[str, str]]]:
     """(subject, files written) per commit, oldest first."""
     scores = " + ".join(f"cppkern::{name}_score(s)" for name, _ in UNITS)
     units = {path: text for name, _ in UNITS for path, text in _unit(name).items()}
-    initial = {"setup.py": SETUP, "csrc/cppkern.h": header_source(), "csrc/module.cpp": MODULE.replace("SCORES", scores),
-               "csrc/reduce.cpp": reduce_source(ROW_LOOPS), **units,
+    initial = {"setup.py": SETUP, "csrc/cppkern.h": header_source(),
+               "csrc/module.cpp": MODULE.replace("SCORES", scores), "csrc/reduce.cpp": reduce_source(ROW_LOOPS), **units,
                "src/cppkern/__init__.py": '"""cppkern: kernels in C++."""\n', "src/cppkern/ops.py": OPS,
                "tests/test_ops.py": TESTS, "bench/colsum_suite.py": SUITE_SOURCE,
                "README.md": "# cppkern\n\nKernels in C++ with a Python API.\n"}
