@@ -51,6 +51,16 @@ def test_the_history_mixes_python_tests_and_single_unit_commits_around_the_plant
     assert incremental(compiled.build_command(True)) and not incremental(compiled.build_command(False))
 
 
+def test_the_range_leaves_most_translation_units_untouched_like_a_real_library(cppkern) -> None:
+    """The ends share 10 of the 14 units' objects (the compiler cache serves them at the second
+    end), and no commit after the first touches the header or setup.py (a full rebuild)."""
+    root, shas, changed = cppkern
+    touched = {p for sha in shas[1:] for p in changed.get(sha, [])}
+    assert sorted(p for p in touched if p.startswith("csrc/")) == [
+        "csrc/format.cpp", "csrc/parse.cpp", "csrc/reduce.cpp", "csrc/tables.cpp"]
+    assert len(list((root / "csrc").glob("*.cpp"))) == len(compiled.UNITS) + 2 == 14  # + module.cpp, reduce.cpp
+
+
 def job_with(culprits: list[tuple[int, int]], shas: list[str]) -> JobRead:
     now = datetime.now(timezone.utc)
     return JobRead.model_validate({
@@ -81,8 +91,9 @@ def test_the_planted_commit_after_its_parent_recompiles_only_its_unit(cppkern, s
             built.append(build_revision(compiled.build_command(True), [], box, mirror, sha, env={}, device="cpu"))
             assert list((box.worktree / compiled.IMPORT_ROOT / "cppkern").glob("_native*.so")), built[-1].log_tail
     first, second = (b.cache["incremental"] for b in built)
-    assert built[0].ok and built[1].ok and first["misses"] == 5 and first["hits"] == 0
-    assert second["tree_reused"] is True and (second["hits"], second["misses"]) == (4, 1)
+    units = len(compiled.UNITS) + 2
+    assert built[0].ok and built[1].ok and first["misses"] == units and first["hits"] == 0
+    assert second["tree_reused"] is True and (second["hits"], second["misses"]) == (units - 1, 1)
 
 
 def test_the_service_expects_each_revisions_build_from_the_commits_since_the_nearest_built_one(
@@ -99,10 +110,11 @@ def test_the_service_expects_each_revisions_build_from_the_commits_since_the_nea
     job = SimpleNamespace(id=1, repository_id=1, revision_shas=shas)
     trials = [SimpleNamespace(build_s=s, build_cache={"incremental": {}}, revision=SimpleNamespace(sha=shas[i]))
               for i, s in ((0, 20.0), (19, 5.0))]
-    costs = job_build_costs(session, job, trials)  # a full build 20 s; 5 units: 4 s a unit
+    costs = job_build_costs(session, job, trials)  # a full build 20 s over 14 units
+    unit = 20.0 / (len(compiled.UNITS) + 2)
     assert len(costs) == 20 and costs[0] == costs[19] == 0.0
     assert costs[2] == 0.0  # only Python and docs since revision 0
-    assert costs[8] == 8.0 and costs[10] == 12.0  # two units since 0; three either way
+    assert costs[8] == pytest.approx(2 * unit) and costs[10] == pytest.approx(3 * unit)  # 2 units since 0; 3 either way
     assert job_build_costs(session, job, []) == ()  # nothing timed yet: unknown
     repo.build_command = compiled.build_command(False)
     assert job_build_costs(session, job, trials) == ()  # not incremental: midpoints as before
