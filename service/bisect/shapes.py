@@ -93,11 +93,14 @@ def seen_kind(a: Trials, b: Trials, level: float, config: BisectConfig, spread: 
 
 
 def shape_step(a: Trials, b: Trials, level: float, config: BisectConfig, first: int = 0, last: int = 0,
-               case: str = "") -> ShapeFinding | None:
-    """The spread or mode step from a's trials to b's at test level `level`, or None (`seen_kind`).
-    A bimodal step must also be a new mode of the two-component fit (`spread.new_mode`) once b
-    has samples enough for one; its share and location are the fit's, else the far calls'."""
-    kind = seen_kind(a, b, level, config)
+               case: str = "", kind: str | None = None) -> ShapeFinding | None:
+    """The spread or mode step from a's trials to b's at test level `level`, or None (`seen_kind`;
+    `kind="bimodal"` asks for a mode step only, its far calls grown at `level`). A bimodal step must
+    also be a new mode of the two-component fit (`spread.new_mode`) once b has samples enough for
+    one; its share and location are the fit's, else the far calls'."""
+    if kind == "bimodal" and tail_grew(a, b, level, config.mode_share) is None:
+        return None
+    kind = kind or seen_kind(a, b, level, config)
     rise = spread_rise(a, b, config.confidence, config.seed) if kind else None
     if rise is None:
         return None
@@ -157,15 +160,25 @@ def _confirm(a: int, b: int, case: str, observations: Mapping[int, Observation],
             return None
         split /= UNPAIRED_STRICTER
     before, after = _trials(oa, case, blocks), _trials(ob, case, blocks)
+
+    def holds(step: ShapeFinding) -> bool:
+        """Every block sees it; a noisier step's interval rules out an unchanged spread, the calls'
+        body widened and the trials, not only their calls, spread wider."""
+        if blocks is not None and not _every_block_agrees(oa, ob, case, blocks, step.kind):
+            return False
+        return step.kind != "noisier" or (
+            step.ratio_ci[0] > 1.0 and (body_ratio(before, after) or 0.0) >= config.spread_ratio
+            and trial_rise(before, after) < split / TRIAL_STRICTER)
+
     step = shape_step(before, after, split, config, a + 1, b, case)
-    if step is not None and step.kind == "noisier" and (step.ratio_ci[0] <= 1.0 or (
-            body_ratio(before, after) or 0.0) < config.spread_ratio or trial_rise(before, after) >= split / TRIAL_STRICTER):
-        step = None  # the interval must rule out an unchanged spread, the calls' body must have widened
-        # and the trials, not only their calls, must spread wider
-    if step is None or (blocks is not None and not _every_block_agrees(oa, ob, case, blocks, step.kind)):
+    if step is not None and not holds(step):
+        # a slow path on a share of every trial's calls widens them too: judged as the mode it may be
+        step = shape_step(before, after, split, config, a + 1, b, case, "bimodal") if step.kind == "noisier" else None
+        step = step if step is not None and holds(step) else None
+    if step is None:
         hint = seen_kind(before, after, HINT_LEVEL, config)
-        if hint == "noisier" and trial_rise(before, after) >= HINT_LEVEL:
-            hint = None  # wider calls in trials that do not spread wider: one trial's draw
+        if hint == "noisier" and trial_rise(before, after) >= HINT_LEVEL:  # not one trial's draw, or a mode
+            hint = "bimodal" if tail_grew(before, after, HINT_LEVEL, config.mode_share) else None
         if hint is not None:
             if blocks is None:
                 _one_more(a, b, len(before), len(after), config, plan)

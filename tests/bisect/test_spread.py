@@ -164,6 +164,25 @@ def test_a_noisier_finding_needs_the_trials_not_only_their_calls_to_spread_wider
     assert finding.kind == "noisier" and finding.ratio == pytest.approx(3, rel=0.1)
 
 
+def slow(pct: float) -> list[float]:
+    """15 calls: 11 spread `pct` percent about 1, 4 of them (27%) on a slow path 2.5 times as long."""
+    fast = [1 + pct * 0.01 * NormalDist().inv_cdf((k + 0.5) / 11) for k in range(11)]
+    return fast + [2.5, 2.52, 2.48, 2.51]
+
+
+def test_a_slow_path_whose_fast_calls_vary_is_a_mode_not_a_miss():
+    """The twenty-first session's demo run 4: the planted fp32 self-check (4 of 15 calls about
+    2.5x slower in every trial) read as noisier on the pooled calls, because one block's trials
+    also had wider fast calls; the other block's did not, so noisier failed its every-block check
+    and nothing was reported. Every block does see the far calls: it is bimodal."""
+    config = BisectConfig(paired_blocks=SIDE_BY_SIDE)
+    blocks = [1, 1, 2, 2]
+    calls = [[1 + k * 0.01 * NormalDist().inv_cdf((i + 0.5) / 15) for i in range(15)] for k in (0.5, 1.2, 4, 2)]
+    observations = {0: obs(calls, blocks), 1: obs([slow(9), slow(9), slow(1.5), slow(1.5)], blocks)}
+    (finding,) = plan_shapes(observations, [0, 1], set(), config).findings
+    assert finding.kind == "bimodal" and finding.mode_share == pytest.approx(4 / 15, abs=0.03)
+
+
 def test_never_on_the_controls_own_spread():
     config = BisectConfig(paired_blocks=SIDE_BY_SIDE)
     blocks = [1, 1, 2, 2]
